@@ -1,0 +1,106 @@
+// sluice/limiter.h: the public entry point.
+//
+//   sluice::LimiterOptions o;
+//   o.policies = {sluice::Policy::SlidingWindowCounter("api", 100, std::chrono::minutes(1))};
+//   auto limiter = sluice::Limiter::Create(std::move(o));   // in-process store
+//   auto d = (*limiter)->Acquire("user:42");
+//   if (d.ok() && !d->allowed) { /* 429, retry after d->retry_after us */ }
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "sluice/clock.h"
+#include "sluice/decision.h"
+#include "sluice/policy.h"
+#include "sluice/status.h"
+#include "sluice/store.h"
+
+namespace sluice {
+
+struct LimiterOptions {
+  // One or more policies (unique names). Acquire(key) checks the key against all of
+  // them at once: "10/s and 1000/day".
+  std::vector<Policy> policies;
+  // Where state lives. Default: a new MemoryStore. Switching to Redis is this one line.
+  std::shared_ptr<Store> store;
+  // Where "now" comes from. Default: SteadyEpochClock. Stores with their own clock
+  // (Redis) ignore it.
+  std::shared_ptr<const Clock> clock;
+  // Prepended to every store key: 1-64 chars of [A-Za-z0-9_.-].
+  std::string key_prefix = "sluice";
+  // Shadow mode for every policy: decide and report, always allow.
+  bool shadow = false;
+  // Deny locally, without a store call, a key known to be over its limit until its
+  // retry time. Only used with remote stores (Store::IsRemote()). It cannot change a
+  // decision unless the key is Reset by another process.
+  bool deny_cache = true;
+  // Upper bound on entries of the deny cache.
+  std::size_t deny_cache_max_keys = 65536;
+};
+
+// One limit of a multi-limit call: the policy (by index into LimiterOptions::policies),
+// the caller key and the cost.
+struct Check {
+  std::size_t policy = 0;
+  std::string_view key;
+  std::uint64_t cost = 1;
+};
+
+// How often the limiter had to decide without the store, by reason. Monotonic.
+struct LimiterStats {
+  std::uint64_t decisions = 0;
+  std::uint64_t denied = 0;
+  std::uint64_t shadow_denied = 0;
+  std::uint64_t deny_cache_hits = 0;
+  std::uint64_t store_errors = 0;
+  std::uint64_t fail_open = 0;
+  std::uint64_t fail_closed = 0;
+  std::uint64_t local_fallback = 0;
+};
+
+// Thread-safe. All methods may be called concurrently from any thread. Decisions never
+// throw; errors are returned. A store failure is not an error: the policy's
+// FailureMode turns it into a Decision (see Decision::source).
+class Limiter {
+ public:
+  // Validates the options (every policy, unique names, prefix). Errors name the field.
+  static Result<std::unique_ptr<Limiter>> Create(LimiterOptions options);
+  ~Limiter();
+  Limiter(const Limiter&) = delete;
+  Limiter& operator=(const Limiter&) = delete;
+
+  // Takes `cost` units for `key` from every policy, atomically: all pass and are
+  // consumed, or none is. Returns the binding decision (a denying one with the longest
+  // retry_after, else the one with the least remaining); `per_policy`, if not empty
+  // (size >= policies().size()), receives one decision per policy. Errors:
+  // InvalidArgument for an empty or over-long key, or a cost above a policy's capacity.
+  Result<Decision> Acquire(std::string_view key, std::uint64_t cost = 1,
+                           std::span<Decision> per_policy = {});
+
+  // Like Acquire(key) but each check names its policy, key and cost; all are decided
+  // and consumed atomically. `per_check` receives one decision per check.
+  Result<Decision> Acquire(std::span<const Check> checks, std::span<Decision> per_check = {});
+
+  // What Acquire(key, 1) would answer, without consuming anything.
+  Result<Decision> Peek(std::string_view key, std::span<Decision> per_policy = {});
+
+  // Forgets `key` under every policy: its full limits are available again.
+  Status Reset(std::string_view key);
+
+  // Index of the policy named `name`, or NotFound.
+  Result<std::size_t> FindPolicy(std::string_view name) const;
+  const std::vector<Policy>& policies() const;
+  LimiterStats Stats() const;
+
+ private:
+  struct Impl;
+  explicit Limiter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice

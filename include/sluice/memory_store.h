@@ -1,0 +1,51 @@
+// sluice/memory_store.h: the in-process store.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "sluice/store.h"
+
+namespace sluice {
+
+struct MemoryStoreOptions {
+  // Hard cap on live keys, so that a flood of unique keys cannot exhaust memory.
+  // When it is reached, expired keys are swept; if none can be freed, a check on a
+  // key the store does not know fails with kResourceExhausted (the Limiter then
+  // applies the policy's FailureMode). Keys already tracked are never evicted to
+  // make room, so a limited key is never handed a fresh budget.
+  std::size_t max_keys = std::size_t{1} << 22;
+  // Number of independently locked shards (rounded up to a power of two, at least 1).
+  std::size_t shards = 64;
+};
+
+// Counters for tests and operators.
+struct MemoryStoreStats {
+  std::size_t keys = 0;             // live keys (expired ones not yet swept included)
+  std::uint64_t rejected_full = 0;  // checks refused because the key cap was reached
+  std::uint64_t expired = 0;        // keys dropped because their state was back to full
+};
+
+// Thread-safe, sharded, in-process state. A key's state is a few machine words (a
+// sliding window log also keeps one timestamp per unit in its window). An idle key is
+// dropped once its state would be back to "full", which changes no decision. Deciding
+// on a key the store already holds allocates nothing.
+class MemoryStore final : public Store {
+ public:
+  explicit MemoryStore(MemoryStoreOptions options = {});
+  ~MemoryStore() override;
+  MemoryStore(const MemoryStore&) = delete;
+  MemoryStore& operator=(const MemoryStore&) = delete;
+
+  Status Evaluate(std::span<const StoreCheck> checks, Micros now, std::span<Decision> out) override;
+  Status Reset(const Policy& policy, std::string_view key) override;
+
+  MemoryStoreStats Stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,117 @@
+// sluice/policy.h: what a limit is.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "sluice/clock.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+// The rate limiting algorithms. docs/algorithms.md explains each one, its state
+// and its error bounds.
+enum class Algorithm : std::uint8_t {
+  // Counter per epoch-aligned window. Cheapest; up to 2x `limit` can pass across a
+  // window boundary (documented behaviour, not a bug).
+  kFixedWindow = 0,
+  // Exact: a log of the requests of the last `window`. Memory O(limit) per key.
+  kSlidingWindowLog = 1,
+  // Previous window weighted by the part of it still inside the sliding window,
+  // plus the current window. Two counters; a small, bounded error.
+  kSlidingWindowCounter = 2,
+  // Tokens refill at limit/window per second up to `burst`; each request takes `cost`.
+  kTokenBucket = 3,
+  // Generic cell rate algorithm: rate limit/window with a burst tolerance; one
+  // timestamp of state. Same limits as a token bucket, smaller state.
+  kGcra = 4,
+};
+
+// "fixed_window", "sliding_window_log", "sliding_window_counter", "token_bucket", "gcra".
+const char* AlgorithmName(Algorithm a);
+// Parses the names above (and the short forms "fixed", "sliding_log", "sliding_counter",
+// "bucket"). Returns InvalidArgument naming the unknown value.
+Result<Algorithm> ParseAlgorithm(std::string_view name);
+
+// What the limiter does when the store cannot answer in time (Redis down or slow).
+enum class FailureMode : std::uint8_t {
+  // Allow the request (ordinary APIs: the limiter must not take the service down).
+  kFailOpen = 0,
+  // Deny the request (abuse protection, where letting traffic through is worse).
+  kFailClosed = 1,
+  // Decide with an in-process limiter whose limit is the policy's divided by
+  // Policy::fallback_divisor (the number of servers sharing the limit).
+  kLocalFallback = 2,
+};
+
+// "fail_open", "fail_closed", "local_fallback".
+const char* FailureModeName(FailureMode m);
+// Parses the names above ("open", "closed", "fallback" too).
+Result<FailureMode> ParseFailureMode(std::string_view name);
+
+// A named limit. Plain value type; validate with ValidatePolicy (Limiter::Create does).
+//
+// Every algorithm is configured as `limit` requests per `window`:
+//  - window algorithms allow `limit` units of cost per window;
+//  - token bucket and GCRA refill at limit/window units per microsecond (so 0.5/s is
+//    limit=1, window=2s) up to `burst` units, which is also the largest cost.
+struct Policy {
+  // Identifies the policy in keys, headers and metrics: 1-64 chars of [A-Za-z0-9_.-].
+  std::string name;
+  Algorithm algorithm = Algorithm::kSlidingWindowCounter;
+  // Units allowed per window (window algorithms) or refilled per window (bucket, GCRA).
+  std::uint64_t limit = 0;
+  // Window length or refill period, in microseconds; at least 1 ms, at most 366 days.
+  Micros window = 0;
+  // Token bucket capacity / GCRA burst. 0 means "same as limit". Ignored by window
+  // algorithms.
+  std::uint64_t burst = 0;
+  // Token bucket only: tokens in a bucket seen for the first time. Default: full.
+  std::optional<std::uint64_t> initial_tokens;
+  // What to do when the store fails.
+  FailureMode failure_mode = FailureMode::kFailOpen;
+  // kLocalFallback: how many servers share the limit; the local limit is
+  // ceil(limit / fallback_divisor) (and likewise burst).
+  std::uint32_t fallback_divisor = 1;
+  // Decide and report, but always allow (Decision::shadow_denied says what would
+  // have happened).
+  bool shadow = false;
+
+  // The largest cost one request may have: burst for bucket/GCRA, limit otherwise.
+  std::uint64_t Capacity() const;
+
+  // Convenience constructors. `window`/`per` accept any std::chrono duration.
+  static Policy FixedWindow(std::string name, std::uint64_t limit,
+                            std::chrono::microseconds window);
+  static Policy SlidingWindowLog(std::string name, std::uint64_t limit,
+                                 std::chrono::microseconds window);
+  static Policy SlidingWindowCounter(std::string name, std::uint64_t limit,
+                                     std::chrono::microseconds window);
+  // A bucket of `capacity` tokens refilled with `tokens` every `per`.
+  static Policy TokenBucket(std::string name, std::uint64_t capacity, std::uint64_t tokens,
+                            std::chrono::microseconds per);
+  // `limit` per `window`, with up to `burst` at once.
+  static Policy Gcra(std::string name, std::uint64_t limit, std::chrono::microseconds window,
+                     std::uint64_t burst);
+};
+
+// Checks every field of `p`; the error message names the policy and the field,
+// e.g. "policy 'api': window must be at least 1ms (got 0us)".
+Status ValidatePolicy(const Policy& p);
+
+// Parses a rate such as "100/min", "10/s", "0.5/s", "1000/day", "5/10s".
+// Units: ms, s, sec, m, min, h, hour, d, day (optionally with a count: "10s").
+// A decimal count becomes an equivalent integer limit over a longer window.
+struct Rate {
+  std::uint64_t limit = 0;
+  Micros window = 0;
+};
+Result<Rate> ParseRate(std::string_view text);
+
+// Parses a duration such as "250ms", "1s", "10m", "1h", "1d". Returns microseconds.
+Result<Micros> ParseDuration(std::string_view text);
+
+}  // namespace sluice

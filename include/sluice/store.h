@@ -1,0 +1,60 @@
+// sluice/store.h: where limiter state lives.
+//
+// A Store runs the algorithms over its state atomically. The Limiter builds the
+// keys and hands a batch of checks to the store; the store evaluates them all at one
+// instant and either consumes every check's cost (all allowed) or none (any denied).
+// Implementations: MemoryStore (in process) and RedisStore (Lua scripts in Redis).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string_view>
+
+#include "sluice/clock.h"
+#include "sluice/decision.h"
+#include "sluice/policy.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+// One limit to evaluate: a validated policy, the full store key for it, and a cost.
+// Cost 0 is a peek: nothing is consumed, and allowed/retry_after answer for cost 1.
+// 1 <= cost <= policy->Capacity() otherwise (the Limiter checks this).
+struct StoreCheck {
+  const Policy* policy = nullptr;
+  std::string_view key;
+  std::uint64_t cost = 1;
+};
+
+// Called with the outcome of an asynchronous evaluation. `decisions` is valid only
+// during the call.
+using EvaluateCallback =
+    std::function<void(const Status& status, std::span<const Decision> decisions)>;
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Evaluates `checks` atomically at time `now` (stores with their own clock, such as
+  // Redis, may use theirs instead) and writes one Decision per check into `out`
+  // (out.size() >= checks.size()). If every check allows, all costs are consumed;
+  // otherwise nothing is. An error status means nothing is known (the store may or may
+  // not have applied the checks if the error is kDeadlineExceeded).
+  // Thread-safe. The keys need to live only for the duration of the call.
+  virtual Status Evaluate(std::span<const StoreCheck> checks, Micros now,
+                          std::span<Decision> out) = 0;
+
+  // Like Evaluate but may complete later on another thread; `done` is called exactly
+  // once. The default implementation calls Evaluate and then `done` inline.
+  virtual void EvaluateAsync(std::span<const StoreCheck> checks, Micros now, EvaluateCallback done);
+
+  // Forgets the state of `key` under `policy`, so its full limit is available again.
+  virtual Status Reset(const Policy& policy, std::string_view key) = 0;
+
+  // True when a call leaves the process (network); the Limiter enables its local deny
+  // cache only for such stores.
+  virtual bool IsRemote() const { return false; }
+};
+
+}  // namespace sluice

@@ -1,0 +1,93 @@
+// Internal: the pure algorithms. Each is (policy, state, now, cost) -> (decision, new
+// state), with no I/O and no clock reads. The Redis Lua scripts mirror these functions
+// operation for operation (docs/algorithms.md is the shared specification), so that the
+// same request sequence gives the same decisions in both stores.
+//
+// Conventions shared by all algorithms:
+//  - cost 0 is a peek: nothing is consumed; allowed/retry_after answer for cost 1;
+//  - `now` is first raised to the latest time the state has seen, so time going
+//    backwards mints nothing;
+//  - a denied request leaves the state as it was (only re-normalised);
+//  - `expires` is when the state will be back to "full": dropping it then changes no
+//    decision.
+#pragma once
+
+#include <cstdint>
+
+#include "sluice/clock.h"
+#include "sluice/decision.h"
+#include "sluice/policy.h"
+
+namespace sluice::core {
+
+// Slack for floating-point comparisons, in units of cost (tokens/requests). Bucket,
+// GCRA and sliding counter arithmetic is IEEE double, identical in C++ and Lua.
+inline constexpr double kEpsilon = 1e-9;
+
+// Floor division that rounds towards negative infinity (times may be < 0 in tests).
+inline Micros FloorTo(Micros t, Micros unit) {
+  Micros r = t % unit;
+  if (r < 0) r += unit;
+  return t - r;
+}
+
+struct FixedWindowState {
+  Micros window_start = 0;
+  std::uint64_t count = 0;
+};
+// `fresh` is true when the key has no state yet (`in` is then ignored).
+Decision FixedWindow(const Policy& p, const FixedWindowState& in, bool fresh, Micros now,
+                     std::uint64_t cost, FixedWindowState* out, Micros* expires);
+
+struct SlidingCounterState {
+  Micros window_start = 0;
+  std::uint64_t curr = 0;
+  std::uint64_t prev = 0;
+};
+Decision SlidingWindowCounter(const Policy& p, const SlidingCounterState& in, bool fresh,
+                              Micros now, std::uint64_t cost, SlidingCounterState* out,
+                              Micros* expires);
+
+struct TokenBucketState {
+  double tokens = 0;
+  Micros last = 0;
+};
+Decision TokenBucket(const Policy& p, const TokenBucketState& in, bool fresh, Micros now,
+                     std::uint64_t cost, TokenBucketState* out, Micros* expires);
+
+struct GcraState {
+  double tat = 0;  // theoretical arrival time, microseconds
+};
+Decision Gcra(const Policy& p, const GcraState& in, bool fresh, Micros now, std::uint64_t cost,
+              GcraState* out, Micros* expires);
+
+// The sliding window log keeps one entry per accepted request. The container is
+// abstract so the in-process store can use a ring buffer without allocating per call.
+struct LogEntry {
+  Micros ts;
+  std::uint64_t cost;
+};
+
+// A FIFO of entries in timestamp order plus the latest time seen.
+class SlidingLog {
+ public:
+  virtual ~SlidingLog() = default;
+  virtual Micros last_seen() const = 0;
+  virtual void set_last_seen(Micros t) = 0;
+  virtual std::size_t size() const = 0;
+  virtual const LogEntry& at(std::size_t i) const = 0;  // 0 = oldest
+  virtual void pop_front() = 0;
+  // Appends; the store may grow its buffer (amortised, at most log2(limit) times).
+  virtual void push_back(LogEntry e) = 0;
+  virtual std::uint64_t used() const = 0;  // sum of costs of the entries
+};
+
+// Drops expired entries (they can never count again, since time is raised to
+// last_seen), then decides. Appends the request when allowed and `commit` is true.
+// When `commit` is false the caller may call SlidingWindowLogCommit later.
+Decision SlidingWindowLog(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
+                          bool commit, Micros* expires);
+void SlidingWindowLogCommit(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
+                            Micros* expires);
+
+}  // namespace sluice::core

@@ -1,0 +1,291 @@
+// Policy names, validation and parsing of rates and durations.
+#include "sluice/policy.h"
+
+#include <charconv>
+#include <cmath>
+#include <string>
+
+namespace sluice {
+namespace {
+
+constexpr std::uint64_t kMaxLimit = 1'000'000'000'000ULL;  // exact in Lua's doubles
+constexpr std::uint64_t kMaxLogLimit = 1'000'000;          // one entry per unit per key
+constexpr Micros kMinWindow = 1'000;                       // 1 ms
+constexpr Micros kMaxWindow = 366LL * 24 * 3600 * 1'000'000;
+
+bool IsNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '-' || c == '.';
+}
+
+std::string Fail(const Policy& p, const std::string& what) {
+  return "policy '" + p.name + "': " + what;
+}
+
+struct Unit {
+  std::string_view name;
+  Micros micros;
+};
+constexpr Unit kUnits[] = {
+    {"us", 1},
+    {"ms", 1'000},
+    {"s", 1'000'000},
+    {"sec", 1'000'000},
+    {"second", 1'000'000},
+    {"m", 60'000'000},
+    {"min", 60'000'000},
+    {"minute", 60'000'000},
+    {"h", 3'600'000'000},
+    {"hour", 3'600'000'000},
+    {"d", 86'400'000'000},
+    {"day", 86'400'000'000},
+};
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+const char* AlgorithmName(Algorithm a) {
+  switch (a) {
+    case Algorithm::kFixedWindow:
+      return "fixed_window";
+    case Algorithm::kSlidingWindowLog:
+      return "sliding_window_log";
+    case Algorithm::kSlidingWindowCounter:
+      return "sliding_window_counter";
+    case Algorithm::kTokenBucket:
+      return "token_bucket";
+    case Algorithm::kGcra:
+      return "gcra";
+  }
+  return "unknown";
+}
+
+Result<Algorithm> ParseAlgorithm(std::string_view name) {
+  if (name == "fixed_window" || name == "fixed") return Algorithm::kFixedWindow;
+  if (name == "sliding_window_log" || name == "sliding_log") return Algorithm::kSlidingWindowLog;
+  if (name == "sliding_window_counter" || name == "sliding_counter")
+    return Algorithm::kSlidingWindowCounter;
+  if (name == "token_bucket" || name == "bucket") return Algorithm::kTokenBucket;
+  if (name == "gcra") return Algorithm::kGcra;
+  return Status::InvalidArgument("unknown algorithm '" + std::string(name) +
+                                 "' (expected fixed_window, sliding_window_log, "
+                                 "sliding_window_counter, token_bucket or gcra)");
+}
+
+const char* FailureModeName(FailureMode m) {
+  switch (m) {
+    case FailureMode::kFailOpen:
+      return "fail_open";
+    case FailureMode::kFailClosed:
+      return "fail_closed";
+    case FailureMode::kLocalFallback:
+      return "local_fallback";
+  }
+  return "unknown";
+}
+
+Result<FailureMode> ParseFailureMode(std::string_view name) {
+  if (name == "fail_open" || name == "open") return FailureMode::kFailOpen;
+  if (name == "fail_closed" || name == "closed") return FailureMode::kFailClosed;
+  if (name == "local_fallback" || name == "fallback") return FailureMode::kLocalFallback;
+  return Status::InvalidArgument("unknown failure mode '" + std::string(name) +
+                                 "' (expected fail_open, fail_closed or local_fallback)");
+}
+
+std::uint64_t Policy::Capacity() const {
+  if (algorithm == Algorithm::kTokenBucket || algorithm == Algorithm::kGcra) {
+    return burst == 0 ? limit : burst;
+  }
+  return limit;
+}
+
+Policy Policy::FixedWindow(std::string name, std::uint64_t limit,
+                           std::chrono::microseconds window) {
+  Policy p;
+  p.name = std::move(name);
+  p.algorithm = Algorithm::kFixedWindow;
+  p.limit = limit;
+  p.window = window.count();
+  return p;
+}
+
+Policy Policy::SlidingWindowLog(std::string name, std::uint64_t limit,
+                                std::chrono::microseconds window) {
+  Policy p = FixedWindow(std::move(name), limit, window);
+  p.algorithm = Algorithm::kSlidingWindowLog;
+  return p;
+}
+
+Policy Policy::SlidingWindowCounter(std::string name, std::uint64_t limit,
+                                    std::chrono::microseconds window) {
+  Policy p = FixedWindow(std::move(name), limit, window);
+  p.algorithm = Algorithm::kSlidingWindowCounter;
+  return p;
+}
+
+Policy Policy::TokenBucket(std::string name, std::uint64_t capacity, std::uint64_t tokens,
+                           std::chrono::microseconds per) {
+  Policy p = FixedWindow(std::move(name), tokens, per);
+  p.algorithm = Algorithm::kTokenBucket;
+  p.burst = capacity;
+  return p;
+}
+
+Policy Policy::Gcra(std::string name, std::uint64_t limit, std::chrono::microseconds window,
+                    std::uint64_t burst) {
+  Policy p = FixedWindow(std::move(name), limit, window);
+  p.algorithm = Algorithm::kGcra;
+  p.burst = burst;
+  return p;
+}
+
+Status ValidatePolicy(const Policy& p) {
+  if (p.name.empty() || p.name.size() > 64) {
+    return Status::InvalidArgument("policy name must be 1-64 characters (got " +
+                                   std::to_string(p.name.size()) + ")");
+  }
+  for (char c : p.name) {
+    if (!IsNameChar(c)) {
+      return Status::InvalidArgument(Fail(p, "name may only contain [A-Za-z0-9_.-]"));
+    }
+  }
+  if (static_cast<unsigned>(p.algorithm) > 4) {
+    return Status::InvalidArgument(Fail(p, "algorithm is not one of the five known ones"));
+  }
+  if (p.limit == 0) return Status::InvalidArgument(Fail(p, "limit must be > 0"));
+  if (p.limit > kMaxLimit) {
+    return Status::InvalidArgument(
+        Fail(p, "limit must be at most 10^12 (got " + std::to_string(p.limit) + ")"));
+  }
+  if (p.algorithm == Algorithm::kSlidingWindowLog && p.limit > kMaxLogLimit) {
+    return Status::InvalidArgument(
+        Fail(p,
+             "limit of a sliding_window_log must be at most 1000000 (it keeps one entry "
+             "per request); use sliding_window_counter for larger limits"));
+  }
+  if (p.window < kMinWindow) {
+    return Status::InvalidArgument(
+        Fail(p, "window must be at least 1ms (got " + std::to_string(p.window) + "us)"));
+  }
+  if (p.window > kMaxWindow) {
+    return Status::InvalidArgument(Fail(p, "window must be at most 366 days"));
+  }
+  const bool bucket = p.algorithm == Algorithm::kTokenBucket || p.algorithm == Algorithm::kGcra;
+  if (!bucket && p.burst != 0) {
+    return Status::InvalidArgument(
+        Fail(p, std::string("burst applies to token_bucket and gcra only, not ") +
+                    AlgorithmName(p.algorithm)));
+  }
+  if (p.burst > kMaxLimit) return Status::InvalidArgument(Fail(p, "burst must be at most 10^12"));
+  if (p.initial_tokens) {
+    if (p.algorithm != Algorithm::kTokenBucket) {
+      return Status::InvalidArgument(Fail(p, "initial_tokens applies to token_bucket only"));
+    }
+    if (*p.initial_tokens > p.Capacity()) {
+      return Status::InvalidArgument(
+          Fail(p, "initial_tokens (" + std::to_string(*p.initial_tokens) +
+                      ") must not exceed the capacity (" + std::to_string(p.Capacity()) + ")"));
+    }
+  }
+  if (static_cast<unsigned>(p.failure_mode) > 2) {
+    return Status::InvalidArgument(Fail(p, "failure_mode is not a known mode"));
+  }
+  if (p.fallback_divisor == 0) {
+    return Status::InvalidArgument(Fail(p, "fallback_divisor must be >= 1"));
+  }
+  return Status::Ok();
+}
+
+Result<Micros> ParseDuration(std::string_view text) {
+  std::string_view s = Trim(text);
+  std::size_t i = 0;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+  std::uint64_t n = 1;
+  if (i > 0) {
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + i, n);
+    if (ec != std::errc() || n > 1'000'000'000'000ULL) {
+      return Status::InvalidArgument("duration '" + std::string(text) + "' is out of range");
+    }
+  }
+  std::string_view unit = Trim(s.substr(i));
+  for (const Unit& u : kUnits) {
+    if (unit == u.name || (unit.size() == u.name.size() + 1 && unit.back() == 's' &&
+                           unit.substr(0, u.name.size()) == u.name && u.name.size() > 2)) {
+      if (n > static_cast<std::uint64_t>(INT64_MAX / u.micros)) {
+        return Status::InvalidArgument("duration '" + std::string(text) + "' is out of range");
+      }
+      return static_cast<Micros>(n) * u.micros;
+    }
+  }
+  return Status::InvalidArgument("duration '" + std::string(text) +
+                                 "' needs a unit: us, ms, s, m/min, h/hour or d/day");
+}
+
+Result<Rate> ParseRate(std::string_view text) {
+  const std::string_view s = Trim(text);
+  const std::size_t slash = s.find('/');
+  if (slash == std::string_view::npos) {
+    return Status::InvalidArgument("rate '" + std::string(text) +
+                                   "' must look like COUNT/UNIT, e.g. 100/min or 0.5/s");
+  }
+  const std::string_view count = Trim(s.substr(0, slash));
+  auto window = ParseDuration(s.substr(slash + 1));
+  if (!window.ok()) {
+    return Status::InvalidArgument("rate '" + std::string(text) +
+                                   "': " + window.status().message());
+  }
+  // Count: an integer, or a decimal with up to 6 fractional digits.
+  std::uint64_t whole = 0;
+  std::uint64_t frac = 0;
+  std::uint64_t scale = 1;
+  std::size_t i = 0;
+  bool digits = false;
+  while (i < count.size() && count[i] >= '0' && count[i] <= '9') {
+    whole = whole * 10 + static_cast<std::uint64_t>(count[i] - '0');
+    digits = true;
+    if (whole > kMaxLimit)
+      return Status::InvalidArgument("rate '" + std::string(text) + "' is too large");
+    ++i;
+  }
+  if (i < count.size() && count[i] == '.') {
+    ++i;
+    while (i < count.size() && count[i] >= '0' && count[i] <= '9') {
+      if (scale >= 1'000'000) {
+        return Status::InvalidArgument("rate '" + std::string(text) +
+                                       "' has more than 6 decimal places");
+      }
+      frac = frac * 10 + static_cast<std::uint64_t>(count[i] - '0');
+      scale *= 10;
+      digits = true;
+      ++i;
+    }
+  }
+  if (!digits || i != count.size()) {
+    return Status::InvalidArgument("rate '" + std::string(text) + "': '" + std::string(count) +
+                                   "' is not a number");
+  }
+  std::uint64_t limit = whole * scale + frac;
+  Micros w = *window;
+  // Reduce the fraction limit / (w * scale) so the window stays as short as possible.
+  std::uint64_t a = limit, b = scale;
+  while (b != 0) {
+    const std::uint64_t r = a % b;
+    a = b;
+    b = r;
+  }
+  const std::uint64_t g = limit == 0 ? 1 : a;
+  limit /= g;
+  const std::uint64_t mult = scale / g;
+  if (limit == 0) return Status::InvalidArgument("rate '" + std::string(text) + "' must be > 0");
+  if (static_cast<std::uint64_t>(w) > static_cast<std::uint64_t>(INT64_MAX) / mult) {
+    return Status::InvalidArgument("rate '" + std::string(text) + "' is out of range");
+  }
+  return Rate{limit, w * static_cast<Micros>(mult)};
+}
+
+}  // namespace sluice

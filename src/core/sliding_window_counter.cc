@@ -1,0 +1,75 @@
+// Sliding window counter: the current epoch-aligned window's count plus the previous
+// window's count weighted by the part of the previous window still inside the
+// sliding window:
+//
+//   elapsed  = now - ws                       (ws = start of the current window)
+//   estimate = prev * ((W - elapsed) / W) + curr        (IEEE double, in this order)
+//   allowed  <=> estimate + max(cost, 1) <= limit + eps
+//
+// It assumes the previous window's requests were spread evenly; docs/algorithms.md
+// gives the error bound against the exact log.
+#include <algorithm>
+#include <cmath>
+
+#include "core/algorithms.h"
+
+namespace sluice::core {
+
+Decision SlidingWindowCounter(const Policy& p, const SlidingCounterState& in, bool fresh,
+                              Micros now, std::uint64_t cost, SlidingCounterState* out,
+                              Micros* expires) {
+  const Micros w = p.window;
+  Micros ws = FloorTo(now, w);
+  std::uint64_t curr = 0;
+  std::uint64_t prev = 0;
+  if (!fresh) {
+    if (in.window_start >= ws) {
+      ws = in.window_start;
+      curr = in.curr;
+      prev = in.prev;
+    } else if (in.window_start == ws - w) {
+      prev = in.curr;
+    }
+  }
+  const Micros t = std::max(now, ws);
+  const Micros elapsed = t - ws;
+  const double limit = static_cast<double>(p.limit);
+  const double weight = static_cast<double>(w - elapsed) / static_cast<double>(w);
+  double estimate = static_cast<double>(prev) * weight + static_cast<double>(curr);
+  const std::uint64_t need = std::max<std::uint64_t>(cost, 1);
+
+  Decision d;
+  d.limit = p.limit;
+  d.allowed = estimate + static_cast<double>(need) <= limit + kEpsilon;
+  if (d.allowed) {
+    curr += cost;
+    estimate += static_cast<double>(cost);
+  } else if (curr + need <= p.limit) {
+    // Wait until enough of the previous window has slid out:
+    // prev * (W - e) / W <= limit - curr - need.
+    const double room = static_cast<double>(p.limit - curr - need);
+    const double e =
+        static_cast<double>(w) - room * static_cast<double>(w) / static_cast<double>(prev);
+    d.retry_after = std::max<Micros>(1, ws + static_cast<Micros>(std::ceil(e)) - t);
+  } else {
+    // Only in the next window, where this window's count becomes the weighted one.
+    const double room = static_cast<double>(p.limit - need);
+    const double e = std::max(
+        0.0, static_cast<double>(w) - room * static_cast<double>(w) / static_cast<double>(curr));
+    d.retry_after = std::max<Micros>(1, ws + w + static_cast<Micros>(std::ceil(e)) - t);
+  }
+  const double left = std::floor(limit - estimate + kEpsilon);
+  d.remaining = left > 0 ? static_cast<std::uint64_t>(left) : 0;
+  if (curr > 0) {
+    d.reset_after = ws + 2 * w - t;
+  } else if (prev > 0) {
+    d.reset_after = ws + w - t;
+  }
+  out->window_start = ws;
+  out->curr = curr;
+  out->prev = prev;
+  *expires = curr > 0 ? ws + 2 * w : ws + w;
+  return d;
+}
+
+}  // namespace sluice::core

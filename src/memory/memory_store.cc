@@ -1,0 +1,486 @@
+// MemoryStore: sharded open-addressing hash tables of 64-byte slots.
+//
+// A slot holds the key (inline up to 22 bytes, else on the heap), the algorithm's
+// state (a few words; a pointer to a ring buffer for the sliding log) and the time at
+// which that state is back to "full". Lookups of existing keys allocate nothing.
+// Linear probing with backward-shift deletion (no tombstones); tables grow by 1.5x
+// so that memory per key stays close to 64 / load.
+#include "sluice/memory_store.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "core/algorithms.h"
+
+namespace sluice {
+namespace {
+
+constexpr std::size_t kInlineKey = 22;
+constexpr std::uint8_t kHeapKey = 0xFF;
+
+// A growable ring buffer of log entries, allocated with malloc so the slot can hold a
+// bare pointer. Capacity doubles up to the policy's limit.
+struct LogBuffer {
+  Micros last_seen;
+  std::uint64_t used;
+  std::uint32_t head;
+  std::uint32_t count;
+  std::uint32_t capacity;
+  core::LogEntry entries[1];
+
+  static LogBuffer* Make(std::uint32_t capacity) {
+    void* mem = std::malloc(sizeof(LogBuffer) + sizeof(core::LogEntry) * (capacity - 1));
+    if (mem == nullptr) throw std::bad_alloc();
+    return Init(static_cast<LogBuffer*>(mem), capacity);
+  }
+  static LogBuffer* Init(LogBuffer* b, std::uint32_t capacity) {
+    b->last_seen = std::numeric_limits<Micros>::min();
+    b->used = 0;
+    b->head = 0;
+    b->count = 0;
+    b->capacity = capacity;
+    return b;
+  }
+};
+
+class RingLog final : public core::SlidingLog {
+ public:
+  RingLog(LogBuffer** buf, std::uint64_t limit) : buf_(buf), limit_(limit) {}
+  Micros last_seen() const override { return (*buf_)->last_seen; }
+  void set_last_seen(Micros t) override { (*buf_)->last_seen = t; }
+  std::size_t size() const override { return (*buf_)->count; }
+  const core::LogEntry& at(std::size_t i) const override {
+    const LogBuffer* b = *buf_;
+    return b->entries[(b->head + i) % b->capacity];
+  }
+  void pop_front() override {
+    LogBuffer* b = *buf_;
+    b->used -= b->entries[b->head].cost;
+    b->head = (b->head + 1) % b->capacity;
+    --b->count;
+  }
+  void push_back(core::LogEntry e) override {
+    LogBuffer* b = *buf_;
+    if (b->count == b->capacity) {
+      const auto cap = static_cast<std::uint32_t>(std::min<std::uint64_t>(
+          limit_, std::max<std::uint64_t>(4, std::uint64_t{b->capacity} * 2)));
+      LogBuffer* n = LogBuffer::Make(cap);
+      n->last_seen = b->last_seen;
+      n->used = b->used;
+      for (std::uint32_t i = 0; i < b->count; ++i) {
+        n->entries[i] = b->entries[(b->head + i) % b->capacity];
+      }
+      n->count = b->count;
+      std::free(b);
+      *buf_ = b = n;
+    }
+    b->entries[(b->head + b->count) % b->capacity] = e;
+    ++b->count;
+    b->used += e.cost;
+  }
+  std::uint64_t used() const override { return (*buf_)->used; }
+
+ private:
+  LogBuffer** buf_;
+  std::uint64_t limit_;
+};
+
+union State {
+  State() : counter{} {}
+  core::FixedWindowState fixed;
+  core::SlidingCounterState counter;
+  core::TokenBucketState bucket;
+  core::GcraState gcra;
+  LogBuffer* log;
+};
+static_assert(sizeof(State) == 24);
+
+struct Slot {
+  std::uint64_t hash;  // 0: empty
+  Micros expires;
+  std::uint8_t key_len;  // <= kInlineKey, or kHeapKey
+  std::uint8_t algorithm;
+  char key[kInlineKey];  // inline bytes, or {char* data; uint32 len}
+  State state;
+
+  std::string_view Key() const {
+    if (key_len != kHeapKey) return {key, key_len};
+    const char* data;
+    std::uint32_t len;
+    std::memcpy(&data, key, sizeof(data));
+    std::memcpy(&len, key + sizeof(data), sizeof(len));
+    return {data, len};
+  }
+  void SetKey(std::string_view k) {
+    if (k.size() <= kInlineKey) {
+      key_len = static_cast<std::uint8_t>(k.size());
+      std::memcpy(key, k.data(), k.size());
+      return;
+    }
+    char* data = static_cast<char*>(std::malloc(k.size()));
+    if (data == nullptr) throw std::bad_alloc();
+    std::memcpy(data, k.data(), k.size());
+    const auto len = static_cast<std::uint32_t>(k.size());
+    key_len = kHeapKey;
+    std::memcpy(key, &data, sizeof(data));
+    std::memcpy(key + sizeof(data), &len, sizeof(len));
+  }
+  void Free() {
+    if (key_len == kHeapKey) {
+      char* data;
+      std::memcpy(&data, key, sizeof(data));
+      std::free(data);
+    }
+    if (algorithm == static_cast<std::uint8_t>(Algorithm::kSlidingWindowLog) && state.log) {
+      std::free(state.log);
+    }
+    hash = 0;
+  }
+};
+static_assert(sizeof(Slot) == 64);
+
+std::uint64_t HashKey(std::string_view k) {
+  // FNV-1a over 8-byte words, then a strong 64-bit finaliser (splitmix64).
+  std::uint64_t h = 0xcbf29ce484222325ULL ^ k.size();
+  std::size_t i = 0;
+  for (; i + 8 <= k.size(); i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, k.data() + i, 8);
+    h = (h ^ w) * 0x100000001b3ULL;
+    h ^= h >> 29;
+  }
+  std::uint64_t tail = 0;
+  std::memcpy(&tail, k.data() + i, k.size() - i);
+  h = (h ^ tail) * 0x100000001b3ULL;
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebULL;
+  h ^= h >> 31;
+  return h | 1;  // 0 marks an empty slot
+}
+
+class Table {
+ public:
+  ~Table() {
+    for (Slot& s : slots_) {
+      if (s.hash != 0) s.Free();
+    }
+  }
+
+  std::size_t size() const { return size_; }
+
+  Slot* Find(std::uint64_t hash, std::string_view key) {
+    if (slots_.empty()) return nullptr;
+    for (std::size_t i = Home(hash);; i = Next(i)) {
+      Slot& s = slots_[i];
+      if (s.hash == 0) return nullptr;
+      if (s.hash == hash && s.Key() == key) return &s;
+    }
+  }
+
+  // Inserts a key that is known to be absent; returns its slot (hash and key set).
+  Slot* Insert(std::uint64_t hash, std::string_view key) {
+    if ((size_ + 1) * 8 > slots_.size() * 7) Grow();
+    std::size_t i = Home(hash);
+    while (slots_[i].hash != 0) i = Next(i);
+    Slot& s = slots_[i];
+    s.hash = hash;
+    s.SetKey(key);
+    s.state.log = nullptr;
+    ++size_;
+    return &s;
+  }
+
+  // Removes every slot whose state is back to full at `now`; returns how many.
+  std::size_t Sweep(Micros now) {
+    std::size_t removed = 0;
+    Micros next = std::numeric_limits<Micros>::max();
+    for (std::size_t i = 0; i < slots_.size();) {
+      Slot& s = slots_[i];
+      if (s.hash != 0 && s.expires <= now) {
+        Erase(i);
+        ++removed;
+        continue;  // re-examine the slot a later entry was shifted into
+      }
+      if (s.hash != 0) next = std::min(next, s.expires);
+      ++i;
+    }
+    next_expiry_ = next;
+    return removed;
+  }
+
+  // Cheap incremental sweep of a few slots after the last visited one.
+  std::size_t SweepSome(Micros now, int n) {
+    std::size_t removed = 0;
+    if (slots_.empty()) return 0;
+    for (int k = 0; k < n; ++k) {
+      hand_ = hand_ + 1 >= slots_.size() ? 0 : hand_ + 1;
+      Slot& s = slots_[hand_];
+      if (s.hash != 0 && s.expires <= now) {
+        Erase(hand_);
+        ++removed;
+      }
+    }
+    return removed;
+  }
+
+  // The earliest time at which a full Sweep could remove anything.
+  Micros next_expiry() const { return next_expiry_; }
+  void NoteExpiry(Micros t) { next_expiry_ = std::min(next_expiry_, t); }
+
+  void EraseSlot(Slot* s) { Erase(static_cast<std::size_t>(s - slots_.data())); }
+
+ private:
+  std::size_t Home(std::uint64_t hash) const {
+    return static_cast<std::size_t>((static_cast<unsigned __int128>(hash) * slots_.size()) >> 64);
+  }
+  std::size_t Next(std::size_t i) const { return i + 1 == slots_.size() ? 0 : i + 1; }
+
+  void Erase(std::size_t i) {
+    slots_[i].Free();
+    --size_;
+    // Backward shift: pull later entries of the cluster into the hole when their home
+    // position allows it.
+    std::size_t hole = i;
+    for (std::size_t j = Next(i);; j = Next(j)) {
+      Slot& s = slots_[j];
+      if (s.hash == 0) break;
+      const std::size_t home = Home(s.hash);
+      // Can s move to `hole`? Only if hole lies cyclically in [home, j).
+      const bool movable = (hole <= j) ? (home <= hole || home > j) : (home <= hole && home > j);
+      if (movable) {
+        std::memcpy(static_cast<void*>(&slots_[hole]), &s, sizeof(Slot));
+        s.hash = 0;
+        hole = j;
+      }
+    }
+  }
+
+  void Grow() {
+    std::size_t cap = std::max<std::size_t>(16, slots_.size() + slots_.size() / 2);
+    std::vector<Slot> old;
+    old.swap(slots_);
+    slots_.assign(cap, Slot{});
+    for (Slot& s : old) {
+      if (s.hash == 0) continue;
+      std::size_t i = Home(s.hash);
+      while (slots_[i].hash != 0) i = Next(i);
+      std::memcpy(static_cast<void*>(&slots_[i]), &s, sizeof(Slot));
+    }
+    hand_ = 0;
+  }
+
+  std::vector<Slot> slots_;
+  std::size_t size_ = 0;
+  std::size_t hand_ = 0;
+  Micros next_expiry_ = std::numeric_limits<Micros>::max();
+};
+
+struct alignas(64) Shard {
+  std::mutex mu;
+  Table table;
+};
+
+// Runs one non-log algorithm on `state` (or a fresh state).
+Decision RunWord(const Policy& p, const State& in, bool fresh, Micros now, std::uint64_t cost,
+                 State* out, Micros* expires) {
+  switch (p.algorithm) {
+    case Algorithm::kFixedWindow:
+      return core::FixedWindow(p, in.fixed, fresh, now, cost, &out->fixed, expires);
+    case Algorithm::kSlidingWindowCounter:
+      return core::SlidingWindowCounter(p, in.counter, fresh, now, cost, &out->counter, expires);
+    case Algorithm::kTokenBucket:
+      return core::TokenBucket(p, in.bucket, fresh, now, cost, &out->bucket, expires);
+    case Algorithm::kGcra:
+      return core::Gcra(p, in.gcra, fresh, now, cost, &out->gcra, expires);
+    case Algorithm::kSlidingWindowLog:
+      break;
+  }
+  return {};
+}
+
+}  // namespace
+
+struct MemoryStore::Impl {
+  explicit Impl(MemoryStoreOptions o) : options(o) {
+    std::size_t n = 1;
+    while (n < std::max<std::size_t>(1, o.shards)) n <<= 1;
+    shard_bits = 0;
+    while ((std::size_t{1} << shard_bits) < n) ++shard_bits;
+    shards = std::vector<Shard>(n);
+  }
+
+  std::size_t ShardOf(std::uint64_t hash) const {
+    return shard_bits == 0 ? 0 : static_cast<std::size_t>(hash >> (64 - shard_bits));
+  }
+
+  // Makes room for one more key in `shard` (locked). False when the cap is reached
+  // and nothing there has expired.
+  bool Reserve(Shard& shard, Micros now) {
+    std::size_t n = total.load(std::memory_order_relaxed);
+    while (n >= options.max_keys) {
+      if (shard.table.next_expiry() > now) return false;
+      const std::size_t removed = shard.table.Sweep(now);
+      if (removed == 0) return false;
+      total.fetch_sub(removed, std::memory_order_relaxed);
+      expired.fetch_add(removed, std::memory_order_relaxed);
+      n = total.load(std::memory_order_relaxed);
+    }
+    return true;
+  }
+
+  MemoryStoreOptions options;
+  unsigned shard_bits = 0;
+  std::vector<Shard> shards;
+  std::atomic<std::size_t> total{0};
+  std::atomic<std::uint64_t> rejected_full{0};
+  std::atomic<std::uint64_t> expired{0};
+};
+
+MemoryStore::MemoryStore(MemoryStoreOptions options) : impl_(std::make_unique<Impl>(options)) {}
+MemoryStore::~MemoryStore() = default;
+
+Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
+                             std::span<Decision> out) {
+  constexpr std::size_t kMaxBatch = 16;
+  if (checks.empty()) return Status::Ok();
+  if (checks.size() > kMaxBatch) {
+    return Status::InvalidArgument("at most 16 limits can be checked at once");
+  }
+  if (out.size() < checks.size()) return Status::InvalidArgument("output span too small");
+
+  std::uint64_t hashes[kMaxBatch];
+  std::size_t shard_ids[kMaxBatch];
+  std::size_t order[kMaxBatch];
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    hashes[i] = HashKey(checks[i].key);
+    shard_ids[i] = impl_->ShardOf(hashes[i]);
+    order[i] = shard_ids[i];
+  }
+  // Lock the shards involved in index order (no deadlock between batches).
+  std::sort(order, order + checks.size());
+  const std::size_t nlocks =
+      static_cast<std::size_t>(std::unique(order, order + checks.size()) - order);
+  for (std::size_t i = 0; i < nlocks; ++i) impl_->shards[order[i]].mu.lock();
+  struct Unlock {
+    Impl* impl;
+    const std::size_t* order;
+    std::size_t n;
+    ~Unlock() {
+      for (std::size_t i = n; i-- > 0;) impl->shards[order[i]].mu.unlock();
+    }
+  } unlock{impl_.get(), order, nlocks};
+
+  Slot* slots[kMaxBatch];
+  State next[kMaxBatch];
+  Micros expires[kMaxBatch];
+  bool all_allowed = true;
+  bool consumes = false;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const StoreCheck& c = checks[i];
+    const Policy& p = *c.policy;
+    Table& table = impl_->shards[shard_ids[i]].table;
+    Slot* s = table.Find(hashes[i], c.key);
+    if (s != nullptr && s->algorithm != static_cast<std::uint8_t>(p.algorithm)) {
+      // The key was used with another algorithm: its state means nothing here.
+      table.EraseSlot(s);
+      impl_->total.fetch_sub(1, std::memory_order_relaxed);
+      s = nullptr;
+    }
+    slots[i] = s;
+    if (p.algorithm == Algorithm::kSlidingWindowLog) {
+      if (s == nullptr) {
+        // Decide against an empty log on the stack; the commit creates the real one.
+        LogBuffer empty;
+        LogBuffer* scratch = LogBuffer::Init(&empty, 1);
+        RingLog log(&scratch, 1);
+        out[i] = core::SlidingWindowLog(p, log, now, c.cost, /*commit=*/false, &expires[i]);
+      } else {
+        RingLog log(&s->state.log, p.limit);
+        out[i] = core::SlidingWindowLog(p, log, now, c.cost, /*commit=*/false, &expires[i]);
+      }
+    } else {
+      const bool fresh = s == nullptr || s->expires <= now;
+      const State in = s != nullptr ? s->state : State{};
+      out[i] = RunWord(p, in, fresh, now, c.cost, &next[i], &expires[i]);
+    }
+    all_allowed = all_allowed && out[i].allowed;
+    consumes = consumes || c.cost > 0;
+  }
+
+  if (!all_allowed || !consumes) return Status::Ok();
+
+  // Commit: create missing keys first (may hit the cap: then nothing is consumed).
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    if (slots[i] != nullptr || checks[i].cost == 0) continue;
+    Shard& shard = impl_->shards[shard_ids[i]];
+    if (!impl_->Reserve(shard, now)) {
+      impl_->rejected_full.fetch_add(1, std::memory_order_relaxed);
+      return Status::ResourceExhausted("in-process store is full (" +
+                                       std::to_string(impl_->options.max_keys) + " keys)");
+    }
+  }
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const StoreCheck& c = checks[i];
+    if (c.cost == 0) continue;
+    const Policy& p = *c.policy;
+    Table& table = impl_->shards[shard_ids[i]].table;
+    // Look up again: an insert may have grown the table, or a sweep shifted slots.
+    Slot* s = table.Find(hashes[i], c.key);
+    if (s == nullptr) {
+      s = table.Insert(hashes[i], c.key);
+      s->algorithm = static_cast<std::uint8_t>(p.algorithm);
+      if (p.algorithm == Algorithm::kSlidingWindowLog) {
+        s->state.log =
+            LogBuffer::Make(static_cast<std::uint32_t>(std::min<std::uint64_t>(p.limit, 4)));
+      }
+      impl_->total.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (p.algorithm == Algorithm::kSlidingWindowLog) {
+      RingLog log(&s->state.log, p.limit);
+      core::SlidingWindowLogCommit(p, log, now, c.cost, &s->expires);
+    } else {
+      s->state = next[i];
+      s->expires = expires[i];
+    }
+    table.NoteExpiry(s->expires);
+  }
+  // Every slot of this batch now expires after `now`, so this cannot remove one.
+  for (std::size_t i = 0; i < nlocks; ++i) {
+    const std::size_t removed = impl_->shards[order[i]].table.SweepSome(now, 2);
+    if (removed > 0) {
+      impl_->total.fetch_sub(removed, std::memory_order_relaxed);
+      impl_->expired.fetch_add(removed, std::memory_order_relaxed);
+    }
+  }
+  return Status::Ok();
+}
+
+Status MemoryStore::Reset(const Policy& policy, std::string_view key) {
+  (void)policy;
+  const std::uint64_t h = HashKey(key);
+  Shard& shard = impl_->shards[impl_->ShardOf(h)];
+  std::lock_guard<std::mutex> lock(shard.mu);
+  if (Slot* s = shard.table.Find(h, key)) {
+    shard.table.EraseSlot(s);
+    impl_->total.fetch_sub(1, std::memory_order_relaxed);
+  }
+  return Status::Ok();
+}
+
+MemoryStoreStats MemoryStore::Stats() const {
+  MemoryStoreStats s;
+  s.keys = impl_->total.load(std::memory_order_relaxed);
+  s.rejected_full = impl_->rejected_full.load(std::memory_order_relaxed);
+  s.expired = impl_->expired.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace sluice

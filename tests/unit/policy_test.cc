@@ -1,0 +1,123 @@
+#include "sluice/policy.h"
+
+#include <gtest/gtest.h>
+
+namespace sluice {
+namespace {
+
+Policy Good() {
+  return Policy::SlidingWindowCounter("api", 100, std::chrono::minutes(1));
+}
+
+void ExpectInvalid(const Policy& p, const std::string& needle) {
+  Status s = ValidatePolicy(p);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << needle;
+  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+}
+
+TEST(ValidatePolicy, AcceptsEveryConstructor) {
+  EXPECT_TRUE(ValidatePolicy(Good()).ok());
+  EXPECT_TRUE(ValidatePolicy(Policy::FixedWindow("a", 1, std::chrono::seconds(1))).ok());
+  EXPECT_TRUE(ValidatePolicy(Policy::SlidingWindowLog("a", 10, std::chrono::seconds(1))).ok());
+  EXPECT_TRUE(ValidatePolicy(Policy::TokenBucket("a", 10, 1, std::chrono::seconds(2))).ok());
+  EXPECT_TRUE(ValidatePolicy(Policy::Gcra("a", 10, std::chrono::seconds(1), 3)).ok());
+}
+
+TEST(ValidatePolicy, NamesTheBadField) {
+  Policy p = Good();
+  p.name = "";
+  ExpectInvalid(p, "name");
+  p = Good();
+  p.name = "has space";
+  ExpectInvalid(p, "name");
+  p = Good();
+  p.name = std::string(65, 'a');
+  ExpectInvalid(p, "name");
+  p = Good();
+  p.limit = 0;
+  ExpectInvalid(p, "limit");
+  p = Good();
+  p.limit = 2'000'000'000'000ULL;
+  ExpectInvalid(p, "limit");
+  p = Good();
+  p.window = 0;
+  ExpectInvalid(p, "window");
+  p = Good();
+  p.window = -5;
+  ExpectInvalid(p, "window");
+  p = Good();
+  p.window = 999;
+  ExpectInvalid(p, "window");
+  p = Good();
+  p.window = 400LL * 24 * 3600 * 1'000'000;
+  ExpectInvalid(p, "window");
+  p = Good();
+  p.burst = 5;
+  ExpectInvalid(p, "burst");
+  p = Policy::Gcra("g", 10, std::chrono::seconds(1), 3'000'000'000'000ULL);
+  ExpectInvalid(p, "burst");
+  p = Good();
+  p.initial_tokens = 1;
+  ExpectInvalid(p, "initial_tokens");
+  p = Policy::TokenBucket("b", 10, 1, std::chrono::seconds(1));
+  p.initial_tokens = 11;
+  ExpectInvalid(p, "initial_tokens");
+  p = Good();
+  p.fallback_divisor = 0;
+  ExpectInvalid(p, "fallback_divisor");
+  p = Policy::SlidingWindowLog("l", 2'000'000, std::chrono::seconds(1));
+  ExpectInvalid(p, "sliding_window_log");
+  p = Good();
+  p.algorithm = static_cast<Algorithm>(9);
+  ExpectInvalid(p, "algorithm");
+}
+
+TEST(ParseRate, Forms) {
+  auto r = ParseRate("100/min");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->limit, 100u);
+  EXPECT_EQ(r->window, 60'000'000);
+  r = ParseRate("0.5/s");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->limit, 1u);
+  EXPECT_EQ(r->window, 2'000'000);
+  r = ParseRate("2.5/10s");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->limit, 5u);
+  EXPECT_EQ(r->window, 20'000'000);
+  r = ParseRate(" 1000 / day ");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->limit, 1000u);
+  EXPECT_EQ(r->window, 86'400'000'000);
+  for (const char* bad : {"", "100", "abc/s", "10/fortnight", "0/s", "1.2345678/s", "-1/s", "5/"}) {
+    auto b = ParseRate(bad);
+    EXPECT_FALSE(b.ok()) << bad;
+    EXPECT_EQ(b.status().code(), ErrorCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(ParseDuration, Forms) {
+  EXPECT_EQ(*ParseDuration("250ms"), 250'000);
+  EXPECT_EQ(*ParseDuration("1s"), 1'000'000);
+  EXPECT_EQ(*ParseDuration("10m"), 600'000'000);
+  EXPECT_EQ(*ParseDuration("2 hours"), 7'200'000'000);
+  EXPECT_EQ(*ParseDuration("1d"), 86'400'000'000);
+  EXPECT_FALSE(ParseDuration("10").ok());
+  EXPECT_FALSE(ParseDuration("s5").ok());
+  EXPECT_FALSE(ParseDuration("99999999999999999999s").ok());
+}
+
+TEST(Names, RoundTrip) {
+  for (int i = 0; i < 5; ++i) {
+    auto a = static_cast<Algorithm>(i);
+    EXPECT_EQ(*ParseAlgorithm(AlgorithmName(a)), a);
+  }
+  for (int i = 0; i < 3; ++i) {
+    auto m = static_cast<FailureMode>(i);
+    EXPECT_EQ(*ParseFailureMode(FailureModeName(m)), m);
+  }
+  EXPECT_NE(ParseAlgorithm("leaky").status().message().find("leaky"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice
