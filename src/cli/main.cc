@@ -1,0 +1,43 @@
+// sluice: the command-line tool. `sluice <command> [flags]`; `sluice <command> --help`.
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#include "cli/commands.h"
+
+namespace {
+
+using sluice::cli::Command;
+
+constexpr Command kCommands[] = {
+    {"simulate", "run traffic patterns through every algorithm with a simulated clock",
+     sluice::cli::RunSimulate},
+};
+
+void Usage(std::FILE* out) {
+  std::fprintf(out, "usage: sluice <command> [flags]\n\ncommands:\n");
+  for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+  std::fprintf(out, "\n'sluice <command> --help' describes a command's flags.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    // With no arguments, show the article's finding at once.
+    char name[] = "simulate";
+    char* args[] = {name, nullptr};
+    return sluice::cli::RunSimulate(1, args);
+  }
+  const std::string_view cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    Usage(stdout);
+    return 0;
+  }
+  for (const Command& c : kCommands) {
+    if (cmd == c.name) return c.run(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr, "sluice: unknown command '%s'\n\n", argv[1]);
+  Usage(stderr);
+  return 2;
+}
