@@ -64,7 +64,9 @@ Reply Reply::From(const redisReply& r) {
   return out;
 }
 
-CommandBuilder::CommandBuilder(std::size_t argc) { AppendLength(wire_, '*', argc); }
+CommandBuilder::CommandBuilder(std::size_t argc) {
+  AppendLength(wire_, '*', argc);
+}
 
 CommandBuilder& CommandBuilder::Add(std::string_view arg) {
   AppendLength(wire_, '$', arg.size());
@@ -145,8 +147,8 @@ Result<ContextPtr> Handshake(const ConnectOptions& o) {
     const std::string db = std::to_string(u.db);
     if (Status s = command("SELECT", {"SELECT", db}, &r); !s.ok()) return s;
     if (r->type == REDIS_REPLY_ERROR) {
-      return Status::InvalidArgument("cannot select database " + db + " on " + u.Describe() +
-                                     ": " + error_text(r));
+      return Status::InvalidArgument("cannot select database " + db + " on " + u.Describe() + ": " +
+                                     error_text(r));
     }
   }
   for (const std::string& script : o.scripts) {
@@ -221,8 +223,7 @@ void Connection::Submit(std::string wire, Deadline deadline, ReplyCallback callb
   Submit(std::move(wire), deadline, std::move(cbs));
 }
 
-void Connection::Submit(std::string wire, Deadline deadline,
-                        std::vector<ReplyCallback> callbacks) {
+void Connection::Submit(std::string wire, Deadline deadline, std::vector<ReplyCallback> callbacks) {
   bool wake = false;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -340,8 +341,8 @@ std::string Connection::Serve() {
       if (!p.done) next = std::min(next, p.deadline);
     }
     if (!inflight.empty()) {
-      next = std::min(next, inflight.front().deadline +
-                                std::chrono::microseconds(options_.stall_timeout));
+      next = std::min(
+          next, inflight.front().deadline + std::chrono::microseconds(options_.stall_timeout));
     }
     Micros wait = std::max<Micros>(0, MicrosUntil(next));
     timespec ts{static_cast<time_t>(wait / 1'000'000),
@@ -422,11 +423,10 @@ std::string Connection::Serve() {
     left.swap(queue_);
     if (!broken.empty()) last_error_ = broken;
   }
-  const Status s = broken.empty()
-                       ? Status::Unavailable("the Redis client is shutting down")
-                       : Status::Unavailable("connection to " + options_.url.Describe() +
-                                             " lost (" + broken +
-                                             "); a command in flight may have run");
+  const Status s =
+      broken.empty() ? Status::Unavailable("the Redis client is shutting down")
+                     : Status::Unavailable("connection to " + options_.url.Describe() + " lost (" +
+                                           broken + "); a command in flight may have run");
   FailAll(inflight, s);
   for (Queued& q : left) {
     for (ReplyCallback& cb : q.callbacks) cb(s, nullptr);
@@ -475,7 +475,8 @@ Result<Reply> Client::Call(std::string wire, Deadline deadline) {
       if (r != nullptr) o.reply = Reply::From(*r);
     });
   });
-  if (!w->Wait(deadline)) return Status::DeadlineExceeded("Redis did not answer before the deadline");
+  if (!w->Wait(deadline))
+    return Status::DeadlineExceeded("Redis did not answer before the deadline");
   if (!w->value().status.ok()) return w->value().status;
   return std::move(w->value().reply);
 }

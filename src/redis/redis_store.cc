@@ -108,8 +108,8 @@ RedisStore::~RedisStore() = default;
 void RedisStore::Impl::Run(std::shared_ptr<std::string> wire,
                            std::shared_ptr<std::vector<Policy>> policies, redis::Deadline deadline,
                            int attempt, EvaluateCallback done) {
-  auto on_reply = [this, wire, policies, deadline, attempt, done](
-                      const Status& s, const redisReply* r) mutable {
+  auto on_reply = [this, wire, policies, deadline, attempt, done](const Status& s,
+                                                                  const redisReply* r) mutable {
     if (!s.ok()) {
       errors.fetch_add(1, std::memory_order_relaxed);
       done(s, {});
@@ -268,7 +268,8 @@ RedisStoreStats RedisStore::Stats() const {
 }
 
 Result<std::shared_ptr<Store>> OpenStore(std::string_view url) {
-  if (url.empty() || url == "memory://") return std::shared_ptr<Store>(std::make_shared<MemoryStore>());
+  if (url.empty() || url == "memory://")
+    return std::shared_ptr<Store>(std::make_shared<MemoryStore>());
   if (url.starts_with("redis://") || url.starts_with("unix://")) {
     RedisStoreOptions o;
     o.url = std::string(url);
