@@ -82,6 +82,21 @@ std::string KeysText(std::size_t n) {
   return n == 1 ? "one key" : std::to_string(n) + " keys";
 }
 
+// "12:00:59" (UTC time of day; with milliseconds when they are not zero).
+std::string ClockTime(Micros t) {
+  const Micros s = ((t / kSec) % 86400 + 86400) % 86400;
+  char buf[32];
+  const int ms = static_cast<int>(t % kSec / 1000);
+  if (ms != 0) {
+    std::snprintf(buf, sizeof buf, "%02d:%02d:%02d.%03d", static_cast<int>(s / 3600),
+                  static_cast<int>(s / 60 % 60), static_cast<int>(s % 60), ms);
+  } else {
+    std::snprintf(buf, sizeof buf, "%02d:%02d:%02d", static_cast<int>(s / 3600),
+                  static_cast<int>(s / 60 % 60), static_cast<int>(s % 60));
+  }
+  return buf;
+}
+
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
@@ -179,9 +194,8 @@ Traffic BoundaryBurst(const SimPolicy& p) {
   Traffic t;
   t.id = "boundary";
   const std::string n = std::to_string(p.limit);
-  t.title = "boundary burst: " + n + " requests " + FormatDuration(gap) +
-            " before a window boundary, " + n + " right at it (the article's 12:00:59 / " +
-            "12:01:00), one key";
+  t.title = "boundary burst: " + n + " requests at " + ClockTime(boundary - gap) + ", " + n +
+            " at " + ClockTime(boundary) + " (a window boundary), one key";
   t.keys = {"user:1"};
   for (std::uint64_t i = 0; i < p.limit; ++i) {
     t.requests.push_back({boundary - gap + static_cast<Micros>(i) * spacing, 0, 0, 1});
@@ -189,8 +203,9 @@ Traffic BoundaryBurst(const SimPolicy& p) {
   for (std::uint64_t i = 0; i < p.limit; ++i) {
     t.requests.push_back({boundary + static_cast<Micros>(i) * spacing, 0, 0, 1});
   }
-  t.begin = boundary - w;
-  t.end = boundary + w;
+  // Draw from half a window before to past the moment the bursts leave the window.
+  t.begin = boundary - w / 2;
+  t.end = boundary + w + w / 4;
   return t;
 }
 

@@ -116,7 +116,7 @@ std::string RenderSvg(const Traffic& traffic, const SimPolicy& p,
     }
   }
   rate_max = NiceCeil(rate_max);
-  const double win_max = NiceCeil(std::max(peak_max, static_cast<double>(p.limit) * 1.2));
+  const double win_max = NiceCeil(std::max(peak_max * 1.1, static_cast<double>(p.limit) * 1.2));
   const int height = kTop + static_cast<int>(runs.size()) * (kLaneH + kLaneGap) + 20;
   const std::string w = FormatDuration(p.window);
 
@@ -139,10 +139,10 @@ std::string RenderSvg(const Traffic& traffic, const SimPolicy& p,
   s += "<rect x=\"110\" width=\"12\" height=\"10\" fill=\"#3b7dd8\"/><text x=\"126\" "
        "y=\"10\">allowed req/s (left scale)</text>";
   s += "<line x1=\"300\" y1=\"5\" x2=\"322\" y2=\"5\" stroke=\"#e07000\" "
-       "stroke-width=\"2.5\"/><text x=\"326\" y=\"10\">most allowed for one key in the trailing " +
+       "stroke-width=\"2.5\"/><text x=\"326\" y=\"10\">most allowed to one key in the last " +
        w + " (right scale)</text>";
-  s += "<line x1=\"640\" y1=\"5\" x2=\"662\" y2=\"5\" stroke=\"#d62020\" stroke-width=\"1.5\" "
-       "stroke-dasharray=\"5,3\"/><text x=\"666\" y=\"10\">limit</text>";
+  s += "<line x1=\"660\" y1=\"5\" x2=\"682\" y2=\"5\" stroke=\"#d62020\" stroke-width=\"1.5\" "
+       "stroke-dasharray=\"5,3\"/><text x=\"686\" y=\"10\">limit</text>";
   s += "</g>\n";
 
   const Micros tick = NiceBinWidth(range, 8);
