@@ -130,6 +130,9 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
   policy.burst = burst;
   auto window = ParseDuration(window_text);
   if (!window.ok()) return usage_error("--window: " + window.status().message());
+  if (*window < 1000 || *window > 366LL * 86400 * 1'000'000) {
+    return usage_error("--window must be between 1ms and 366d (got " + window_text + ")");
+  }
   policy.window = *window;
   auto duration = ParseDuration(duration_text);
   if (!duration.ok()) return usage_error("--duration: " + duration.status().message());
