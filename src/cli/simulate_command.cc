@@ -2,7 +2,9 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <ostream>
 #include <sstream>
 
@@ -177,22 +179,28 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
     return usage_error(m.str());
   }
 
-  std::vector<Traffic> traffics;
-  if (all || pattern == "boundary") traffics.push_back(BoundaryBurst(policy));
+  // Generated lazily, one pattern in memory at a time; a trace is read first so that a
+  // malformed file fails before any table is printed.
+  std::vector<std::function<Traffic()>> patterns;
+  if (all || pattern == "boundary") patterns.push_back([&] { return BoundaryBurst(policy); });
   if (all || pattern == "poisson") {
-    for (double l : loads) traffics.push_back(Poisson(policy, l, keys, *duration, seed));
+    for (double l : loads) {
+      patterns.push_back([&, l] { return Poisson(policy, l, keys, *duration, seed); });
+    }
   }
   if (all || pattern == "onoff") {
-    traffics.push_back(OnOff(policy, on_load, on, off, keys, *duration, seed));
+    patterns.push_back([&] { return OnOff(policy, on_load, on, off, keys, *duration, seed); });
   }
   if (!trace_path.empty() && (all || pattern == "trace")) {
     auto t = LoadTrace(trace_path);
     if (!t.ok()) return usage_error(t.status().message());
     if (Status s = CheckTraffic(*t, policy, trace_path); !s.ok()) return usage_error(s.message());
-    traffics.push_back(std::move(*t));
+    auto shared = std::make_shared<Traffic>(std::move(*t));
+    patterns.push_back([shared] { return std::move(*shared); });
   }
 
-  for (const Traffic& traffic : traffics) {
+  for (const auto& make : patterns) {
+    const Traffic traffic = make();
     RunOptions options;
     if (!svg_path.empty()) options.bin_width = NiceBinWidth(traffic.end - traffic.begin);
     auto runs = RunTraffic(traffic, policy, options);
@@ -202,7 +210,7 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
     }
     out << FormatTable(traffic, policy, *runs) << "\n";
     if (!svg_path.empty()) {
-      const std::string path = SvgPath(svg_path, traffic.id, traffics.size() > 1);
+      const std::string path = SvgPath(svg_path, traffic.id, patterns.size() > 1);
       std::ofstream f(path, std::ios::binary | std::ios::trunc);
       f << RenderSvg(traffic, policy, *runs);
       f.close();
