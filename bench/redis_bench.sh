@@ -37,7 +37,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-for tool in redis-server redis-benchmark redis-cli python3; do
+for tool in redis-server redis-benchmark redis-cli python3 /usr/bin/time; do
   command -v "$tool" >/dev/null || { echo "redis_bench.sh: '$tool' is missing (scripts/deps.sh installs it)" >&2; exit 1; }
 done
 if [[ ! -x "$sluice" ]]; then
@@ -67,29 +67,59 @@ rcli ping >/dev/null || { echo "redis_bench.sh: redis-server did not start" >&2;
 results="$tmp/results.jsonl"
 : > "$results"
 note() { echo "== $*" >&2; }
-record() { python3 -c 'import json,sys; print(json.dumps(dict(json.loads(sys.argv[2]), case=sys.argv[1])))' "$1" "$2" >> "$results"; }
+
+# Each measurement also records the Redis side (from INFO commandstats: Redis's own
+# microseconds per call of the command, and the server's CPU time) and the client's CPU
+# time: throughput on a shared 2-core machine depends on what else runs, these less.
+clk=$(getconf CLK_TCK)
+redis_ticks() { awk '{print $14+$15}' "/proc/$redis_pid/stat"; }
+begin() { rcli config resetstat >/dev/null; ticks0=$(redis_ticks); rm -f "$tmp/time.txt"; }
+timed() { /usr/bin/time -o "$tmp/time.txt" -f "%U %S" "$@"; }
+record() {  # record CASE JSON REDIS_COMMAND
+  python3 - "$1" "$2" "$3" "$(rcli info commandstats)" "$ticks0" "$(redis_ticks)" "$clk" \
+    "$tmp/time.txt" >> "$results" <<'EOF'
+import json, os, re, sys
+case, js, cmd, stats, t0, t1, clk, timefile = sys.argv[1:9]
+r = json.loads(js)
+r["case"] = case
+m = re.search(r"cmdstat_%s:calls=(\d+),usec=(\d+),usec_per_call=([0-9.]+)" % cmd, stats)
+if m:
+    r["redis_calls"] = int(m.group(1))
+    r["redis_usec_per_call"] = float(m.group(3))
+r["redis_cpu_s"] = (int(t1) - int(t0)) / int(clk)
+if os.path.exists(timefile):
+    u, s = open(timefile).read().split()[-2:]
+    r["client_cpu_s"] = float(u) + float(s)
+print(json.dumps(r))
+EOF
+}
 
 # redis-benchmark for $seconds (stopped with SIGINT; its progress line carries the overall
 # requests/s and mean latency so far).
-rb() {  # rb CASE ARGS...
-  local name=$1; shift
-  timeout -s INT "$seconds" redis-benchmark -h 127.0.0.1 -p "$port" -c 64 -P 16 -n 1000000000 \
-    -r "$keys" -q "$@" > "$tmp/rb.txt" 2>&1 || true
-  python3 - "$name" "$tmp/rb.txt" >> "$results" <<'EOF'
+rb() {  # rb CASE REDIS_COMMAND ARGS...
+  local name=$1 cmd=$2; shift 2
+  begin
+  timed timeout -s INT "$seconds" redis-benchmark -h 127.0.0.1 -p "$port" -c 64 -P 16 \
+    -n 1000000000 -r "$keys" -q "$@" > "$tmp/rb.txt" 2>&1 || true
+  local json
+  json=$(python3 - "$tmp/rb.txt" <<'EOF'
 import json, re, sys
-text = open(sys.argv[2]).read().replace("\r", "\n")
+text = open(sys.argv[1]).read().replace("\r", "\n")
 m = re.findall(r"overall: ([0-9.]+)\) avg_msec=[0-9.]+ \(overall: ([0-9.]+)\)", text)
 if not m:
     sys.exit("redis-benchmark printed no progress: " + text[-500:])
-print(json.dumps({"case": sys.argv[1], "decisions_per_s": float(m[-1][0]),
-                  "latency_us": {"mean": float(m[-1][1]) * 1000}}))
+print(json.dumps({"decisions_per_s": float(m[-1][0]), "latency_us": {"mean": float(m[-1][1]) * 1000}}))
 EOF
+)
+  record "$name" "$json" "$cmd"
 }
 
 # The exact EVALSHA that one `sluice check` sends for ALG, read back with MONITOR.
 capture_evalsha() {  # capture_evalsha ALG -> prints the arguments, one per line
   local alg=$1
-  rcli monitor > "$tmp/monitor.txt" &
+  # (redis-cli itself in the background, not a shell function, so that kill stops it: a
+  # MONITOR left running would slow every later measurement)
+  redis-cli -h 127.0.0.1 -p "$port" monitor > "$tmp/monitor.txt" &
   local mon=$!
   sleep 0.3
   "$sluice" check --redis "$url" --key bench:000000000001 -a "$alg" --rate "$rate" \
@@ -113,20 +143,21 @@ note "redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') on $u
 
 # Scale: plain INCR and an empty script at pipeline 16.
 note "(a) INCR, pipeline 16"
-rb incr INCR 'bench:__rand_int__'
+rb incr incr INCR 'bench:__rand_int__'
 empty_sha=$(rcli script load "return 1")
 note "(a) EVALSHA of 'return 1', pipeline 16"
-rb empty_script EVALSHA "$empty_sha" 1 'sluice:{bench:__rand_int__}:bench'
+rb empty_script evalsha EVALSHA "$empty_sha" 1 'sluice:{bench:__rand_int__}:bench'
 
 for alg in $algorithms; do
   mapfile -t args < <(capture_evalsha "$alg")
   note "(a) redis-benchmark: ${args[*]}"
-  rb "ceiling:$alg" EVALSHA "${args[@]}"
+  rb "ceiling:$alg" evalsha EVALSHA "${args[@]}"
   rcli flushall >/dev/null
   note "(b) sluice bench -a $alg"
-  json=$("$sluice" bench --redis "$url" -a "$alg" --rate "$rate" -c 64 -d "${seconds}s" \
+  begin
+  json=$(timed "$sluice" bench --redis "$url" -a "$alg" --rate "$rate" -c 64 -d "${seconds}s" \
     --keys "$keys" --timeout 1s --json -q)
-  record "sluice:$alg" "$json"
+  record "sluice:$alg" "$json" evalsha
   rcli flushall >/dev/null
 done
 
@@ -137,9 +168,10 @@ if command -v node >/dev/null && command -v npm >/dev/null; then
   if npm install --silent --no-audit --no-fund --prefix "$tmp/npm" rate-limiter-flexible@11 ioredis@5 >&2; then
     for ap in "" --auto-pipelining; do
       note "(c) rate-limiter-flexible ${ap:-(ioredis defaults)}"
-      json=$(NODE_PATH="$tmp/npm/node_modules" node bench/redis_rlf.js --port "$port" \
+      begin
+      json=$(NODE_PATH="$tmp/npm/node_modules" timed node bench/redis_rlf.js --port "$port" \
         --points 1000 --duration-s 1 --concurrency 64 --seconds "$seconds" --keys "$keys" $ap)
-      record "rlf${ap:+:autopipelining}" "$json"
+      record "rlf${ap:+:autopipelining}" "$json" evalsha
       rcli flushall >/dev/null
     done
   else
@@ -155,10 +187,11 @@ for alg in fixed_window token_bucket; do
   for cache in off on; do
     note "(d) flood, $alg, deny cache $cache"
     flag=""; [[ $cache == off ]] && flag=--no-deny-cache
+    begin
     json=$("$sluice" bench --redis "$url" --api limiter -a "$alg" --rate "${flood_rate}/s" \
       --hot-key -c 8 --target-rate $((flood_rate * flood_factor)) -d "${seconds}s" \
       --timeout 1s --json -q $flag)
-    record "flood:$alg:$cache" "$json"
+    record "flood:$alg:$cache" "$json" evalsha
     rcli flushall >/dev/null
   done
 done
@@ -171,34 +204,49 @@ by = {r["case"]: r for r in rows}
 def rps(c): return by[c]["decisions_per_s"] if c in by else None
 def fmt(x): return "n/a" if x is None else f"{x:,.0f}"
 def ms(us): return "n/a" if us is None else f"{us/1000:.2f}"
+def usc(r): return f"{r['redis_usec_per_call']:.1f}" if "redis_usec_per_call" in r else "n/a"
+def cpu_per(r, what):
+    v = r.get(what)
+    return "n/a" if v is None or not r.get("decisions") else f"{1e6 * v / r['decisions']:.1f}"
 incr = rps("incr")
-rlf = max([v for v in (rps("rlf"), rps("rlf:autopipelining")) if v], default=None)
-print(f"Same redis-server, one run: 64 concurrent callers, {keys} keys, {rate} per key, "
-      f"{seconds} s per measurement; redis-benchmark at pipeline 16.\n")
-print(f"Plain INCR at pipeline 16: **{fmt(incr)}/s**; an empty script (EVALSHA of `return 1`): "
-      f"{fmt(rps('empty_script'))}/s.\n")
-print("| algorithm | (a) redis-benchmark EVALSHA, P16 (ceiling) | script / INCR | (b) sluice bench | "
-      "sluice / ceiling | sluice p50 / p99 ms | sluice / rate-limiter-flexible |")
-print("|---|---|---|---|---|---|---|")
+rlf_cases = [c for c in ("rlf", "rlf:autopipelining") if c in by]
+rlf = max([rps(c) for c in rlf_cases], default=None)
+print(f"One redis-server, one run: 64 concurrent callers, {keys} keys chosen at random, "
+      f"{rate} per key, {seconds} s per measurement; redis-benchmark with 64 clients at "
+      "pipeline 16. 'Redis us/call' is Redis's own execution time per command "
+      "(INFO commandstats usec_per_call).\n")
+print(f"Plain INCR at pipeline 16: **{fmt(incr)}/s**, {usc(by['incr'])} us/call; an empty "
+      f"script (EVALSHA of `return 1`): {fmt(rps('empty_script'))}/s, "
+      f"{usc(by['empty_script'])} us/call.\n")
+print("| algorithm | (a) ceiling: redis-benchmark EVALSHA, P16 | Redis us/call | script / INCR | "
+      "(b) sluice bench | sluice / ceiling | sluice p50 / p99 ms | sluice client CPU us/decision | "
+      "sluice / rate-limiter-flexible |")
+print("|---|---|---|---|---|---|---|---|---|")
 for alg in [c.split(":", 1)[1] for c in by if c.startswith("sluice:")]:
-    ceil, s = rps("ceiling:" + alg), by["sluice:" + alg]
+    ceil, s = by.get("ceiling:" + alg), by["sluice:" + alg]
     lat = s["latency_us"]
-    print(f"| {alg} | {fmt(ceil)}/s | {100*ceil/incr:.0f}% | {fmt(s['decisions_per_s'])}/s"
-          f"{' (' + str(s['error_total']) + ' errors)' if s['error_total'] else ''} | "
-          f"{100*s['decisions_per_s']/ceil:.0f}% | {ms(lat['p50'])} / {ms(lat['p99'])} | "
-          f"{(s['decisions_per_s']/rlf) if rlf else float('nan'):.2f}x |")
+    errors = f" ({s['error_total']} errors)" if s["error_total"] else ""
+    print(f"| {alg} | {fmt(ceil['decisions_per_s'])}/s | {usc(ceil)} | "
+          f"{100 * ceil['decisions_per_s'] / incr:.1f}% | {fmt(s['decisions_per_s'])}/s{errors} | "
+          f"{100 * s['decisions_per_s'] / ceil['decisions_per_s']:.0f}% | "
+          f"{ms(lat['p50'])} / {ms(lat['p99'])} | {cpu_per(s, 'client_cpu_s')} | "
+          + (f"{s['decisions_per_s'] / rlf:.2f}x |" if rlf else "n/a |"))
 print()
-for c, label in (("rlf", "ioredis defaults"), ("rlf:autopipelining", "ioredis enableAutoPipelining")):
-    if c in by:
-        r = by[c]
-        print(f"(c) rate-limiter-flexible@11 RateLimiterRedis + ioredis@5 ({label}), 1000 points "
-              f"per 1 s: **{fmt(r['decisions_per_s'])}/s**, p50 {ms(r['latency_us']['p50'])} ms, "
-              f"p99 {ms(r['latency_us']['p99'])} ms, {r['errors']} errors.  ")
+for c in rlf_cases:
+    r = by[c]
+    label = "ioredis enableAutoPipelining" if "auto" in c else "ioredis defaults"
+    print(f"(c) rate-limiter-flexible@11 RateLimiterRedis + ioredis@5 ({label}), 1000 points "
+          f"per 1 s, 64 concurrent callers: **{fmt(r['decisions_per_s'])}/s**, p50 "
+          f"{ms(r['latency_us']['p50'])} ms, p99 {ms(r['latency_us']['p99'])} ms, "
+          f"{r['errors']} errors; its script: {usc(r)} Redis us/call; node client CPU "
+          f"{cpu_per(r, 'client_cpu_s')} us/decision.  ")
+if not rlf_cases:
+    print("(c) rate-limiter-flexible: not run (node/npm missing or npm install failed).")
 print()
-print(f"(d) One key flooded at {flood_factor}x its limit ({flood_rate}/s limit, "
-      f"{int(flood_rate)*int(flood_factor)} decisions/s offered by 8 threads through "
-      "sluice::Limiter):\n")
-print("| algorithm | deny cache | decisions | allowed | Redis calls | calls per decision | deny-cache hits |")
+print(f"(d) One key flooded at {flood_factor}x its limit ({flood_rate}/s; "
+      f"{int(flood_rate) * int(flood_factor)} decisions/s offered by 8 threads through "
+      "sluice::Limiter, paced):\n")
+print("| algorithm | deny cache | decisions | allowed | Redis calls (EVALSHA) | calls per decision | deny-cache hits |")
 print("|---|---|---|---|---|---|---|")
 for alg in ("fixed_window", "token_bucket"):
     for cache in ("off", "on"):
@@ -206,7 +254,7 @@ for alg in ("fixed_window", "token_bucket"):
         if c not in by: continue
         r = by[c]
         print(f"| {alg} | {cache} | {r['decisions']:,} | {r['allowed']:,} | {r['store_calls']:,} | "
-              f"{r['store_calls']/max(1,r['decisions']):.3f} | {r['deny_cache_hits']:,} |")
+              f"{r['store_calls'] / max(1, r['decisions']):.3f} | {r['deny_cache_hits']:,} |")
 EOF
 cat "$tmp/report.md"
 if [[ -n "$out" ]]; then
