@@ -203,3 +203,58 @@ TEST(RedisSetup, OpenStoreChoosesTheStoreByUrl) {
 
 }  // namespace
 }  // namespace sluice::testing
+
+namespace sluice::testing {
+namespace {
+
+// The least-privilege ACL user that docs/redis.md recommends is enough for every
+// algorithm (and the ACL form of the URL works).
+TEST(RedisSetup, TheDocumentedAclUserIsEnough) {
+  auto server = RedisServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto acl = (*server)->Command({"ACL",
+                                 "SETUSER",
+                                 "sluice",
+                                 "on",
+                                 ">secret",
+                                 "~sluice:*",
+                                 "+evalsha",
+                                 "+script|load",
+                                 "+ping",
+                                 "+select",
+                                 "+del",
+                                 "+get",
+                                 "+set",
+                                 "+zadd",
+                                 "+zrange",
+                                 "+zrangebyscore",
+                                 "+zremrangebyscore",
+                                 "+pexpire",
+                                 "+time",
+                                 "+config|get"});
+  ASSERT_TRUE(acl.ok() && !acl->is_error()) << (acl.ok() ? acl->str : acl.status().ToString());
+  std::vector<std::string> warnings;
+  auto store =
+      Connect("redis://sluice:secret@127.0.0.1:" + std::to_string((*server)->port()), &warnings);
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(warnings.empty()) << warnings[0];
+  std::vector<Policy> all = {Policy::FixedWindow("fixed", 2, std::chrono::seconds(10)),
+                             Policy::SlidingWindowLog("log", 2, std::chrono::seconds(10)),
+                             Policy::SlidingWindowCounter("counter", 2, std::chrono::seconds(10)),
+                             Policy::TokenBucket("bucket", 2, 2, std::chrono::seconds(10)),
+                             Policy::Gcra("gcra", 2, std::chrono::seconds(10), 2)};
+  for (Policy& p : all) p.failure_mode = FailureMode::kFailClosed;
+  auto limiter = MakeLimiter(store, all, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    Decision per[5];
+    auto d = limiter->Acquire("user:1", 1, per);
+    ASSERT_TRUE(d.ok());
+    for (const Decision& x : per) EXPECT_EQ(x.source, DecisionSource::kStore);
+    EXPECT_EQ(d->allowed, i < 2);
+  }
+  ASSERT_TRUE(limiter->Reset("user:1").ok());
+  EXPECT_TRUE(limiter->Acquire("user:1")->allowed);
+}
+
+}  // namespace
+}  // namespace sluice::testing
