@@ -41,8 +41,10 @@ struct Call {
 
 struct RedisStore::Impl {
   RedisStoreOptions options;
-  std::unique_ptr<redis::Client> client;
   std::atomic<std::uint64_t> calls{0}, errors{0}, script_reloads{0};
+  // Last, so it is destroyed first: its shutdown completes calls in flight, whose
+  // callbacks still use the members above.
+  std::unique_ptr<redis::Client> client;
 
   void Warn(const std::string& message) const {
     if (options.on_warning) {

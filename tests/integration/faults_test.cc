@@ -20,12 +20,12 @@ using std::chrono::steady_clock;
 
 constexpr Micros kCallTimeout = 100'000;
 // Scheduling slack on a loaded 2-core machine; the bound is about hangs, not speed.
-constexpr auto kMargin = milliseconds(400);
+constexpr auto kMargin = milliseconds(500);
 
-std::shared_ptr<RedisStore> Connect(const std::string& url) {
+std::shared_ptr<RedisStore> Connect(const std::string& url, Micros call_timeout = kCallTimeout) {
   RedisStoreOptions o;
   o.url = url;
-  o.call_timeout = kCallTimeout;
+  o.call_timeout = call_timeout;
   o.connect_timeout = 500'000;
   o.on_warning = [](std::string_view) {};
   auto s = RedisStore::Create(std::move(o));
@@ -97,7 +97,8 @@ TEST(Faults, StoppedRedisNeverHoldsACallerPastItsDeadline) {
 TEST(Faults, KilledAndRestartedRedisIsReconnectedWithItsScripts) {
   auto server = RedisServer::Start();
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto store = Connect((*server)->Url());
+  // A long deadline: while Redis is down calls must fail at once, not wait for it.
+  auto store = Connect((*server)->Url(), 3'000'000);
   ASSERT_NE(store, nullptr);
   auto limiter = MakeLimiter(store, FailureMode::kFailClosed);
   ASSERT_EQ(limiter->Acquire("k")->source, DecisionSource::kStore);
@@ -108,7 +109,7 @@ TEST(Faults, KilledAndRestartedRedisIsReconnectedWithItsScripts) {
     auto d = limiter->Acquire("k");
     ASSERT_TRUE(d.ok());
     EXPECT_EQ(d->source, DecisionSource::kFailClosed);
-    EXPECT_LT(steady_clock::now() - start, std::chrono::microseconds(kCallTimeout) + kMargin);
+    EXPECT_LT(steady_clock::now() - start, kMargin) << "no offline queue: fail at once";
   }
   ASSERT_TRUE((*server)->Restart().ok());
   EXPECT_TRUE(WaitForRecovery(*limiter));
@@ -177,7 +178,7 @@ TEST(Faults, ScriptFlushUnderLoadIsInvisibleToCallers) {
 TEST(Faults, ClientKillUnderLoadGivesDecisionsNotErrors) {
   auto server = RedisServer::Start();
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto store = Connect((*server)->Url());
+  auto store = Connect((*server)->Url(), 3'000'000);
   ASSERT_NE(store, nullptr);
   auto limiter = MakeLimiter(store, FailureMode::kFailOpen);
   int total = 0;
