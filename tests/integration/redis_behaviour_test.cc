@@ -119,8 +119,9 @@ TEST(RedisKeys, EveryKeyHasATtlNoLongerThanItsPolicyNeeds) {
   for (int i = 0; i < 2000; ++i) {
     const std::string key = "user:" + std::to_string(rng() % 40);
     if (rng() % 4 == 0) {
+      const std::string ip = "ip:" + std::to_string(rng() % 9);
       Check checks[2] = {{rng() % policies.size(), key, rng() % 3},
-                         {rng() % policies.size(), "ip:" + std::to_string(rng() % 9), 1}};
+                         {rng() % policies.size(), ip, 1}};
       ASSERT_TRUE(limiter->Acquire(checks).ok());
     } else {
       ASSERT_TRUE(limiter->Acquire(key, rng() % 3).ok());
