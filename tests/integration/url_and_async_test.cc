@@ -137,7 +137,8 @@ TEST(RedisAsync, EveryCallbackFiresByTheDeadlineWhenRedisIsStopped) {
     (*store)->EvaluateAsync(std::span<const StoreCheck>(&check, 1), 0, c.Callback());
   }
   ASSERT_TRUE(c.Wait(500, std::chrono::seconds(5))) << "every callback is called, once";
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100 + 500));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100 + 1000))
+      << "bounded by the deadline, plus scheduling slack";
   EXPECT_EQ(c.ok, 0);
   EXPECT_EQ(c.errors[ErrorCode::kDeadlineExceeded], 500);
   (*server)->Resume();
