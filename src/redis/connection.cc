@@ -250,14 +250,14 @@ void Connection::FailAll(std::deque<Pending>& inflight, const Status& s) {
 }
 
 void Connection::Run() {
-  Micros backoff = 10'000;
+  Micros backoff = 0;  // the first reconnect is immediate (e.g. after CLIENT KILL)
   for (;;) {
     if (ctx_) {
       std::string why = Serve();
       ctx_.reset();
       if (why.empty()) return;  // stopped
       stats_->disconnects.fetch_add(1, std::memory_order_relaxed);
-      backoff = 10'000;
+      backoff = 0;
       continue;
     }
     // Disconnected: wait (interruptibly), then try again.
@@ -277,7 +277,7 @@ void Connection::Run() {
       std::lock_guard<std::mutex> lock(mu_);
       last_error_ = ctx.status().message();
     }
-    backoff = std::min<Micros>(backoff * 2, 1'000'000);
+    backoff = std::clamp<Micros>(backoff * 2, 10'000, 1'000'000);
   }
 }
 
