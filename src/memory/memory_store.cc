@@ -17,8 +17,35 @@
 #include <vector>
 
 #include "core/algorithms.h"
+#include "memory/memory_store_internal.h"
 
 namespace sluice {
+
+namespace memory_internal {
+
+std::uint64_t HashKey(std::string_view k) {
+  // FNV-1a over 8-byte words, then a strong 64-bit finaliser (splitmix64).
+  std::uint64_t h = 0xcbf29ce484222325ULL ^ k.size();
+  std::size_t i = 0;
+  for (; i + 8 <= k.size(); i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, k.data() + i, 8);
+    h = (h ^ w) * 0x100000001b3ULL;
+    h ^= h >> 29;
+  }
+  std::uint64_t tail = 0;
+  std::memcpy(&tail, k.data() + i, k.size() - i);
+  h = (h ^ tail) * 0x100000001b3ULL;
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebULL;
+  h ^= h >> 31;
+  return h | 1;  // 0 marks an empty slot
+}
+
+}  // namespace memory_internal
+
 namespace {
 
 constexpr std::size_t kInlineKey = 22;
@@ -145,26 +172,7 @@ struct Slot {
 };
 static_assert(sizeof(Slot) == 64);
 
-std::uint64_t HashKey(std::string_view k) {
-  // FNV-1a over 8-byte words, then a strong 64-bit finaliser (splitmix64).
-  std::uint64_t h = 0xcbf29ce484222325ULL ^ k.size();
-  std::size_t i = 0;
-  for (; i + 8 <= k.size(); i += 8) {
-    std::uint64_t w;
-    std::memcpy(&w, k.data() + i, 8);
-    h = (h ^ w) * 0x100000001b3ULL;
-    h ^= h >> 29;
-  }
-  std::uint64_t tail = 0;
-  std::memcpy(&tail, k.data() + i, k.size() - i);
-  h = (h ^ tail) * 0x100000001b3ULL;
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ULL;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebULL;
-  h ^= h >> 31;
-  return h | 1;  // 0 marks an empty slot
-}
+using memory_internal::HashKey;
 
 class Table {
  public:
@@ -239,7 +247,7 @@ class Table {
 
  private:
   std::size_t Home(std::uint64_t hash) const {
-    return static_cast<std::size_t>((static_cast<unsigned __int128>(hash) * slots_.size()) >> 64);
+    return memory_internal::HomeSlot(hash, slots_.size());
   }
   std::size_t Next(std::size_t i) const { return i + 1 == slots_.size() ? 0 : i + 1; }
 
@@ -312,13 +320,11 @@ struct MemoryStore::Impl {
   explicit Impl(MemoryStoreOptions o) : options(o) {
     std::size_t n = 1;
     while (n < std::max<std::size_t>(1, o.shards)) n <<= 1;
-    shard_bits = 0;
-    while ((std::size_t{1} << shard_bits) < n) ++shard_bits;
     shards = std::vector<Shard>(n);
   }
 
   std::size_t ShardOf(std::uint64_t hash) const {
-    return shard_bits == 0 ? 0 : static_cast<std::size_t>(hash >> (64 - shard_bits));
+    return memory_internal::ShardIndex(hash, shards.size());
   }
 
   // Makes room for one more key in `shard` (locked). False when the cap is reached
@@ -337,7 +343,6 @@ struct MemoryStore::Impl {
   }
 
   MemoryStoreOptions options;
-  unsigned shard_bits = 0;
   std::vector<Shard> shards;
   std::atomic<std::size_t> total{0};
   std::atomic<std::uint64_t> rejected_full{0};
