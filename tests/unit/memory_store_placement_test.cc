@@ -34,8 +34,11 @@ TEST(MemoryStorePlacement, KeysOfOneShardSpreadOverTheWholeTable) {
 TEST(MemoryStorePlacement, EveryShardIsUsed) {
   constexpr std::size_t kShards = 64;
   std::set<std::size_t> shards;
-  for (int i = 0; i < 10000; ++i)
-    shards.insert(ShardIndex(HashKey("k" + std::to_string(i)), kShards));
+  for (int i = 0; i < 10000; ++i) {
+    std::string key = "k";
+    key += std::to_string(i);
+    shards.insert(ShardIndex(HashKey(key), kShards));
+  }
   EXPECT_EQ(shards.size(), kShards);
 }
 
