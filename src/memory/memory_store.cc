@@ -315,6 +315,11 @@ class Table {
 struct alignas(64) Shard {
   std::mutex mu;
   Table table;
+  // The latest `now` this shard has decided at. Decisions use at least this time, so
+  // the store's time never goes back: a state dropped because it was back to "full"
+  // at a later time is never missed by a request stamped earlier (otherwise whether
+  // an idle key had been swept would change that request's decision).
+  Micros latest = std::numeric_limits<Micros>::min();
 };
 
 // Runs one non-log algorithm on `state` (or a fresh state).
@@ -348,11 +353,17 @@ struct MemoryStore::Impl {
     return memory_internal::ShardIndex(hash, shards.size());
   }
 
-  // Makes room for one more key in `shard` (locked). False when the cap is reached
-  // and nothing there has expired.
+  // Claims room for one more key (counted in `total` at once, so that concurrent
+  // batches and several new keys of one batch cannot overshoot the cap), sweeping
+  // `shard` (locked) when the cap is reached. False when the cap is reached and
+  // nothing there has expired.
   bool Reserve(Shard& shard, Micros now) {
     std::size_t n = total.load(std::memory_order_relaxed);
-    while (n >= options.max_keys) {
+    for (;;) {
+      if (n < options.max_keys) {
+        if (total.compare_exchange_weak(n, n + 1, std::memory_order_relaxed)) return true;
+        continue;  // `n` was reloaded
+      }
       if (shard.table.next_expiry() > now) return false;
       const std::size_t removed = shard.table.Sweep(now);
       if (removed == 0) return false;
@@ -360,7 +371,6 @@ struct MemoryStore::Impl {
       expired.fetch_add(removed, std::memory_order_relaxed);
       n = total.load(std::memory_order_relaxed);
     }
-    return true;
   }
 
   MemoryStoreOptions options;
@@ -403,6 +413,8 @@ Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
       for (std::size_t i = n; i-- > 0;) impl->shards[order[i]].mu.unlock();
     }
   } unlock{impl_.get(), order, nlocks};
+  for (std::size_t i = 0; i < nlocks; ++i) now = std::max(now, impl_->shards[order[i]].latest);
+  for (std::size_t i = 0; i < nlocks; ++i) impl_->shards[order[i]].latest = now;
 
   Slot* slots[kMaxBatch];
   State next[kMaxBatch];
@@ -412,7 +424,6 @@ Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
   // Set once anything may have moved slots (erase, sweep, insert): found slot
   // pointers must then be looked up again.
   bool moved = false;
-  bool inserted = false;
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const StoreCheck& c = checks[i];
     const Policy& p = *c.policy;
@@ -448,17 +459,27 @@ Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
 
   if (!all_allowed || !consumes) return Status::Ok();
 
-  // Commit: create missing keys first (may hit the cap: then nothing is consumed).
+  // Commit: reserve room for missing keys first (may hit the cap: then nothing is
+  // consumed, and the reservations are returned). A known key that has expired may
+  // be dropped by a reserving sweep and inserted again, so it reserves room too.
+  bool needs_room[kMaxBatch];
   for (std::size_t i = 0; i < checks.size(); ++i) {
-    if (slots[i] != nullptr || checks[i].cost == 0) continue;
+    needs_room[i] = checks[i].cost > 0 && (slots[i] == nullptr || slots[i]->expires <= now);
+  }
+  std::size_t reserved = 0;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    if (!needs_room[i]) continue;
     Shard& shard = impl_->shards[shard_ids[i]];
     moved = true;  // Reserve may sweep
     if (!impl_->Reserve(shard, now)) {
+      impl_->total.fetch_sub(reserved, std::memory_order_relaxed);
       impl_->rejected_full.fetch_add(1, std::memory_order_relaxed);
       return Status::ResourceExhausted("in-process store is full (" +
                                        std::to_string(impl_->options.max_keys) + " keys)");
     }
+    ++reserved;
   }
+  std::size_t inserts = 0;
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const StoreCheck& c = checks[i];
     if (c.cost == 0) continue;
@@ -469,12 +490,11 @@ Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
     if (s == nullptr) {
       s = table.Insert(hashes[i], c.key, p.algorithm);
       moved = true;  // a growing table moves every slot
-      inserted = true;
       if (p.algorithm == Algorithm::kSlidingWindowLog) {
         s->state.log =
             LogBuffer::Make(static_cast<std::uint32_t>(std::min<std::uint64_t>(p.limit, 4)));
       }
-      impl_->total.fetch_add(1, std::memory_order_relaxed);
+      ++inserts;
     }
     if (p.algorithm == Algorithm::kSlidingWindowLog) {
       RingLog log(&s->state.log, p.limit);
@@ -485,12 +505,15 @@ Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
     }
     table.NoteExpiry(s->expires);
   }
+  // Return the reservations not used (an expired key that was not swept, or a key
+  // that came twice in the batch). Every insert had one.
+  if (reserved > inserts) impl_->total.fetch_sub(reserved - inserts, std::memory_order_relaxed);
   // Incremental expiry, paid by inserts only: the sweep hand walks the whole table, so
   // each step is a cache miss that a decision on a known key should not pay. Tables
   // only grow through inserts, and each insert examines 4 slots, so idle keys are
   // reclaimed faster than new ones arrive. (At the key cap, Reserve sweeps fully.)
   // Every slot of this batch now expires after `now`, so this cannot remove one.
-  for (std::size_t i = 0; inserted && i < nlocks; ++i) {
+  for (std::size_t i = 0; inserts > 0 && i < nlocks; ++i) {
     const std::size_t removed = impl_->shards[order[i]].table.SweepSome(now, 4);
     if (removed > 0) {
       impl_->total.fetch_sub(removed, std::memory_order_relaxed);
