@@ -12,7 +12,7 @@
 # Usage: bench/redis_bench.sh [--seconds S] [--algorithms "fixed_window token_bucket ..."]
 #                             [--keys K] [--out FILE.md] [--sluice PATH]
 # Needs: redis-server, redis-benchmark, redis-cli, python3; node + npm for (c) (skipped
-# with a note when missing). Builds build/release/src/cli/sluice if it is missing.
+# with a note when missing). Builds build/release/src/cli/sluice (incrementally) unless --sluice is given.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -40,11 +40,13 @@ done
 for tool in redis-server redis-benchmark redis-cli python3 /usr/bin/time; do
   command -v "$tool" >/dev/null || { echo "redis_bench.sh: '$tool' is missing (scripts/deps.sh installs it)" >&2; exit 1; }
 done
-if [[ ! -x "$sluice" ]]; then
-  echo "== building $sluice (release)" >&2
-  cmake --preset release >/dev/null
+if [[ "$sluice" == "$root/build/release/src/cli/sluice" ]]; then
+  # The default binary is brought up to date with the sources (a no-op when it is).
+  echo "== building $sluice (release preset, incremental)" >&2
+  [[ -f build/release/CMakeCache.txt ]] || cmake --preset release >/dev/null
   cmake --build --preset release -j2 --target sluice_cli >&2
 fi
+[[ -x "$sluice" ]] || { echo "redis_bench.sh: no sluice binary at $sluice" >&2; exit 1; }
 
 tmp=$(mktemp -d /tmp/sluice-redis-bench.XXXXXX)
 redis_pid=""
