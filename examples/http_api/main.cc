@@ -199,6 +199,9 @@ int main(int argc, char** argv) {
   std::shared_ptr<const sluice::http::Middleware> middleware = std::move(mw).value();
 
   httplib::Server server;
+  // cpp-httplib writes the status line+headers and the body separately; without
+  // TCP_NODELAY, Nagle's algorithm holds the body until the client's delayed ACK (~40 ms).
+  server.set_tcp_nodelay(true);
   if (threads > 0) {
     server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   }
