@@ -383,6 +383,7 @@ Verdict Middleware::Impl::Decide(const Request& request, const CompiledRoute& ro
   const HeaderOptions& ho = options.headers;
   const bool send = (denied || ho.on_allowed) && d.source != DecisionSource::kFailOpen;
   if (send) {
+    v.headers.reserve(6);
     if (ho.ratelimit_policy) v.headers.emplace_back("RateLimit-Policy", route.policy_field);
     if (ho.ratelimit) {
       std::array<internal::LimitItem, kMaxLimits> items;
