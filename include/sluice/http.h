@@ -161,7 +161,8 @@ struct Verdict {
   // this status (429 limited, 503 store down under fail-closed, 400 bad identity, 500
   // misconfiguration), `headers`, `content_type` and `body`, without the application.
   int status = 0;
-  std::vector<std::pair<std::string, std::string>> headers;
+  // Field names are static strings (valid for the life of the program).
+  std::vector<std::pair<std::string_view, std::string>> headers;
   std::string content_type;
   std::string body;
   // The binding decision, when a limit was checked.

@@ -277,8 +277,14 @@ Verdict Middleware::Check(const Request& request) const {
 Verdict Middleware::Impl::Decide(const Request& request, const CompiledRoute& route,
                                  const IpAddress& client) const {
   const ClientIpOptions& ci = options.client_ip;
-  const std::string ip_text =
-      internal::FormatIp(client, client.v4 ? ci.ipv4_prefix : ci.ipv6_prefix);
+  // Formatted only when a key needs it (an API key alone does not).
+  std::string ip_storage;
+  auto ip_text = [&]() -> std::string_view {
+    if (ip_storage.empty()) {
+      ip_storage = internal::FormatIp(client, client.v4 ? ci.ipv4_prefix : ci.ipv6_prefix);
+    }
+    return ip_storage;
+  };
 
   std::string_view api_key;
   if (route.needs_api_key && request.headers != nullptr) {
@@ -316,7 +322,7 @@ Verdict Middleware::Impl::Decide(const Request& request, const CompiledRoute& ro
       switch (p) {
         case KeyPart::kClientIp:
           tag = "ip";
-          id = ip_text;
+          id = ip_text();
           break;
         case KeyPart::kApiKey:
           tag = "key";
@@ -341,7 +347,7 @@ Verdict Middleware::Impl::Decide(const Request& request, const CompiledRoute& ro
           break;
         }
         tag = "ip";
-        id = ip_text;
+        id = ip_text();
       }
       AppendPart(key, tag, id);
     }
