@@ -7,6 +7,8 @@
 # Three servers run at once on loopback:
 #   off      --no-ratelimit                      (the baseline: plain cpp-httplib)
 #   allowed  --limit 1000000000/min              (every request checked and allowed)
+#   quiet    --limit 1000000000/min --headers-on-deny-only
+#                                                (checked and allowed, no header fields sent)
 #   denied   --limit 1/h                         (every request but the first is a 429)
 # Each round runs wrk once against each server in turn (the order rotates per round);
 # the table reports the median requests/s of the rounds, and the server's CPU time per
@@ -48,15 +50,16 @@ start() {  # name, flags...
 }
 start off --no-ratelimit
 start allowed --limit 1000000000/min
+start quiet --limit 1000000000/min --headers-on-deny-only
 start denied --limit 1/h
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 declare -A results ticks requests
-names=(off allowed denied)
+names=(off allowed quiet denied)
 for r in $(seq 1 "$rounds"); do
-  for i in 0 1 2; do
-    name=${names[$(((i + r) % 3))]}
+  for i in 0 1 2 3; do
+    name=${names[$(((i + r) % 4))]}
     before=$(cpu_ticks "${pid_of[$name]}")
     out=$(wrk -t"$threads" -c"$connections" -d"${duration}s" "http://127.0.0.1:${port[$name]}/api/hello")
     after=$(cpu_ticks "${pid_of[$name]}")
@@ -73,6 +76,7 @@ done
 median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 off=$(median "${results[off]}")
 allowed=$(median "${results[allowed]}")
+quiet=$(median "${results[quiet]}")
 denied=$(median "${results[denied]}")
 
 echo
@@ -81,16 +85,18 @@ echo
 cpu_us() { awk -v t="${ticks[$1]}" -v n="${requests[$1]}" -v hz="$hz" 'BEGIN {printf "%.2f", t / hz * 1e6 / n}'; }
 c_off=$(cpu_us off)
 c_allowed=$(cpu_us allowed)
+c_quiet=$(cpu_us quiet)
 c_denied=$(cpu_us denied)
 echo "| server | requests/s (median) | vs. no middleware | server CPU per request | vs. no middleware |"
 echo "| --- | ---: | ---: | ---: | ---: |"
-awk -v off="$off" -v a="$allowed" -v d="$denied" -v coff="$c_off" -v ca="$c_allowed" -v cd="$c_denied" 'BEGIN {
+awk -v off="$off" -v a="$allowed" -v q="$quiet" -v d="$denied" -v coff="$c_off" -v ca="$c_allowed" -v cq="$c_quiet" -v cd="$c_denied" 'BEGIN {
   printf "| no middleware (`--no-ratelimit`) | %.0f | - | %.2f us | - |\n", off, coff
   printf "| middleware, allowed (`--limit 1000000000/min`) | %.0f | %+.1f%% | %.2f us | %+.1f%% |\n", a, (a/off-1)*100, ca, (ca/coff-1)*100
+  printf "| middleware, allowed, no header fields (`--headers-on-deny-only`) | %.0f | %+.1f%% | %.2f us | %+.1f%% |\n", q, (q/off-1)*100, cq, (cq/coff-1)*100
   printf "| middleware, 429 path (`--limit 1/h`) | %.0f | %+.1f%% | %.2f us | %+.1f%% |\n", d, (d/off-1)*100, cd, (cd/coff-1)*100
 }'
 echo
-echo "raw requests/s: off=[${results[off]}] allowed=[${results[allowed]}] denied=[${results[denied]}]"
+echo "raw requests/s: off=[${results[off]}] allowed=[${results[allowed]}] quiet=[${results[quiet]}] denied=[${results[denied]}]"
 
 echo
 echo "Middleware::Check alone beside the bare Limiter::Acquire it wraps (in-process store):"

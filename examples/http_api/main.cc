@@ -79,6 +79,8 @@ int main(int argc, char** argv) {
   std::string forwarded = "x-forwarded-for";
   bool no_ratelimit = false;
   bool shadow = false;
+  std::string headers = "ratelimit,policy,legacy";
+  bool headers_on_deny_only = false;
   int threads = 0;
 
   CLI::App app{
@@ -120,6 +122,12 @@ int main(int argc, char** argv) {
   app.add_option("--forwarded-header", forwarded,
                  "the header trusted proxies set: x-forwarded-for or forwarded")
       ->capture_default_str();
+  app.add_option("--headers", headers,
+                 "rate-limit header families, comma-separated: ratelimit (RateLimit), policy "
+                 "(RateLimit-Policy), legacy (X-RateLimit-*), or none")
+      ->capture_default_str();
+  app.add_flag("--headers-on-deny-only", headers_on_deny_only,
+               "send the rate-limit headers on 429 responses only");
   app.add_flag("--shadow", shadow, "decide and send headers, but never answer 429");
   app.add_flag("--no-ratelimit", no_ratelimit, "serve without the middleware (benchmark baseline)");
   app.add_option("--threads", threads, "worker threads (0: cpp-httplib's default)");
@@ -194,6 +202,27 @@ int main(int argc, char** argv) {
     return 2;
   }
   mo.shadow = shadow;
+  mo.headers.ratelimit = mo.headers.ratelimit_policy = mo.headers.legacy = false;
+  for (std::size_t start = 0; start <= headers.size();) {
+    std::size_t end = headers.find(',', start);
+    if (end == std::string::npos) end = headers.size();
+    const std::string family = headers.substr(start, end - start);
+    if (family == "ratelimit") {
+      mo.headers.ratelimit = true;
+    } else if (family == "policy") {
+      mo.headers.ratelimit_policy = true;
+    } else if (family == "legacy") {
+      mo.headers.legacy = true;
+    } else if (family != "none") {
+      std::fprintf(stderr,
+                   "sluice_http_api: --headers: unknown family '%s' (ratelimit, policy, legacy, "
+                   "none)\n",
+                   family.c_str());
+      return 2;
+    }
+    start = end + 1;
+  }
+  mo.headers.on_allowed = !headers_on_deny_only;
   auto mw = sluice::http::Middleware::Create(std::move(mo));
   if (!mw.ok()) return fail("middleware", mw.status());
   std::shared_ptr<const sluice::http::Middleware> middleware = std::move(mw).value();
