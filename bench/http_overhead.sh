@@ -56,6 +56,7 @@ start denied --limit 1/h
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 declare -A results ticks requests
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 names=(off allowed quiet denied)
 for r in $(seq 1 "$rounds"); do
   for i in 0 1 2 3; do
@@ -80,7 +81,8 @@ quiet=$(median "${results[quiet]}")
 denied=$(median "${results[denied]}")
 
 echo
-echo "wrk -t$threads -c$connections -d${duration}s, $rounds rounds, median requests/s; $(nproc) cores, $(date -u +%Y-%m-%d)"
+echo "wrk -t$threads -c$connections -d${duration}s, $rounds rounds, median requests/s; $(nproc) cores, $(date -u +%Y-%m-%d);"
+echo "load average before: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg) (other processes share the cores)"
 echo
 cpu_us() { awk -v t="${ticks[$1]}" -v n="${requests[$1]}" -v hz="$hz" 'BEGIN {printf "%.2f", t / hz * 1e6 / n}'; }
 c_off=$(cpu_us off)
