@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdio>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
   std::string failure = "fail_open";
   std::uint64_t burst = 0;
   std::vector<std::string> trusted;
+  std::vector<std::string> api_keys = {"demo-key"};
   std::string forwarded = "x-forwarded-for";
   bool no_ratelimit = false;
   bool shadow = false;
@@ -93,8 +95,8 @@ int main(int argc, char** argv) {
       "  GET  /healthz          never limited\n\n"
       "Policies (change them with the flags below):\n"
       "  api:   --limit (default 100/min) with --algorithm (default sliding_window_counter),\n"
-      "         per client: the X-API-Key header when sent, else the client IP\n"
-      "         (IPv6 grouped by /64); applies to every request except /healthz.\n"
+      "         per client: the X-API-Key header when it holds a known key (--api-key),\n"
+      "         else the client IP (IPv6 grouped by /64); every request but /healthz.\n"
       "  login: --login-limit (default 5/min, fixed window) per client IP on POST /api/login,\n"
       "         checked together with 'api'.\n"
       "Over a limit: 429 with Retry-After, RateLimit, RateLimit-Policy, X-RateLimit-* and an\n"
@@ -116,6 +118,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--failure-mode", failure,
                  "when the store fails: fail_open, fail_closed or local_fallback")
+      ->capture_default_str();
+  app.add_option("--api-key", api_keys,
+                 "an API key clients may send in X-API-Key to get their own budget; repeatable "
+                 "(unknown keys are keyed by client IP)")
       ->capture_default_str();
   app.add_option("--trust-proxy", trusted,
                  "a proxy (CIDR or address) whose forwarding header is believed; repeatable");
@@ -194,6 +200,8 @@ int main(int argc, char** argv) {
   };
   mo.default_limits = {{.policy = "api", .key = {sluice::http::KeyPart::kApiKey}}};
   mo.client_ip.trusted_proxies = trusted;
+  mo.api_key_valid = [keys = std::set<std::string, std::less<>>(api_keys.begin(), api_keys.end())](
+                         std::string_view key) { return keys.find(key) != keys.end(); };
   if (forwarded == "forwarded") {
     mo.client_ip.header = sluice::http::ForwardedHeader::kForwarded;
   } else if (forwarded != "x-forwarded-for") {

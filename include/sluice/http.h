@@ -136,6 +136,11 @@ struct MiddlewareOptions {
   ClientIpOptions client_ip;
   // The header that carries an API key (kApiKey).
   std::string api_key_header = "X-API-Key";
+  // Says whether an API key is genuine. A key it rejects counts as missing (see
+  // MissingIdentity), so a client cannot mint fresh budgets by inventing keys. Unset:
+  // every key is taken as given (only safe when keys were authenticated before the
+  // middleware, or when a per-IP limit is checked too). Must not throw.
+  std::function<bool(std::string_view)> api_key_valid;
   // Longest accepted API key or user id; a longer one is answered 400.
   std::size_t max_identity_bytes = 128;
   // Returns the user id for kUser, or "" for an anonymous request. Called once per

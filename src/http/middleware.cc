@@ -296,6 +296,9 @@ Verdict Middleware::Impl::Decide(const Request& request, const CompiledRoute& ro
                     "header " + options.api_key_header + " is longer than " +
                         std::to_string(options.max_identity_bytes) + " bytes");
     }
+    if (!api_key.empty() && options.api_key_valid && !options.api_key_valid(api_key)) {
+      api_key = {};  // an invented key is no identity
+    }
   }
   std::string user;
   if (route.needs_user) {

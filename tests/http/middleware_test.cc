@@ -217,6 +217,24 @@ TEST(Middleware, ApiKeyUserAndMissingIdentities) {
   EXPECT_EQ(f.mw->Stats().bad_requests, 1u);
 }
 
+TEST(Middleware, InventedApiKeysCountAsMissing) {
+  MiddlewareOptions o;
+  o.default_limits = {{.policy = "p", .key = {KeyPart::kApiKey}}};
+  o.api_key_valid = [](std::string_view k) { return k == "real-key"; };
+  Fixture f({Policy::FixedWindow("p", 3, minutes(1))}, std::move(o));
+  // Rotating made-up keys from one address lands on that address's budget.
+  int ok = 0;
+  for (int i = 0; i < 20; ++i) {
+    FakeHeaders h{{"X-API-Key", "fake-" + std::to_string(i)}};
+    ok += f.Get("/", "192.0.2.1", &h).pass() ? 1 : 0;
+  }
+  EXPECT_EQ(ok, 3);
+  // A genuine key has its own budget.
+  FakeHeaders real{{"X-API-Key", "real-key"}};
+  EXPECT_TRUE(f.Get("/", "192.0.2.1", &real).pass());
+  EXPECT_EQ(f.limiter->Peek(JoinKey({"key", "real-key"}))->remaining, 2u);
+}
+
 TEST(Middleware, KeysAreUnambiguousCombinations) {
   MiddlewareOptions o;
   o.default_limits = {{.policy = "p", .key = {KeyPart::kApiKey, KeyPart::kMethod}}};
