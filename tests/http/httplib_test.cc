@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "http/http_test_util.h"
+#include "sluice/key.h"
 
 namespace sluice::http {
 namespace {
@@ -22,7 +23,7 @@ using testing::MakeLimiter;
 // An httplib server with the middleware on 127.0.0.1:<free port>, serving until destroyed.
 class Server {
  public:
-  explicit Server(MiddlewareOptions o) {
+  explicit Server(MiddlewareOptions o, const std::string& host = "127.0.0.1") {
     o.limiter = limiter;
     auto mw = Middleware::Create(std::move(o));
     EXPECT_TRUE(mw.ok()) << mw.status().ToString();
@@ -31,7 +32,7 @@ class Server {
     server.Get("/hello", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("{\"hello\":\"world\"}", "application/json");
     });
-    port = server.bind_to_any_port("127.0.0.1");
+    port = server.bind_to_any_port(host);
     EXPECT_GT(port, 0);
     thread = std::thread([this] { server.listen_after_bind(); });
     // Bounded wait for the accept loop (connections queue in the backlog meanwhile).
@@ -166,6 +167,20 @@ TEST(Httplib, ExemptRouteAndPerRoutePolicy) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 429);
   EXPECT_EQ(res->get_header_value("RateLimit-Policy"), "\"login\";q=2;w=60");
+}
+
+TEST(Httplib, Ipv6PeerIsKeyedByItsPrefix) {
+  Server s(ApiByIp(), "::1");
+  httplib::Client client("::1", s.port);
+  int ok = 0;
+  for (int i = 0; i < 8; ++i) {
+    auto res = client.Get("/hello");
+    ASSERT_TRUE(res) << httplib::to_string(res.error());
+    ok += res->status == 200 ? 1 : 0;
+  }
+  EXPECT_EQ(ok, 5);
+  // The IPv6 peer's /64 is the key.
+  EXPECT_EQ(s.limiter->Peek(JoinKey({"ip", "::/64"}))->remaining, 0u);
 }
 
 }  // namespace
