@@ -196,7 +196,13 @@ struct Engine::Snapshot {
     const std::string params = std::string(AlgorithmCode(algorithm)) + "." +
                                std::to_string(p.limit) + "." + std::to_string(p.window / 1000) +
                                "." + std::to_string(burst);
-    p.name = policy_name.empty() ? params : policy_name + "." + AlgorithmCode(algorithm);
+    // Two limits with equal parameters but different failure modes can meet in one
+    // request, and a limiter needs distinct names: the mode joins the name unless it is
+    // the default.
+    std::string mode;
+    if (failure == FailureMode::kFailClosed) mode = ".fc";
+    if (failure == FailureMode::kLocalFallback) mode = ".lf" + std::to_string(divisor);
+    p.name = (policy_name.empty() ? params : policy_name + "." + AlgorithmCode(algorithm)) + mode;
     r.id = p.name + "|" + (p.shadow ? "s" : "-") + FailureModeName(failure) + "|" +
            std::to_string(divisor) + "|" + params;
     auto l = MakeLimiter({p});

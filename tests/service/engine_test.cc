@@ -330,6 +330,25 @@ descriptors:
   EXPECT_EQ(Passes("d", {{{"k", "9"}}}, 1), 0);
 }
 
+TEST_F(EngineTest, EqualLimitsWithDifferentFailureModesInOneRequest) {
+  Load(R"(
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: b
+    rate_limit: {unit: hour, requests_per_unit: 2, failure_mode: fail_closed}
+  - key: c
+    rate_limit: {unit: hour, requests_per_unit: 2, failure_mode: local_fallback,
+                 fallback_divisor: 2}
+)");
+  for (int i = 0; i < 2; ++i) {
+    auto r = Ask("d", {{{{"a", "x"}}}, {{{"b", "x"}}}, {{{"c", "x"}}}});
+    EXPECT_EQ(r.overall_code, Code::kOk);
+  }
+  EXPECT_EQ(Ask("d", {{{{"a", "x"}}}, {{{"b", "x"}}}}).overall_code, Code::kOverLimit);
+}
+
 TEST_F(EngineTest, MetricsByDomainDescriptorOutcomeAndNearLimit) {
   Load(kMatching);
   Passes("web", {{{"remote_address", "7.7.7.7"}}}, 4);
