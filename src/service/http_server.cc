@@ -212,6 +212,9 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(Engine& engine, const std:
   httplib::Server& s = impl->server;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.set_payload_max_length(max_body_bytes);
+  // Headers and body go out in separate writes: without TCP_NODELAY every answer waits
+  // for the client's delayed ACK (~40 ms).
+  s.set_tcp_nodelay(true);
   s.set_keep_alive_max_count(1'000'000);
   s.set_keep_alive_timeout(2);
   s.set_read_timeout(5, 0);
