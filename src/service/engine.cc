@@ -386,6 +386,11 @@ Settings Engine::settings() const {
   return std::atomic_load(&snapshot_)->config.settings;
 }
 
+std::shared_ptr<const Settings> Engine::settings_ptr() const {
+  std::shared_ptr<Snapshot> snap = std::atomic_load(&snapshot_);
+  return std::shared_ptr<const Settings>(snap, &snap->config.settings);
+}
+
 EngineStats Engine::Stats() const {
   auto snap = std::atomic_load(&snapshot_);
   EngineStats st;

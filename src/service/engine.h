@@ -99,6 +99,8 @@ class Engine {
 
   // The settings of the current snapshot.
   Settings settings() const;
+  // The same without a copy; keeps that snapshot's settings alive.
+  std::shared_ptr<const Settings> settings_ptr() const;
   Metrics& metrics() { return *metrics_; }
   EngineStats Stats() const;
   // Prometheus text of every sluiced series.

@@ -17,7 +17,7 @@ Status DecideProto(Engine& engine, const pb::RateLimitRequest& request,
   req.domain = request.domain();
   req.hits_addend = request.hits_addend();
   const int n = request.descriptors_size();
-  const std::size_t max = engine.settings().max_descriptors;
+  const std::size_t max = engine.settings_ptr()->max_descriptors;
   if (static_cast<std::size_t>(n) > max) {
     return Status::InvalidArgument("too many descriptors: " + std::to_string(n) + " (at most " +
                                    std::to_string(max) + ")");

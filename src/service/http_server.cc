@@ -1,13 +1,12 @@
 // HTTP endpoints on cpp-httplib.
 #include "service/http_server.h"
 
-#include <google/protobuf/util/json_util.h>
 #include <httplib.h>
 
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "service/grpc_service.h"
+#include "service/json_api.h"
 #include "service/log.h"
 
 namespace sluice::service {
@@ -63,35 +62,23 @@ struct HttpServer::Impl {
   Impl(Engine& e, const std::atomic<bool>* r) : engine(e), ready(r) {}
 
   void Json(const httplib::Request& req, httplib::Response& res) {
-    pb::RateLimitRequest preq;
-    google::protobuf::util::JsonParseOptions opts;
-    opts.ignore_unknown_fields = false;
-    auto ps = google::protobuf::util::JsonStringToMessage(req.body, &preq, opts);
-    if (!ps.ok()) {
-      engine.metrics().CountRequest(Api::kJson, RequestOutcome::kInvalid);
-      Log(LogLevel::kWarn, "bad_request", {{"api", "json"}, {"error", ps.ToString()}});
-      JsonError(res, 400, "invalid JSON request: " + std::string(ps.message()));
-      return;
-    }
-    pb::RateLimitResponse presp;
-    Status s = DecideProto(engine, preq, &presp);
+    JsonRequest parsed;
+    Status s = ParseJsonRequest(req.body, engine.settings_ptr()->max_descriptors, &parsed);
+    RateLimitResponse out;
+    if (s.ok()) s = engine.ShouldRateLimit(parsed.request, &out);
     if (!s.ok()) {
       const bool invalid = s.code() == ErrorCode::kInvalidArgument;
       engine.metrics().CountRequest(Api::kJson,
                                     invalid ? RequestOutcome::kInvalid : RequestOutcome::kError);
-      Log(LogLevel::kWarn, "bad_request",
-          {{"api", "json"}, {"domain", preq.domain()}, {"error", s.message()}});
+      Log(LogLevel::kWarn, "bad_request", {{"api", "json"}, {"error", s.message()}});
       JsonError(res, invalid ? 400 : 500, s.message());
       return;
     }
-    std::string out;
-    (void)google::protobuf::util::MessageToJsonString(presp, &out);
-    const bool over = presp.overall_code() == pb::RateLimitResponse::OVER_LIMIT;
+    const bool over = out.overall_code == Code::kOverLimit;
     engine.metrics().CountRequest(Api::kJson,
                                   over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
     res.status = over ? 429 : 200;
-    out.push_back('\n');
-    res.set_content(out, "application/json");
+    res.set_content(RenderJsonResponse(out), "application/json");
   }
 
   // /v1/check?domain=D&key=K&value=V[&key=K2&value=V2...][&hits=N]: one descriptor whose
@@ -161,12 +148,12 @@ struct HttpServer::Impl {
   // config turns 403 into 429 with error_page). Rate-limit headers on both.
   void Nginx(const httplib::Request& req, httplib::Response& res) {
     const std::string domain = req.matches[1];
-    const Settings settings = engine.settings();
+    const std::shared_ptr<const Settings> settings = engine.settings_ptr();
     std::vector<std::string> values;
-    values.reserve(settings.nginx_headers.size());
+    values.reserve(settings->nginx_headers.size());
     RateLimitRequest r;
     r.domain = domain;
-    for (const auto& [header, key] : settings.nginx_headers) {
+    for (const auto& [header, key] : settings->nginx_headers) {
       if (!req.has_header(header)) continue;
       values.push_back(req.get_header_value(header));
       if (values.back().empty()) continue;
