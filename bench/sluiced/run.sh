@@ -3,13 +3,13 @@
 # run on this machine, all on loopback:
 #   - HTTP (wrk): nginx return 200 | sluiced GET /v1/check | sluiced POST /json
 #   - gRPC (sluiced_grpc_load, async stubs): ShouldRateLimit
-# Embedded store (default) or Redis: bench/sluiced/run.sh [redis]
 # Usage: bench/sluiced/run.sh [memory|redis]   (builds the release preset first)
-# Settings: DURATION (s, default 10), CONNECTIONS (default 32), THREADS (wrk, default 2).
+# Settings: DURATION (s per run, default 5), ROUNDS (default 3), CONNECTIONS (default 32),
+# THREADS (wrk, default 2).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 store=${1:-memory}
-duration=${DURATION:-10}
+duration=${DURATION:-5}
 conns=${CONNECTIONS:-32}
 threads=${THREADS:-2}
 cmake --preset release >/dev/null
@@ -82,9 +82,9 @@ wrk.headers["Content-Type"] = "application/json"
 wrk.body = '{"domain":"bench","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.1"}]}]}'
 LUA
 
-run_wrk() {  # name, url, [lua]
-  local name=$1 url=$2 lua=${3:-}
-  local out
+# One wrk run; prints "requests/s p50 p99 non2xx".
+wrk_once() {  # url, [lua]
+  local url=$1 lua=${2:-} out
   if [[ -n $lua ]]; then
     out=$(wrk -t"$threads" -c"$conns" -d"${duration}s" --latency -s "$lua" "$url")
   else
@@ -95,17 +95,34 @@ run_wrk() {  # name, url, [lua]
   p50=$(awk '$1=="50%" {print $2}' <<<"$out")
   p99=$(awk '$1=="99%" {print $2}' <<<"$out")
   non2xx=$(awk '/Non-2xx/ {print $5}' <<<"$out")
-  printf '| %s | %s | %s | %s | %s |\n' "$name" "${rps%.*}" "$p50" "$p99" "${non2xx:-0}"
+  echo "${rps%.*} $p50 $p99 ${non2xx:-0}"
+}
+# The machine is shared: targets take turns for $rounds rounds; the median round counts.
+median_row() {  # name, file of rows
+  sort -n "$2" | awk -v name="$1" '{ r[NR]=$0 } END { split(r[int((NR+1)/2)], f, " ");
+    printf "| %s | %s | %s | %s | %s |\n", name, f[1], f[2], f[3], f[4] }'
 }
 
-echo "store=$store wrk -t$threads -c$conns -d${duration}s; cores=$(nproc); $(date -u +%FT%TZ)"
+rounds=${ROUNDS:-3}
+echo "store=$store wrk -t$threads -c$conns -d${duration}s, median of $rounds alternating rounds;" \
+  "cores=$(nproc); $(date -u +%FT%TZ)"
+: >"$work/nginx.rows"; : >"$work/check.rows"; : >"$work/json.rows"
+for _ in $(seq "$rounds"); do
+  wrk_once "http://127.0.0.1:$nport/" >>"$work/nginx.rows"
+  wrk_once "http://127.0.0.1:$hport/v1/check?domain=bench&key=remote_address&value=10.0.0.1" \
+    >>"$work/check.rows"
+  wrk_once "http://127.0.0.1:$hport/json" "$work/json.lua" >>"$work/json.rows"
+done
 echo
 echo '| HTTP target | requests/s | p50 | p99 | non-2xx |'
 echo '| --- | ---: | ---: | ---: | ---: |'
-run_wrk 'nginx `return 200` (reference)' "http://127.0.0.1:$nport/"
-run_wrk 'sluiced GET /v1/check' \
-  "http://127.0.0.1:$hport/v1/check?domain=bench&key=remote_address&value=10.0.0.1"
-run_wrk 'sluiced POST /json' "http://127.0.0.1:$hport/json" "$work/json.lua"
+median_row 'nginx `return 200` (reference)' "$work/nginx.rows"
+median_row 'sluiced GET /v1/check' "$work/check.rows"
+median_row 'sluiced POST /json' "$work/json.rows"
+echo
+echo "all rounds (requests/s p50 p99 non-2xx): nginx: $(paste -sd';' "$work/nginx.rows")"
+echo "  check: $(paste -sd';' "$work/check.rows")"
+echo "  json: $(paste -sd';' "$work/json.rows")"
 echo
 echo "gRPC: sluiced_grpc_load --concurrency $conns --threads $threads --values 1000 --duration $duration"
 build/release/bench/sluiced/sluiced_grpc_load --target "127.0.0.1:$gport" --domain bench \
