@@ -65,6 +65,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   const Settings& s = config->settings;
   d->http_addr_ = s.http;
   d->grpc_addr_ = s.grpc;
+  d->started_ = s;
   auto grpc = GrpcServer::Start(*d->engine_, s.grpc, s.max_body_bytes);
   if (!grpc.ok()) return grpc.status();
   d->grpc_ = std::move(*grpc);
@@ -101,9 +102,12 @@ Status Daemon::Reload(const char* reason) {
   }
   SetLogLevel(config->settings.log_level);
   const Settings& s = config->settings;
-  if (s.redis != store_url_ || s.http != http_addr_ || s.grpc != grpc_addr_) {
+  if (s.redis != store_url_ || s.http != http_addr_ || s.grpc != grpc_addr_ ||
+      s.max_body_bytes != started_.max_body_bytes || s.http_threads != started_.http_threads) {
     Log(LogLevel::kWarn, "restart_required",
-        {{"why", "listen addresses and the store URL change only on restart"}});
+        {{"why",
+          "listen addresses, the store URL, max_body_bytes and http_threads change only on "
+          "restart"}});
   }
   Log(LogLevel::kInfo, "config_loaded",
       {{"reason", reason},

@@ -56,6 +56,7 @@ class Daemon {
   DaemonOptions options_;
   std::string store_url_;
   std::string http_addr_, grpc_addr_;
+  Settings started_;  // what the servers were started with
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<HttpServer> http_;

@@ -349,6 +349,36 @@ descriptors:
   EXPECT_EQ(Ask("d", {{{{"a", "x"}}}, {{{"b", "x"}}}}).overall_code, Code::kOverLimit);
 }
 
+TEST_F(EngineTest, GlobalShadowModeNeverDeniesButCounts) {
+  Load(R"(
+sluiced: {shadow_mode: true}
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 1}
+)");
+  EXPECT_EQ(Passes("d", {{{"k", "x"}}}, 5), 5);
+  EXPECT_NE(engine->RenderMetrics().find(
+                "sluiced_shadow_over_limit_total{domain=\"d\",descriptor=\"k\"} 4"),
+            std::string::npos);
+}
+
+TEST_F(EngineTest, DetailedMetricLabelsCarryTheValues) {
+  Load(R"(
+domain: d
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+)");
+  Passes("d", {{{"user", "ann"}}}, 2);
+  const std::string m = engine->RenderMetrics();
+  EXPECT_NE(m.find("sluiced_decisions_total{domain=\"d\",descriptor=\"user|user=ann\","
+                   "outcome=\"over_limit\"} 1"),
+            std::string::npos)
+      << m;
+}
+
 TEST_F(EngineTest, MetricsByDomainDescriptorOutcomeAndNearLimit) {
   Load(kMatching);
   Passes("web", {{{"remote_address", "7.7.7.7"}}}, 4);
