@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "sluice/memory_store.h"
 
 namespace sluice::service {
@@ -347,6 +350,56 @@ descriptors:
     EXPECT_EQ(r.overall_code, Code::kOk);
   }
   EXPECT_EQ(Ask("d", {{{{"a", "x"}}}, {{{"b", "x"}}}}).overall_code, Code::kOverLimit);
+}
+
+TEST_F(EngineTest, ConcurrentDecisionsAcrossReloadsNeverExceedTheLimit) {
+  const std::string config = R"(
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 50}
+)";
+  Load(config);
+  std::atomic<int> allowed{0};
+  std::atomic<bool> done{false};
+  std::thread reloader([&] {
+    // The same limits again and again: each reload swaps in a new snapshot, and the
+    // budget must carry over every time.
+    while (!done.load()) ASSERT_TRUE(Reload(config).ok());
+  });
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 8; ++t) {
+    workers.emplace_back([&] {
+      for (int i = 0; i < 40; ++i) {
+        RateLimitResponse r;
+        RateLimitRequest req;
+        req.domain = "d";
+        req.descriptors.resize(1);
+        req.descriptors[0].entries.push_back(Entry{"k", "shared"});
+        ASSERT_TRUE(engine->ShouldRateLimit(req, &r).ok());
+        allowed.fetch_add(r.overall_code == Code::kOk);
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  done = true;
+  reloader.join();
+  EXPECT_EQ(allowed.load(), 50);
+  EXPECT_GT(engine->Stats().generation, 1u);
+}
+
+TEST_F(EngineTest, LongValuesAreHashedIntoTheKey) {
+  Load(R"(
+domain: d
+descriptors:
+  - key: token
+    rate_limit: {unit: hour, requests_per_unit: 1}
+)");
+  const std::string a(1000, 'a');
+  std::string b = a;
+  b.back() = 'b';
+  EXPECT_EQ(Passes("d", {{{"token", a}}}, 2), 1);
+  EXPECT_EQ(Passes("d", {{{"token", b}}}, 2), 1) << "distinct long values keep distinct counters";
 }
 
 TEST_F(EngineTest, GlobalShadowModeNeverDeniesButCounts) {
