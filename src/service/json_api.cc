@@ -204,7 +204,8 @@ Status ParseJsonRequest(std::string_view body, std::size_t max_descriptors, Json
     // Bad input only: parse again to learn where and why (the exception stays here).
     std::string why = "malformed JSON";
     try {
-      (void)json::parse(body);
+      const json unused = json::parse(body);
+      (void)unused;
     } catch (const json::parse_error& e) {
       why = e.what();
       const std::size_t p = why.find("] ");

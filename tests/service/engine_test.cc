@@ -17,7 +17,12 @@ constexpr Micros kSec = 1'000'000;
 // 2026-07-30 12:00:00 UTC: on a day boundary? No, noon; on an hour boundary.
 constexpr Micros kNoon = 1785412800LL * kSec;
 
+// One request descriptor: entries and an optional per-descriptor hits_addend.
 struct D {
+  D() = default;
+  D(std::vector<std::pair<std::string, std::string>> e,  // NOLINT: brace-initialised
+    std::optional<std::uint64_t> h = std::nullopt)
+      : entries(std::move(e)), hits(h) {}
   std::vector<std::pair<std::string, std::string>> entries;
   std::optional<std::uint64_t> hits;
 };
