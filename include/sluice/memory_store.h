@@ -29,7 +29,10 @@ struct MemoryStoreStats {
 
 // Thread-safe, sharded, in-process state. A key's state is a few machine words (a
 // sliding window log also keeps one timestamp per unit in its window). An idle key is
-// dropped once its state would be back to "full", which changes no decision. Deciding
+// dropped once its state would be back to "full", which changes no decision: the
+// store's time never goes back (a check stamped earlier than the latest time its
+// shard has decided at is decided at that latest time), so a dropped state is never
+// needed again. Deciding
 // on a key the store already holds allocates nothing.
 class MemoryStore final : public Store {
  public:

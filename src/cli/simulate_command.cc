@@ -1,5 +1,6 @@
 // `sluice simulate`: flags, the chosen patterns, tables and pictures.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -85,9 +86,12 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
   app.add_option("-l,--limit", limit, "requests allowed per window")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1'000'000}))
       ->capture_default_str();
-  app.add_option("-w,--window", window_text, "the limit's window")->capture_default_str();
+  app.add_option("-w,--window", window_text, "the limit's window")
+      ->capture_default_str()
+      ->type_name("DURATION");
   app.add_option("-d,--duration", duration_text, "length of generated traffic (poisson, onoff)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   app.add_option("-k,--keys", keys, "number of keys (clients) for poisson and onoff")
       ->check(CLI::Range(std::uint32_t{1}, std::uint32_t{10'000'000}))
       ->capture_default_str();
@@ -98,16 +102,17 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
   app.add_option("--on-load", on_load, "onoff: rate during a burst, as a multiple of the limit")
       ->check(CLI::Range(0.001, 1000.0))
       ->capture_default_str();
-  app.add_option("--on", on_text, "onoff: burst length (default: a quarter of the window)");
-  app.add_option("--off", off_text, "onoff: silence between bursts (default: 3/4 of the window)");
+  app.add_option("--on", on_text, "onoff: burst length (default: a quarter of the window)")
+      ->type_name("DURATION");
+  app.add_option("--off", off_text, "onoff: silence between bursts (default: 3/4 of the window)")
+      ->type_name("DURATION");
   app.add_option("--burst", burst, "token bucket / GCRA capacity (default: the limit)")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1'000'000'000'000}));
   app.add_option("--seed", seed, "random seed; the same seed gives the same output")
       ->capture_default_str();
-  app.add_option("--trace", trace_path, "replay a trace file (see below)");
-  app.add_option("--svg", svg_path,
-                 "draw allowed requests over time per algorithm into this SVG file (one file "
-                 "per pattern when there are several: FILE-<pattern>.svg)");
+  app.add_option("--trace", trace_path, "replay a trace file (see below)")->type_name("FILE");
+  app.add_option("--svg", svg_path, "draw each pattern (FILE-<pattern>.svg when several)")
+      ->type_name("FILE");
 
   std::vector<std::string> storage(args.begin(), args.end());
   if (storage.empty()) storage.emplace_back("simulate");
@@ -155,6 +160,11 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
     if (!r.ok()) return usage_error("--off: " + r.status().message());
     off = *r;
   }
+  if ((pattern == "onoff" || pattern == "all") &&
+      static_cast<double>(*duration) / static_cast<double>(on + off) * keys > 1e8) {
+    return usage_error("--on + --off (" + FormatDuration(on + off) +
+                       ") is too short for --duration and --keys: over 10^8 bursts");
+  }
   if (!trace_path.empty() && pattern_opt->count() == 0) pattern = "trace";
   if (pattern == "trace" && trace_path.empty()) {
     return usage_error("--pattern trace needs --trace FILE");
@@ -195,6 +205,8 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
     auto t = LoadTrace(trace_path);
     if (!t.ok()) return usage_error(t.status().message());
     if (Status s = CheckTraffic(*t, policy, trace_path); !s.ok()) return usage_error(s.message());
+    // Draw until the last request has left the window.
+    t->end = std::max(t->end, t->requests.back().t + policy.window);
     auto shared = std::make_shared<Traffic>(std::move(*t));
     patterns.push_back([shared] { return std::move(*shared); });
   }

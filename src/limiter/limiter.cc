@@ -3,11 +3,14 @@
 #include "sluice/limiter.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
+#include "limiter/limiter_internal.h"
 #include "sluice/key.h"
 #include "sluice/memory_store.h"
 
@@ -26,16 +29,43 @@ bool ValidPrefix(std::string_view p) {
   return true;
 }
 
-// Builds "<prefix>:{<escaped key>}:<policy>" into `out` without allocating once `out`
-// has grown to the largest key seen on this thread.
-void BuildKey(std::string& out, std::string_view prefix, std::string_view key,
-              std::string_view policy) {
-  out.clear();
-  out.append(prefix);
-  out.append(":{");
-  AppendEscaped(out, key);
-  out.append("}:");
-  out.append(policy);
+// Storage for up to N objects of a trivially copyable type, left uninitialised: the
+// hot path fills the entries it uses instead of zeroing all N.
+template <typename T, std::size_t N>
+class Scratch {
+  static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>);
+
+ public:
+  T* data() { return reinterpret_cast<T*>(bytes_); }
+  T& operator[](std::size_t i) { return data()[i]; }
+
+ private:
+  alignas(T) unsigned char bytes_[sizeof(T) * N];
+};
+
+// Which bytes AppendEscaped (sluice/key.h) leaves as they are: [A-Za-z0-9._@/+=-].
+constexpr std::array<bool, 256> kPlainByte = [] {
+  std::array<bool, 256> t{};
+  for (int c = 'a'; c <= 'z'; ++c) t[c] = true;
+  for (int c = 'A'; c <= 'Z'; ++c) t[c] = true;
+  for (int c = '0'; c <= '9'; ++c) t[c] = true;
+  for (char c : std::string_view("._-@/+=")) t[static_cast<unsigned char>(c)] = true;
+  return t;
+}();
+
+// Counters of one stripe: threads add to their own stripe (one cache line), so that
+// counting decisions does not bounce a shared line between cores.
+struct alignas(64) CounterStripe {
+  std::atomic<std::uint64_t> decisions{0}, denied{0}, shadow_denied{0}, deny_cache_hits{0},
+      store_errors{0}, fail_open{0}, fail_closed{0}, local_fallback{0};
+};
+constexpr std::size_t kCounterStripes = 16;
+
+std::size_t ThisThreadStripe() {
+  static std::atomic<std::size_t> next{0};
+  thread_local const std::size_t stripe =
+      next.fetch_add(1, std::memory_order_relaxed) % kCounterStripes;
+  return stripe;
 }
 
 std::uint64_t Fnv(std::string_view s) {
@@ -112,6 +142,40 @@ Policy FallbackPolicy(const Policy& p) {
 
 }  // namespace
 
+namespace limiter_internal {
+
+void BuildStoreKey(std::string& out, std::string_view prefix, std::string_view key,
+                   std::string_view policy) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  const std::size_t longest = prefix.size() + 2 + 3 * key.size() + 2 + policy.size();
+  if (out.size() < longest) out.resize(longest);
+  char* p = out.data();
+  std::memcpy(p, prefix.data(), prefix.size());
+  p += prefix.size();
+  *p++ = ':';
+  *p++ = '{';
+  for (const char ch : key) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (kPlainByte[c]) {
+      *p++ = ch;
+    } else {
+      p[0] = '%';
+      p[1] = kHex[c >> 4];
+      p[2] = kHex[c & 15];
+      p += 3;
+    }
+  }
+  *p++ = '}';
+  *p++ = ':';
+  std::memcpy(p, policy.data(), policy.size());
+  p += policy.size();
+  out.resize(static_cast<std::size_t>(p - out.data()));
+}
+
+}  // namespace limiter_internal
+
+using limiter_internal::BuildStoreKey;
+
 struct Limiter::Impl {
   LimiterOptions options;
   std::vector<Policy> fallback_policies;
@@ -119,8 +183,9 @@ struct Limiter::Impl {
   bool use_deny_cache = false;
   DenyCache deny_cache;
 
-  std::atomic<std::uint64_t> decisions{0}, denied{0}, shadow_denied{0}, deny_cache_hits{0},
-      store_errors{0}, fail_open{0}, fail_closed{0}, local_fallback{0};
+  std::array<CounterStripe, kCounterStripes> stripes;
+
+  CounterStripe& Counters() { return stripes[ThisThreadStripe()]; }
 
   explicit Impl(LimiterOptions o)
       : options(std::move(o)),
@@ -179,9 +244,9 @@ Result<std::size_t> Limiter::FindPolicy(std::string_view name) const {
 Result<Decision> Limiter::Acquire(std::string_view key, std::uint64_t cost,
                                   std::span<Decision> per_policy) {
   const auto& ps = impl_->options.policies;
-  Check checks[kMaxChecks];
+  Scratch<Check, kMaxChecks> checks;
   for (std::size_t i = 0; i < ps.size(); ++i) checks[i] = Check{i, key, cost};
-  return Acquire(std::span<const Check>(checks, ps.size()), per_policy);
+  return Acquire(std::span<const Check>(checks.data(), ps.size()), per_policy);
 }
 
 Result<Decision> Limiter::Peek(std::string_view key, std::span<Decision> per_policy) {
@@ -196,7 +261,7 @@ Result<Decision> Limiter::Acquire(std::span<const Check> checks, std::span<Decis
   }
   const auto& ps = impl_->options.policies;
   thread_local std::string keys[kMaxChecks];
-  StoreCheck store_checks[kMaxChecks];
+  Scratch<StoreCheck, kMaxChecks> store_checks;
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const Check& c = checks[i];
     if (c.policy >= ps.size()) {
@@ -219,15 +284,17 @@ Result<Decision> Limiter::Acquire(std::span<const Check> checks, std::span<Decis
         return Status::InvalidArgument("policy '" + p.name + "' is checked twice for one key");
       }
     }
-    BuildKey(keys[i], impl_->options.key_prefix, c.key, p.name);
+    BuildStoreKey(keys[i], impl_->options.key_prefix, c.key, p.name);
     store_checks[i] = StoreCheck{&p, keys[i], c.cost};
   }
-  Decision local[kMaxChecks];
-  std::span<Decision> out = per_check.empty() ? std::span<Decision>(local, checks.size())
+  Scratch<Decision, kMaxChecks> local;
+  std::span<Decision> out = per_check.empty() ? std::span<Decision>(local.data(), checks.size())
                                               : per_check.first(checks.size());
-  for (std::size_t i = 0; i < checks.size(); ++i)
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    out[i] = Decision{};
     out[i].policy_index = static_cast<std::uint16_t>(checks[i].policy);
-  return impl_->Decide(std::span<const StoreCheck>(store_checks, checks.size()), out);
+  }
+  return impl_->Decide(std::span<const StoreCheck>(store_checks.data(), checks.size()), out);
 }
 
 void Limiter::Impl::OnStoreFailure(std::span<const StoreCheck> checks, Micros now,
@@ -236,7 +303,7 @@ void Limiter::Impl::OnStoreFailure(std::span<const StoreCheck> checks, Micros no
   for (const StoreCheck& c : checks)
     closed = closed || c.policy->failure_mode == FailureMode::kFailClosed;
   if (closed) {
-    fail_closed.fetch_add(1, std::memory_order_relaxed);
+    Counters().fail_closed.fetch_add(1, std::memory_order_relaxed);
     for (std::size_t i = 0; i < checks.size(); ++i) {
       const Policy& p = *checks[i].policy;
       Decision& d = out[i];
@@ -278,9 +345,9 @@ void Limiter::Impl::OnStoreFailure(std::span<const StoreCheck> checks, Micros no
     d.source = DecisionSource::kFailOpen;
     d.policy_index = idx;
   }
-  if (n < checks.size()) fail_open.fetch_add(1, std::memory_order_relaxed);
+  if (n < checks.size()) Counters().fail_open.fetch_add(1, std::memory_order_relaxed);
   if (n == 0) return;
-  local_fallback.fetch_add(1, std::memory_order_relaxed);
+  Counters().local_fallback.fetch_add(1, std::memory_order_relaxed);
   Decision fd[kMaxChecks];
   Status s =
       fallback_store.Evaluate(std::span<const StoreCheck>(fb, n), now, std::span<Decision>(fd, n));
@@ -318,23 +385,25 @@ Result<Decision> Limiter::Impl::Decide(std::span<const StoreCheck> checks,
           out[j].policy_index = idx;
         }
         cached = true;
-        deny_cache_hits.fetch_add(1, std::memory_order_relaxed);
+        Counters().deny_cache_hits.fetch_add(1, std::memory_order_relaxed);
         break;
       }
     }
   }
   if (!cached) {
-    Decision tmp[kMaxChecks];
-    for (std::size_t i = 0; i < checks.size(); ++i) tmp[i].policy_index = out[i].policy_index;
-    Status s = options.store->Evaluate(checks, now, std::span<Decision>(tmp, checks.size()));
+    // The store writes straight into `out`, each entry reset first; policy indices
+    // are restored after.
+    std::uint16_t idx[kMaxChecks];
     for (std::size_t i = 0; i < checks.size(); ++i) {
-      const std::uint16_t idx = out[i].policy_index;
-      out[i] = tmp[i];
-      out[i].policy_index = idx;
+      idx[i] = out[i].policy_index;
+      out[i] = Decision{};
+      out[i].policy_index = idx[i];
     }
+    Status s = options.store->Evaluate(checks, now, out.first(checks.size()));
+    for (std::size_t i = 0; i < checks.size(); ++i) out[i].policy_index = idx[i];
     if (!s.ok()) {
       if (s.code() == ErrorCode::kInvalidArgument) return s;
-      store_errors.fetch_add(1, std::memory_order_relaxed);
+      Counters().store_errors.fetch_add(1, std::memory_order_relaxed);
       OnStoreFailure(checks, now, out);
     } else if (use_deny_cache) {
       for (std::size_t i = 0; i < checks.size(); ++i) {
@@ -355,7 +424,7 @@ Result<Decision> Limiter::Impl::Decide(std::span<const StoreCheck> checks,
       bind = i;
     }
   }
-  decisions.fetch_add(1, std::memory_order_relaxed);
+  Counters().decisions.fetch_add(1, std::memory_order_relaxed);
   if (any_denied) {
     bool shadow = true;
     for (std::size_t i = 0; i < checks.size(); ++i) {
@@ -369,9 +438,9 @@ Result<Decision> Limiter::Impl::Decide(std::span<const StoreCheck> checks,
           out[i].retry_after = 0;
         }
       }
-      shadow_denied.fetch_add(1, std::memory_order_relaxed);
+      Counters().shadow_denied.fetch_add(1, std::memory_order_relaxed);
     } else {
-      denied.fetch_add(1, std::memory_order_relaxed);
+      Counters().denied.fetch_add(1, std::memory_order_relaxed);
     }
   }
   return out[bind];
@@ -384,7 +453,7 @@ Status Limiter::Reset(std::string_view key) {
   std::string k;
   const auto& ps = impl_->options.policies;
   for (std::size_t i = 0; i < ps.size(); ++i) {
-    BuildKey(k, impl_->options.key_prefix, key, ps[i].name);
+    BuildStoreKey(k, impl_->options.key_prefix, key, ps[i].name);
     if (Status s = impl_->options.store->Reset(ps[i], k); !s.ok()) return s;
     (void)impl_->fallback_store.Reset(impl_->fallback_policies[i], k);
     impl_->deny_cache.Erase(k);
@@ -394,14 +463,16 @@ Status Limiter::Reset(std::string_view key) {
 
 LimiterStats Limiter::Stats() const {
   LimiterStats s;
-  s.decisions = impl_->decisions.load(std::memory_order_relaxed);
-  s.denied = impl_->denied.load(std::memory_order_relaxed);
-  s.shadow_denied = impl_->shadow_denied.load(std::memory_order_relaxed);
-  s.deny_cache_hits = impl_->deny_cache_hits.load(std::memory_order_relaxed);
-  s.store_errors = impl_->store_errors.load(std::memory_order_relaxed);
-  s.fail_open = impl_->fail_open.load(std::memory_order_relaxed);
-  s.fail_closed = impl_->fail_closed.load(std::memory_order_relaxed);
-  s.local_fallback = impl_->local_fallback.load(std::memory_order_relaxed);
+  for (const CounterStripe& c : impl_->stripes) {
+    s.decisions += c.decisions.load(std::memory_order_relaxed);
+    s.denied += c.denied.load(std::memory_order_relaxed);
+    s.shadow_denied += c.shadow_denied.load(std::memory_order_relaxed);
+    s.deny_cache_hits += c.deny_cache_hits.load(std::memory_order_relaxed);
+    s.store_errors += c.store_errors.load(std::memory_order_relaxed);
+    s.fail_open += c.fail_open.load(std::memory_order_relaxed);
+    s.fail_closed += c.fail_closed.load(std::memory_order_relaxed);
+    s.local_fallback += c.local_fallback.load(std::memory_order_relaxed);
+  }
   return s;
 }
 

@@ -1,10 +1,15 @@
 // MemoryStore: sharded open-addressing hash tables of 64-byte slots.
 //
-// A slot holds the key (inline up to 22 bytes, else on the heap), the algorithm's
-// state (a few words; a pointer to a ring buffer for the sliding log) and the time at
-// which that state is back to "full". Lookups of existing keys allocate nothing.
-// Linear probing with backward-shift deletion (no tombstones); tables grow by 1.5x
-// so that memory per key stays close to 64 / load.
+// A slot (one cache line) holds the key (inline up to 30 bytes, else on the heap),
+// the algorithm's state (a few words; a pointer to a ring buffer for the sliding log)
+// and the time at which that state is back to "full". Lookups of existing keys
+// allocate nothing and, for inline keys, read one cache line of the table. Linear
+// probing with backward-shift deletion (no tombstones); tables grow by 1.5x at 7/8
+// load, so memory per key stays between 64/0.875 and 64/0.58 bytes.
+//
+// A Limiter's store key is "<prefix>:{<escaped caller key>}:<policy>": with the
+// default prefix "sluice", 10 bytes + the policy name + the caller key. Keys longer
+// than 30 bytes cost a heap block more, and a second cache miss per decision.
 #include "sluice/memory_store.h"
 
 #include <algorithm>
@@ -17,12 +22,45 @@
 #include <vector>
 
 #include "core/algorithms.h"
+#include "memory/memory_store_internal.h"
 
 namespace sluice {
+
+namespace memory_internal {
+
+std::uint64_t HashKey(std::string_view k) {
+  // FNV-1a over 8-byte words, then a strong 64-bit finaliser (splitmix64).
+  std::uint64_t h = 0xcbf29ce484222325ULL ^ k.size();
+  std::size_t i = 0;
+  for (; i + 8 <= k.size(); i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, k.data() + i, 8);
+    h = (h ^ w) * 0x100000001b3ULL;
+    h ^= h >> 29;
+  }
+  std::uint64_t tail = 0;
+  std::memcpy(&tail, k.data() + i, k.size() - i);
+  h = (h ^ tail) * 0x100000001b3ULL;
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebULL;
+  h ^= h >> 31;
+  return h | 1;  // 0 marks an empty slot
+}
+
+}  // namespace memory_internal
+
 namespace {
 
-constexpr std::size_t kInlineKey = 22;
+constexpr std::size_t kInlineKey = 30;
 constexpr std::uint8_t kHeapKey = 0xFF;
+
+using memory_internal::HashKey;
+
+constexpr std::uint8_t TagOf(Algorithm a) {
+  return static_cast<std::uint8_t>(static_cast<std::uint8_t>(a) + 1);
+}
 
 // A growable ring buffer of log entries, allocated with malloc so the slot can hold a
 // bare pointer. Capacity doubles up to the policy's limit.
@@ -101,76 +139,65 @@ union State {
 };
 static_assert(sizeof(State) == 24);
 
-struct Slot {
-  std::uint64_t hash;  // 0: empty
-  Micros expires;
-  std::uint8_t key_len;  // <= kInlineKey, or kHeapKey
-  std::uint8_t algorithm;
-  char key[kInlineKey];  // inline bytes, or {char* data; uint32 len}
-  State state;
+// A key longer than kInlineKey: its bytes live on the heap; its hash is kept in the
+// slot so that probing past it, or moving it, never touches the heap.
+struct HeapKey {
+  char* data;
+  std::uint32_t len;
+  std::uint64_t hash;
+};
+static_assert(sizeof(HeapKey) <= kInlineKey);
 
-  std::string_view Key() const {
-    if (key_len != kHeapKey) return {key, key_len};
-    const char* data;
-    std::uint32_t len;
-    std::memcpy(&data, key, sizeof(data));
-    std::memcpy(&len, key + sizeof(data), sizeof(len));
-    return {data, len};
+// One cache line: a probe reads exactly one line.
+struct alignas(64) Slot {
+  Micros expires;
+  State state;
+  std::uint8_t tag;      // 0: empty; else TagOf(the algorithm `state` belongs to)
+  std::uint8_t key_len;  // <= kInlineKey, or kHeapKey
+  char key[kInlineKey];  // the key's bytes, or a HeapKey
+
+  bool empty() const { return tag == 0; }
+  HeapKey Heap() const {
+    HeapKey h;
+    std::memcpy(&h, key, sizeof(h));
+    return h;
   }
-  void SetKey(std::string_view k) {
+  bool Matches(std::uint64_t hash, std::string_view k) const {
+    if (key_len != kHeapKey) {
+      return key_len == k.size() && std::memcmp(key, k.data(), k.size()) == 0;
+    }
+    const HeapKey h = Heap();
+    return h.hash == hash && h.len == k.size() && std::memcmp(h.data, k.data(), k.size()) == 0;
+  }
+  std::uint64_t Hash() const {
+    return key_len != kHeapKey ? HashKey(std::string_view(key, key_len)) : Heap().hash;
+  }
+  void SetKey(std::uint64_t hash, std::string_view k) {
     if (k.size() <= kInlineKey) {
       key_len = static_cast<std::uint8_t>(k.size());
       std::memcpy(key, k.data(), k.size());
       return;
     }
-    char* data = static_cast<char*>(std::malloc(k.size()));
-    if (data == nullptr) throw std::bad_alloc();
-    std::memcpy(data, k.data(), k.size());
-    const auto len = static_cast<std::uint32_t>(k.size());
+    HeapKey h{static_cast<char*>(std::malloc(k.size())), static_cast<std::uint32_t>(k.size()),
+              hash};
+    if (h.data == nullptr) throw std::bad_alloc();
+    std::memcpy(h.data, k.data(), k.size());
     key_len = kHeapKey;
-    std::memcpy(key, &data, sizeof(data));
-    std::memcpy(key + sizeof(data), &len, sizeof(len));
+    std::memcpy(key, &h, sizeof(h));
   }
   void Free() {
-    if (key_len == kHeapKey) {
-      char* data;
-      std::memcpy(&data, key, sizeof(data));
-      std::free(data);
-    }
-    if (algorithm == static_cast<std::uint8_t>(Algorithm::kSlidingWindowLog) && state.log) {
-      std::free(state.log);
-    }
-    hash = 0;
+    if (key_len == kHeapKey) std::free(Heap().data);
+    if (tag == TagOf(Algorithm::kSlidingWindowLog) && state.log) std::free(state.log);
+    tag = 0;
   }
 };
 static_assert(sizeof(Slot) == 64);
-
-std::uint64_t HashKey(std::string_view k) {
-  // FNV-1a over 8-byte words, then a strong 64-bit finaliser (splitmix64).
-  std::uint64_t h = 0xcbf29ce484222325ULL ^ k.size();
-  std::size_t i = 0;
-  for (; i + 8 <= k.size(); i += 8) {
-    std::uint64_t w;
-    std::memcpy(&w, k.data() + i, 8);
-    h = (h ^ w) * 0x100000001b3ULL;
-    h ^= h >> 29;
-  }
-  std::uint64_t tail = 0;
-  std::memcpy(&tail, k.data() + i, k.size() - i);
-  h = (h ^ tail) * 0x100000001b3ULL;
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ULL;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebULL;
-  h ^= h >> 31;
-  return h | 1;  // 0 marks an empty slot
-}
 
 class Table {
  public:
   ~Table() {
     for (Slot& s : slots_) {
-      if (s.hash != 0) s.Free();
+      if (!s.empty()) s.Free();
     }
   }
 
@@ -180,20 +207,22 @@ class Table {
     if (slots_.empty()) return nullptr;
     for (std::size_t i = Home(hash);; i = Next(i)) {
       Slot& s = slots_[i];
-      if (s.hash == 0) return nullptr;
-      if (s.hash == hash && s.Key() == key) return &s;
+      if (s.empty()) return nullptr;
+      if (s.Matches(hash, key)) return &s;
     }
   }
 
-  // Inserts a key that is known to be absent; returns its slot (hash and key set).
-  Slot* Insert(std::uint64_t hash, std::string_view key) {
+  // Inserts a key that is known to be absent, for `algorithm`; returns its slot (key
+  // and tag set, state zeroed).
+  Slot* Insert(std::uint64_t hash, std::string_view key, Algorithm algorithm) {
     if ((size_ + 1) * 8 > slots_.size() * 7) Grow();
     std::size_t i = Home(hash);
-    while (slots_[i].hash != 0) i = Next(i);
+    while (!slots_[i].empty()) i = Next(i);
     Slot& s = slots_[i];
-    s.hash = hash;
-    s.SetKey(key);
-    s.state.log = nullptr;
+    s.SetKey(hash, key);
+    s.tag = TagOf(algorithm);
+    s.state = State{};
+    s.expires = 0;
     ++size_;
     return &s;
   }
@@ -204,12 +233,12 @@ class Table {
     Micros next = std::numeric_limits<Micros>::max();
     for (std::size_t i = 0; i < slots_.size();) {
       Slot& s = slots_[i];
-      if (s.hash != 0 && s.expires <= now) {
+      if (!s.empty() && s.expires <= now) {
         Erase(i);
         ++removed;
         continue;  // re-examine the slot a later entry was shifted into
       }
-      if (s.hash != 0) next = std::min(next, s.expires);
+      if (!s.empty()) next = std::min(next, s.expires);
       ++i;
     }
     next_expiry_ = next;
@@ -223,7 +252,7 @@ class Table {
     for (int k = 0; k < n; ++k) {
       hand_ = hand_ + 1 >= slots_.size() ? 0 : hand_ + 1;
       Slot& s = slots_[hand_];
-      if (s.hash != 0 && s.expires <= now) {
+      if (!s.empty() && s.expires <= now) {
         Erase(hand_);
         ++removed;
       }
@@ -239,7 +268,7 @@ class Table {
 
  private:
   std::size_t Home(std::uint64_t hash) const {
-    return static_cast<std::size_t>((static_cast<unsigned __int128>(hash) * slots_.size()) >> 64);
+    return memory_internal::HomeSlot(hash, slots_.size());
   }
   std::size_t Next(std::size_t i) const { return i + 1 == slots_.size() ? 0 : i + 1; }
 
@@ -251,13 +280,13 @@ class Table {
     std::size_t hole = i;
     for (std::size_t j = Next(i);; j = Next(j)) {
       Slot& s = slots_[j];
-      if (s.hash == 0) break;
-      const std::size_t home = Home(s.hash);
+      if (s.empty()) break;
+      const std::size_t home = Home(s.Hash());
       // Can s move to `hole`? Only if hole lies cyclically in [home, j).
       const bool movable = (hole <= j) ? (home <= hole || home > j) : (home <= hole && home > j);
       if (movable) {
         std::memcpy(static_cast<void*>(&slots_[hole]), &s, sizeof(Slot));
-        s.hash = 0;
+        s.tag = 0;  // moved, not freed
         hole = j;
       }
     }
@@ -269,9 +298,9 @@ class Table {
     old.swap(slots_);
     slots_.assign(cap, Slot{});
     for (Slot& s : old) {
-      if (s.hash == 0) continue;
-      std::size_t i = Home(s.hash);
-      while (slots_[i].hash != 0) i = Next(i);
+      if (s.empty()) continue;
+      std::size_t i = Home(s.Hash());
+      while (!slots_[i].empty()) i = Next(i);
       std::memcpy(static_cast<void*>(&slots_[i]), &s, sizeof(Slot));
     }
     hand_ = 0;
@@ -286,6 +315,11 @@ class Table {
 struct alignas(64) Shard {
   std::mutex mu;
   Table table;
+  // The latest `now` this shard has decided at. Decisions use at least this time, so
+  // the store's time never goes back: a state dropped because it was back to "full"
+  // at a later time is never missed by a request stamped earlier (otherwise whether
+  // an idle key had been swept would change that request's decision).
+  Micros latest = std::numeric_limits<Micros>::min();
 };
 
 // Runs one non-log algorithm on `state` (or a fresh state).
@@ -312,20 +346,24 @@ struct MemoryStore::Impl {
   explicit Impl(MemoryStoreOptions o) : options(o) {
     std::size_t n = 1;
     while (n < std::max<std::size_t>(1, o.shards)) n <<= 1;
-    shard_bits = 0;
-    while ((std::size_t{1} << shard_bits) < n) ++shard_bits;
     shards = std::vector<Shard>(n);
   }
 
   std::size_t ShardOf(std::uint64_t hash) const {
-    return shard_bits == 0 ? 0 : static_cast<std::size_t>(hash >> (64 - shard_bits));
+    return memory_internal::ShardIndex(hash, shards.size());
   }
 
-  // Makes room for one more key in `shard` (locked). False when the cap is reached
-  // and nothing there has expired.
+  // Claims room for one more key (counted in `total` at once, so that concurrent
+  // batches and several new keys of one batch cannot overshoot the cap), sweeping
+  // `shard` (locked) when the cap is reached. False when the cap is reached and
+  // nothing there has expired.
   bool Reserve(Shard& shard, Micros now) {
     std::size_t n = total.load(std::memory_order_relaxed);
-    while (n >= options.max_keys) {
+    for (;;) {
+      if (n < options.max_keys) {
+        if (total.compare_exchange_weak(n, n + 1, std::memory_order_relaxed)) return true;
+        continue;  // `n` was reloaded
+      }
       if (shard.table.next_expiry() > now) return false;
       const std::size_t removed = shard.table.Sweep(now);
       if (removed == 0) return false;
@@ -333,11 +371,9 @@ struct MemoryStore::Impl {
       expired.fetch_add(removed, std::memory_order_relaxed);
       n = total.load(std::memory_order_relaxed);
     }
-    return true;
   }
 
   MemoryStoreOptions options;
-  unsigned shard_bits = 0;
   std::vector<Shard> shards;
   std::atomic<std::size_t> total{0};
   std::atomic<std::uint64_t> rejected_full{0};
@@ -377,20 +413,26 @@ Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
       for (std::size_t i = n; i-- > 0;) impl->shards[order[i]].mu.unlock();
     }
   } unlock{impl_.get(), order, nlocks};
+  for (std::size_t i = 0; i < nlocks; ++i) now = std::max(now, impl_->shards[order[i]].latest);
+  for (std::size_t i = 0; i < nlocks; ++i) impl_->shards[order[i]].latest = now;
 
   Slot* slots[kMaxBatch];
   State next[kMaxBatch];
   Micros expires[kMaxBatch];
   bool all_allowed = true;
   bool consumes = false;
+  // Set once anything may have moved slots (erase, sweep, insert): found slot
+  // pointers must then be looked up again.
+  bool moved = false;
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const StoreCheck& c = checks[i];
     const Policy& p = *c.policy;
     Table& table = impl_->shards[shard_ids[i]].table;
     Slot* s = table.Find(hashes[i], c.key);
-    if (s != nullptr && s->algorithm != static_cast<std::uint8_t>(p.algorithm)) {
+    if (s != nullptr && s->tag != TagOf(p.algorithm)) {
       // The key was used with another algorithm: its state means nothing here.
       table.EraseSlot(s);
+      moved = true;
       impl_->total.fetch_sub(1, std::memory_order_relaxed);
       s = nullptr;
     }
@@ -417,31 +459,42 @@ Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
 
   if (!all_allowed || !consumes) return Status::Ok();
 
-  // Commit: create missing keys first (may hit the cap: then nothing is consumed).
+  // Commit: reserve room for missing keys first (may hit the cap: then nothing is
+  // consumed, and the reservations are returned). A known key that has expired may
+  // be dropped by a reserving sweep and inserted again, so it reserves room too.
+  bool needs_room[kMaxBatch];
   for (std::size_t i = 0; i < checks.size(); ++i) {
-    if (slots[i] != nullptr || checks[i].cost == 0) continue;
+    needs_room[i] = checks[i].cost > 0 && (slots[i] == nullptr || slots[i]->expires <= now);
+  }
+  std::size_t reserved = 0;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    if (!needs_room[i]) continue;
     Shard& shard = impl_->shards[shard_ids[i]];
+    moved = true;  // Reserve may sweep
     if (!impl_->Reserve(shard, now)) {
+      impl_->total.fetch_sub(reserved, std::memory_order_relaxed);
       impl_->rejected_full.fetch_add(1, std::memory_order_relaxed);
       return Status::ResourceExhausted("in-process store is full (" +
                                        std::to_string(impl_->options.max_keys) + " keys)");
     }
+    ++reserved;
   }
+  std::size_t inserts = 0;
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const StoreCheck& c = checks[i];
     if (c.cost == 0) continue;
     const Policy& p = *c.policy;
     Table& table = impl_->shards[shard_ids[i]].table;
-    // Look up again: an insert may have grown the table, or a sweep shifted slots.
-    Slot* s = table.Find(hashes[i], c.key);
+    // The common case (every key known) reuses the slots found above.
+    Slot* s = moved ? table.Find(hashes[i], c.key) : slots[i];
     if (s == nullptr) {
-      s = table.Insert(hashes[i], c.key);
-      s->algorithm = static_cast<std::uint8_t>(p.algorithm);
+      s = table.Insert(hashes[i], c.key, p.algorithm);
+      moved = true;  // a growing table moves every slot
       if (p.algorithm == Algorithm::kSlidingWindowLog) {
         s->state.log =
             LogBuffer::Make(static_cast<std::uint32_t>(std::min<std::uint64_t>(p.limit, 4)));
       }
-      impl_->total.fetch_add(1, std::memory_order_relaxed);
+      ++inserts;
     }
     if (p.algorithm == Algorithm::kSlidingWindowLog) {
       RingLog log(&s->state.log, p.limit);
@@ -452,9 +505,16 @@ Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
     }
     table.NoteExpiry(s->expires);
   }
+  // Return the reservations not used (an expired key that was not swept, or a key
+  // that came twice in the batch). Every insert had one.
+  if (reserved > inserts) impl_->total.fetch_sub(reserved - inserts, std::memory_order_relaxed);
+  // Incremental expiry, paid by inserts only: the sweep hand walks the whole table, so
+  // each step is a cache miss that a decision on a known key should not pay. Tables
+  // only grow through inserts, and each insert examines 4 slots, so idle keys are
+  // reclaimed faster than new ones arrive. (At the key cap, Reserve sweeps fully.)
   // Every slot of this batch now expires after `now`, so this cannot remove one.
-  for (std::size_t i = 0; i < nlocks; ++i) {
-    const std::size_t removed = impl_->shards[order[i]].table.SweepSome(now, 2);
+  for (std::size_t i = 0; inserts > 0 && i < nlocks; ++i) {
+    const std::size_t removed = impl_->shards[order[i]].table.SweepSome(now, 4);
     if (removed > 0) {
       impl_->total.fetch_sub(removed, std::memory_order_relaxed);
       impl_->expired.fetch_add(removed, std::memory_order_relaxed);

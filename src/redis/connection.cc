@@ -4,6 +4,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -52,6 +54,31 @@ Status ContextError(const redisContext* c, const Url& url, const char* step, Mic
   }
 }
 
+// hiredis writes with write(): a peer that closed the socket would raise SIGPIPE and
+// kill the process. While this guard lives, SIGPIPE is blocked in this thread (write
+// then fails with EPIPE); one that we raised is discarded before unblocking.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeGuard() {
+    if (sigismember(&old_, SIGPIPE)) return;  // the caller blocks it anyway
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGPIPE)) {
+      const timespec zero{0, 0};
+      sigtimedwait(&pipe_, nullptr, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t pipe_, old_;
+};
+
 }  // namespace
 
 Reply Reply::From(const redisReply& r) {
@@ -88,6 +115,7 @@ std::string EncodeCommand(std::initializer_list<std::string_view> args) {
 }
 
 Result<ContextPtr> Handshake(const ConnectOptions& o) {
+  SigpipeGuard no_sigpipe;
   const Url& u = o.url;
   const Deadline deadline = DeadlineAfter(o.connect_timeout);
   const timeval tv = ToTimeval(o.connect_timeout);
@@ -250,14 +278,14 @@ void Connection::FailAll(std::deque<Pending>& inflight, const Status& s) {
 }
 
 void Connection::Run() {
-  Micros backoff = 10'000;
+  Micros backoff = 0;  // the first reconnect is immediate (e.g. after CLIENT KILL)
   for (;;) {
     if (ctx_) {
       std::string why = Serve();
       ctx_.reset();
       if (why.empty()) return;  // stopped
       stats_->disconnects.fetch_add(1, std::memory_order_relaxed);
-      backoff = 10'000;
+      backoff = 0;
       continue;
     }
     // Disconnected: wait (interruptibly), then try again.
@@ -277,7 +305,7 @@ void Connection::Run() {
       std::lock_guard<std::mutex> lock(mu_);
       last_error_ = ctx.status().message();
     }
-    backoff = std::min<Micros>(backoff * 2, 1'000'000);
+    backoff = std::clamp<Micros>(backoff * 2, 10'000, 1'000'000);
   }
 }
 

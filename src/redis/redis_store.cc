@@ -28,12 +28,23 @@ struct Batch {
   std::size_t n = 0;
 };
 
+// What a call in flight needs to finish: the command (kept for a NOSCRIPT retry)
+// and each check's capacity (Decision::limit).
+struct Call {
+  std::string wire;
+  std::uint64_t capacity[kMaxBatch];
+  std::size_t n = 0;
+  redis::Deadline deadline;
+};
+
 }  // namespace
 
 struct RedisStore::Impl {
   RedisStoreOptions options;
-  std::unique_ptr<redis::Client> client;
   std::atomic<std::uint64_t> calls{0}, errors{0}, script_reloads{0};
+  // Last, so it is destroyed first: its shutdown completes calls in flight, whose
+  // callbacks still use the members above.
+  std::unique_ptr<redis::Client> client;
 
   void Warn(const std::string& message) const {
     if (options.on_warning) {
@@ -46,14 +57,15 @@ struct RedisStore::Impl {
   void CheckMaxmemory();
   // Sends the script (again, after NOSCRIPT, on the same connection) and hands the
   // parsed outcome to `done`.
-  void Run(std::shared_ptr<std::string> wire, std::shared_ptr<std::vector<Policy>> policies,
-           redis::Deadline deadline, int attempt, EvaluateCallback done);
+  void Run(std::shared_ptr<Call> call, int attempt, EvaluateCallback done);
 };
 
 // Eviction would silently forget counters (letting more requests through), so only
 // noeviction (writes fail instead, and the failure mode decides) is safe.
 void RedisStore::Impl::CheckMaxmemory() {
-  const redis::Deadline deadline = redis::DeadlineAfter(options.connect_timeout);
+  // Startup only: a generous bound, so a busy Redis does not produce a false warning.
+  const redis::Deadline deadline =
+      redis::DeadlineAfter(std::max<Micros>(options.connect_timeout, 2'000'000));
   auto policy = client->Call(redis::EncodeCommand({"CONFIG", "GET", "maxmemory-policy"}), deadline);
   if (!policy.ok() || policy->is_error() || policy->elements.size() != 2) {
     Warn("could not read maxmemory-policy from " + client->url().Describe() + " (" +
@@ -105,21 +117,18 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
 RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RedisStore::~RedisStore() = default;
 
-void RedisStore::Impl::Run(std::shared_ptr<std::string> wire,
-                           std::shared_ptr<std::vector<Policy>> policies, redis::Deadline deadline,
-                           int attempt, EvaluateCallback done) {
-  auto on_reply = [this, wire, policies, deadline, attempt, done](const Status& s,
-                                                                  const redisReply* r) mutable {
+void RedisStore::Impl::Run(std::shared_ptr<Call> call, int attempt, EvaluateCallback done) {
+  auto on_reply = [this, call, attempt, done](const Status& s, const redisReply* r) mutable {
     if (!s.ok()) {
       errors.fetch_add(1, std::memory_order_relaxed);
       done(s, {});
       return;
     }
-    if (StartsWith(r, "NOSCRIPT") && attempt == 0 && redis::SteadyClock::now() < deadline) {
+    if (StartsWith(r, "NOSCRIPT") && attempt == 0 && redis::SteadyClock::now() < call->deadline) {
       // Redis lost the script (restart, failover, SCRIPT FLUSH): load it and retry
       // once. A call that timed out never gets here, so it is never retried.
       script_reloads.fetch_add(1, std::memory_order_relaxed);
-      Run(std::move(wire), std::move(policies), deadline, 1, std::move(done));
+      Run(std::move(call), 1, std::move(done));
       return;
     }
     if (r->type == REDIS_REPLY_ERROR) {
@@ -128,7 +137,7 @@ void RedisStore::Impl::Run(std::shared_ptr<std::string> wire,
       return;
     }
     Batch b;
-    b.n = policies->size();
+    b.n = call->n;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 * b.n) {
       errors.fetch_add(1, std::memory_order_relaxed);
       done(Status::Internal("unexpected reply to the decide script"), {});
@@ -138,7 +147,7 @@ void RedisStore::Impl::Run(std::shared_ptr<std::string> wire,
       Decision& d = b.decisions[i];
       const redisReply* const* e = r->element + 4 * i;
       d.allowed = e[0]->integer != 0;
-      d.limit = (*policies)[i].Capacity();
+      d.limit = call->capacity[i];
       d.remaining = static_cast<std::uint64_t>(std::max<long long>(0, e[1]->integer));
       d.reset_after = e[2]->integer;
       d.retry_after = e[3]->integer;
@@ -146,16 +155,16 @@ void RedisStore::Impl::Run(std::shared_ptr<std::string> wire,
     done(Status::Ok(), std::span<const Decision>(b.decisions, b.n));
   };
   if (attempt == 0) {
-    client->CallAsync(std::string(*wire), deadline, std::move(on_reply));
+    client->CallAsync(std::string(call->wire), call->deadline, std::move(on_reply));
     return;
   }
   // SCRIPT LOAD and the retry are pipelined on one connection, so the load comes first.
   std::string both = redis::EncodeCommand({"SCRIPT", "LOAD", redis::kDecideScript});
-  both += *wire;
+  both += call->wire;
   std::vector<redis::ReplyCallback> cbs;
   cbs.push_back([](const Status&, const redisReply*) {});  // the EVALSHA reply tells
   cbs.push_back(std::move(on_reply));
-  client->CallAsync(std::move(both), deadline, std::move(cbs));
+  client->CallAsync(std::move(both), call->deadline, std::move(cbs));
 }
 
 namespace {
@@ -209,8 +218,7 @@ void RedisStore::EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
   } else {
     b.Add("").Add(0LL);
   }
-  auto policies = std::make_shared<std::vector<Policy>>();
-  policies->reserve(checks.size());
+  auto call = std::make_shared<Call>();
   for (const StoreCheck& c : checks) {
     const Policy& p = *c.policy;
     b.Add(static_cast<long long>(p.algorithm))
@@ -219,10 +227,11 @@ void RedisStore::EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
         .Add(static_cast<long long>(p.Capacity()))
         .Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL)
         .Add(static_cast<long long>(c.cost));
-    policies->push_back(p);
+    call->capacity[call->n++] = p.Capacity();
   }
-  impl_->Run(std::make_shared<std::string>(b.Take()), std::move(policies),
-             redis::DeadlineAfter(impl_->options.call_timeout), 0, std::move(done));
+  call->wire = b.Take();
+  call->deadline = redis::DeadlineAfter(impl_->options.call_timeout);
+  impl_->Run(std::move(call), 0, std::move(done));
 }
 
 Status RedisStore::Evaluate(std::span<const StoreCheck> checks, Micros now,

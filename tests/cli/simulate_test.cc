@@ -304,6 +304,7 @@ TEST(Command, BadFlagsAreUsageErrors) {
       {"stray"},
       {"--trace", "/nonexistent/sluice.trace"},
       {"--keys", "10000000", "--duration", "1d", "-p", "poisson"},
+      {"-p", "onoff", "--on", "1us", "--off", "0us", "--on-load", "0.001"},
   };
   for (const auto& args : bad) {
     const Output o = Sim(args);

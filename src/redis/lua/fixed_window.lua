@@ -4,10 +4,10 @@ DECIDE[0] = function(c, now)
   local w = c.window
   local ws = floor_to(now, w)
   local count = 0
-  local s = load(c, now)
-  if s and s[3] >= ws then
-    ws = s[3] -- same window, or the clock went back: keep the stored one
-    count = s[4]
+  local found, sws, scount = load(c, now)
+  if found and sws >= ws then
+    ws = sws -- same window, or the clock went back: keep the stored one
+    count = scount
   end
   local t = max(now, ws)
   local need = max(c.cost, 1)
@@ -21,7 +21,7 @@ DECIDE[0] = function(c, now)
   local reset = 0
   if count > 0 then reset = ws + w - t end
   c.expires = ws + w
-  c.next = int(ws) .. ' ' .. int(count)
+  c.next = string.format('%d %d', ws, count)
   return allowed, c.limit - count, reset, retry
 end
 COMMIT[0] = store_word

@@ -4,9 +4,9 @@ DECIDE[4] = function(c, now)
   local interval = c.window / c.limit
   local tau = interval * c.cap
   local t = now
-  local s = load(c, now)
+  local found, stat = load(c, now)
   local tat = t
-  if s then tat = max(s[3], t) end
+  if found then tat = max(stat, t) end
   local need = max(c.cost, 1)
   local new_tat = tat + need * interval
   local allowed = new_tat - t <= tau + EPS * interval
@@ -19,7 +19,7 @@ DECIDE[4] = function(c, now)
   local remaining = max(0, floor((tau - (tat - t)) / interval + EPS))
   local reset = ceil(tat - t)
   c.expires = ceil(tat)
-  c.next = num(tat)
+  c.next = string.format('%.17g', tat)
   return allowed, remaining, reset, retry
 end
 COMMIT[4] = store_word

@@ -10,7 +10,8 @@
 -- Every algorithm mirrors src/core/<algorithm>.cc operation for operation: IEEE
 -- double arithmetic in the same order, the same epsilon, the same ceil/floor, so
 -- decisions are identical to the in-process store. Numbers sent to Redis are
--- formatted by int() or num() (Lua's default "%.14g" would round timestamps).
+-- formatted with '%d' (integers) or '%.17g' (doubles, which then read back bit for
+-- bit): Lua's default "%.14g" would round timestamps.
 local EPS = 1e-9
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 local DECIDE, COMMIT = {}, {}
@@ -19,10 +20,6 @@ local PAD = 0 -- extra TTL in ms (caller-time mode only, see dispatch.lua)
 -- An exact integer as a decimal string.
 local function int(x)
   return string.format('%d', x)
-end
--- A double that reads back bit for bit.
-local function num(x)
-  return string.format('%.17g', x)
 end
 
 -- floor(t / unit) * unit, exact for integers below 2^53 (t may be negative).
@@ -39,20 +36,20 @@ local function ttl_ms(expires, now)
   return ms + PAD
 end
 
--- A word-sized state: "<algorithm> <expires> <fields...>" in one string key. nil when
--- absent, written by another algorithm, or back to full (expires <= now), exactly
--- when the in-process store treats a key as fresh.
+-- A word-sized state: "<algorithm> <expires> <up to three fields>" in one string key.
+-- Returns true and the fields as numbers; false when the key is absent, written by
+-- another algorithm, or back to full (expires <= now), exactly when the in-process
+-- store treats a key as fresh. One match, no table: this runs on every decision.
 local function load(c, now)
   local raw = redis.call('GET', c.key)
-  if not raw then return nil end
-  local f = {}
-  for x in string.gmatch(raw, '[^ ]+') do f[#f + 1] = tonumber(x) end
-  if f[1] ~= c.alg or f[2] == nil or f[2] <= now then return nil end
-  return f
+  if not raw then return false end
+  local a, e, x, y, z = string.match(raw, '^(%d) (%S+) (%S+) ?(%S*) ?(%S*)$')
+  if tonumber(a) ~= c.alg or not (tonumber(e) > now) then return false end
+  return true, tonumber(x), tonumber(y), tonumber(z)
 end
 
 -- Writes a word-sized state computed by DECIDE with its TTL, in one command.
 local function store_word(c, now)
-  redis.call('SET', c.key, int(c.alg) .. ' ' .. int(c.expires) .. ' ' .. c.next,
+  redis.call('SET', c.key, string.format('%d %d ', c.alg, c.expires) .. c.next,
     'PX', int(ttl_ms(c.expires, now)))
 end

@@ -4,14 +4,14 @@ DECIDE[2] = function(c, now)
   local w = c.window
   local ws = floor_to(now, w)
   local curr, prev = 0, 0
-  local s = load(c, now)
-  if s then
-    if s[3] >= ws then
-      ws = s[3]
-      curr = s[4]
-      prev = s[5]
-    elseif s[3] == ws - w then
-      prev = s[4]
+  local found, sws, scurr, sprev = load(c, now)
+  if found then
+    if sws >= ws then
+      ws = sws
+      curr = scurr
+      prev = sprev
+    elseif sws == ws - w then
+      prev = scurr
     end
   end
   local t = max(now, ws)
@@ -47,7 +47,7 @@ DECIDE[2] = function(c, now)
     if prev > 0 then reset = ws + w - t end
     c.expires = ws + w
   end
-  c.next = int(ws) .. ' ' .. int(curr) .. ' ' .. int(prev)
+  c.next = string.format('%d %d %d', ws, curr, prev)
   return allowed, remaining, reset, retry
 end
 COMMIT[2] = store_word

@@ -16,10 +16,10 @@ local function log_state(c)
   st = {fresh = true, used = 0, seq = 0, expires = 0}
   local raw = redis.call('GET', c.key)
   if raw then
-    local f = {}
-    for x in string.gmatch(raw, '[^ ]+') do f[#f + 1] = tonumber(x) end
-    if f[1] == 1 and #f == 5 then
-      st = {fresh = false, expires = f[2], last = f[3], used = f[4], seq = f[5]}
+    local a, e, l, u, q = string.match(raw, '^(%d) (%S+) (%S+) (%S+) (%S+)$')
+    if a == '1' then
+      st = {fresh = false, expires = tonumber(e), last = tonumber(l), used = tonumber(u),
+        seq = tonumber(q)}
     end
   end
   logs[c.key] = st

@@ -4,13 +4,13 @@ DECIDE[3] = function(c, now)
   local capacity = c.cap
   local rate = c.limit / c.window
   local tokens, t
-  local s = load(c, now)
-  if not s then
+  local found, stokens, slast = load(c, now)
+  if not found then
     if c.init >= 0 then tokens = c.init else tokens = capacity end
     t = now
   else
-    t = max(now, s[4])
-    tokens = min(capacity, s[3] + (t - s[4]) * rate)
+    t = max(now, slast)
+    tokens = min(capacity, stokens + (t - slast) * rate)
   end
   local need = max(c.cost, 1)
   local allowed = tokens + EPS >= need
@@ -24,7 +24,7 @@ DECIDE[3] = function(c, now)
   local reset = 0
   if not (tokens + EPS >= capacity) then reset = ceil((capacity - tokens) / rate) end
   c.expires = t + reset
-  c.next = num(tokens) .. ' ' .. int(t)
+  c.next = string.format('%.17g %d', tokens, t)
   return allowed, remaining, reset, retry
 end
 COMMIT[3] = store_word
