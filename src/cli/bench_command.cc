@@ -7,6 +7,7 @@
 
 #include "cli/bench.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "cli/store_flags.h"
 
 namespace sluice::cli {
@@ -106,19 +107,7 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   app.add_flag("--json", json, "print the summary as one JSON object");
   app.add_flag("-q,--quiet", quiet, "no progress line");
 
-  std::vector<std::string> storage(args.begin(), args.end());
-  if (storage.empty()) storage.emplace_back("bench");
-  std::vector<char*> argv;
-  for (std::string& a : storage) argv.push_back(a.data());
-  try {
-    app.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const CLI::CallForHelp&) {
-    out << app.help();
-    return kExitOk;
-  } catch (const CLI::ParseError& e) {
-    err << "sluice bench: " << e.what() << "\nRun 'sluice bench --help' for usage.\n";
-    return kExitUsage;
-  }
+  if (const int code = ParseFlags(app, args, "sluice bench", out, err); code >= 0) return code;
   const auto usage = [&](const std::string& message) {
     err << "sluice bench: " << message << "\n";
     return kExitUsage;

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "cli/simulate.h"
 
 namespace sluice::cli {
@@ -114,19 +115,7 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
   app.add_option("--svg", svg_path, "draw each pattern (FILE-<pattern>.svg when several)")
       ->type_name("FILE");
 
-  std::vector<std::string> storage(args.begin(), args.end());
-  if (storage.empty()) storage.emplace_back("simulate");
-  std::vector<char*> argv;
-  for (std::string& a : storage) argv.push_back(a.data());
-  try {
-    app.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const CLI::CallForHelp&) {
-    out << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    err << "sluice simulate: " << e.what() << "\nRun 'sluice simulate --help' for usage.\n";
-    return 2;
-  }
+  if (const int code = ParseFlags(app, args, "sluice simulate", out, err); code >= 0) return code;
 
   const auto usage_error = [&](const std::string& message) {
     err << "sluice simulate: " << message << "\n";

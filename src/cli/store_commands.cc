@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "cli/store_flags.h"
 #include "sluice/key.h"
 #include "sluice/limiter.h"
@@ -93,19 +94,7 @@ int Run(Mode mode, const std::vector<std::string>& args, std::ostream& out, std:
   AddStoreFlags(app, sf);
   app.add_flag("--json", json, "print one JSON object instead of a line of text");
 
-  std::vector<std::string> storage(args.begin(), args.end());
-  if (storage.empty()) storage.push_back(ModeName(mode));
-  std::vector<char*> argv;
-  for (std::string& a : storage) argv.push_back(a.data());
-  try {
-    app.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const CLI::CallForHelp&) {
-    out << app.help();
-    return kExitOk;
-  } catch (const CLI::ParseError& e) {
-    err << name << ": " << e.what() << "\nRun '" << name << " --help' for usage.\n";
-    return kExitUsage;
-  }
+  if (const int code = ParseFlags(app, args, name, out, err); code >= 0) return code;
   const auto usage = [&](const std::string& message) {
     err << name << ": " << message << "\n";
     return kExitUsage;
