@@ -1,7 +1,14 @@
 // sluice/redis_store.h: state in Redis, shared by every process that points at it.
 //
-// Each decision is one EVALSHA of a small Lua script that reads, decides and writes
-// atomically on Redis's own clock (TIME), setting the TTL of every key it writes.
+// Each decision (a batch of up to 16 checks) is one EVALSHA of one Lua script that
+// reads, decides and writes every key of the batch atomically on Redis's own clock
+// (TIME), setting the TTL of every key it writes. Concurrent callers share a few
+// connections: their commands are pipelined. docs/redis.md describes key layout,
+// failure modes and the Redis settings to use.
+//
+//   auto redis = sluice::RedisStore::Create({.url = "redis://10.0.0.5:6379"});
+//   if (!redis.ok()) { /* redis.status().message() says what is wrong */ }
+//   options.store = *redis;   // LimiterOptions: the one line that switches to Redis
 #pragma once
 
 #include <cstdint>
@@ -20,12 +27,17 @@ struct RedisStoreOptions {
   // Bound on establishing a connection (also used by background reconnects).
   Micros connect_timeout = 1'000'000;
   // Every call returns within this deadline, whatever Redis does. A call that timed
-  // out is never retried (it may have run).
+  // out is never retried (it may have run). A connection whose oldest command is
+  // still unanswered max(1 s, 4 x call_timeout) past its deadline (a stopped server)
+  // is dropped and reconnected in the background.
   Micros call_timeout = 50'000;
-  // Connections shared by all callers; concurrent calls are pipelined on them.
+  // Connections (1-64) shared by all callers; concurrent calls are pipelined on them.
+  // While a connection is down, calls on it fail at once (kUnavailable): nothing is
+  // queued to replay later.
   int connections = 2;
   // Tests only: scripts use the `now` the caller passes instead of Redis's TIME, so a
-  // request sequence can be replayed identically against MemoryStore.
+  // request sequence can be replayed identically against MemoryStore. TTLs are then
+  // padded by an hour, since Redis expires keys on its own clock.
   bool use_caller_time = false;
   // Receives warnings (e.g. a maxmemory-policy that may evict limiter keys).
   // Default: written to stderr.
@@ -34,38 +46,50 @@ struct RedisStoreOptions {
 
 // Operational counters. Monotonic.
 struct RedisStoreStats {
-  std::uint64_t calls = 0;
-  std::uint64_t errors = 0;
-  std::uint64_t timeouts = 0;
+  std::uint64_t calls = 0;           // evaluations sent (batches, not checks)
+  std::uint64_t errors = 0;          // evaluations that failed (timeouts included)
+  std::uint64_t timeouts = 0;        // commands whose deadline passed first
   std::uint64_t script_reloads = 0;  // NOSCRIPT answered and the script loaded again
-  std::uint64_t reconnects = 0;
+  std::uint64_t reconnects = 0;      // connections re-established after a loss
 };
 
+// Thread-safe. Decisions never throw.
 class RedisStore final : public Store {
  public:
-  // Parses the URL, connects (AUTH, SELECT), loads the scripts and checks
-  // maxmemory-policy. Errors name what is wrong: a malformed URL, a refused
-  // connection, a wrong password, a server that does not speak Redis.
+  // Parses the URL, opens every connection (AUTH, SELECT), loads the script and
+  // checks maxmemory-policy (a warning if Redis may evict keys). Errors name what is
+  // wrong: InvalidArgument for a malformed URL, a wrong or missing password or a bad
+  // database; Unavailable for a refused connection, a timeout, or a server that does
+  // not speak Redis.
   static Result<std::shared_ptr<RedisStore>> Create(RedisStoreOptions options);
+  // Fails calls still in flight with kUnavailable and joins the I/O threads.
   ~RedisStore() override;
 
+  // Blocking; returns within call_timeout. Errors: InvalidArgument (more than 16
+  // checks, a cost above the policy's capacity), DeadlineExceeded (the script may
+  // have run), Unavailable (not connected, or Redis answered an error such as OOM).
   Status Evaluate(std::span<const StoreCheck> checks, Micros now, std::span<Decision> out) override;
+  // Non-blocking: queues the script and returns; `done` is called exactly once, on an
+  // internal I/O thread (or inline on an immediate failure), by call_timeout at the
+  // latest. It must not block. This is the API for load generators: thousands of
+  // calls in flight share the connections' pipelines.
   void EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
                      EvaluateCallback done) override;
+  // Deletes the key's state (one DEL). Blocking, bounded by call_timeout.
   Status Reset(const Policy& policy, std::string_view key) override;
   bool IsRemote() const override { return true; }
 
   RedisStoreStats Stats() const;
 
-  struct Impl;
-
  private:
+  struct Impl;
   explicit RedisStore(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
 // Opens a store from a URL: "memory://" (or an empty string) for a new MemoryStore,
-// redis:// or unix:// for a RedisStore with default options.
+// redis:// or unix:// for a RedisStore with default options. Errors as Create, or
+// InvalidArgument for any other scheme.
 Result<std::shared_ptr<Store>> OpenStore(std::string_view url);
 
 }  // namespace sluice

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/algorithms.h"
+#include "reference_store.h"
 #include "sluice/memory_store.h"
 
 namespace sluice::testing {
@@ -55,115 +56,6 @@ std::vector<std::string> FuzzKeys(std::mt19937_64& rng, int n) {
   return {keys.begin(), keys.end()};
 }
 
-// A deque-backed sliding log for the reference model.
-class DequeLog final : public core::SlidingLog {
- public:
-  Micros last_seen() const override { return last_seen_; }
-  void set_last_seen(Micros t) override { last_seen_ = t; }
-  std::size_t size() const override { return entries_.size(); }
-  const core::LogEntry& at(std::size_t i) const override { return entries_[i]; }
-  void pop_front() override {
-    used_ -= entries_.front().cost;
-    entries_.pop_front();
-  }
-  void push_back(core::LogEntry e) override {
-    used_ += e.cost;
-    entries_.push_back(e);
-  }
-  std::uint64_t used() const override { return used_; }
-
- private:
-  Micros last_seen_ = std::numeric_limits<Micros>::min();
-  std::deque<core::LogEntry> entries_;
-  std::uint64_t used_ = 0;
-};
-
-// The store's contract, written as plainly as possible: one entry per key, never
-// dropped (an expired word state is "fresh"; an expired log is all out of window).
-class Reference {
- public:
-  void Evaluate(const std::vector<StoreCheck>& checks, Micros now, std::vector<Decision>& out) {
-    struct Pending {
-      core::FixedWindowState fixed;
-      core::SlidingCounterState counter;
-      core::TokenBucketState bucket;
-      core::GcraState gcra;
-      Micros expires = 0;
-    };
-    std::vector<Pending> next(checks.size());
-    bool all_allowed = true, consumes = false;
-    for (std::size_t i = 0; i < checks.size(); ++i) {
-      const StoreCheck& c = checks[i];
-      const Policy& p = *c.policy;
-      std::string key(c.key);
-      auto it = entries_.find(key);
-      if (it != entries_.end() && it->second.algorithm != p.algorithm) {
-        entries_.erase(it);
-        it = entries_.end();
-      }
-      Entry* e = it == entries_.end() ? nullptr : &it->second;
-      Pending& n = next[i];
-      if (p.algorithm == Algorithm::kSlidingWindowLog) {
-        DequeLog scratch;
-        DequeLog& log = e ? e->log : scratch;
-        out[i] = core::SlidingWindowLog(p, log, now, c.cost, false, &n.expires);
-      } else {
-        const bool fresh = e == nullptr || e->expires <= now;
-        Entry empty;
-        const Entry& in = e ? *e : empty;
-        switch (p.algorithm) {
-          case Algorithm::kFixedWindow:
-            out[i] = core::FixedWindow(p, in.fixed, fresh, now, c.cost, &n.fixed, &n.expires);
-            break;
-          case Algorithm::kSlidingWindowCounter:
-            out[i] = core::SlidingWindowCounter(p, in.counter, fresh, now, c.cost, &n.counter,
-                                                &n.expires);
-            break;
-          case Algorithm::kTokenBucket:
-            out[i] = core::TokenBucket(p, in.bucket, fresh, now, c.cost, &n.bucket, &n.expires);
-            break;
-          case Algorithm::kGcra:
-            out[i] = core::Gcra(p, in.gcra, fresh, now, c.cost, &n.gcra, &n.expires);
-            break;
-          case Algorithm::kSlidingWindowLog:
-            break;
-        }
-      }
-      all_allowed = all_allowed && out[i].allowed;
-      consumes = consumes || c.cost > 0;
-    }
-    if (!all_allowed || !consumes) return;
-    for (std::size_t i = 0; i < checks.size(); ++i) {
-      const StoreCheck& c = checks[i];
-      if (c.cost == 0) continue;
-      const Policy& p = *c.policy;
-      Entry& e = entries_[std::string(c.key)];
-      e.algorithm = p.algorithm;
-      if (p.algorithm == Algorithm::kSlidingWindowLog) {
-        core::SlidingWindowLogCommit(p, e.log, now, c.cost, &e.expires);
-      } else {
-        e.fixed = next[i].fixed;
-        e.counter = next[i].counter;
-        e.bucket = next[i].bucket;
-        e.gcra = next[i].gcra;
-        e.expires = next[i].expires;
-      }
-    }
-  }
-
- private:
-  struct Entry {
-    Algorithm algorithm = Algorithm::kFixedWindow;
-    core::FixedWindowState fixed;
-    core::SlidingCounterState counter;
-    core::TokenBucketState bucket;
-    core::GcraState gcra;
-    DequeLog log;
-    Micros expires = 0;
-  };
-  std::map<std::string, Entry> entries_;
-};
-
 void ExpectSame(const Decision& got, const Decision& want, const std::string& where) {
   EXPECT_EQ(got.allowed, want.allowed) << where;
   EXPECT_EQ(got.limit, want.limit) << where;
@@ -180,7 +72,7 @@ TEST_P(MemoryStoreFuzz, DecidesExactlyLikeTheReferenceModel) {
   const std::vector<std::string> keys = FuzzKeys(rng, 60);
   // Few shards so that tables grow, collide and shift entries on erase.
   MemoryStore store(MemoryStoreOptions{.max_keys = 1 << 20, .shards = 2});
-  Reference ref;
+  ReferenceStore ref;
   Micros now = kStart;
   std::vector<StoreCheck> checks;
   std::vector<Decision> got(16), want(16);

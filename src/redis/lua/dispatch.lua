@@ -1,0 +1,53 @@
+-- The batch. KEYS: one key per check (two for a sliding window log: state, entries).
+-- ARGV[1]: "" to use Redis's clock (TIME), or the caller's now in microseconds
+-- (tests only). ARGV[2]: extra TTL in ms (0; caller-time mode pads TTLs so that
+-- Redis's own expiry, on its clock, cannot drop state the caller's clock still needs).
+-- Then six numbers per check: algorithm, limit, window (us), capacity,
+-- initial tokens (-1: full), cost (0: peek).
+-- Returns four integers per check: allowed (1/0), remaining, reset_after, retry_after.
+-- Redis < 5 replicates scripts verbatim and refuses writes after TIME unless the
+-- script asks for effects replication (the default, and a no-op, since Redis 5).
+if redis.replicate_commands then redis.replicate_commands() end
+local now
+if ARGV[1] == '' then
+  local tm = redis.call('TIME')
+  now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+else
+  now = tonumber(ARGV[1])
+end
+PAD = tonumber(ARGV[2])
+
+local checks, out = {}, {}
+local all, consumes = true, false
+local k = 1
+for i = 0, (#ARGV - 2) / 6 - 1 do
+  local b = 2 + i * 6
+  local c = {
+    alg = tonumber(ARGV[b + 1]), limit = tonumber(ARGV[b + 2]), window = tonumber(ARGV[b + 3]),
+    cap = tonumber(ARGV[b + 4]), init = tonumber(ARGV[b + 5]), cost = tonumber(ARGV[b + 6]),
+    key = KEYS[k],
+  }
+  k = k + 1
+  if c.alg == 1 then
+    c.key2 = KEYS[k]
+    k = k + 1
+  end
+  local decide = DECIDE[c.alg]
+  if not decide then return redis.error_reply('sluice: unknown algorithm ' .. ARGV[b + 1]) end
+  local allowed, remaining, reset, retry = decide(c, now)
+  checks[#checks + 1] = c
+  out[#out + 1] = allowed and 1 or 0
+  out[#out + 1] = remaining
+  out[#out + 1] = reset
+  out[#out + 1] = retry
+  all = all and allowed
+  consumes = consumes or c.cost > 0
+end
+
+if all and consumes then
+  for _, c in ipairs(checks) do
+    if c.cost > 0 then COMMIT[c.alg](c, now) end
+  end
+end
+flush_logs()
+return out

@@ -1,0 +1,25 @@
+-- GCRA (algorithm 4), mirrors src/core/gcra.cc.
+-- State: "4 <expires> <tat>" (theoretical arrival time, microseconds, a double).
+DECIDE[4] = function(c, now)
+  local interval = c.window / c.limit
+  local tau = interval * c.cap
+  local t = now
+  local found, stat = load(c, now)
+  local tat = t
+  if found then tat = max(stat, t) end
+  local need = max(c.cost, 1)
+  local new_tat = tat + need * interval
+  local allowed = new_tat - t <= tau + EPS * interval
+  local retry = 0
+  if allowed then
+    if c.cost > 0 then tat = new_tat end
+  else
+    retry = max(1, ceil(new_tat - tau - t))
+  end
+  local remaining = max(0, floor((tau - (tat - t)) / interval + EPS))
+  local reset = ceil(tat - t)
+  c.expires = ceil(tat)
+  c.next = string.format('%.17g', tat)
+  return allowed, remaining, reset, retry
+end
+COMMIT[4] = store_word

@@ -1,0 +1,55 @@
+-- sluice: one script decides a batch of limit checks atomically.
+--
+-- Built at build time by concatenating prelude.lua, one file per algorithm and
+-- dispatch.lua (src/redis/embed_lua.cmake). Each algorithm file defines
+-- DECIDE[id](c, now), which reads the check's state and returns the decision
+-- (allowed, remaining, reset_after, retry_after) without consuming anything, and
+-- COMMIT[id](c, now), which writes what DECIDE computed. dispatch.lua decides every
+-- check first and commits all of them only if all allow (all or nothing).
+--
+-- Every algorithm mirrors src/core/<algorithm>.cc operation for operation: IEEE
+-- double arithmetic in the same order, the same epsilon, the same ceil/floor, so
+-- decisions are identical to the in-process store. Numbers sent to Redis are
+-- formatted with '%d' (integers) or '%.17g' (doubles, which then read back bit for
+-- bit): Lua's default "%.14g" would round timestamps.
+local EPS = 1e-9
+local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
+local DECIDE, COMMIT = {}, {}
+local PAD = 0 -- extra TTL in ms (caller-time mode only, see dispatch.lua)
+
+-- An exact integer as a decimal string.
+local function int(x)
+  return string.format('%d', x)
+end
+
+-- floor(t / unit) * unit, exact for integers below 2^53 (t may be negative).
+local function floor_to(t, unit)
+  local r = math.fmod(t, unit)
+  if r < 0 then r = r + unit end
+  return t - r
+end
+
+-- TTL in ms for state that is back to "full" at `expires` (microseconds).
+local function ttl_ms(expires, now)
+  local ms = ceil((expires - now) / 1000)
+  if ms < 1 then ms = 1 end
+  return ms + PAD
+end
+
+-- A word-sized state: "<algorithm> <expires> <up to three fields>" in one string key.
+-- Returns true and the fields as numbers; false when the key is absent, written by
+-- another algorithm, or back to full (expires <= now), exactly when the in-process
+-- store treats a key as fresh. One match, no table: this runs on every decision.
+local function load(c, now)
+  local raw = redis.call('GET', c.key)
+  if not raw then return false end
+  local a, e, x, y, z = string.match(raw, '^(%d) (%S+) (%S+) ?(%S*) ?(%S*)$')
+  if tonumber(a) ~= c.alg or not (tonumber(e) > now) then return false end
+  return true, tonumber(x), tonumber(y), tonumber(z)
+end
+
+-- Writes a word-sized state computed by DECIDE with its TTL, in one command.
+local function store_word(c, now)
+  redis.call('SET', c.key, string.format('%d %d ', c.alg, c.expires) .. c.next,
+    'PX', int(ttl_ms(c.expires, now)))
+end

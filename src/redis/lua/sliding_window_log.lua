@@ -1,0 +1,110 @@
+-- Sliding window log (algorithm 1), mirrors src/core/sliding_window_log.cc.
+-- Two keys per check: c.key holds "1 <expires> <last_seen> <used> <seq>" (used: the
+-- running sum of the entries' costs, so a check never sums the log), and c.key2 a
+-- ZSET with one member "<seq>:<cost>" per accepted request, scored by its time.
+-- A denied request adds no entry; like the in-process store it only advances the
+-- key's clock (last_seen) and drops entries that have left the window.
+local logs = {} -- state by key, so one key checked twice in a batch sees its own updates
+
+local function entry_cost(member)
+  return tonumber(string.match(member, ':(%d+)$'))
+end
+
+local function log_state(c)
+  local st = logs[c.key]
+  if st then return st end
+  st = {fresh = true, used = 0, seq = 0, expires = 0}
+  local raw = redis.call('GET', c.key)
+  if raw then
+    local a, e, l, u, q = string.match(raw, '^(%d) (%S+) (%S+) (%S+) (%S+)$')
+    if a == '1' then
+      st = {fresh = false, expires = tonumber(e), last = tonumber(l), used = tonumber(u),
+        seq = tonumber(q)}
+    end
+  end
+  logs[c.key] = st
+  return st
+end
+
+-- t = max(now, last_seen); entries with ts <= t - window can never count again.
+local function raise(c, st, now)
+  local t = now
+  if st.last and st.last > t then t = st.last end
+  if not st.fresh then
+    local horizon = int(t - c.window)
+    local old = redis.call('ZRANGEBYSCORE', c.key2, '-inf', horizon)
+    if #old > 0 then
+      for i = 1, #old do st.used = st.used - entry_cost(old[i]) end
+      redis.call('ZREMRANGEBYSCORE', c.key2, '-inf', horizon)
+      st.dirty = true
+    end
+    if st.last ~= t then st.dirty = true end
+    st.last = t
+  end
+  return t
+end
+
+DECIDE[1] = function(c, now)
+  local st = log_state(c)
+  local t = raise(c, st, now)
+  local w = c.window
+  local need = max(c.cost, 1)
+  local used = st.used
+  local allowed = used + need <= c.limit
+  local retry = 0
+  if not allowed then
+    -- the oldest entries leave first: find the one whose expiry frees enough room
+    local excess = used + need - c.limit
+    local freed, offset = 0, 0
+    while retry == 0 do
+      local e = redis.call('ZRANGE', c.key2, int(offset), int(offset + 63), 'WITHSCORES')
+      if #e == 0 then break end
+      for j = 1, #e, 2 do
+        freed = freed + entry_cost(e[j])
+        if freed >= excess then
+          retry = tonumber(e[j + 1]) + w - t
+          break
+        end
+      end
+      offset = offset + 64
+    end
+  end
+  local reset = 0
+  if allowed and c.cost > 0 then
+    used = used + c.cost
+    reset = w
+  elseif used > 0 then
+    local last = redis.call('ZRANGE', c.key2, -1, -1, 'WITHSCORES')
+    reset = tonumber(last[2]) + w - t
+  end
+  return allowed, c.limit - used, reset, retry
+end
+
+COMMIT[1] = function(c, now)
+  local st = logs[c.key]
+  local t = raise(c, st, now)
+  if st.fresh then
+    redis.call('DEL', c.key2) -- leftovers of a log whose state key expired first
+    st.fresh = false
+    st.last = t
+  end
+  st.seq = st.seq + 1
+  st.used = st.used + c.cost
+  redis.call('ZADD', c.key2, int(t), int(st.seq) .. ':' .. int(c.cost))
+  st.expires = t + c.window
+  local ttl = int(ttl_ms(st.expires, now))
+  redis.call('PEXPIRE', c.key2, ttl)
+  redis.call('SET', c.key, '1 ' .. int(st.expires) .. ' ' .. int(st.last) .. ' ' .. int(st.used) ..
+    ' ' .. int(st.seq), 'PX', ttl)
+  st.dirty = false
+end
+
+-- After the batch: keep what raise() normalised for logs that were not committed.
+local function flush_logs()
+  for key, st in pairs(logs) do
+    if st.dirty and not st.fresh then
+      redis.call('SET', key, '1 ' .. int(st.expires) .. ' ' .. int(st.last) .. ' ' ..
+        int(st.used) .. ' ' .. int(st.seq), 'KEEPTTL')
+    end
+  end
+end

@@ -1,0 +1,30 @@
+-- Token bucket (algorithm 3), mirrors src/core/token_bucket.cc.
+-- State: "3 <expires> <tokens> <last>".
+DECIDE[3] = function(c, now)
+  local capacity = c.cap
+  local rate = c.limit / c.window
+  local tokens, t
+  local found, stokens, slast = load(c, now)
+  if not found then
+    if c.init >= 0 then tokens = c.init else tokens = capacity end
+    t = now
+  else
+    t = max(now, slast)
+    tokens = min(capacity, stokens + (t - slast) * rate)
+  end
+  local need = max(c.cost, 1)
+  local allowed = tokens + EPS >= need
+  local retry = 0
+  if allowed then
+    tokens = max(0, tokens - c.cost)
+  else
+    retry = max(1, ceil((need - tokens) / rate))
+  end
+  local remaining = max(0, floor(tokens + EPS))
+  local reset = 0
+  if not (tokens + EPS >= capacity) then reset = ceil((capacity - tokens) / rate) end
+  c.expires = t + reset
+  c.next = string.format('%.17g %d', tokens, t)
+  return allowed, remaining, reset, retry
+end
+COMMIT[3] = store_word

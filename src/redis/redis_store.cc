@@ -1,0 +1,292 @@
+// RedisStore: one EVALSHA of the decide script per batch, pipelined over a few
+// shared connections. See docs/redis.md.
+#include "sluice/redis_store.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "redis/connection.h"
+#include "redis/scripts.h"
+#include "redis/url.h"
+#include "sluice/memory_store.h"
+
+namespace sluice {
+namespace {
+
+constexpr std::size_t kMaxBatch = 16;
+// Caller-time mode (tests): TTLs are padded so that Redis's own expiry, which runs on
+// its clock, never drops state that the caller's clock still needs.
+constexpr long long kCallerTimeTtlPadMs = 3'600'000;
+
+bool StartsWith(const redisReply* r, std::string_view prefix) {
+  return r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with(prefix);
+}
+
+struct Batch {
+  Status status;
+  Decision decisions[kMaxBatch];
+  std::size_t n = 0;
+};
+
+// What a call in flight needs to finish: the command (kept for a NOSCRIPT retry)
+// and each check's capacity (Decision::limit).
+struct Call {
+  std::string wire;
+  std::uint64_t capacity[kMaxBatch];
+  std::size_t n = 0;
+  redis::Deadline deadline;
+};
+
+}  // namespace
+
+struct RedisStore::Impl {
+  RedisStoreOptions options;
+  std::atomic<std::uint64_t> calls{0}, errors{0}, script_reloads{0};
+  // Last, so it is destroyed first: its shutdown completes calls in flight, whose
+  // callbacks still use the members above.
+  std::unique_ptr<redis::Client> client;
+
+  void Warn(const std::string& message) const {
+    if (options.on_warning) {
+      options.on_warning(message);
+    } else {
+      std::fprintf(stderr, "sluice: warning: %s\n", message.c_str());
+    }
+  }
+
+  void CheckMaxmemory();
+  // Sends the script (again, after NOSCRIPT, on the same connection) and hands the
+  // parsed outcome to `done`.
+  void Run(std::shared_ptr<Call> call, int attempt, EvaluateCallback done);
+};
+
+// Eviction would silently forget counters (letting more requests through), so only
+// noeviction (writes fail instead, and the failure mode decides) is safe.
+void RedisStore::Impl::CheckMaxmemory() {
+  const redis::Deadline deadline = redis::DeadlineAfter(options.connect_timeout);
+  auto policy = client->Call(redis::EncodeCommand({"CONFIG", "GET", "maxmemory-policy"}), deadline);
+  if (!policy.ok() || policy->is_error() || policy->elements.size() != 2) {
+    Warn("could not read maxmemory-policy from " + client->url().Describe() + " (" +
+         (policy.ok() ? policy->str : policy.status().message()) +
+         "); sluice needs it to be noeviction, or keys may be evicted and limits reset");
+    return;
+  }
+  const std::string& value = policy->elements[1].str;
+  if (value == "noeviction") return;
+  auto limit = client->Call(redis::EncodeCommand({"CONFIG", "GET", "maxmemory"}), deadline);
+  if (limit.ok() && !limit->is_error() && limit->elements.size() == 2 &&
+      limit->elements[1].str == "0") {
+    return;  // no memory limit: nothing is ever evicted
+  }
+  Warn("Redis at " + client->url().Describe() + " has maxmemory-policy " + value +
+       ": when memory is full it may evict sluice's keys (all of them have a TTL, so "
+       "volatile-* policies evict them too), which resets those limits. Use noeviction, "
+       "or a Redis of its own for sluice");
+}
+
+Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options) {
+  if (options.connect_timeout <= 0) {
+    return Status::InvalidArgument("RedisStoreOptions.connect_timeout must be > 0");
+  }
+  if (options.call_timeout <= 0) {
+    return Status::InvalidArgument("RedisStoreOptions.call_timeout must be > 0");
+  }
+  if (options.connections < 1 || options.connections > 64) {
+    return Status::InvalidArgument("RedisStoreOptions.connections must be 1-64 (got " +
+                                   std::to_string(options.connections) + ")");
+  }
+  auto url = redis::ParseUrl(options.url);
+  if (!url.ok()) return url.status();
+  redis::ClientOptions co;
+  co.connect.url = *url;
+  co.connect.connect_timeout = options.connect_timeout;
+  co.connect.stall_timeout = std::max<Micros>(1'000'000, 4 * options.call_timeout);
+  co.connect.scripts = {std::string(redis::kDecideScript)};
+  co.connections = options.connections;
+  auto client = redis::Client::Create(std::move(co));
+  if (!client.ok()) return client.status();
+  auto impl = std::make_unique<Impl>();
+  impl->options = std::move(options);
+  impl->client = std::move(*client);
+  impl->CheckMaxmemory();
+  return std::shared_ptr<RedisStore>(new RedisStore(std::move(impl)));
+}
+
+RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RedisStore::~RedisStore() = default;
+
+void RedisStore::Impl::Run(std::shared_ptr<Call> call, int attempt, EvaluateCallback done) {
+  auto on_reply = [this, call, attempt, done](const Status& s, const redisReply* r) mutable {
+    if (!s.ok()) {
+      errors.fetch_add(1, std::memory_order_relaxed);
+      done(s, {});
+      return;
+    }
+    if (StartsWith(r, "NOSCRIPT") && attempt == 0 && redis::SteadyClock::now() < call->deadline) {
+      // Redis lost the script (restart, failover, SCRIPT FLUSH): load it and retry
+      // once. A call that timed out never gets here, so it is never retried.
+      script_reloads.fetch_add(1, std::memory_order_relaxed);
+      Run(std::move(call), 1, std::move(done));
+      return;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+      errors.fetch_add(1, std::memory_order_relaxed);
+      done(Status::Unavailable("Redis answered: " + std::string(r->str, r->len)), {});
+      return;
+    }
+    Batch b;
+    b.n = call->n;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 * b.n) {
+      errors.fetch_add(1, std::memory_order_relaxed);
+      done(Status::Internal("unexpected reply to the decide script"), {});
+      return;
+    }
+    for (std::size_t i = 0; i < b.n; ++i) {
+      Decision& d = b.decisions[i];
+      const redisReply* const* e = r->element + 4 * i;
+      d.allowed = e[0]->integer != 0;
+      d.limit = call->capacity[i];
+      d.remaining = static_cast<std::uint64_t>(std::max<long long>(0, e[1]->integer));
+      d.reset_after = e[2]->integer;
+      d.retry_after = e[3]->integer;
+    }
+    done(Status::Ok(), std::span<const Decision>(b.decisions, b.n));
+  };
+  if (attempt == 0) {
+    client->CallAsync(std::string(call->wire), call->deadline, std::move(on_reply));
+    return;
+  }
+  // SCRIPT LOAD and the retry are pipelined on one connection, so the load comes first.
+  std::string both = redis::EncodeCommand({"SCRIPT", "LOAD", redis::kDecideScript});
+  both += call->wire;
+  std::vector<redis::ReplyCallback> cbs;
+  cbs.push_back([](const Status&, const redisReply*) {});  // the EVALSHA reply tells
+  cbs.push_back(std::move(on_reply));
+  client->CallAsync(std::move(both), call->deadline, std::move(cbs));
+}
+
+namespace {
+
+Status ValidateChecks(std::span<const StoreCheck> checks) {
+  if (checks.size() > kMaxBatch) {
+    return Status::InvalidArgument("at most 16 limits can be checked at once");
+  }
+  for (const StoreCheck& c : checks) {
+    if (c.policy == nullptr) return Status::InvalidArgument("a check has no policy");
+    if (c.key.empty()) return Status::InvalidArgument("a check has an empty key");
+    if (c.cost > c.policy->Capacity()) {
+      return Status::InvalidArgument("cost " + std::to_string(c.cost) + " exceeds the capacity " +
+                                     std::to_string(c.policy->Capacity()) + " of policy '" +
+                                     c.policy->name + "': such a request could never pass");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RedisStore::EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
+                               EvaluateCallback done) {
+  if (Status s = ValidateChecks(checks); !s.ok()) {
+    done(s, {});
+    return;
+  }
+  if (checks.empty()) {
+    done(Status::Ok(), {});
+    return;
+  }
+  impl_->calls.fetch_add(1, std::memory_order_relaxed);
+  std::size_t nkeys = 0;
+  for (const StoreCheck& c : checks) {
+    nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
+  }
+  redis::CommandBuilder b(3 + nkeys + 2 + 6 * checks.size());
+  b.Add("EVALSHA").Add(redis::kDecideScriptSha).Add(static_cast<long long>(nkeys));
+  std::string log_key;
+  for (const StoreCheck& c : checks) {
+    b.Add(c.key);
+    if (c.policy->algorithm == Algorithm::kSlidingWindowLog) {
+      log_key.assign(c.key);
+      log_key.append(":log");
+      b.Add(log_key);
+    }
+  }
+  if (impl_->options.use_caller_time) {
+    b.Add(static_cast<long long>(now)).Add(kCallerTimeTtlPadMs);
+  } else {
+    b.Add("").Add(0LL);
+  }
+  auto call = std::make_shared<Call>();
+  for (const StoreCheck& c : checks) {
+    const Policy& p = *c.policy;
+    b.Add(static_cast<long long>(p.algorithm))
+        .Add(static_cast<long long>(p.limit))
+        .Add(static_cast<long long>(p.window))
+        .Add(static_cast<long long>(p.Capacity()))
+        .Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL)
+        .Add(static_cast<long long>(c.cost));
+    call->capacity[call->n++] = p.Capacity();
+  }
+  call->wire = b.Take();
+  call->deadline = redis::DeadlineAfter(impl_->options.call_timeout);
+  impl_->Run(std::move(call), 0, std::move(done));
+}
+
+Status RedisStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
+                            std::span<Decision> out) {
+  if (out.size() < checks.size()) return Status::InvalidArgument("output span too small");
+  const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
+  auto w = std::make_shared<redis::Waiter<Batch>>();
+  EvaluateAsync(checks, now, [w](const Status& s, std::span<const Decision> d) {
+    w->Complete([&](Batch& b) {
+      b.status = s;
+      b.n = d.size();
+      std::copy(d.begin(), d.end(), b.decisions);
+    });
+  });
+  if (!w->Wait(deadline)) {
+    return Status::DeadlineExceeded("Redis did not answer within " +
+                                    std::to_string(impl_->options.call_timeout / 1000) + " ms");
+  }
+  const Batch& b = w->value();
+  if (!b.status.ok()) return b.status;
+  std::copy(b.decisions, b.decisions + b.n, out.begin());
+  return Status::Ok();
+}
+
+Status RedisStore::Reset(const Policy& policy, std::string_view key) {
+  std::string wire = policy.algorithm == Algorithm::kSlidingWindowLog
+                         ? redis::EncodeCommand({"DEL", key, std::string(key) + ":log"})
+                         : redis::EncodeCommand({"DEL", key});
+  auto r = impl_->client->Call(std::move(wire), redis::DeadlineAfter(impl_->options.call_timeout));
+  if (!r.ok()) return r.status();
+  if (r->is_error()) return Status::Unavailable("Redis answered: " + r->str);
+  return Status::Ok();
+}
+
+RedisStoreStats RedisStore::Stats() const {
+  RedisStoreStats s;
+  s.calls = impl_->calls.load(std::memory_order_relaxed);
+  s.errors = impl_->errors.load(std::memory_order_relaxed);
+  s.script_reloads = impl_->script_reloads.load(std::memory_order_relaxed);
+  s.timeouts = impl_->client->stats().timeouts.load(std::memory_order_relaxed);
+  s.reconnects = impl_->client->stats().reconnects.load(std::memory_order_relaxed);
+  return s;
+}
+
+Result<std::shared_ptr<Store>> OpenStore(std::string_view url) {
+  if (url.empty() || url == "memory://")
+    return std::shared_ptr<Store>(std::make_shared<MemoryStore>());
+  if (url.starts_with("redis://") || url.starts_with("unix://")) {
+    RedisStoreOptions o;
+    o.url = std::string(url);
+    auto s = RedisStore::Create(std::move(o));
+    if (!s.ok()) return s.status();
+    return std::shared_ptr<Store>(std::move(*s));
+  }
+  return Status::InvalidArgument("unknown store URL '" + std::string(url) +
+                                 "' (expected memory://, redis://host:port[/db] or "
+                                 "unix:///path/to/socket)");
+}
+
+}  // namespace sluice

@@ -1,0 +1,261 @@
+// RedisStore on Redis's own clock: skewed clients agree, every key has a TTL no
+// longer than its policy needs, maxmemory-policy is checked, URLs select what they say.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "sluice/key.h"
+#include "store_backends.h"
+
+namespace sluice::testing {
+namespace {
+
+std::shared_ptr<RedisStore> Connect(const std::string& url, std::vector<std::string>* warnings,
+                                    bool caller_time = false) {
+  RedisStoreOptions o;
+  o.url = url;
+  o.call_timeout = 5'000'000;
+  o.use_caller_time = caller_time;
+  o.on_warning = [warnings](std::string_view w) {
+    if (warnings) warnings->emplace_back(w);
+  };
+  auto s = RedisStore::Create(std::move(o));
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? *s : nullptr;
+}
+
+std::unique_ptr<Limiter> MakeLimiter(std::shared_ptr<Store> store, std::vector<Policy> policies,
+                                     std::shared_ptr<const Clock> clock) {
+  LimiterOptions o;
+  o.policies = std::move(policies);
+  o.store = std::move(store);
+  o.clock = std::move(clock);
+  o.deny_cache = false;
+  auto l = Limiter::Create(std::move(o));
+  EXPECT_TRUE(l.ok()) << l.status().ToString();
+  return l.ok() ? std::move(*l) : nullptr;
+}
+
+// Three app servers whose clocks are 10 s apart share one bucket. The bucket refills
+// 10 per minute, so if any of them used its own clock, the one 10 s ahead would see
+// about 1.7 tokens more than the others.
+void RunSkewedClients(bool caller_time, int* allowed_out) {
+  RedisServer* server = SharedRedis();
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+  const Micros real_now = std::chrono::duration_cast<std::chrono::microseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+  const Policy bucket = Policy::TokenBucket("bucket", 10, 10, std::chrono::minutes(1));
+  std::vector<std::unique_ptr<Limiter>> clients;
+  for (Micros skew : {-10 * kSec, 0 * kSec, 10 * kSec}) {
+    auto store = Connect(server->Url(), nullptr, caller_time);
+    ASSERT_NE(store, nullptr);
+    clients.push_back(MakeLimiter(store, {bucket}, std::make_shared<ManualClock>(real_now + skew)));
+  }
+  int allowed = 0;
+  std::uint64_t expected_remaining = 9;
+  for (int i = 0; i < 30; ++i) {
+    auto d = clients[static_cast<std::size_t>(i) % 3]->Acquire("user:1");
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    if (d->allowed) {
+      ++allowed;
+      if (!caller_time) {
+        EXPECT_EQ(d->remaining, expected_remaining) << "client " << i % 3;
+        --expected_remaining;
+      }
+    }
+  }
+  *allowed_out = allowed;
+}
+
+TEST(RedisClock, ClientsWithSkewedClocksGetTheSameDecisions) {
+  int allowed = 0;
+  RunSkewedClients(false, &allowed);
+  EXPECT_EQ(allowed, 10) << "exactly the bucket, whatever the clients' clocks say";
+}
+
+TEST(RedisClock, CallerTimeModeWouldLetSkewMintTokens) {
+  // The control experiment: the same clients in caller-time mode disagree, which is
+  // why production uses Redis's clock.
+  int allowed = 0;
+  RunSkewedClients(true, &allowed);
+  EXPECT_GT(allowed, 10);
+}
+
+// Upper bound on the TTL each algorithm's state needs, in ms (rounded up).
+long long MaxTtlMs(const Policy& p) {
+  const double per_unit = static_cast<double>(p.window) / static_cast<double>(p.limit);
+  switch (p.algorithm) {
+    case Algorithm::kFixedWindow:
+    case Algorithm::kSlidingWindowLog:
+      return (p.window + 999) / 1000;
+    case Algorithm::kSlidingWindowCounter:
+      return (2 * p.window + 999) / 1000;
+    case Algorithm::kTokenBucket:
+    case Algorithm::kGcra:
+      return static_cast<long long>(std::ceil(per_unit * static_cast<double>(p.Capacity()) / 1000));
+  }
+  return 0;
+}
+
+TEST(RedisKeys, EveryKeyHasATtlNoLongerThanItsPolicyNeeds) {
+  RedisServer* server = SharedRedis();
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+  auto store = Connect(server->Url(), nullptr);
+  ASSERT_NE(store, nullptr);
+  using std::chrono::seconds;
+  std::vector<Policy> policies = {
+      Policy::FixedWindow("fixed", 50, seconds(30)),
+      Policy::SlidingWindowLog("log", 20, seconds(20)),
+      Policy::SlidingWindowCounter("counter", 40, seconds(15)),
+      Policy::TokenBucket("bucket", 30, 10, seconds(60)),
+      Policy::Gcra("gcra", 10, seconds(10), 25),
+  };
+  auto limiter = MakeLimiter(store, policies, nullptr);
+  ASSERT_NE(limiter, nullptr);
+  std::mt19937 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    const std::string key = "user:" + std::to_string(rng() % 40);
+    if (rng() % 4 == 0) {
+      const std::string ip = "ip:" + std::to_string(rng() % 9);
+      Check checks[2] = {{rng() % policies.size(), key, rng() % 3},
+                         {rng() % policies.size(), ip, 1}};
+      ASSERT_TRUE(limiter->Acquire(checks).ok());
+    } else {
+      ASSERT_TRUE(limiter->Acquire(key, rng() % 3).ok());
+    }
+  }
+  auto keys = server->Command({"KEYS", "*"});
+  ASSERT_TRUE(keys.ok());
+  ASSERT_GT(keys->elements.size(), 50u);
+  for (const redis::Reply& k : keys->elements) {
+    auto ttl = server->Command({"PTTL", k.str});
+    ASSERT_TRUE(ttl.ok());
+    EXPECT_GT(ttl->integer, 0) << k.str << " has no TTL";
+    const Policy* p = nullptr;
+    for (const Policy& q : policies) {
+      const std::string suffix = "}:" + q.name;
+      if (k.str.ends_with(suffix) || k.str.ends_with(suffix + ":log")) p = &q;
+    }
+    ASSERT_NE(p, nullptr) << k.str;
+    EXPECT_LE(ttl->integer, MaxTtlMs(*p)) << k.str;
+  }
+}
+
+TEST(RedisSetup, WarnsWhenRedisMayEvictLimiterKeys) {
+  auto lru =
+      RedisServer::Start({.args = {"--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"}});
+  ASSERT_TRUE(lru.ok()) << lru.status().ToString();
+  std::vector<std::string> warnings;
+  ASSERT_NE(Connect((*lru)->Url(), &warnings), nullptr);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("allkeys-lru"), std::string::npos) << warnings[0];
+
+  auto safe =
+      RedisServer::Start({.args = {"--maxmemory", "64mb", "--maxmemory-policy", "noeviction"}});
+  ASSERT_TRUE(safe.ok()) << safe.status().ToString();
+  warnings.clear();
+  ASSERT_NE(Connect((*safe)->Url(), &warnings), nullptr);
+  EXPECT_TRUE(warnings.empty());
+
+  // A managed Redis may disable CONFIG: still works, with a warning that says so.
+  auto no_config = RedisServer::Start({.args = {"--rename-command", "CONFIG", ""}});
+  ASSERT_TRUE(no_config.ok()) << no_config.status().ToString();
+  warnings.clear();
+  auto store = Connect((*no_config)->Url(), &warnings);
+  ASSERT_NE(store, nullptr);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("could not read maxmemory-policy"), std::string::npos) << warnings[0];
+}
+
+TEST(RedisSetup, UrlsSelectTheDatabaseAndTheUnixSocket) {
+  RedisServer* server = SharedRedis();
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+  const Policy p = Policy::FixedWindow("api", 5, std::chrono::minutes(1));
+  for (const std::string& url : {server->Url() + "/3", server->UnixUrl() + "?db=3"}) {
+    SCOPED_TRACE(url);
+    auto store = Connect(url, nullptr);
+    ASSERT_NE(store, nullptr);
+    auto limiter = MakeLimiter(store, {p}, nullptr);
+    ASSERT_TRUE(limiter->Acquire("k").ok());
+  }
+  auto dbs = server->Command({"INFO", "keyspace"});
+  ASSERT_TRUE(dbs.ok());
+  EXPECT_NE(dbs->str.find("db3:keys=1"), std::string::npos) << dbs->str;
+  EXPECT_EQ(dbs->str.find("db0:"), std::string::npos) << dbs->str;
+}
+
+TEST(RedisSetup, OpenStoreChoosesTheStoreByUrl) {
+  auto memory = OpenStore("memory://");
+  ASSERT_TRUE(memory.ok());
+  EXPECT_FALSE((*memory)->IsRemote());
+  RedisServer* server = SharedRedis();
+  ASSERT_NE(server, nullptr);
+  auto redis = OpenStore(server->Url());
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  EXPECT_TRUE((*redis)->IsRemote());
+  auto bad = OpenStore("mysql://x");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace sluice::testing
+
+namespace sluice::testing {
+namespace {
+
+// The least-privilege ACL user that docs/redis.md recommends is enough for every
+// algorithm (and the ACL form of the URL works).
+TEST(RedisSetup, TheDocumentedAclUserIsEnough) {
+  auto server = RedisServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto acl = (*server)->Command({"ACL",
+                                 "SETUSER",
+                                 "sluice",
+                                 "on",
+                                 ">secret",
+                                 "~sluice:*",
+                                 "+evalsha",
+                                 "+script|load",
+                                 "+ping",
+                                 "+select",
+                                 "+del",
+                                 "+get",
+                                 "+set",
+                                 "+zadd",
+                                 "+zrange",
+                                 "+zrangebyscore",
+                                 "+zremrangebyscore",
+                                 "+pexpire",
+                                 "+time",
+                                 "+config|get"});
+  ASSERT_TRUE(acl.ok() && !acl->is_error()) << (acl.ok() ? acl->str : acl.status().ToString());
+  std::vector<std::string> warnings;
+  auto store =
+      Connect("redis://sluice:secret@127.0.0.1:" + std::to_string((*server)->port()), &warnings);
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(warnings.empty()) << warnings[0];
+  std::vector<Policy> all = {Policy::FixedWindow("fixed", 2, std::chrono::seconds(10)),
+                             Policy::SlidingWindowLog("log", 2, std::chrono::seconds(10)),
+                             Policy::SlidingWindowCounter("counter", 2, std::chrono::seconds(10)),
+                             Policy::TokenBucket("bucket", 2, 2, std::chrono::seconds(10)),
+                             Policy::Gcra("gcra", 2, std::chrono::seconds(10), 2)};
+  for (Policy& p : all) p.failure_mode = FailureMode::kFailClosed;
+  auto limiter = MakeLimiter(store, all, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    Decision per[5];
+    auto d = limiter->Acquire("user:1", 1, per);
+    ASSERT_TRUE(d.ok());
+    for (const Decision& x : per) EXPECT_EQ(x.source, DecisionSource::kStore);
+    EXPECT_EQ(d->allowed, i < 2);
+  }
+  ASSERT_TRUE(limiter->Reset("user:1").ok());
+  EXPECT_TRUE(limiter->Acquire("user:1")->allowed);
+}
+
+}  // namespace
+}  // namespace sluice::testing
