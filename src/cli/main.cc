@@ -12,6 +12,15 @@ using sluice::cli::Command;
 constexpr Command kCommands[] = {
     {"simulate", "run traffic patterns through every algorithm with a simulated clock",
      sluice::cli::RunSimulate},
+    {"check", "take units for a key from a policy in Redis and print the decision",
+     sluice::cli::RunCheck},
+    {"peek", "print what a key would get now, without consuming anything", sluice::cli::RunPeek},
+    {"reset", "forget a key under a policy: its full limit is available again",
+     sluice::cli::RunReset},
+    {"bench",
+     "load tool: N concurrent callers against Redis (or memory://), decisions/s and "
+     "latency",
+     sluice::cli::RunBenchCommand},
 };
 
 void Usage(std::FILE* out) {

@@ -196,6 +196,9 @@ struct Limiter::Impl {
   }
 
   Result<Decision> Decide(std::span<const StoreCheck> checks, std::span<Decision> out);
+  // Deny cache, then one atomic store call; store failures become the failure modes'
+  // decisions. Fills `out`; errors only for invalid arguments.
+  Status Evaluate(std::span<const StoreCheck> checks, Micros now, std::span<Decision> out);
   void OnStoreFailure(std::span<const StoreCheck> checks, Micros now, std::span<Decision> out);
 };
 
@@ -364,9 +367,8 @@ void Limiter::Impl::OnStoreFailure(std::span<const StoreCheck> checks, Micros no
   }
 }
 
-Result<Decision> Limiter::Impl::Decide(std::span<const StoreCheck> checks,
-                                       std::span<Decision> out) {
-  const Micros now = options.clock->Now();
+Status Limiter::Impl::Evaluate(std::span<const StoreCheck> checks, Micros now,
+                               std::span<Decision> out) {
   bool cached = false;
   if (use_deny_cache) {
     for (std::size_t i = 0; i < checks.size(); ++i) {
@@ -411,7 +413,51 @@ Result<Decision> Limiter::Impl::Decide(std::span<const StoreCheck> checks,
       }
     }
   }
+  return Status::Ok();
+}
 
+Result<Decision> Limiter::Impl::Decide(std::span<const StoreCheck> checks,
+                                       std::span<Decision> out) {
+  const Micros now = options.clock->Now();
+  // Shadow policies are decided in a batch of their own: a would-be denial by a
+  // shadow policy must not stop the enforced policies from being charged (nor the
+  // other way round). A request with no shadow policy, the usual case, is one batch.
+  std::size_t shadow_count = 0;
+  for (const StoreCheck& c : checks) shadow_count += c.policy->shadow ? 1 : 0;
+  if (shadow_count == 0 || shadow_count == checks.size()) {
+    if (Status s = Evaluate(checks, now, out); !s.ok()) return s;
+  } else {
+    StoreCheck grouped[kMaxChecks];
+    Decision decided[kMaxChecks];
+    std::size_t from[kMaxChecks];
+    std::size_t n = 0;
+    for (bool shadow : {false, true}) {
+      for (std::size_t i = 0; i < checks.size(); ++i) {
+        if (checks[i].policy->shadow != shadow) continue;
+        grouped[n] = checks[i];
+        decided[n] = out[i];
+        from[n++] = i;
+      }
+    }
+    const std::size_t enforced = checks.size() - shadow_count;
+    for (auto [first, count] :
+         {std::pair{std::size_t{0}, enforced}, std::pair{enforced, shadow_count}}) {
+      Status s = Evaluate(std::span<const StoreCheck>(grouped + first, count), now,
+                          std::span<Decision>(decided + first, count));
+      if (!s.ok()) return s;
+    }
+    for (std::size_t k = 0; k < n; ++k) out[from[k]] = decided[k];
+  }
+
+  bool shadowed = false;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    if (!out[i].allowed && checks[i].policy->shadow) {
+      out[i].allowed = true;
+      out[i].shadow_denied = true;
+      out[i].retry_after = 0;
+      shadowed = true;
+    }
+  }
   // The binding decision: a denial with the longest wait, else the least remaining.
   std::size_t bind = 0;
   bool any_denied = false;
@@ -425,24 +471,8 @@ Result<Decision> Limiter::Impl::Decide(std::span<const StoreCheck> checks,
     }
   }
   Counters().decisions.fetch_add(1, std::memory_order_relaxed);
-  if (any_denied) {
-    bool shadow = true;
-    for (std::size_t i = 0; i < checks.size(); ++i) {
-      if (!out[i].allowed && !checks[i].policy->shadow) shadow = false;
-    }
-    if (shadow) {
-      for (std::size_t i = 0; i < checks.size(); ++i) {
-        if (!out[i].allowed) {
-          out[i].allowed = true;
-          out[i].shadow_denied = true;
-          out[i].retry_after = 0;
-        }
-      }
-      Counters().shadow_denied.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      Counters().denied.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
+  if (any_denied) Counters().denied.fetch_add(1, std::memory_order_relaxed);
+  if (shadowed) Counters().shadow_denied.fetch_add(1, std::memory_order_relaxed);
   return out[bind];
 }
 

@@ -4,6 +4,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -52,6 +54,31 @@ Status ContextError(const redisContext* c, const Url& url, const char* step, Mic
   }
 }
 
+// hiredis writes with write(): a peer that closed the socket would raise SIGPIPE and
+// kill the process. While this guard lives, SIGPIPE is blocked in this thread (write
+// then fails with EPIPE); one that we raised is discarded before unblocking.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeGuard() {
+    if (sigismember(&old_, SIGPIPE)) return;  // the caller blocks it anyway
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGPIPE)) {
+      const timespec zero{0, 0};
+      sigtimedwait(&pipe_, nullptr, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t pipe_, old_;
+};
+
 }  // namespace
 
 Reply Reply::From(const redisReply& r) {
@@ -88,6 +115,7 @@ std::string EncodeCommand(std::initializer_list<std::string_view> args) {
 }
 
 Result<ContextPtr> Handshake(const ConnectOptions& o) {
+  SigpipeGuard no_sigpipe;
   const Url& u = o.url;
   const Deadline deadline = DeadlineAfter(o.connect_timeout);
   const timeval tv = ToTimeval(o.connect_timeout);

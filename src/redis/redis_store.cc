@@ -63,7 +63,9 @@ struct RedisStore::Impl {
 // Eviction would silently forget counters (letting more requests through), so only
 // noeviction (writes fail instead, and the failure mode decides) is safe.
 void RedisStore::Impl::CheckMaxmemory() {
-  const redis::Deadline deadline = redis::DeadlineAfter(options.connect_timeout);
+  // Startup only: a generous bound, so a busy Redis does not produce a false warning.
+  const redis::Deadline deadline =
+      redis::DeadlineAfter(std::max<Micros>(options.connect_timeout, 2'000'000));
   auto policy = client->Call(redis::EncodeCommand({"CONFIG", "GET", "maxmemory-policy"}), deadline);
   if (!policy.ok() || policy->is_error() || policy->elements.size() != 2) {
     Warn("could not read maxmemory-policy from " + client->url().Describe() + " (" +

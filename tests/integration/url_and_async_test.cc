@@ -137,10 +137,27 @@ TEST(RedisAsync, EveryCallbackFiresByTheDeadlineWhenRedisIsStopped) {
     (*store)->EvaluateAsync(std::span<const StoreCheck>(&check, 1), 0, c.Callback());
   }
   ASSERT_TRUE(c.Wait(500, std::chrono::seconds(5))) << "every callback is called, once";
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100 + 500));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100 + 1000))
+      << "bounded by the deadline, plus scheduling slack";
   EXPECT_EQ(c.ok, 0);
   EXPECT_EQ(c.errors[ErrorCode::kDeadlineExceeded], 500);
+
+  // The 500 late replies arrive after SIGCONT and must be discarded, not handed to
+  // the next callers: each of these gets the answer to its own cost.
   (*server)->Resume();
+  const Policy big = Policy::FixedWindow("big", 1000, std::chrono::hours(1));
+  int answered = 0;
+  for (int cost = 1; cost <= 30; ++cost) {
+    const std::string key = "sluice:{fresh" + std::to_string(cost) + "}:big";
+    StoreCheck check{&big, key, static_cast<std::uint64_t>(cost)};
+    Decision d;
+    Status st =
+        (*store)->Evaluate(std::span<const StoreCheck>(&check, 1), 0, std::span<Decision>(&d, 1));
+    if (!st.ok()) continue;  // still catching up on the backlog: a timeout is fine
+    ++answered;
+    EXPECT_EQ(d.remaining, 1000u - cost) << "a reply went to the wrong caller";
+  }
+  EXPECT_GT(answered, 0);
 }
 
 }  // namespace

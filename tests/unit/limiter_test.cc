@@ -167,3 +167,30 @@ TEST(Limiter, DenyCacheSavesStoreCallsWithoutChangingDecisions) {
 
 }  // namespace
 }  // namespace sluice::testing
+
+namespace sluice::testing {
+namespace {
+
+// A shadow policy that would deny must not stop an enforced policy of the same
+// request from being charged (they used to share one all-or-nothing batch).
+TEST(Limiter, ShadowDenialDoesNotStopEnforcedPoliciesFromCounting) {
+  Policy shadow = Policy::FixedWindow("trial", 2, std::chrono::minutes(1));
+  shadow.shadow = true;
+  Harness h({Policy::FixedWindow("enforced", 5, std::chrono::minutes(1)), shadow});
+  Decision per[2];
+  for (int i = 0; i < 5; ++i) {
+    auto d = h.limiter->Acquire("k", 1, per);
+    ASSERT_TRUE(d->allowed) << i;
+    EXPECT_EQ(per[0].remaining, static_cast<std::uint64_t>(4 - i)) << i;
+    EXPECT_EQ(per[1].shadow_denied, i >= 2) << i;
+  }
+  auto d = h.limiter->Acquire("k", 1, per);
+  EXPECT_FALSE(d->allowed);  // the enforced limit of 5 holds
+  EXPECT_EQ(d->policy_index, 0);
+  EXPECT_TRUE(per[1].shadow_denied);
+  EXPECT_EQ(h.limiter->Stats().shadow_denied, 4u);
+  EXPECT_EQ(h.limiter->Stats().denied, 1u);
+}
+
+}  // namespace
+}  // namespace sluice::testing

@@ -12,6 +12,9 @@ namespace {
 thread_local bool g_counting = false;
 thread_local long g_allocs = 0;
 }  // namespace
+// GCC 12 flags malloc/free inside replacement operators as mismatched once they
+// are inlined into callers; they are the matching pair here.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void* operator new(std::size_t n) {
   if (g_counting) ++g_allocs;
   void* p = std::malloc(n == 0 ? 1 : n);

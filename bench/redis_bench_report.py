@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Renders the Markdown report of bench/redis_bench.sh from its JSON lines (one object per
+measurement). Usage: redis_bench_report.py RESULTS.jsonl SECONDS KEYS RATE FLOOD_RATE FLOOD_FACTOR
+"""
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+seconds, keys, rate, flood_rate, flood_factor = sys.argv[2:7]
+by = {r["case"]: r for r in rows}
+def rps(c): return by[c]["decisions_per_s"] if c in by else None
+def fmt(x): return "n/a" if x is None else f"{x:,.0f}"
+def ms(us): return "n/a" if us is None else f"{us/1000:.2f}"
+def usc(r): return f"{r['redis_usec_per_call']:.1f}" if "redis_usec_per_call" in r else "n/a"
+# Redis server CPU time per call (all of it: network, parsing, execution): unlike
+# throughput and usec_per_call, time other processes take from Redis does not count.
+def cpu(r): return f"{1e6 * r['redis_cpu_s'] / r['redis_calls']:.1f}" if r.get("redis_calls") else "n/a"
+def cpu_per(r, what):
+    v = r.get(what)
+    return "n/a" if v is None or not r.get("decisions") else f"{1e6 * v / r['decisions']:.1f}"
+incr = rps("incr")
+rlf_cases = [c for c in ("rlf", "rlf:autopipelining") if c in by]
+rlf = max([rps(c) for c in rlf_cases], default=None)
+print(f"One redis-server, one run: 64 concurrent callers, {keys} keys chosen at random, "
+      f"{rate} per key, {seconds} s per measurement; redis-benchmark with 64 clients at "
+      "pipeline 16. 'Redis CPU us/call' is the redis-server process's CPU time (user + "
+      "system, from /proc) over the calls it served; 'exec' is Redis's own timing of the "
+      "command (INFO commandstats usec_per_call), which also counts time Redis spent "
+      "preempted mid-command.\n")
+print(f"Plain INCR at pipeline 16: **{fmt(incr)}/s**, Redis CPU {cpu(by['incr'])} us/call "
+      f"(exec {usc(by['incr'])}); an empty script (EVALSHA of `return 1`): "
+      f"{fmt(rps('empty_script'))}/s, Redis CPU {cpu(by['empty_script'])} us/call "
+      f"(exec {usc(by['empty_script'])}).\n")
+print("| algorithm | (a) ceiling: redis-benchmark EVALSHA, P16 | Redis CPU (exec) us/call | "
+      "script / INCR | (b) sluice bench | sluice / ceiling | sluice p50 / p99 ms | "
+      "Redis CPU (exec) us/call | sluice client CPU us/decision | sluice / rate-limiter-flexible |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for alg in [c.split(":", 1)[1] for c in by if c.startswith("sluice:")]:
+    ceil, s = by.get("ceiling:" + alg), by["sluice:" + alg]
+    lat = s["latency_us"]
+    errors = f" ({s['error_total']} errors)" if s["error_total"] else ""
+    print(f"| {alg} | {fmt(ceil['decisions_per_s'])}/s | {cpu(ceil)} ({usc(ceil)}) | "
+          f"{100 * ceil['decisions_per_s'] / incr:.1f}% | {fmt(s['decisions_per_s'])}/s{errors} | "
+          f"{100 * s['decisions_per_s'] / ceil['decisions_per_s']:.0f}% | "
+          f"{ms(lat['p50'])} / {ms(lat['p99'])} | {cpu(s)} ({usc(s)}) | "
+          f"{cpu_per(s, 'client_cpu_s')} | "
+          + (f"{s['decisions_per_s'] / rlf:.2f}x |" if rlf else "n/a |"))
+print()
+for c in rlf_cases:
+    r = by[c]
+    label = "ioredis enableAutoPipelining" if "auto" in c else "ioredis defaults"
+    print(f"(c) rate-limiter-flexible@11 RateLimiterRedis + ioredis@5 ({label}), 1000 points "
+          f"per 1 s, 64 concurrent callers: **{fmt(r['decisions_per_s'])}/s**, p50 "
+          f"{ms(r['latency_us']['p50'])} ms, p99 {ms(r['latency_us']['p99'])} ms, "
+          f"{r['errors']} errors; its script: Redis CPU {cpu(r)} us/call (exec {usc(r)}); "
+          "node client CPU "
+          f"{cpu_per(r, 'client_cpu_s')} us/decision.  ")
+if not rlf_cases:
+    print("(c) rate-limiter-flexible: not run (node/npm missing or npm install failed).")
+print()
+print(f"(d) One key flooded at {flood_factor}x its limit ({flood_rate}/s; "
+      f"{int(flood_rate) * int(flood_factor)} decisions/s offered by 8 threads through "
+      "sluice::Limiter, paced):\n")
+print("| algorithm | deny cache | decisions | allowed | Redis calls (EVALSHA) | calls per decision | deny-cache hits |")
+print("|---|---|---|---|---|---|---|")
+for alg in ("fixed_window", "token_bucket"):
+    for cache in ("off", "on"):
+        c = f"flood:{alg}:{cache}"
+        if c not in by: continue
+        r = by[c]
+        print(f"| {alg} | {cache} | {r['decisions']:,} | {r['allowed']:,} | {r['store_calls']:,} | "
+              f"{r['store_calls'] / max(1, r['decisions']):.3f} | {r['deny_cache_hits']:,} |")

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# sluiced throughput and latency, side by side with nginx answering `return 200`, in one
+# run on this machine, all on loopback:
+#   - HTTP (wrk): nginx return 200 | sluiced GET /v1/check | sluiced POST /json
+#   - gRPC (sluiced_grpc_load, async stubs): ShouldRateLimit
+# Usage: bench/sluiced/run.sh [memory|redis]   (builds the release preset first)
+# Settings: DURATION (s per run, default 5), ROUNDS (default 3), CONNECTIONS (default 32),
+# THREADS (wrk, default 2).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+store=${1:-memory}
+duration=${DURATION:-5}
+conns=${CONNECTIONS:-32}
+threads=${THREADS:-2}
+cmake --preset release >/dev/null
+cmake --build --preset release -j2 --target sluiced sluiced_grpc_load >/dev/null
+work=$(mktemp -d /tmp/sluiced-bench-XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+redis_flag=()
+if [[ $store == redis ]]; then
+  rport=$(free_port)
+  redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
+    >"$work/redis.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
+  redis_flag=(--redis "redis://127.0.0.1:$rport")
+fi
+
+cat >"$work/sluiced.yaml" <<'YAML'
+sluiced:
+  reload_poll: 0
+  log_level: warn
+  http_threads: 64
+domain: bench
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 4000000000}
+YAML
+hport=$(free_port)
+gport=$(free_port)
+build/release/src/service/sluiced --config "$work/sluiced.yaml" --http "127.0.0.1:$hport" \
+  --grpc "127.0.0.1:$gport" "${redis_flag[@]}" >"$work/sluiced.log" 2>&1 &
+pids+=($!)
+
+nport=$(free_port)
+mkdir -p "$work/nginx/tmp"
+cat >"$work/nginx/nginx.conf" <<NGINX
+daemon off;
+worker_processes 2;
+error_log $work/nginx/error.log warn;
+pid $work/nginx/nginx.pid;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx/tmp/body;
+  proxy_temp_path $work/nginx/tmp/proxy;
+  fastcgi_temp_path $work/nginx/tmp/fastcgi;
+  uwsgi_temp_path $work/nginx/tmp/uwsgi;
+  scgi_temp_path $work/nginx/tmp/scgi;
+  server { listen 127.0.0.1:$nport; location / { return 200 "ok\n"; } }
+}
+NGINX
+/usr/sbin/nginx -p "$work/nginx/" -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
+pids+=($!)
+for _ in $(seq 200); do
+  curl -sf "http://127.0.0.1:$hport/readyz" >/dev/null 2>&1 &&
+    curl -sf "http://127.0.0.1:$nport/" >/dev/null 2>&1 && break
+  sleep 0.05
+done
+
+cat >"$work/json.lua" <<'LUA'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '{"domain":"bench","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.1"}]}]}'
+LUA
+
+# One wrk run; prints "requests/s p50 p99 non2xx".
+wrk_once() {  # url, [lua]
+  local url=$1 lua=${2:-} out
+  if [[ -n $lua ]]; then
+    out=$(wrk -t"$threads" -c"$conns" -d"${duration}s" --latency -s "$lua" "$url")
+  else
+    out=$(wrk -t"$threads" -c"$conns" -d"${duration}s" --latency "$url")
+  fi
+  local rps p50 p99 non2xx
+  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+  p50=$(awk '$1=="50%" {print $2}' <<<"$out")
+  p99=$(awk '$1=="99%" {print $2}' <<<"$out")
+  non2xx=$(awk '/Non-2xx/ {print $5}' <<<"$out")
+  echo "${rps%.*} $p50 $p99 ${non2xx:-0}"
+}
+# The machine is shared: targets take turns for $rounds rounds; the median round counts.
+median_row() {  # name, file of rows
+  sort -n "$2" | awk -v name="$1" '{ r[NR]=$0 } END { split(r[int((NR+1)/2)], f, " ");
+    printf "| %s | %s | %s | %s | %s |\n", name, f[1], f[2], f[3], f[4] }'
+}
+
+rounds=${ROUNDS:-3}
+echo "store=$store wrk -t$threads -c$conns -d${duration}s, median of $rounds alternating rounds;" \
+  "cores=$(nproc); $(date -u +%FT%TZ)"
+: >"$work/nginx.rows"; : >"$work/check.rows"; : >"$work/json.rows"
+for _ in $(seq "$rounds"); do
+  wrk_once "http://127.0.0.1:$nport/" >>"$work/nginx.rows"
+  wrk_once "http://127.0.0.1:$hport/v1/check?domain=bench&key=remote_address&value=10.0.0.1" \
+    >>"$work/check.rows"
+  wrk_once "http://127.0.0.1:$hport/json" "$work/json.lua" >>"$work/json.rows"
+done
+echo
+echo '| HTTP target | requests/s | p50 | p99 | non-2xx |'
+echo '| --- | ---: | ---: | ---: | ---: |'
+median_row 'nginx `return 200` (reference)' "$work/nginx.rows"
+median_row 'sluiced GET /v1/check' "$work/check.rows"
+median_row 'sluiced POST /json' "$work/json.rows"
+echo
+echo "all rounds (requests/s p50 p99 non-2xx): nginx: $(paste -sd';' "$work/nginx.rows")"
+echo "  check: $(paste -sd';' "$work/check.rows")"
+echo "  json: $(paste -sd';' "$work/json.rows")"
+echo
+echo "gRPC: sluiced_grpc_load --concurrency $conns --threads $threads --values 1000 --duration $duration"
+build/release/bench/sluiced/sluiced_grpc_load --target "127.0.0.1:$gport" --domain bench \
+  --key remote_address --values 1000 --concurrency "$conns" --threads "$threads" \
+  --duration "$duration"

@@ -1,0 +1,221 @@
+// sluice/http.h: rate limiting in front of an HTTP application, framework-neutral.
+//
+// An adapter (sluice_http/httplib.h, sluice_http/beast.h) turns its framework's request
+// into an http::Request view and calls Middleware::Check once per request, before any
+// handler runs. Check finds the route, builds the caller keys (client IP, API key, user,
+// route), asks the Limiter for every limit of the route at once, and returns a Verdict:
+// either "pass, and add these headers to your response" or a complete 429 / 400 / 503
+// response (RFC 9457 problem+json body, Retry-After, RateLimit headers).
+//
+//   sluice::http::MiddlewareOptions o;
+//   o.limiter = std::move(limiter);                        // any store
+//   o.default_limits = {{.policy = "api"}};                // keyed by client IP
+//   auto mw = sluice::http::Middleware::Create(std::move(o)).value();
+//
+// docs/http.md explains keys, headers, proxies and the adapters.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "sluice/decision.h"
+#include "sluice/limiter.h"
+#include "sluice/status.h"
+
+namespace sluice::http {
+
+// Read access to a request's header fields; each adapter implements it over its
+// framework's header map. Must be safe to call from the thread running Check.
+class HeaderReader {
+ public:
+  virtual ~HeaderReader() = default;
+  // The `index`-th field named `name` (case-insensitive), counting in the order received,
+  // or false when there are fewer. The view must stay valid during Check.
+  virtual bool Get(std::string_view name, std::size_t index, std::string_view* value) const = 0;
+};
+
+// A view of an incoming request. Nothing is copied; the viewed data must outlive Check.
+struct Request {
+  std::string_view method;        // "GET"
+  std::string_view path;          // "/api/items/7", without the query string
+  std::string_view peer_address;  // IP of the TCP peer, "192.0.2.1" or "2001:db8::1" (no port)
+  const HeaderReader* headers = nullptr;  // null: the request has no header fields
+};
+
+// The identities a key can be built from. A key combines one or more of them, in order.
+enum class KeyPart : std::uint8_t {
+  kClientIp = 0,  // the client address (see ClientIpOptions), IPv6 grouped by prefix
+  kApiKey = 1,    // the value of MiddlewareOptions::api_key_header
+  kUser = 2,      // what MiddlewareOptions::user returns
+  kRoute = 3,     // the matched route's name (not the raw path: /items/1 and /items/2 share it)
+  kMethod = 4,    // the request method
+};
+
+// What a limit does when an identity of its key is absent (no API key header, an
+// anonymous user).
+enum class MissingIdentity : std::uint8_t {
+  kUseClientIp = 0,  // key the request by the client IP instead of the missing identity
+  kSkip = 1,         // this limit does not apply to the request
+};
+
+// One limit applied to a request: a policy of the Limiter and the key it counts under.
+struct Limit {
+  // The name of one of the Limiter's policies.
+  std::string policy;
+  // The identities the key is made of, e.g. {kApiKey, kRoute}.
+  std::vector<KeyPart> key = {KeyPart::kClientIp};
+  MissingIdentity on_missing = MissingIdentity::kUseClientIp;
+};
+
+// A group of requests with its own limits. Routes are tried in order; the first match wins.
+struct Route {
+  // Used as the kRoute identity and in logs. Default: "<method> <path>".
+  std::string name;
+  // "" matches every method; otherwise an exact, case-sensitive method ("POST").
+  std::string method;
+  // An exact path ("/login"), or a prefix when it ends with '*' ("/api/*", "*").
+  std::string path = "*";
+  // The limits checked, all at once and atomically (all pass or nothing is taken).
+  // At most 16, each naming a different policy.
+  std::vector<Limit> limits;
+  // Units each request takes from every limit (MiddlewareOptions::cost overrides it).
+  std::uint64_t cost = 1;
+  // Requests of this route are never limited and get no rate-limit headers.
+  bool exempt = false;
+};
+
+// Where the forwarded client address is read from, behind a trusted proxy.
+enum class ForwardedHeader : std::uint8_t {
+  kXForwardedFor = 0,  // X-Forwarded-For: client, proxy1, proxy2
+  kForwarded = 1,      // RFC 7239 Forwarded: for=client, for="[2001:db8::1]:443"
+  kNone = 2,           // never read: the client is the TCP peer
+};
+
+// How the client address is found.
+struct ClientIpOptions {
+  // Proxies whose forwarding header is believed: CIDRs or single addresses, IPv4 or IPv6
+  // ("10.0.0.0/8", "192.0.2.7", "fd00::/8", "::1"). Empty: the TCP peer is the client and
+  // no forwarding header is ever read. The header is walked from the right past trusted
+  // hops; the first untrusted hop is the client.
+  std::vector<std::string> trusted_proxies;
+  ForwardedHeader header = ForwardedHeader::kXForwardedFor;
+  // IPv6 clients are grouped by this prefix (1-128), so one host cannot mint keys by
+  // rotating addresses inside its /64. IPv4-mapped IPv6 (::ffff:a.b.c.d) counts as IPv4.
+  int ipv6_prefix = 64;
+  // IPv4 clients are grouped by this prefix (1-32).
+  int ipv4_prefix = 32;
+  // At most this many forwarding entries are walked (bounds the work per request).
+  std::size_t max_hops = 16;
+};
+
+// Which rate-limit header fields are sent.
+struct HeaderOptions {
+  // RateLimit (draft-ietf-httpapi-ratelimit-headers-10): "api";r=9;t=42
+  bool ratelimit = true;
+  // RateLimit-Policy: "api";q=100;w=60
+  bool ratelimit_policy = true;
+  // X-RateLimit-Limit / -Remaining / -Reset (seconds until reset), for the binding policy.
+  bool legacy = true;
+  // Also send the fields above on allowed responses (not only on 429).
+  bool on_allowed = true;
+};
+
+struct MiddlewareOptions {
+  // Decides. Required. Its store may be in process or Redis.
+  std::shared_ptr<Limiter> limiter;
+  // Routes, tried in order.
+  std::vector<Route> routes;
+  // The limits of a request that matches no route. Empty: such requests are not limited.
+  std::vector<Limit> default_limits;
+  ClientIpOptions client_ip;
+  // The header that carries an API key (kApiKey).
+  std::string api_key_header = "X-API-Key";
+  // Says whether an API key is genuine. A key it rejects counts as missing (see
+  // MissingIdentity), so a client cannot mint fresh budgets by inventing keys. Unset:
+  // every key is taken as given (only safe when keys were authenticated before the
+  // middleware, or when a per-IP limit is checked too). Must not throw.
+  std::function<bool(std::string_view)> api_key_valid;
+  // Longest accepted API key or user id; a longer one is answered 400.
+  std::size_t max_identity_bytes = 128;
+  // Returns the user id for kUser, or "" for an anonymous request. Called once per
+  // request that needs it. Must not throw.
+  std::function<std::string(const Request&)> user;
+  // Returns the cost of a request (overrides Route::cost). Must not throw; a cost above
+  // a policy's capacity is answered 500 (a configuration error).
+  std::function<std::uint64_t(const Request&)> cost;
+  // Clients never limited: CIDRs or addresses, matched against the client address.
+  std::vector<std::string> allow_list;
+  // Returns true for requests that are never limited. Must not throw.
+  std::function<bool(const Request&)> exempt;
+  HeaderOptions headers;
+  // Shadow mode: decide, count and send headers, but never answer 429.
+  bool shadow = false;
+  // RFC 9457 problem type of a 429 response.
+  std::string problem_type = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+};
+
+// What the adapter must do with a request.
+struct Verdict {
+  // 0: run the application and add `headers` to its response. Otherwise answer with
+  // this status (429 limited, 503 store down under fail-closed, 400 bad identity, 500
+  // misconfiguration), `headers`, `content_type` and `body`, without the application.
+  int status = 0;
+  // Field names are static strings (valid for the life of the program).
+  std::vector<std::pair<std::string_view, std::string>> headers;
+  std::string content_type;
+  std::string body;
+  // The binding decision, when a limit was checked.
+  bool checked = false;
+  Decision decision;
+
+  bool pass() const { return status == 0; }
+};
+
+// Monotonic counters.
+struct MiddlewareStats {
+  std::uint64_t requests = 0;
+  std::uint64_t allowed = 0;
+  std::uint64_t limited = 0;         // answered 429
+  std::uint64_t shadow_limited = 0;  // would have been 429 (shadow mode)
+  std::uint64_t unavailable = 0;     // answered 503: store failed and a policy fails closed
+  std::uint64_t exempt = 0;          // exempt route, allow list or exempt function
+  std::uint64_t bad_requests = 0;    // answered 400
+  std::uint64_t errors = 0;          // answered 500
+  std::uint64_t fail_open = 0;       // allowed because the store failed (fail-open)
+};
+
+// Thread-safe; Check may run concurrently on any number of threads. Never throws.
+class Middleware {
+ public:
+  // Validates the options: a limiter, known and distinct policy names per route, valid
+  // CIDRs and prefixes. Errors name the field, e.g. "routes[1].limits[0]: no policy
+  // named 'x'".
+  static Result<std::unique_ptr<Middleware>> Create(MiddlewareOptions options);
+  ~Middleware();
+  Middleware(const Middleware&) = delete;
+  Middleware& operator=(const Middleware&) = delete;
+
+  // Decides one request. Waits at most as long as the Limiter does (the store's call
+  // deadline); a store failure is decided by the policy's FailureMode.
+  Verdict Check(const Request& request) const;
+
+  // The client address `request` is keyed by, after proxies and prefix grouping, as it
+  // appears in keys ("192.0.2.1", "2001:db8:1:2::/64").
+  std::string ClientIp(const Request& request) const;
+
+  MiddlewareStats Stats() const;
+  const MiddlewareOptions& options() const;
+
+ private:
+  struct Impl;
+  explicit Middleware(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::http

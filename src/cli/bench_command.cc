@@ -1,0 +1,260 @@
+// `sluice bench`: the load tool. Flags, the progress line and the summary.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "cli/bench.h"
+#include "cli/commands.h"
+#include "cli/store_flags.h"
+
+namespace sluice::cli {
+namespace {
+
+constexpr const char* kFooter =
+    "Each caller issues its next decision as soon as its previous one completes. Against\n"
+    "Redis (--api store, the default) the callers are outstanding RedisStore::EvaluateAsync\n"
+    "calls pipelined over --connections; with --api limiter (or memory://) each caller is a\n"
+    "thread calling sluice::Limiter::Acquire (the deny cache then applies) or\n"
+    "Store::Evaluate. Keys are bench:000000000000 .. (--keys of them, chosen at random;\n"
+    "--hot-key is --keys 1); the store key is <prefix>:{<key>}:<policy name>.\n"
+    "\n"
+    "A progress line goes to stderr every second; the summary to stdout (--json: one JSON\n"
+    "object). Exit status: 0 done, 2 bad flags, 3 store error (cannot connect, or no\n"
+    "decision succeeded). See docs/cli.md.";
+
+std::string FormatLatency(std::uint64_t ns) {
+  char buf[32];
+  if (ns < 1'000'000) {
+    std::snprintf(buf, sizeof(buf), "%.0fus", static_cast<double>(ns) / 1e3);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.2fms", static_cast<double>(ns) / 1e6);
+  }
+  return buf;
+}
+
+// The URL without its password.
+std::string Redact(const std::string& url) {
+  const std::size_t scheme = url.find("://");
+  const std::size_t at = url.find('@');
+  if (scheme == std::string::npos || at == std::string::npos || at < scheme) return url;
+  return url.substr(0, scheme + 3) + "***" + url.substr(at);
+}
+
+double Us(std::uint64_t ns) {
+  return static_cast<double>(ns) / 1e3;
+}
+
+}  // namespace
+
+int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CLI::App app{
+      "Issues decisions from N concurrent callers against a store and reports decisions/s,\n"
+      "latency percentiles, allowed/denied and errors by kind.",
+      "sluice bench"};
+  app.footer(kFooter);
+  app.get_formatter()->column_width(30);
+
+  PolicyFlags pf;
+  pf.algorithm = "fixed_window";
+  pf.policy_name = "bench";
+  StoreFlags sf;
+  sf.timeout = "50ms";
+  sf.connections = 2;
+  BenchConfig config;
+  std::string duration_text = "5s";
+  std::string api = "store";
+  bool hot_key = false;
+  bool no_deny_cache = false;
+  bool json = false;
+  bool quiet = false;
+
+  AddPolicyFlags(app, pf, "the policy's rate (default 1000/s)");
+  AddStoreFlags(app, sf);
+  app.add_option("--connections", sf.connections, "Redis connections shared by the callers")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("-c,--concurrency", config.concurrency, "concurrent callers")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  auto* duration_opt =
+      app.add_option("-d,--duration", duration_text, "how long to run")->capture_default_str();
+  app.add_option("--requests", config.requests,
+                 "stop after this many decisions instead of after --duration")
+      ->check(CLI::PositiveNumber)
+      ->excludes(duration_opt);
+  app.add_option("-k,--keys", config.keys, "distinct caller keys, chosen at random")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{10'000'000}))
+      ->capture_default_str();
+  app.add_flag("--hot-key", hot_key, "every caller uses one key (same as --keys 1)");
+  app.add_option("--cost", config.cost, "units each decision takes")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("-p,--prefix", config.prefix, "key prefix")->capture_default_str();
+  app.add_option("--api", api,
+                 "store: RedisStore::EvaluateAsync (Store::Evaluate for memory://); limiter: "
+                 "sluice::Limiter::Acquire from one thread per caller")
+      ->check(CLI::IsMember({"store", "limiter"}))
+      ->capture_default_str();
+  app.add_flag("--no-deny-cache", no_deny_cache, "--api limiter: turn the local deny cache off");
+  app.add_option("--target-rate", config.target_rate,
+                 "decisions/s over all callers, paced (threads only: --api limiter or "
+                 "memory://); default: as fast as possible")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seed", config.seed, "random seed for key choice")->capture_default_str();
+  app.add_flag("--json", json, "print the summary as one JSON object");
+  app.add_flag("-q,--quiet", quiet, "no progress line");
+
+  std::vector<std::string> storage(args.begin(), args.end());
+  if (storage.empty()) storage.emplace_back("bench");
+  std::vector<char*> argv;
+  for (std::string& a : storage) argv.push_back(a.data());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::CallForHelp&) {
+    out << app.help();
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    err << "sluice bench: " << e.what() << "\nRun 'sluice bench --help' for usage.\n";
+    return kExitUsage;
+  }
+  const auto usage = [&](const std::string& message) {
+    err << "sluice bench: " << message << "\n";
+    return kExitUsage;
+  };
+
+  auto policy = BuildPolicy(pf, "1000/s");
+  if (!policy.ok()) return usage(policy.status().message());
+  config.policy = *policy;
+  if (hot_key) config.keys = 1;
+  config.api = api == "limiter" ? BenchApi::kLimiter : BenchApi::kStore;
+  config.deny_cache = !no_deny_cache;
+  if (config.requests == 0) {
+    auto d = ParseDuration(duration_text);
+    if (!d.ok()) return usage("--duration: " + d.status().message());
+    if (*d <= 0) return usage("--duration must be more than 0");
+    config.duration = *d;
+  }
+  if (config.cost > config.policy.Capacity()) {
+    return usage("--cost " + std::to_string(config.cost) + " exceeds the policy's capacity " +
+                 std::to_string(config.policy.Capacity()));
+  }
+
+  bool usage_error = false;
+  auto opened = OpenStoreFromFlags(sf, &usage_error);
+  if (!opened.ok()) {
+    if (usage_error) return usage(opened.status().message());
+    err << "sluice bench: store error: " << opened.status().message() << "\n";
+    return kExitStoreError;
+  }
+  config.store = opened->store;
+  config.redis = opened->redis;
+
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  auto progress = [&](const BenchProgress& p) {
+    if (quiet) return;
+    char line[256];
+    const double denied_pct =
+        p.decisions > 0 ? 100.0 * static_cast<double>(p.denied) / static_cast<double>(p.decisions)
+                        : 0;
+    std::snprintf(line, sizeof(line),
+                  "%s[%5.1fs] %llu decisions, %.0f/s, p50 %s, p99 %s, denied %.1f%%, errors %llu",
+                  tty ? "\r" : "", p.elapsed_s, static_cast<unsigned long long>(p.decisions),
+                  p.interval_rate, FormatLatency(p.interval_p50).c_str(),
+                  FormatLatency(p.interval_p99).c_str(), denied_pct,
+                  static_cast<unsigned long long>(p.errors));
+    err << line << (tty ? "   " : "\n") << std::flush;
+  };
+  auto result = RunBench(config, progress);
+  if (tty && !quiet) err << "\n";
+  if (!result.ok()) return usage(result.status().message());
+  const BenchResult& r = *result;
+
+  const Policy& p = config.policy;
+  const std::string store_name = Redact(sf.url.empty() ? "memory://" : sf.url);
+  std::string error_kinds;
+  for (std::size_t i = 0; i < r.errors.size(); ++i) {
+    if (r.errors[i] == 0) continue;
+    if (!error_kinds.empty()) error_kinds += ", ";
+    error_kinds +=
+        std::string(ErrorCodeName(static_cast<ErrorCode>(i))) + " " + std::to_string(r.errors[i]);
+  }
+  if (json) {
+    std::ostringstream j;
+    j.setf(std::ios::fixed);
+    j.precision(1);
+    j << "{\"store\":" << JsonString(store_name) << ",\"api\":" << JsonString(api)
+      << ",\"engine\":" << JsonString(r.engine) << ",\"connections\":" << sf.connections
+      << ",\"algorithm\":" << JsonString(AlgorithmName(p.algorithm))
+      << ",\"policy\":" << JsonString(p.name) << ",\"rate_limit\":" << p.limit
+      << ",\"window_us\":" << p.window << ",\"capacity\":" << p.Capacity()
+      << ",\"keys\":" << config.keys << ",\"concurrency\":" << config.concurrency
+      << ",\"cost\":" << config.cost;
+    j.precision(3);
+    j << ",\"elapsed_s\":" << r.elapsed_s;
+    j.precision(1);
+    j << ",\"decisions\":" << r.decisions << ",\"decisions_per_s\":" << r.rate()
+      << ",\"allowed\":" << r.allowed << ",\"denied\":" << r.denied << ",\"errors\":{";
+    for (int i = 1; i <= static_cast<int>(ErrorCode::kInternal); ++i) {
+      j << (i > 1 ? "," : "") << JsonString(ErrorCodeName(static_cast<ErrorCode>(i))) << ":"
+        << r.errors[static_cast<std::size_t>(i)];
+    }
+    j << "},\"error_total\":" << r.error_total << ",\"latency_us\":{\"p50\":" << Us(r.p50)
+      << ",\"p90\":" << Us(r.p90) << ",\"p99\":" << Us(r.p99) << ",\"p999\":" << Us(r.p999)
+      << ",\"max\":" << Us(r.max) << ",\"mean\":" << r.mean / 1e3 << "}";
+    if (r.has_store_calls) j << ",\"store_calls\":" << r.store_calls;
+    if (config.api == BenchApi::kLimiter) {
+      j << ",\"deny_cache\":" << (config.deny_cache ? "true" : "false")
+        << ",\"deny_cache_hits\":" << r.deny_cache_hits;
+    }
+    j << "}\n";
+    out << j.str();
+  } else {
+    char buf[512];
+    std::ostringstream s;
+    s << "store        " << store_name << " ("
+      << (r.engine == "async"                ? "RedisStore::EvaluateAsync"
+          : config.api == BenchApi::kLimiter ? "Limiter::Acquire from threads"
+                                             : "Store::Evaluate from threads");
+    if (config.redis)
+      s << ", " << sf.connections << " connection" << (sf.connections > 1 ? "s" : "");
+    if (config.api == BenchApi::kLimiter)
+      s << ", deny cache " << (config.deny_cache ? "on" : "off");
+    s << ")\n";
+    s << "policy       '" << p.name << "' " << AlgorithmName(p.algorithm) << " " << DescribeLimit(p)
+      << ", cost " << config.cost << ", " << config.keys << (config.keys == 1 ? " key" : " keys")
+      << "\n";
+    std::snprintf(buf, sizeof(buf), "callers      %d concurrent, %.2fs\n", config.concurrency,
+                  r.elapsed_s);
+    s << buf;
+    std::snprintf(buf, sizeof(buf), "decisions    %llu (%.0f/s)\n",
+                  static_cast<unsigned long long>(r.decisions), r.rate());
+    s << buf;
+    std::snprintf(buf, sizeof(buf), "allowed      %llu, denied %llu\n",
+                  static_cast<unsigned long long>(r.allowed),
+                  static_cast<unsigned long long>(r.denied));
+    s << buf;
+    s << "latency      p50 " << FormatLatency(r.p50) << ", p90 " << FormatLatency(r.p90) << ", p99 "
+      << FormatLatency(r.p99) << ", p99.9 " << FormatLatency(r.p999) << ", max "
+      << FormatLatency(r.max) << "\n";
+    s << "errors       " << r.error_total;
+    if (!error_kinds.empty()) s << " (" << error_kinds << ")";
+    s << "\n";
+    if (r.has_store_calls) s << "redis calls  " << r.store_calls << "\n";
+    if (config.api == BenchApi::kLimiter) s << "deny cache   " << r.deny_cache_hits << " hits\n";
+    out << s.str();
+  }
+  if (r.decisions > 0 && r.error_total == r.decisions) {
+    err << "sluice bench: store error: no decision succeeded (" << error_kinds << ")\n";
+    return kExitStoreError;
+  }
+  return kExitOk;
+}
+
+int RunBenchCommand(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  return Bench(args, std::cout, std::cerr);
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,465 @@
+// YAML loading and validation for sluiced. Every error names FILE:LINE.
+#include "service/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace sluice::service {
+namespace {
+
+// Thrown inside the loader only (never on the decision path) and turned into a Status.
+struct ConfigError {
+  std::string message;
+};
+
+class Loader {
+ public:
+  explicit Loader(std::string file) : file_(std::move(file)) {}
+
+  [[noreturn]] void Fail(const YAML::Node& n, const std::string& what) const {
+    const int line = n.IsDefined() ? n.Mark().line + 1 : 0;
+    throw ConfigError{Where(line) + what};
+  }
+  [[noreturn]] void FailAt(int line, const std::string& what) const {
+    throw ConfigError{Where(line) + what};
+  }
+  std::string Where(int line) const {
+    return line > 0 ? file_ + ":" + std::to_string(line) + ": " : file_ + ": ";
+  }
+  static int Line(const YAML::Node& n) { return n.Mark().line + 1; }
+
+  // Rejects keys of map `n` not in `allowed`, naming the allowed ones.
+  void CheckKeys(const YAML::Node& n, const char* what,
+                 std::initializer_list<const char*> allowed) {
+    if (!n.IsMap()) Fail(n, std::string(what) + " must be a mapping");
+    for (const auto& kv : n) {
+      const std::string k = kv.first.as<std::string>();
+      bool ok = false;
+      for (const char* a : allowed) ok = ok || k == a;
+      if (!ok) {
+        std::string list;
+        for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+        Fail(kv.first, "unknown field '" + k + "' in " + what + " (allowed: " + list + ")");
+      }
+    }
+  }
+
+  std::string Str(const YAML::Node& n, const char* field) {
+    if (!n.IsScalar()) Fail(n, std::string(field) + " must be a string");
+    return n.Scalar();
+  }
+  bool Bool(const YAML::Node& n, const char* field) {
+    if (n.IsScalar()) {
+      const std::string& s = n.Scalar();
+      if (s == "true" || s == "True" || s == "TRUE" || s == "yes") return true;
+      if (s == "false" || s == "False" || s == "FALSE" || s == "no") return false;
+    }
+    Fail(n, std::string(field) + " must be true or false");
+  }
+  std::uint64_t Uint(const YAML::Node& n, const char* field, std::uint64_t max) {
+    if (n.IsScalar()) {
+      const std::string& s = n.Scalar();
+      std::uint64_t v = 0;
+      auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      if (ec == std::errc() && p == s.data() + s.size() && !s.empty()) {
+        if (v > max) {
+          Fail(n,
+               std::string(field) + " must be at most " + std::to_string(max) + " (got " + s + ")");
+        }
+        return v;
+      }
+    }
+    Fail(n, std::string(field) + " must be a non-negative integer (got '" +
+                (n.IsScalar() ? n.Scalar() : std::string("a non-scalar")) + "')");
+  }
+
+  Settings ParseSettings(const YAML::Node& n) {
+    CheckKeys(n, "sluiced settings",
+              {"http", "grpc", "redis", "max_body_bytes", "max_descriptors", "max_entries",
+               "default_algorithm", "default_failure_mode", "shadow_mode", "response_headers",
+               "near_limit_ratio", "reload_poll", "http_threads", "nginx_headers", "log_level"});
+    Settings s;
+    for (const auto& kv : n) {
+      const std::string k = kv.first.as<std::string>();
+      const YAML::Node& v = kv.second;
+      if (k == "http" || k == "grpc") {
+        std::string addr = Str(v, k.c_str());
+        if (Status st = ValidateListenAddress(addr); !st.ok()) Fail(v, k + ": " + st.message());
+        (k == "http" ? s.http : s.grpc) = addr;
+      } else if (k == "redis") {
+        s.redis = Str(v, "redis");
+      } else if (k == "max_body_bytes") {
+        s.max_body_bytes = Uint(v, "max_body_bytes", 64u << 20);
+        if (s.max_body_bytes < 64) Fail(v, "max_body_bytes must be at least 64");
+      } else if (k == "max_descriptors") {
+        s.max_descriptors = Uint(v, "max_descriptors", 16);
+        if (s.max_descriptors == 0) Fail(v, "max_descriptors must be 1-16");
+      } else if (k == "max_entries") {
+        s.max_entries = Uint(v, "max_entries", 64);
+        if (s.max_entries == 0) Fail(v, "max_entries must be 1-64");
+      } else if (k == "default_algorithm") {
+        auto a = ParseAlgorithm(Str(v, "default_algorithm"));
+        if (!a.ok()) Fail(v, a.status().message());
+        s.default_algorithm = *a;
+      } else if (k == "default_failure_mode") {
+        auto m = ParseFailureMode(Str(v, "default_failure_mode"));
+        if (!m.ok()) Fail(v, m.status().message());
+        s.default_failure_mode = *m;
+      } else if (k == "shadow_mode") {
+        s.shadow_mode = Bool(v, "shadow_mode");
+      } else if (k == "response_headers") {
+        s.response_headers = Bool(v, "response_headers");
+      } else if (k == "near_limit_ratio") {
+        double r = -1;
+        try {
+          r = v.as<double>();
+        } catch (const YAML::Exception&) {
+        }
+        if (!(r > 0 && r <= 1)) Fail(v, "near_limit_ratio must be a number in (0, 1]");
+        s.near_limit_ratio = r;
+      } else if (k == "reload_poll") {
+        const std::string d = Str(v, "reload_poll");
+        if (d == "0" || d == "off") {
+          s.reload_poll = 0;
+        } else {
+          auto us = ParseDuration(d);
+          if (!us.ok()) Fail(v, "reload_poll: " + us.status().message());
+          if (*us < 10'000) Fail(v, "reload_poll must be at least 10ms (or 0 to disable)");
+          s.reload_poll = *us;
+        }
+      } else if (k == "http_threads") {
+        s.http_threads = Uint(v, "http_threads", 4096);
+        if (s.http_threads == 0) Fail(v, "http_threads must be at least 1");
+      } else if (k == "nginx_headers") {
+        if (!v.IsMap()) Fail(v, "nginx_headers must map header names to descriptor keys");
+        s.nginx_headers.clear();
+        for (const auto& h : v) {
+          const std::string header = Str(h.first, "nginx_headers key");
+          const std::string key = Str(h.second, "nginx_headers value");
+          if (header.empty() || key.empty())
+            Fail(h.first, "nginx_headers entries must be non-empty");
+          s.nginx_headers[header] = key;
+        }
+      } else if (k == "log_level") {
+        s.log_level = Str(v, "log_level");
+        if (s.log_level != "debug" && s.log_level != "info" && s.log_level != "warn" &&
+            s.log_level != "error") {
+          Fail(v, "log_level must be debug, info, warn or error (got '" + s.log_level + "')");
+        }
+      }
+    }
+    return s;
+  }
+
+  RateLimitSpec ParseRateLimit(const YAML::Node& n, const Settings& s) {
+    CheckKeys(n, "rate_limit",
+              {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst",
+               "failure_mode", "fallback_divisor", "policy"});
+    RateLimitSpec r;
+    r.line = Line(n);
+    r.algorithm = s.default_algorithm;
+    r.failure_mode = s.default_failure_mode;
+    if (n["unlimited"]) r.unlimited = Bool(n["unlimited"], "unlimited");
+    if (const YAML::Node u = n["unit"]) {
+      const std::string unit = Str(u, "unit");
+      std::string lower;
+      for (char c : unit) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (lower == "second") {
+        r.unit = Unit::kSecond;
+      } else if (lower == "minute") {
+        r.unit = Unit::kMinute;
+      } else if (lower == "hour") {
+        r.unit = Unit::kHour;
+      } else if (lower == "day") {
+        r.unit = Unit::kDay;
+      } else {
+        Fail(u, "unit must be second, minute, hour or day (got '" + unit + "')");
+      }
+    }
+    if (const YAML::Node q = n["requests_per_unit"]) {
+      r.requests_per_unit = static_cast<std::uint32_t>(
+          Uint(q, "requests_per_unit", std::numeric_limits<std::uint32_t>::max()));
+    }
+    if (n["name"]) r.name = Str(n["name"], "name");
+    if (const YAML::Node rep = n["replaces"]) {
+      if (!rep.IsSequence()) Fail(rep, "replaces must be a list of {name: ...}");
+      for (const auto& item : rep) {
+        CheckKeys(item, "replaces item", {"name"});
+        if (!item["name"]) Fail(item, "replaces item needs a name");
+        const std::string name = Str(item["name"], "name");
+        if (name.empty()) Fail(item, "replaces item needs a non-empty name");
+        r.replaces.push_back(name);
+      }
+      if (!r.replaces.empty() && r.name.empty()) {
+        Fail(rep, "a rate_limit with replaces needs a name");
+      }
+    }
+    if (const YAML::Node a = n["algorithm"]) {
+      auto alg = ParseAlgorithm(Str(a, "algorithm"));
+      if (!alg.ok()) Fail(a, alg.status().message());
+      r.algorithm = *alg;
+    }
+    if (n["burst"]) r.burst = Uint(n["burst"], "burst", 1'000'000'000'000ULL);
+    if (const YAML::Node f = n["failure_mode"]) {
+      auto m = ParseFailureMode(Str(f, "failure_mode"));
+      if (!m.ok()) Fail(f, m.status().message());
+      r.failure_mode = *m;
+    }
+    if (n["fallback_divisor"]) {
+      r.fallback_divisor =
+          static_cast<std::uint32_t>(Uint(n["fallback_divisor"], "fallback_divisor", 1'000'000));
+      if (r.fallback_divisor == 0)
+        Fail(n["fallback_divisor"], "fallback_divisor must be at least 1");
+    }
+    if (const YAML::Node p = n["policy"]) {
+      r.policy = Str(p, "policy");
+      Policy probe;
+      probe.name = r.policy;
+      probe.limit = 1;
+      probe.window = 1'000'000;
+      if (r.policy.size() > 48) Fail(p, "policy name must be at most 48 characters");
+      if (Status st = ValidatePolicy(probe); !st.ok()) Fail(p, st.message());
+    }
+    if (r.unlimited) {
+      if (n["unit"] || n["requests_per_unit"]) {
+        Fail(n, "an unlimited rate_limit must not set unit or requests_per_unit");
+      }
+      return r;
+    }
+    if (r.unit == Unit::kUnknown) Fail(n, "rate_limit needs a unit (second, minute, hour or day)");
+    if (!n["requests_per_unit"]) Fail(n, "rate_limit needs requests_per_unit");
+    if (r.requests_per_unit == 0) {
+      Fail(n["requests_per_unit"],
+           "requests_per_unit must be at least 1 (use unlimited: true, "
+           "or a tiny limit, rather than 0)");
+    }
+    if (r.burst != 0 && r.algorithm != Algorithm::kTokenBucket && r.algorithm != Algorithm::kGcra) {
+      Fail(n["burst"], "burst applies only to token_bucket and gcra");
+    }
+    // Validate the policy the rule will become, so a bad combination fails at load time.
+    Policy p;
+    p.name = "probe";
+    p.algorithm = r.algorithm;
+    p.limit = r.requests_per_unit;
+    p.window = UnitMicros(r.unit);
+    p.burst = r.burst;
+    p.failure_mode = r.failure_mode;
+    p.fallback_divisor = r.fallback_divisor;
+    if (Status st = ValidatePolicy(p); !st.ok()) {
+      std::string m = st.message();
+      const std::string prefix = "policy 'probe': ";
+      if (m.rfind(prefix, 0) == 0) m = m.substr(prefix.size());
+      Fail(n, "rate_limit: " + m);
+    }
+    return r;
+  }
+
+  DescriptorSpec ParseDescriptor(const YAML::Node& n, const Settings& s, int depth) {
+    if (depth > 16) Fail(n, "descriptors are nested more than 16 levels deep");
+    CheckKeys(n, "descriptor",
+              {"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric"});
+    DescriptorSpec d;
+    d.line = Line(n);
+    if (!n["key"]) Fail(n, "descriptor needs a key");
+    d.key = Str(n["key"], "key");
+    if (d.key.empty()) Fail(n["key"], "descriptor key must not be empty");
+    if (const YAML::Node v = n["value"]) {
+      d.value = Str(v, "value");
+      d.has_value = true;
+    }
+    if (const YAML::Node r = n["rate_limit"]) {
+      d.rate_limit = ParseRateLimit(r, s);
+      d.has_rate_limit = true;
+    }
+    if (n["shadow_mode"]) d.shadow_mode = Bool(n["shadow_mode"], "shadow_mode");
+    if (n["detailed_metric"]) d.detailed_metric = Bool(n["detailed_metric"], "detailed_metric");
+    if (const YAML::Node c = n["descriptors"]) d.descriptors = ParseDescriptors(c, s, depth + 1);
+    return d;
+  }
+
+  std::vector<DescriptorSpec> ParseDescriptors(const YAML::Node& n, const Settings& s, int depth) {
+    if (n.IsNull()) return {};
+    if (!n.IsSequence()) Fail(n, "descriptors must be a list");
+    std::vector<DescriptorSpec> out;
+    std::map<std::string, int> seen;
+    for (const auto& item : n) {
+      DescriptorSpec d = ParseDescriptor(item, s, depth);
+      const std::string id = d.has_value ? d.key + "_" + d.value : d.key;
+      auto [it, fresh] = seen.emplace(id, d.line);
+      if (!fresh) {
+        FailAt(d.line, "duplicate descriptor '" + id + "' (first defined on line " +
+                           std::to_string(it->second) + ")");
+      }
+      out.push_back(std::move(d));
+    }
+    return out;
+  }
+
+  DomainSpec ParseDomain(const YAML::Node& n, const Settings& s) {
+    CheckKeys(n, "domain", {"domain", "descriptors"});
+    DomainSpec d;
+    d.line = Line(n);
+    if (!n["domain"]) Fail(n, "a domain block needs 'domain'");
+    d.domain = Str(n["domain"], "domain");
+    if (d.domain.empty()) Fail(n["domain"], "domain must not be empty");
+    if (n["descriptors"]) d.descriptors = ParseDescriptors(n["descriptors"], s, 0);
+    return d;
+  }
+
+  Config Parse(const std::string& text) {
+    std::vector<YAML::Node> docs;
+    try {
+      docs = YAML::LoadAll(text);
+    } catch (const YAML::ParserException& e) {
+      FailAt(e.mark.line + 1, "invalid YAML: " + e.msg);
+    }
+    Config c;
+    c.file = file_;
+    // Settings first: they hold the defaults for every rate_limit, wherever they appear.
+    bool have_settings = false;
+    for (const YAML::Node& doc : docs) {
+      if (doc.IsNull()) continue;
+      if (!doc.IsMap()) Fail(doc, "a config document must be a mapping");
+      CheckKeys(doc, "config document", {"sluiced", "domain", "descriptors", "domains"});
+      if (const YAML::Node s = doc["sluiced"]) {
+        if (have_settings) Fail(s, "'sluiced' settings appear twice");
+        c.settings = ParseSettings(s);
+        have_settings = true;
+      }
+    }
+    std::map<std::string, int> domains;
+    auto add = [&](DomainSpec d) {
+      auto [it, fresh] = domains.emplace(d.domain, d.line);
+      if (!fresh) {
+        FailAt(d.line, "duplicate domain '" + d.domain + "' (first defined on line " +
+                           std::to_string(it->second) + ")");
+      }
+      c.domains.push_back(std::move(d));
+    };
+    for (const YAML::Node& doc : docs) {
+      if (doc.IsNull()) continue;
+      if (doc["domain"] || doc["descriptors"]) {
+        if (doc["domain"]) {
+          DomainSpec d;
+          d.line = Line(doc);
+          d.domain = Str(doc["domain"], "domain");
+          if (d.domain.empty()) Fail(doc["domain"], "domain must not be empty");
+          if (doc["descriptors"])
+            d.descriptors = ParseDescriptors(doc["descriptors"], c.settings, 0);
+          add(std::move(d));
+        } else {
+          Fail(doc["descriptors"], "descriptors without a 'domain'");
+        }
+      }
+      if (const YAML::Node list = doc["domains"]) {
+        if (!list.IsSequence()) Fail(list, "domains must be a list of {domain, descriptors}");
+        for (const auto& item : list) add(ParseDomain(item, c.settings));
+      }
+    }
+    if (c.domains.empty()) FailAt(0, "no domain is configured (add 'domain:' or 'domains:')");
+    ValidatePolicies(c);
+    return c;
+  }
+
+  // Rules naming the same `policy` in one domain must agree on the policy's parameters,
+  // because they share its counters.
+  void ValidatePolicies(const Config& c) {
+    for (const DomainSpec& d : c.domains) {
+      std::map<std::string, const RateLimitSpec*> named;
+      std::vector<const DescriptorSpec*> stack;
+      for (const auto& x : d.descriptors) stack.push_back(&x);
+      while (!stack.empty()) {
+        const DescriptorSpec* x = stack.back();
+        stack.pop_back();
+        for (const auto& y : x->descriptors) stack.push_back(&y);
+        if (!x->has_rate_limit || x->rate_limit.unlimited || x->rate_limit.policy.empty()) continue;
+        const RateLimitSpec& r = x->rate_limit;
+        auto [it, fresh] = named.emplace(r.policy, &r);
+        if (fresh) continue;
+        const RateLimitSpec& o = *it->second;
+        if (o.algorithm != r.algorithm || o.unit != r.unit ||
+            o.requests_per_unit != r.requests_per_unit || o.burst != r.burst) {
+          FailAt(r.line, "policy '" + r.policy + "' is defined with different parameters on line " +
+                             std::to_string(o.line));
+        }
+      }
+    }
+  }
+
+ private:
+  std::string file_;
+};
+
+}  // namespace
+
+const char* UnitName(Unit u) {
+  switch (u) {
+    case Unit::kSecond:
+      return "second";
+    case Unit::kMinute:
+      return "minute";
+    case Unit::kHour:
+      return "hour";
+    case Unit::kDay:
+      return "day";
+    default:
+      return "unknown";
+  }
+}
+
+Micros UnitMicros(Unit u) {
+  switch (u) {
+    case Unit::kSecond:
+      return 1'000'000;
+    case Unit::kMinute:
+      return 60'000'000;
+    case Unit::kHour:
+      return 3'600'000'000;
+    case Unit::kDay:
+      return 86'400'000'000;
+    default:
+      return 0;
+  }
+}
+
+Status ValidateListenAddress(const std::string& addr) {
+  const std::size_t colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return Status::InvalidArgument("listen address must be ADDR:PORT (got '" + addr + "')");
+  }
+  const std::string port = addr.substr(colon + 1);
+  unsigned v = 0;
+  auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), v);
+  if (ec != std::errc() || p != port.data() + port.size() || port.empty() || v > 65535) {
+    return Status::InvalidArgument("listen address '" + addr + "' has an invalid port '" + port +
+                                   "'");
+  }
+  return Status::Ok();
+}
+
+Result<Config> ParseConfig(const std::string& text, const std::string& file) {
+  Loader loader(file);
+  try {
+    return loader.Parse(text);
+  } catch (const ConfigError& e) {
+    return Status::InvalidArgument(e.message);
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(file + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+}
+
+Result<Config> LoadConfig(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return Status::InvalidArgument(file + ": cannot open the config file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return Status::InvalidArgument(file + ": cannot read the config file");
+  return ParseConfig(ss.str(), file);
+}
+
+}  // namespace sluice::service

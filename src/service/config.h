@@ -1,0 +1,113 @@
+// sluiced's configuration: the YAML format of envoyproxy/ratelimit (domain, nested
+// descriptors, rate_limit) plus sluice's own fields, loaded and validated in one go.
+// Errors carry FILE:LINE of the offending node. See docs/sluiced.md for the format.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/policy.h"
+#include "sluice/status.h"
+
+namespace sluice::service {
+
+// The time units of envoyproxy/ratelimit, with the numbers Envoy's RateLimit.Unit uses.
+enum class Unit : int { kUnknown = 0, kSecond = 1, kMinute = 2, kHour = 3, kDay = 4 };
+
+// "second", "minute", "hour", "day".
+const char* UnitName(Unit u);
+// The unit's length in microseconds (0 for kUnknown).
+Micros UnitMicros(Unit u);
+
+// A `rate_limit:` block.
+struct RateLimitSpec {
+  bool unlimited = false;
+  Unit unit = Unit::kUnknown;
+  std::uint32_t requests_per_unit = 0;
+  // `name`: reported in responses (current_limit.name) and used by `replaces`.
+  std::string name;
+  // Names of limits this one replaces when both match one request.
+  std::vector<std::string> replaces;
+  // sluice fields. The policy's algorithm/burst/failure mode default to the settings'.
+  Algorithm algorithm = Algorithm::kFixedWindow;
+  std::uint64_t burst = 0;
+  FailureMode failure_mode = FailureMode::kFailOpen;
+  std::uint32_t fallback_divisor = 1;
+  // `policy`: the sluice policy name (store keys, metrics). Empty: derived from the
+  // parameters, so an unchanged limit keeps its counters across reloads.
+  std::string policy;
+  int line = 0;
+};
+
+// One `descriptors:` item.
+struct DescriptorSpec {
+  std::string key;
+  // Empty with has_value=false: matches any value of `key` (one counter per value).
+  // A value ending in '*' matches every value with that prefix.
+  std::string value;
+  bool has_value = false;
+  bool has_rate_limit = false;
+  RateLimitSpec rate_limit;
+  bool shadow_mode = false;
+  bool detailed_metric = false;
+  std::vector<DescriptorSpec> descriptors;
+  int line = 0;
+};
+
+struct DomainSpec {
+  std::string domain;
+  std::vector<DescriptorSpec> descriptors;
+  int line = 0;
+};
+
+// The `sluiced:` block; every field can also be set on the command line.
+struct Settings {
+  std::string http = "127.0.0.1:8080";
+  std::string grpc = "127.0.0.1:8081";
+  // Empty or "memory://": the embedded in-process store. redis:// or unix://: Redis.
+  std::string redis;
+  std::size_t max_body_bytes = 64 * 1024;
+  // Descriptors per request; at most 16 (one atomic multi-limit decision).
+  std::size_t max_descriptors = 16;
+  // Entries per descriptor.
+  std::size_t max_entries = 16;
+  Algorithm default_algorithm = Algorithm::kFixedWindow;
+  FailureMode default_failure_mode = FailureMode::kFailOpen;
+  // Every limit in shadow mode: decide, report and count, but always answer OK.
+  bool shadow_mode = false;
+  // Add x-ratelimit-* headers to responses.
+  bool response_headers = true;
+  // A decision with less than (1 - ratio) of the limit left counts as "near limit".
+  double near_limit_ratio = 0.8;
+  // How often the config file is checked for changes (0 disables polling; SIGHUP works).
+  Micros reload_poll = 1'000'000;
+  // HTTP worker threads (each keep-alive connection holds one while it is open).
+  std::size_t http_threads = 64;
+  // nginx auth_request: request header -> descriptor key; every header present in a
+  // request becomes one descriptor [{key, header value}].
+  std::map<std::string, std::string> nginx_headers = {{"X-Real-IP", "remote_address"},
+                                                      {"X-Api-Key", "api_key"}};
+  // "debug", "info", "warn", "error".
+  std::string log_level = "info";
+};
+
+struct Config {
+  std::string file;
+  Settings settings;
+  std::vector<DomainSpec> domains;
+};
+
+// Parses `text` (one or more YAML documents) as if read from `file`. Every error names
+// FILE:LINE and what is wrong; unknown fields are errors.
+Result<Config> ParseConfig(const std::string& text, const std::string& file);
+
+// Reads and parses `file`.
+Result<Config> LoadConfig(const std::string& file);
+
+// Checks "ADDR:PORT" ("[::1]:8080" for IPv6); port 0 means "pick a free one".
+Status ValidateListenAddress(const std::string& addr);
+
+}  // namespace sluice::service

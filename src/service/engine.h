@@ -1,0 +1,124 @@
+// The decision engine behind every sluiced API: matches a request's descriptors against
+// the configured tree (envoyproxy/ratelimit semantics), decides them with sluice Limiters
+// on one shared Store, and reports per-descriptor statuses.
+//
+// The configuration is an immutable snapshot swapped atomically on reload; requests in
+// flight finish on the snapshot they started with. Counters live in the Store under keys
+// made of the domain, the descriptor entries and a policy name derived from the limit's
+// parameters, so a reload keeps the state of every limit it does not change.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "service/config.h"
+#include "service/metrics.h"
+#include "sluice/clock.h"
+#include "sluice/limiter.h"
+#include "sluice/status.h"
+#include "sluice/store.h"
+
+namespace sluice::service {
+
+// One key/value pair of a descriptor. Views: the caller keeps the bytes alive.
+struct Entry {
+  std::string_view key;
+  std::string_view value;
+};
+
+struct DescriptorRequest {
+  std::vector<Entry> entries;
+  // The caller's limit override (Envoy's RateLimitDescriptor.limit).
+  bool has_override = false;
+  std::uint32_t override_requests_per_unit = 0;
+  int override_unit = 0;  // envoy.type.v3.RateLimitUnit
+  // Per-descriptor cost; overrides the request's hits_addend.
+  bool has_hits_addend = false;
+  std::uint64_t hits_addend = 0;
+};
+
+struct RateLimitRequest {
+  std::string_view domain;
+  std::vector<DescriptorRequest> descriptors;
+  // Cost for every descriptor; 0 means 1.
+  std::uint32_t hits_addend = 0;
+};
+
+enum class Code : int { kUnknown = 0, kOk = 1, kOverLimit = 2 };
+
+struct DescriptorStatus {
+  Code code = Code::kOk;
+  // False when no limit applied (no match, unlimited, replaced, unknown domain).
+  bool has_limit = false;
+  std::uint32_t requests_per_unit = 0;
+  Unit unit = Unit::kUnknown;
+  std::string name;
+  std::uint32_t limit_remaining = 0;
+  Micros duration_until_reset = 0;
+  Micros retry_after = 0;
+};
+
+struct RateLimitResponse {
+  Code overall_code = Code::kOk;
+  std::vector<DescriptorStatus> statuses;
+  // Headers for the client (x-ratelimit-*, retry-after), when enabled.
+  std::vector<std::pair<std::string, std::string>> response_headers;
+};
+
+// Counters from Limiter::Stats() of every limiter the engine has used.
+struct EngineStats {
+  LimiterStats limiter;
+  std::uint64_t generation = 0;
+  std::size_t domains = 0;
+  std::size_t rules = 0;
+};
+
+class Engine {
+ public:
+  struct Options {
+    // Shared by every limiter. Required.
+    std::shared_ptr<Store> store;
+    // Default: SteadyEpochClock.
+    std::shared_ptr<const Clock> clock;
+  };
+
+  // Compiles `config` into the first snapshot. Errors name the rule (FILE:LINE).
+  static Result<std::unique_ptr<Engine>> Create(const Config& config, Options options);
+  ~Engine();
+
+  // Compiles `config` and swaps it in atomically; on error the old snapshot stays.
+  Status Reload(const Config& config);
+
+  // Decides `request`. InvalidArgument (with a reason) for bad input; never throws.
+  Status ShouldRateLimit(const RateLimitRequest& request, RateLimitResponse* response);
+
+  // The settings of the current snapshot.
+  Settings settings() const;
+  // The same without a copy; keeps that snapshot's settings alive.
+  std::shared_ptr<const Settings> settings_ptr() const;
+  Metrics& metrics() { return *metrics_; }
+  EngineStats Stats() const;
+  // Prometheus text of every sluiced series.
+  std::string RenderMetrics() const;
+
+  struct Snapshot;
+
+ private:
+  Engine() = default;
+  Result<std::shared_ptr<Snapshot>> Compile(const Config& config);
+
+  std::shared_ptr<Store> store_;
+  std::shared_ptr<const Clock> clock_;
+  std::shared_ptr<Metrics> metrics_;
+  struct Retired;
+  std::shared_ptr<Retired> retired_;
+  std::shared_ptr<Snapshot> snapshot_;  // accessed with std::atomic_load/store
+  std::atomic<std::uint64_t> generation_{0};
+};
+
+}  // namespace sluice::service

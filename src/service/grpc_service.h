@@ -1,0 +1,38 @@
+// Envoy's RateLimitService over gRPC, and the proto <-> engine translation that the HTTP
+// /json endpoint shares.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "envoy/service/ratelimit/v3/rls.pb.h"
+#include "service/engine.h"
+#include "sluice/status.h"
+
+namespace sluice::service {
+
+namespace pb = ::envoy::service::ratelimit::v3;
+
+// Decides a proto request with `engine` and fills `out`. InvalidArgument for bad input.
+Status DecideProto(Engine& engine, const pb::RateLimitRequest& request, pb::RateLimitResponse* out);
+
+// A running gRPC server with the RateLimitService.
+class GrpcServer {
+ public:
+  // Listens on `addr` (ADDR:PORT; port 0 picks a free one). Requests larger than
+  // `max_message_bytes` are refused by gRPC with RESOURCE_EXHAUSTED.
+  static Result<std::unique_ptr<GrpcServer>> Start(Engine& engine, const std::string& addr,
+                                                   std::size_t max_message_bytes);
+  ~GrpcServer();
+  int port() const;
+  // Stops accepting calls and waits up to `grace` microseconds for calls in flight.
+  void Shutdown(Micros grace);
+
+  struct Impl;
+
+ private:
+  explicit GrpcServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::service

@@ -1,0 +1,135 @@
+// Prometheus text rendering.
+#include "service/metrics.h"
+
+#include <vector>
+
+namespace sluice::service {
+namespace {
+
+constexpr const char* kApiNames[] = {"grpc", "json", "check", "nginx"};
+constexpr const char* kOutcomeNames[] = {"ok", "over_limit", "invalid", "error"};
+
+void Line(std::string& out, std::string_view name, std::string_view labels, std::uint64_t v) {
+  out.append(name);
+  if (!labels.empty()) {
+    out.push_back('{');
+    out.append(labels);
+    out.push_back('}');
+  }
+  out.push_back(' ');
+  out.append(std::to_string(v));
+  out.push_back('\n');
+}
+
+}  // namespace
+
+std::string EscapeLabel(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\' || c == '"') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (c == '\n') {
+      out.append("\\n");
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+DescriptorCounters* Metrics::Descriptor(std::string_view domain, std::string_view descriptor) {
+  std::string id =
+      "domain=\"" + EscapeLabel(domain) + "\",descriptor=\"" + EscapeLabel(descriptor) + "\"";
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = series_.find(id);
+  if (it != series_.end()) return it->second.get();
+  if (series_.size() >= kMaxSeries) {
+    id = "domain=\"" + EscapeLabel(domain) + "\",descriptor=\"_overflow_\"";
+    it = series_.find(id);
+    if (it != series_.end()) return it->second.get();
+  }
+  auto [pos, _] = series_.emplace(std::move(id), std::make_unique<DescriptorCounters>());
+  return pos->second.get();
+}
+
+void Metrics::CountRequest(Api api, RequestOutcome outcome) {
+  requests_[static_cast<int>(api)][static_cast<int>(outcome)].fetch_add(1,
+                                                                        std::memory_order_relaxed);
+}
+
+void Metrics::ObserveStoreLatency(Micros us) {
+  int b = 0;
+  while (b < kBuckets && us > kBucketBoundsUs[b]) ++b;
+  latency_buckets_[b].fetch_add(1, std::memory_order_relaxed);
+  latency_sum_us_.fetch_add(static_cast<std::uint64_t>(us < 0 ? 0 : us), std::memory_order_relaxed);
+  latency_count_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Metrics::Render(std::string& out) const {
+  out.append("# HELP sluiced_requests_total API requests by interface and outcome.\n");
+  out.append("# TYPE sluiced_requests_total counter\n");
+  for (int a = 0; a < 4; ++a) {
+    for (int o = 0; o < 4; ++o) {
+      Line(out, "sluiced_requests_total",
+           std::string("api=\"") + kApiNames[a] + "\",outcome=\"" + kOutcomeNames[o] + "\"",
+           requests_[a][o].load(std::memory_order_relaxed));
+    }
+  }
+  std::vector<std::pair<std::string, const DescriptorCounters*>> rows;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rows.reserve(series_.size());
+    for (const auto& [k, v] : series_) rows.emplace_back(k, v.get());
+  }
+  out.append(
+      "# HELP sluiced_decisions_total Descriptor decisions by domain, descriptor and outcome.\n");
+  out.append("# TYPE sluiced_decisions_total counter\n");
+  for (const auto& [labels, c] : rows) {
+    Line(out, "sluiced_decisions_total", labels + ",outcome=\"ok\"", c->ok.load());
+    Line(out, "sluiced_decisions_total", labels + ",outcome=\"over_limit\"", c->over_limit.load());
+    Line(out, "sluiced_decisions_total", labels + ",outcome=\"shadow_over_limit\"",
+         c->shadow_over_limit.load());
+    Line(out, "sluiced_decisions_total", labels + ",outcome=\"unlimited\"", c->unlimited.load());
+  }
+  out.append(
+      "# HELP sluiced_near_limit_total Allowed decisions that used more than near_limit_ratio of "
+      "the limit.\n");
+  out.append("# TYPE sluiced_near_limit_total counter\n");
+  for (const auto& [labels, c] : rows) Line(out, "sluiced_near_limit_total", labels, c->near_limit);
+  out.append(
+      "# HELP sluiced_shadow_over_limit_total Shadow-mode decisions that would have been "
+      "denials.\n");
+  out.append("# TYPE sluiced_shadow_over_limit_total counter\n");
+  for (const auto& [labels, c] : rows) {
+    Line(out, "sluiced_shadow_over_limit_total", labels, c->shadow_over_limit);
+  }
+  out.append("# HELP sluiced_unknown_domain_total Requests for a domain with no configuration.\n");
+  out.append("# TYPE sluiced_unknown_domain_total counter\n");
+  Line(out, "sluiced_unknown_domain_total", "", unknown_domain_.load());
+  out.append("# HELP sluiced_config_reloads_total Configuration reloads by result.\n");
+  out.append("# TYPE sluiced_config_reloads_total counter\n");
+  Line(out, "sluiced_config_reloads_total", "result=\"ok\"", reload_ok_.load());
+  Line(out, "sluiced_config_reloads_total", "result=\"failed\"", reload_failed_.load());
+  out.append("# HELP sluiced_store_latency_seconds Latency of store calls.\n");
+  out.append("# TYPE sluiced_store_latency_seconds histogram\n");
+  std::uint64_t cumulative = 0;
+  char le[32];
+  for (int b = 0; b <= kBuckets; ++b) {
+    cumulative += latency_buckets_[b].load(std::memory_order_relaxed);
+    if (b < kBuckets) {
+      std::snprintf(le, sizeof le, "le=\"%g\"", static_cast<double>(kBucketBoundsUs[b]) / 1e6);
+    } else {
+      std::snprintf(le, sizeof le, "le=\"+Inf\"");
+    }
+    Line(out, "sluiced_store_latency_seconds_bucket", le, cumulative);
+  }
+  char sum[64];
+  std::snprintf(sum, sizeof sum, "sluiced_store_latency_seconds_sum %.6f\n",
+                static_cast<double>(latency_sum_us_.load()) / 1e6);
+  out.append(sum);
+  Line(out, "sluiced_store_latency_seconds_count", "", latency_count_.load());
+}
+
+}  // namespace sluice::service

@@ -1,0 +1,65 @@
+// Prometheus counters and histograms for sluiced, rendered in the text exposition format.
+// Counters are monotonic for the life of the process (they survive config reloads).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "sluice/clock.h"
+
+namespace sluice::service {
+
+// Decisions about one descriptor of one domain. Pointers handed out stay valid.
+struct DescriptorCounters {
+  std::atomic<std::uint64_t> ok{0};
+  std::atomic<std::uint64_t> over_limit{0};
+  std::atomic<std::uint64_t> near_limit{0};
+  std::atomic<std::uint64_t> shadow_over_limit{0};
+  std::atomic<std::uint64_t> unlimited{0};
+};
+
+// Where a request came in.
+enum class Api : int { kGrpc = 0, kJson = 1, kCheck = 2, kNginx = 3 };
+// How a request ended.
+enum class RequestOutcome : int { kOk = 0, kOverLimit = 1, kInvalid = 2, kError = 3 };
+
+class Metrics {
+ public:
+  // Upper bound on (domain, descriptor) series; later ones share the series
+  // descriptor="_overflow_" so a flood of detailed_metric values cannot exhaust memory.
+  static constexpr std::size_t kMaxSeries = 10000;
+
+  DescriptorCounters* Descriptor(std::string_view domain, std::string_view descriptor);
+  void CountRequest(Api api, RequestOutcome outcome);
+  void CountUnknownDomain() { unknown_domain_.fetch_add(1, std::memory_order_relaxed); }
+  void CountReload(bool ok) { (ok ? reload_ok_ : reload_failed_).fetch_add(1); }
+  // Records one store call's latency.
+  void ObserveStoreLatency(Micros us);
+
+  // Appends every series this object owns to `out`.
+  void Render(std::string& out) const;
+
+ private:
+  static constexpr int kBuckets = 14;
+  static constexpr Micros kBucketBoundsUs[kBuckets] = {
+      10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000};
+
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::unique_ptr<DescriptorCounters>> series_;
+  std::atomic<std::uint64_t> requests_[4][4] = {};
+  std::atomic<std::uint64_t> unknown_domain_{0};
+  std::atomic<std::uint64_t> reload_ok_{0}, reload_failed_{0};
+  std::atomic<std::uint64_t> latency_buckets_[kBuckets + 1] = {};
+  std::atomic<std::uint64_t> latency_sum_us_{0};
+  std::atomic<std::uint64_t> latency_count_{0};
+};
+
+// Escapes a Prometheus label value (backslash, double quote, newline).
+std::string EscapeLabel(std::string_view v);
+
+}  // namespace sluice::service

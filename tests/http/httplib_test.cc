@@ -1,0 +1,187 @@
+// Real HTTP over loopback through the cpp-httplib adapter: a client sends N requests and
+// gets exactly the limit's worth of 2xx, then 429s, with the right headers on both.
+#include "sluice_http/httplib.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "http/http_test_util.h"
+#include "sluice/key.h"
+
+namespace sluice::http {
+namespace {
+
+using std::chrono::minutes;
+using testing::kNoon;
+using testing::kSec;
+using testing::MakeLimiter;
+
+// An httplib server with the middleware on 127.0.0.1:<free port>, serving until destroyed.
+class Server {
+ public:
+  explicit Server(MiddlewareOptions o, const std::string& host = "127.0.0.1") {
+    o.limiter = limiter;
+    auto mw = Middleware::Create(std::move(o));
+    EXPECT_TRUE(mw.ok()) << mw.status().ToString();
+    middleware = std::shared_ptr<const Middleware>(std::move(mw).value());
+    InstallHttplib(server, middleware);
+    server.Get("/hello", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("{\"hello\":\"world\"}", "application/json");
+    });
+    port = server.bind_to_any_port(host);
+    EXPECT_GT(port, 0);
+    thread = std::thread([this] { server.listen_after_bind(); });
+    // Bounded wait for the accept loop (connections queue in the backlog meanwhile).
+    for (int i = 0; i < 2000 && !server.is_running(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  ~Server() {
+    server.stop();
+    thread.join();
+  }
+
+  std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>(kNoon);
+  std::shared_ptr<Limiter> limiter = MakeLimiter(
+      {Policy::FixedWindow("api", 5, minutes(1)), Policy::FixedWindow("login", 2, minutes(1))},
+      clock);
+  std::shared_ptr<const Middleware> middleware;
+  httplib::Server server;
+  int port = 0;
+  std::thread thread;
+};
+
+MiddlewareOptions ApiByIp() {
+  MiddlewareOptions o;
+  o.default_limits = {{.policy = "api"}};
+  return o;
+}
+
+TEST(Httplib, ExactlyTheLimitThen429WithHeaders) {
+  Server s(ApiByIp());
+  httplib::Client client("127.0.0.1", s.port);
+  client.set_keep_alive(true);
+  for (int i = 0; i < 5; ++i) {
+    auto res = client.Get("/hello");
+    ASSERT_TRUE(res) << httplib::to_string(res.error());
+    EXPECT_EQ(res->status, 200) << i;
+    EXPECT_EQ(res->body, "{\"hello\":\"world\"}");
+    EXPECT_EQ(res->get_header_value("RateLimit-Policy"), "\"api\";q=5;w=60");
+    EXPECT_EQ(res->get_header_value("RateLimit"), "\"api\";r=" + std::to_string(4 - i) + ";t=60");
+    EXPECT_EQ(res->get_header_value("X-RateLimit-Limit"), "5");
+    EXPECT_EQ(res->get_header_value("X-RateLimit-Remaining"), std::to_string(4 - i));
+    EXPECT_EQ(res->get_header_value("X-RateLimit-Reset"), "60");
+    EXPECT_FALSE(res->has_header("Retry-After"));
+  }
+  s.clock->Advance(20 * kSec);
+  for (int i = 0; i < 3; ++i) {
+    auto res = client.Get("/hello");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 429);
+    EXPECT_EQ(res->get_header_value("Content-Type"), "application/problem+json");
+    EXPECT_EQ(res->get_header_value("Retry-After"), "40");
+    EXPECT_EQ(res->get_header_value("RateLimit"), "\"api\";r=0;t=40");
+    EXPECT_EQ(res->get_header_value("X-RateLimit-Remaining"), "0");
+    EXPECT_EQ(res->get_header_value("X-RateLimit-Reset"), "40");
+    EXPECT_NE(res->body.find("quota-exceeded"), std::string::npos) << res->body;
+  }
+  // Unknown paths are limited too (the check runs before routing).
+  auto res = client.Get("/nope");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 429);
+  s.clock->Advance(40 * kSec);
+  res = client.Get("/nope");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 404);
+  EXPECT_EQ(res->get_header_value("X-RateLimit-Remaining"), "4");
+  EXPECT_EQ(s.middleware->Stats().limited, 4u);
+}
+
+TEST(Httplib, UntrustedPeerCannotSpoofXForwardedFor) {
+  MiddlewareOptions o = ApiByIp();
+  o.client_ip.trusted_proxies = {"10.0.0.0/8"};  // loopback is not a trusted proxy
+  Server s(std::move(o));
+  httplib::Client client("127.0.0.1", s.port);
+  int ok = 0;
+  for (int i = 0; i < 20; ++i) {
+    // A fresh spoofed address on every request.
+    auto res = client.Get("/hello", {{"X-Forwarded-For", "198.51.100." + std::to_string(i)}});
+    ASSERT_TRUE(res);
+    ok += res->status == 200 ? 1 : 0;
+  }
+  EXPECT_EQ(ok, 5);
+}
+
+TEST(Httplib, TrustedProxyChainIsWalked) {
+  MiddlewareOptions o = ApiByIp();
+  o.client_ip.trusted_proxies = {"127.0.0.0/8", "::1"};
+  Server s(std::move(o));
+  httplib::Client client("127.0.0.1", s.port);
+  for (int i = 0; i < 5; ++i) {
+    auto res = client.Get("/hello", {{"X-Forwarded-For",
+                                      "6.6.6." + std::to_string(i) + ", 198.51.100.4, 127.0.0.2"}});
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200);
+  }
+  auto res = client.Get("/hello", {{"X-Forwarded-For", "198.51.100.4"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 429);  // the same forwarded client
+  res = client.Get("/hello", {{"X-Forwarded-For", "198.51.100.5"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);  // another forwarded client
+  // Malformed or oversized: keyed by the proxy (the peer), never a crash.
+  for (const std::string& bad : {std::string("garbage"), std::string(6000, ','),
+                                 std::string("[") + std::string(3000, ':')}) {
+    res = client.Get("/hello", {{"X-Forwarded-For", bad}});
+    ASSERT_TRUE(res);
+    EXPECT_TRUE(res->status == 200 || res->status == 429) << res->status;
+  }
+  EXPECT_EQ(s.middleware->ClientIp(Request{"GET", "/", "127.0.0.1", nullptr}), "127.0.0.1");
+}
+
+TEST(Httplib, ExemptRouteAndPerRoutePolicy) {
+  MiddlewareOptions o = ApiByIp();
+  o.routes = {{.path = "/healthz", .exempt = true},
+              {.method = "POST", .path = "/login", .limits = {{.policy = "login"}}}};
+  Server s(std::move(o));
+  s.server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok", "text/plain");
+  });
+  s.server.Post("/login", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{}", "application/json");
+  });
+  httplib::Client client("127.0.0.1", s.port);
+  for (int i = 0; i < 10; ++i) {
+    auto res = client.Get("/healthz");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200);
+    EXPECT_FALSE(res->has_header("RateLimit"));
+  }
+  EXPECT_EQ(client.Post("/login", "", "text/plain")->status, 200);
+  EXPECT_EQ(client.Post("/login", "", "text/plain")->status, 200);
+  auto res = client.Post("/login", "", "text/plain");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 429);
+  EXPECT_EQ(res->get_header_value("RateLimit-Policy"), "\"login\";q=2;w=60");
+}
+
+TEST(Httplib, Ipv6PeerIsKeyedByItsPrefix) {
+  Server s(ApiByIp(), "::1");
+  httplib::Client client("::1", s.port);
+  int ok = 0;
+  for (int i = 0; i < 8; ++i) {
+    auto res = client.Get("/hello");
+    ASSERT_TRUE(res) << httplib::to_string(res.error());
+    ok += res->status == 200 ? 1 : 0;
+  }
+  EXPECT_EQ(ok, 5);
+  // The IPv6 peer's /64 is the key.
+  EXPECT_EQ(s.limiter->Peek(JoinKey({"ip", "::/64"}))->remaining, 0u);
+}
+
+}  // namespace
+}  // namespace sluice::http

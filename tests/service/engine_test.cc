@@ -1,0 +1,459 @@
+// The decision engine in process, on a manual clock: descriptor matching as in
+// envoyproxy/ratelimit, per-descriptor statuses, costs, atomic multi-descriptor decisions,
+// replaces/unlimited/shadow, overrides, and state kept across reloads.
+#include "service/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "sluice/memory_store.h"
+
+namespace sluice::service {
+namespace {
+
+constexpr Micros kSec = 1'000'000;
+// 2026-07-30 12:00:00 UTC: on a day boundary? No, noon; on an hour boundary.
+constexpr Micros kNoon = 1785412800LL * kSec;
+
+// One request descriptor: entries and an optional per-descriptor hits_addend.
+struct D {
+  D() = default;
+  D(std::vector<std::pair<std::string, std::string>> e,  // NOLINT: brace-initialised
+    std::optional<std::uint64_t> h = std::nullopt)
+      : entries(std::move(e)), hits(h) {}
+  std::vector<std::pair<std::string, std::string>> entries;
+  std::optional<std::uint64_t> hits;
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void Load(const std::string& yaml) {
+    auto c = ParseConfig(yaml, "engine.yaml");
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    auto e = Engine::Create(*c, Engine::Options{store, clock});
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    engine = std::move(*e);
+  }
+  Status Reload(const std::string& yaml) {
+    auto c = ParseConfig(yaml, "engine.yaml");
+    if (!c.ok()) return c.status();
+    return engine->Reload(*c);
+  }
+  // Decides descriptors `ds` in `domain`; ASSERTs success.
+  RateLimitResponse Ask(const std::string& domain, const std::vector<D>& ds,
+                        std::uint32_t hits = 0) {
+    RateLimitResponse r;
+    Status s = Try(domain, ds, hits, &r);
+    EXPECT_TRUE(s.ok()) << s.message();
+    return r;
+  }
+  Status Try(const std::string& domain, const std::vector<D>& ds, std::uint32_t hits,
+             RateLimitResponse* out) {
+    RateLimitRequest req;
+    req.domain = domain;
+    req.hits_addend = hits;
+    for (const D& d : ds) {
+      DescriptorRequest dr;
+      for (const auto& [k, v] : d.entries) dr.entries.push_back(Entry{k, v});
+      if (d.hits) {
+        dr.has_hits_addend = true;
+        dr.hits_addend = *d.hits;
+      }
+      req.descriptors.push_back(std::move(dr));
+    }
+    return engine->ShouldRateLimit(req, out);
+  }
+  // How many of `n` single-descriptor requests pass.
+  int Passes(const std::string& domain, const D& d, int n) {
+    int ok = 0;
+    for (int i = 0; i < n; ++i) ok += Ask(domain, {d}).overall_code == Code::kOk;
+    return ok;
+  }
+
+  std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>(kNoon);
+  std::shared_ptr<MemoryStore> store = std::make_shared<MemoryStore>();
+  std::unique_ptr<Engine> engine;
+};
+
+const char* kMatching = R"(
+domain: web
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: remote_address
+    value: 10.0.0.1
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: path
+    value: /api*
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: path
+    value: /login
+    descriptors:
+      - key: user
+        rate_limit: {unit: hour, requests_per_unit: 4, name: login_per_user}
+  - key: tenant
+    descriptors:
+      - key: plan
+        value: free
+        rate_limit: {unit: second, requests_per_unit: 5}
+)";
+
+TEST_F(EngineTest, KeyOnlyMatchCountsEachValueSeparately) {
+  Load(kMatching);
+  EXPECT_EQ(Passes("web", {{{"remote_address", "1.1.1.1"}}}, 5), 3);
+  EXPECT_EQ(Passes("web", {{{"remote_address", "2.2.2.2"}}}, 5), 3);
+}
+
+TEST_F(EngineTest, ExactValueWinsOverKeyOnly) {
+  Load(kMatching);
+  auto r = Ask("web", {{{{"remote_address", "10.0.0.1"}}}});
+  ASSERT_EQ(r.statuses.size(), 1u);
+  EXPECT_EQ(r.statuses[0].requests_per_unit, 1u);
+  EXPECT_EQ(Passes("web", {{{"remote_address", "10.0.0.1"}}}, 3), 0);
+}
+
+TEST_F(EngineTest, WildcardValuePrefix) {
+  Load(kMatching);
+  EXPECT_EQ(Passes("web", {{{"path", "/api/v1/items"}}}, 4), 2);
+  // Each matching value is its own counter, like a key-only match.
+  EXPECT_EQ(Passes("web", {{{"path", "/api/v2"}}}, 4), 2);
+  auto r = Ask("web", {{{{"path", "/other"}}}});
+  EXPECT_FALSE(r.statuses[0].has_limit);
+}
+
+TEST_F(EngineTest, NestedDescriptorsNeedTheWholeChain) {
+  Load(kMatching);
+  auto r = Ask("web", {{{{"path", "/login"}, {"user", "ann"}}}});
+  ASSERT_TRUE(r.statuses[0].has_limit);
+  EXPECT_EQ(r.statuses[0].unit, Unit::kHour);
+  EXPECT_EQ(r.statuses[0].name, "login_per_user");
+  EXPECT_EQ(r.statuses[0].limit_remaining, 3u);
+  // The parent alone has no rate_limit; a longer chain than configured matches nothing;
+  // an unknown middle entry matches nothing.
+  EXPECT_FALSE(Ask("web", {{{{"path", "/login"}}}}).statuses[0].has_limit);
+  EXPECT_FALSE(
+      Ask("web", {{{{"path", "/login"}, {"user", "ann"}, {"x", "y"}}}}).statuses[0].has_limit);
+  EXPECT_FALSE(Ask("web", {{{{"tenant", "t1"}, {"plan", "paid"}}}}).statuses[0].has_limit);
+  EXPECT_TRUE(Ask("web", {{{{"tenant", "t1"}, {"plan", "free"}}}}).statuses[0].has_limit);
+  // A leaf with a rate limit does not match when more entries follow.
+  EXPECT_FALSE(
+      Ask("web", {{{{"remote_address", "1.1.1.1"}, {"path", "/x"}}}}).statuses[0].has_limit);
+}
+
+TEST_F(EngineTest, PerDescriptorStatusesAndOverallCode) {
+  Load(kMatching);
+  // 10.0.0.1 has a limit of 1; the second request is over it while path /api still passes.
+  Ask("web", {{{{"remote_address", "10.0.0.1"}}}});
+  auto r = Ask("web",
+               {{{{"path", "/api/x"}}}, {{{"remote_address", "10.0.0.1"}}}, {{{"unknown", "k"}}}});
+  EXPECT_EQ(r.overall_code, Code::kOverLimit);
+  ASSERT_EQ(r.statuses.size(), 3u);
+  EXPECT_EQ(r.statuses[0].code, Code::kOk);
+  EXPECT_EQ(r.statuses[0].requests_per_unit, 2u);
+  EXPECT_EQ(r.statuses[1].code, Code::kOverLimit);
+  EXPECT_EQ(r.statuses[1].limit_remaining, 0u);
+  EXPECT_GT(r.statuses[1].retry_after, 0);
+  EXPECT_EQ(r.statuses[2].code, Code::kOk);
+  EXPECT_FALSE(r.statuses[2].has_limit);
+  // All or nothing: the denied request did not consume the /api/x budget.
+  EXPECT_EQ(Passes("web", {{{"path", "/api/x"}}}, 3), 2);
+  // Headers describe the binding (denying) limit.
+  bool retry = false;
+  for (const auto& [k, v] : r.response_headers) retry = retry || k == "retry-after";
+  EXPECT_TRUE(retry);
+}
+
+TEST_F(EngineTest, HitsAddendRequestAndPerDescriptor) {
+  Load(kMatching);
+  auto r = Ask("web", {{{{"remote_address", "3.3.3.3"}}}}, /*hits=*/2);
+  EXPECT_EQ(r.statuses[0].limit_remaining, 1u);
+  r = Ask("web", {{{{"remote_address", "3.3.3.3"}}, /*hits=*/1}}, /*hits=*/3);
+  EXPECT_EQ(r.overall_code, Code::kOk);
+  EXPECT_EQ(r.statuses[0].limit_remaining, 0u);
+  // A cost larger than the limit is over limit, and consumes nothing anywhere.
+  r = Ask("web", {{{{"remote_address", "4.4.4.4"}}}}, /*hits=*/50);
+  EXPECT_EQ(r.overall_code, Code::kOverLimit);
+  EXPECT_EQ(Passes("web", {{{"remote_address", "4.4.4.4"}}}, 4), 3);
+  // hits_addend 0 on a descriptor only looks.
+  r = Ask("web", {{{{"remote_address", "5.5.5.5"}}, 0}});
+  EXPECT_EQ(r.statuses[0].limit_remaining, 3u);
+}
+
+TEST_F(EngineTest, UnknownDomainLimitsNothing) {
+  Load(kMatching);
+  for (int i = 0; i < 10; ++i) {
+    auto r = Ask("nope", {{{{"remote_address", "1.1.1.1"}}}});
+    EXPECT_EQ(r.overall_code, Code::kOk);
+    EXPECT_FALSE(r.statuses[0].has_limit);
+  }
+  EXPECT_NE(engine->RenderMetrics().find("sluiced_unknown_domain_total 10"), std::string::npos);
+}
+
+TEST_F(EngineTest, BadRequestsAreInvalidArgument) {
+  Load(kMatching);
+  RateLimitResponse r;
+  Status s = Try("web", {}, 0, &r);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "descriptors must not be empty");
+  s = Try("web", {D{}}, 0, &r);
+  EXPECT_EQ(s.message(), "descriptor 0 has no entries");
+  s = Try("", {{{{"a", "b"}}}}, 0, &r);
+  EXPECT_EQ(s.message(), "domain must not be empty");
+  s = Try("web", std::vector<D>(17, D{{{"a", "b"}}}), 0, &r);
+  EXPECT_EQ(s.message(), "too many descriptors: 17 (at most 16)");
+  s = Try("web", {{{{"", "b"}}}}, 0, &r);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(EngineTest, WindowPassesOnTheManualClock) {
+  Load(kMatching);
+  EXPECT_EQ(Passes("web", {{{"remote_address", "6.6.6.6"}}}, 5), 3);
+  clock->Advance(60 * kSec);
+  EXPECT_EQ(Passes("web", {{{"remote_address", "6.6.6.6"}}}, 5), 3);
+}
+
+TEST_F(EngineTest, ReplacesUnlimitedAndShadow) {
+  Load(R"(
+domain: d
+descriptors:
+  - key: api_key
+    rate_limit: {unit: minute, requests_per_unit: 1, name: per_key}
+  - key: plan
+    value: partner
+    rate_limit:
+      name: partner
+      replaces: [{name: per_key}]
+      unit: minute
+      requests_per_unit: 3
+  - key: health
+    rate_limit: {unlimited: true}
+  - key: user
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+)");
+  // With the partner descriptor, per_key no longer applies.
+  int ok = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto r = Ask("d", {{{{"api_key", "k1"}}}, {{{"plan", "partner"}}}});
+    ok += r.overall_code == Code::kOk;
+    EXPECT_FALSE(r.statuses[0].has_limit);
+  }
+  EXPECT_EQ(ok, 3);
+  // Alone, per_key does.
+  EXPECT_EQ(Passes("d", {{{"api_key", "k2"}}}, 3), 1);
+  // Unlimited: OK, no limit, remaining max.
+  auto u = Ask("d", {{{{"health", "x"}}}});
+  EXPECT_EQ(u.statuses[0].limit_remaining, 0xffffffffu);
+  EXPECT_FALSE(u.statuses[0].has_limit);
+  // Shadow: always OK, the would-be denials are counted.
+  EXPECT_EQ(Passes("d", {{{"user", "bob"}}}, 4), 4);
+  const std::string m = engine->RenderMetrics();
+  EXPECT_NE(m.find("sluiced_shadow_over_limit_total{domain=\"d\",descriptor=\"user\"} 3"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("sluiced_decisions_total{domain=\"d\",descriptor=\"health\",outcome="
+                   "\"unlimited\"} 1"),
+            std::string::npos);
+  // A shadow limit that would deny does not stop an enforced one from consuming.
+  auto r = Ask("d", {{{{"user", "bob"}}}, {{{"api_key", "k3"}}}});
+  EXPECT_EQ(r.overall_code, Code::kOk);
+  EXPECT_EQ(Ask("d", {{{{"api_key", "k3"}}}}).overall_code, Code::kOverLimit);
+}
+
+TEST_F(EngineTest, ReloadKeepsStateOfUnchangedLimits) {
+  const std::string v1 = R"(
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: b
+    rate_limit: {unit: hour, requests_per_unit: 3}
+)";
+  Load(v1);
+  EXPECT_EQ(Passes("d", {{{"a", "x"}}}, 2), 2);
+  EXPECT_EQ(Passes("d", {{{"b", "x"}}}, 3), 3);
+  // b's limit changes, a's does not.
+  ASSERT_TRUE(Reload(R"(
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: b
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: c
+    rate_limit: {unit: hour, requests_per_unit: 1}
+)")
+                  .ok());
+  EXPECT_EQ(Passes("d", {{{"a", "x"}}}, 3), 1) << "a's budget must not be refilled by a reload";
+  EXPECT_EQ(Passes("d", {{{"b", "x"}}}, 6), 5) << "b is a new limit";
+  EXPECT_EQ(Passes("d", {{{"c", "x"}}}, 2), 1);
+  EXPECT_EQ(engine->Stats().generation, 2u);
+}
+
+TEST_F(EngineTest, LimitOverride) {
+  Load(kMatching);
+  RateLimitRequest req;
+  req.domain = "web";
+  req.descriptors.resize(1);
+  req.descriptors[0].entries.push_back(Entry{"anything", "v"});
+  req.descriptors[0].has_override = true;
+  req.descriptors[0].override_requests_per_unit = 2;
+  req.descriptors[0].override_unit = 3;  // HOUR
+  int ok = 0;
+  for (int i = 0; i < 4; ++i) {
+    RateLimitResponse r;
+    ASSERT_TRUE(engine->ShouldRateLimit(req, &r).ok());
+    ok += r.overall_code == Code::kOk;
+    EXPECT_EQ(r.statuses[0].unit, Unit::kHour);
+  }
+  EXPECT_EQ(ok, 2);
+  req.descriptors[0].override_unit = 9;
+  RateLimitResponse r;
+  EXPECT_EQ(engine->ShouldRateLimit(req, &r).code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(EngineTest, ManyDescriptorsAreDecidedTogether) {
+  Load(R"(
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: j
+    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket}
+)");
+  std::vector<D> ds;
+  for (int i = 0; i < 8; ++i) ds.push_back(D{{{"k", std::to_string(i)}}});
+  for (int i = 0; i < 8; ++i) ds.push_back(D{{{"j", std::to_string(i)}}});
+  EXPECT_EQ(Ask("d", ds).overall_code, Code::kOk);
+  auto r = Ask("d", ds);
+  EXPECT_EQ(r.overall_code, Code::kOverLimit);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(r.statuses[i].code, Code::kOk);
+  for (int i = 8; i < 16; ++i) EXPECT_EQ(r.statuses[i].code, Code::kOverLimit);
+  // Nothing was consumed by the denied request: each k still has one left.
+  EXPECT_EQ(Passes("d", {{{"k", "0"}}}, 2), 1);
+  // The same descriptor twice in one request costs twice.
+  EXPECT_EQ(Ask("d", {{{{"k", "9"}}}, {{{"k", "9"}}}}).overall_code, Code::kOk);
+  EXPECT_EQ(Passes("d", {{{"k", "9"}}}, 1), 0);
+}
+
+TEST_F(EngineTest, EqualLimitsWithDifferentFailureModesInOneRequest) {
+  Load(R"(
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: b
+    rate_limit: {unit: hour, requests_per_unit: 2, failure_mode: fail_closed}
+  - key: c
+    rate_limit: {unit: hour, requests_per_unit: 2, failure_mode: local_fallback,
+                 fallback_divisor: 2}
+)");
+  for (int i = 0; i < 2; ++i) {
+    auto r = Ask("d", {{{{"a", "x"}}}, {{{"b", "x"}}}, {{{"c", "x"}}}});
+    EXPECT_EQ(r.overall_code, Code::kOk);
+  }
+  EXPECT_EQ(Ask("d", {{{{"a", "x"}}}, {{{"b", "x"}}}}).overall_code, Code::kOverLimit);
+}
+
+TEST_F(EngineTest, ConcurrentDecisionsAcrossReloadsNeverExceedTheLimit) {
+  const std::string config = R"(
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 50}
+)";
+  Load(config);
+  std::atomic<int> allowed{0};
+  std::atomic<bool> done{false};
+  std::thread reloader([&] {
+    // The same limits again and again: each reload swaps in a new snapshot, and the
+    // budget must carry over every time.
+    while (!done.load()) ASSERT_TRUE(Reload(config).ok());
+  });
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 8; ++t) {
+    workers.emplace_back([&] {
+      for (int i = 0; i < 40; ++i) {
+        RateLimitResponse r;
+        RateLimitRequest req;
+        req.domain = "d";
+        req.descriptors.resize(1);
+        req.descriptors[0].entries.push_back(Entry{"k", "shared"});
+        ASSERT_TRUE(engine->ShouldRateLimit(req, &r).ok());
+        allowed.fetch_add(r.overall_code == Code::kOk);
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  done = true;
+  reloader.join();
+  EXPECT_EQ(allowed.load(), 50);
+  EXPECT_GT(engine->Stats().generation, 1u);
+}
+
+TEST_F(EngineTest, LongValuesAreHashedIntoTheKey) {
+  Load(R"(
+domain: d
+descriptors:
+  - key: token
+    rate_limit: {unit: hour, requests_per_unit: 1}
+)");
+  const std::string a(1000, 'a');
+  std::string b = a;
+  b.back() = 'b';
+  EXPECT_EQ(Passes("d", {{{"token", a}}}, 2), 1);
+  EXPECT_EQ(Passes("d", {{{"token", b}}}, 2), 1) << "distinct long values keep distinct counters";
+}
+
+TEST_F(EngineTest, GlobalShadowModeNeverDeniesButCounts) {
+  Load(R"(
+sluiced: {shadow_mode: true}
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 1}
+)");
+  EXPECT_EQ(Passes("d", {{{"k", "x"}}}, 5), 5);
+  EXPECT_NE(engine->RenderMetrics().find(
+                "sluiced_shadow_over_limit_total{domain=\"d\",descriptor=\"k\"} 4"),
+            std::string::npos);
+}
+
+TEST_F(EngineTest, DetailedMetricLabelsCarryTheValues) {
+  Load(R"(
+domain: d
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+)");
+  Passes("d", {{{"user", "ann"}}}, 2);
+  const std::string m = engine->RenderMetrics();
+  EXPECT_NE(m.find("sluiced_decisions_total{domain=\"d\",descriptor=\"user|user=ann\","
+                   "outcome=\"over_limit\"} 1"),
+            std::string::npos)
+      << m;
+}
+
+TEST_F(EngineTest, MetricsByDomainDescriptorOutcomeAndNearLimit) {
+  Load(kMatching);
+  Passes("web", {{{"remote_address", "7.7.7.7"}}}, 4);
+  const std::string m = engine->RenderMetrics();
+  EXPECT_NE(m.find("sluiced_decisions_total{domain=\"web\",descriptor=\"remote_address\","
+                   "outcome=\"ok\"} 3"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("sluiced_decisions_total{domain=\"web\",descriptor=\"remote_address\","
+                   "outcome=\"over_limit\"} 1"),
+            std::string::npos);
+  // 3 per minute, ratio 0.8: used 3 > floor(2.4) = 2 only on the third request.
+  EXPECT_NE(m.find("sluiced_near_limit_total{domain=\"web\",descriptor=\"remote_address\"} 1"),
+            std::string::npos);
+  EXPECT_NE(m.find("sluiced_limiter_decisions_total 4"), std::string::npos);
+  EXPECT_NE(m.find("sluiced_store_latency_seconds_count 4"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice::service

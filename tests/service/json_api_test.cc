@@ -1,0 +1,99 @@
+// POST /json's request parsing and response rendering (protobuf's JSON mapping, as
+// envoyproxy/ratelimit speaks it).
+#include "service/json_api.h"
+
+#include <gtest/gtest.h>
+
+namespace sluice::service {
+namespace {
+
+Status Parse(const std::string& body, JsonRequest* out) {
+  return ParseJsonRequest(body, 16, out);
+}
+
+TEST(JsonApi, ParsesProtoAndCamelCaseNames) {
+  JsonRequest j;
+  ASSERT_TRUE(Parse(R"({"domain":"d","hits_addend":"3","descriptors":[
+      {"entries":[{"key":"a","value":"1"},{"key":"b"}],"hitsAddend":0},
+      {"entries":[{"key":"c","value":"2"}],"limit":{"requestsPerUnit":5,"unit":"HOUR"}},
+      {"entries":[{"key":"e","value":"3"}],"limit":{"requests_per_unit":"6","unit":4},"hits_addend":7}]})",
+                    &j)
+                  .ok());
+  const RateLimitRequest& r = j.request;
+  EXPECT_EQ(r.domain, "d");
+  EXPECT_EQ(r.hits_addend, 3u);
+  ASSERT_EQ(r.descriptors.size(), 3u);
+  ASSERT_EQ(r.descriptors[0].entries.size(), 2u);
+  EXPECT_EQ(r.descriptors[0].entries[1].key, "b");
+  EXPECT_EQ(r.descriptors[0].entries[1].value, "");
+  EXPECT_TRUE(r.descriptors[0].has_hits_addend);
+  EXPECT_EQ(r.descriptors[0].hits_addend, 0u);
+  EXPECT_TRUE(r.descriptors[1].has_override);
+  EXPECT_EQ(r.descriptors[1].override_requests_per_unit, 5u);
+  EXPECT_EQ(r.descriptors[1].override_unit, 3);
+  EXPECT_EQ(r.descriptors[2].override_requests_per_unit, 6u);
+  EXPECT_EQ(r.descriptors[2].override_unit, 4);
+  EXPECT_EQ(r.descriptors[2].hits_addend, 7u);
+  EXPECT_FALSE(r.descriptors[1].has_hits_addend);
+}
+
+TEST(JsonApi, ErrorsNameTheProblem) {
+  auto err = [](const std::string& body) {
+    JsonRequest j;
+    Status s = Parse(body, &j);
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << body;
+    return s.message();
+  };
+  EXPECT_NE(err(R"({"domain":"d",)").find("invalid JSON request: parse error at line 1"),
+            std::string::npos);
+  EXPECT_EQ(err(R"([1,2])"), "invalid JSON request: not an object");
+  EXPECT_EQ(err(R"({"domain":"d","extra":1})"), "unknown field \"extra\" in the request");
+  EXPECT_EQ(err(R"({"domain":5})"), "domain must be a string");
+  EXPECT_EQ(err(R"({"hits_addend":-1})"), "hits_addend must not be negative");
+  EXPECT_EQ(err(R"({"hits_addend":4294967296})"), "hits_addend is larger than 4294967295");
+  EXPECT_EQ(err(R"({"hits_addend":1.5})"), "hits_addend must be a non-negative integer");
+  EXPECT_EQ(err(R"({"descriptors":{}})"), "descriptors must be an array");
+  EXPECT_EQ(err(R"({"descriptors":[{"entries":[{"key":1}]}]})"),
+            "descriptors[0].entries[0].key must be a string");
+  EXPECT_EQ(err(R"({"descriptors":[{"entries":[{"key":"a","colour":"red"}]}]})"),
+            "descriptors[0].entries[0] has an unknown field \"colour\"");
+  EXPECT_EQ(err(R"({"descriptors":[{"limit":{"unit":"WEEK"}}]})"),
+            "descriptors[0].limit.unit must be SECOND, MINUTE, HOUR or DAY (got \"WEEK\")");
+  std::string many = R"({"descriptors":[)";
+  for (int i = 0; i < 17; ++i) many += std::string(i ? "," : "") + "{}";
+  EXPECT_EQ(err(many + "]}"), "too many descriptors: 17 (at most 16)");
+}
+
+TEST(JsonApi, RendersLikeProtobufJson) {
+  RateLimitResponse r;
+  r.overall_code = Code::kOverLimit;
+  DescriptorStatus a;
+  a.code = Code::kOverLimit;
+  a.has_limit = true;
+  a.requests_per_unit = 10;
+  a.unit = Unit::kMinute;
+  a.name = "per \"ip\"";
+  a.limit_remaining = 0;
+  a.duration_until_reset = 1'500'000;
+  DescriptorStatus b;  // no limit: code only
+  DescriptorStatus c;
+  c.has_limit = true;
+  c.requests_per_unit = 1;
+  c.unit = Unit::kDay;
+  c.limit_remaining = 1;
+  c.duration_until_reset = 60'000'001;
+  r.statuses = {a, b, c};
+  r.response_headers = {{"retry-after", "2"}};
+  EXPECT_EQ(
+      RenderJsonResponse(r),
+      R"({"overallCode":"OVER_LIMIT","statuses":[)"
+      R"({"code":"OVER_LIMIT","currentLimit":{"requestsPerUnit":10,"unit":"MINUTE","name":"per \"ip\""},"durationUntilReset":"1.500s"},)"
+      R"({"code":"OK"},)"
+      R"({"code":"OK","currentLimit":{"requestsPerUnit":1,"unit":"DAY"},"limitRemaining":1,"durationUntilReset":"60.000001s"}],)"
+      R"("responseHeadersToAdd":[{"key":"retry-after","value":"2"}]})"
+      "\n");
+  EXPECT_EQ(RenderJsonResponse(RateLimitResponse{}), "{\"overallCode\":\"OK\"}\n");
+}
+
+}  // namespace
+}  // namespace sluice::service

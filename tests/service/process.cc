@@ -1,0 +1,152 @@
+// Test support for process-level sluiced tests.
+#include "process.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace sluice::testing {
+
+std::unique_ptr<Process> Process::Spawn(const std::vector<std::string>& argv,
+                                        const std::string& log_path) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    ADD_FAILURE() << "cannot start " << argv[0] << ": " << std::strerror(rc);
+    return nullptr;
+  }
+  auto p = std::unique_ptr<Process>(new Process());
+  p->pid_ = pid;
+  return p;
+}
+
+Process::~Process() {
+  if (!reaped_ && pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, &status_, 0);
+  }
+}
+
+void Process::Signal(int sig) const {
+  if (!reaped_) ::kill(pid_, sig);
+}
+
+bool Process::running() {
+  if (reaped_) return false;
+  const pid_t r = ::waitpid(pid_, &status_, WNOHANG);
+  if (r == pid_) reaped_ = true;
+  return !reaped_;
+}
+
+int Process::Wait(std::chrono::milliseconds timeout) {
+  if (!WaitFor([this] { return !running(); }, timeout)) return -1;
+  if (WIFEXITED(status_)) return WEXITSTATUS(status_);
+  if (WIFSIGNALED(status_)) return 128 + WTERMSIG(status_);
+  return -1;
+}
+
+TempDir::TempDir() {
+  char tmpl[] = "/tmp/sluiced-test-XXXXXX";
+  const char* p = ::mkdtemp(tmpl);
+  EXPECT_NE(p, nullptr);
+  path_ = p ? p : "/tmp";
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+bool WaitFor(const std::function<bool()>& cond, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return cond();
+}
+
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(fd);
+    ADD_FAILURE() << "no free port";
+    return 0;
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+Sluiced StartSluiced(const std::string& config_file, const std::string& log_path,
+                     const std::vector<std::string>& extra) {
+  Sluiced s;
+  s.log = log_path;
+  std::vector<std::string> argv = {SLUICED_BINARY, "--config", config_file,  "--http",
+                                   "127.0.0.1:0",  "--grpc",   "127.0.0.1:0"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  s.process = Process::Spawn(argv, log_path);
+  if (!s.process) return s;
+  const std::regex started(R"(event=started .* http=127\.0\.0\.1:(\d+) grpc=127\.0\.0\.1:(\d+))");
+  std::smatch m;
+  const bool ok = WaitFor([&] {
+    const std::string text = ReadFile(log_path);
+    if (std::regex_search(text, m, started)) {
+      s.http_port = std::stoi(m[1]);
+      s.grpc_port = std::stoi(m[2]);
+      return true;
+    }
+    return !s.process->running();
+  });
+  if (!ok || s.http_port == 0) {
+    ADD_FAILURE() << "sluiced did not start; log:\n" << ReadFile(log_path);
+  }
+  return s;
+}
+
+}  // namespace sluice::testing

@@ -1,0 +1,86 @@
+// Two sluiced processes sharing one real Redis (Debian's redis-server, started by the
+// test) enforce one limit together; with Redis gone, each limit's failure mode decides.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "process.h"
+#include "redis_server.h"
+
+namespace sluice::testing {
+namespace {
+
+const char* kConfig = R"(sluiced:
+  reload_poll: 0
+domain: shared
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: sliding_window_log}
+  - key: open
+    rate_limit: {unit: hour, requests_per_unit: 10, failure_mode: fail_open}
+  - key: closed
+    rate_limit: {unit: hour, requests_per_unit: 10, failure_mode: fail_closed}
+)";
+
+int Check(int port, const std::string& key, const std::string& value) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(5, 0);
+  auto r = c.Get("/v1/check?domain=shared&key=" + key + "&value=" + value);
+  return r ? r->status : 0;
+}
+
+TEST(SluicedRedis, TwoProcessesShareOneLimit) {
+  auto redis = RedisServer::Start();
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  TempDir dir;
+  WriteFile(dir.File("sluiced.yaml"), kConfig);
+  Sluiced a =
+      StartSluiced(dir.File("sluiced.yaml"), dir.File("a.log"), {"--redis", (*redis)->Url()});
+  Sluiced b =
+      StartSluiced(dir.File("sluiced.yaml"), dir.File("b.log"), {"--redis", (*redis)->Url()});
+  ASSERT_GT(a.http_port, 0);
+  ASSERT_GT(b.http_port, 0);
+  EXPECT_NE(a.LogText().find("store=redis://"), std::string::npos);
+  int allowed = 0, denied = 0;
+  for (int i = 0; i < 30; ++i) {
+    const int status = Check(i % 2 ? a.http_port : b.http_port, "user", "u1");
+    allowed += status == 200;
+    denied += status == 429;
+  }
+  EXPECT_EQ(allowed, 10);
+  EXPECT_EQ(denied, 20);
+  // Each process alone would have allowed 10: the limit is one, not two.
+  EXPECT_EQ(Check(a.http_port, "user", "u1"), 429);
+  EXPECT_EQ(Check(b.http_port, "user", "u1"), 429);
+  EXPECT_EQ(Check(a.http_port, "user", "u2"), 200);
+
+  // Redis gone: fail_open allows, fail_closed denies, and the metrics say so.
+  (*redis)->Stop();
+  EXPECT_EQ(Check(a.http_port, "open", "x"), 200);
+  EXPECT_EQ(Check(a.http_port, "closed", "x"), 429);
+  httplib::Client c("127.0.0.1", a.http_port);
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find(R"(sluiced_failure_policy_total{outcome="fail_open"} 1)"),
+            std::string::npos)
+      << m->body;
+  EXPECT_NE(m->body.find(R"(sluiced_failure_policy_total{outcome="fail_closed"} 1)"),
+            std::string::npos);
+  EXPECT_NE(m->body.find("sluiced_store_errors_total 2"), std::string::npos);
+}
+
+TEST(SluicedRedis, UnreachableRedisAtStartIsAClearError) {
+  TempDir dir;
+  WriteFile(dir.File("sluiced.yaml"), kConfig);
+  const int port = FreePort();
+  auto p = Process::Spawn(
+      {SLUICED_BINARY, "--config", dir.File("sluiced.yaml"), "--http", "127.0.0.1:0", "--grpc",
+       "127.0.0.1:0", "--redis", "redis://127.0.0.1:" + std::to_string(port)},
+      dir.File("log"));
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->Wait(std::chrono::seconds(15)), 1);
+  EXPECT_NE(ReadFile(dir.File("log")).find("event=start_failed"), std::string::npos)
+      << ReadFile(dir.File("log"));
+}
+
+}  // namespace
+}  // namespace sluice::testing
