@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -262,7 +263,11 @@ class Table {
 
   // The earliest time at which a full Sweep could remove anything.
   Micros next_expiry() const { return next_expiry_; }
-  void NoteExpiry(Micros t) { next_expiry_ = std::min(next_expiry_, t); }
+  // Writes only when the minimum moves, so that the line stays clean (and shared
+  // between cores) on the decision path.
+  void NoteExpiry(Micros t) {
+    if (t < next_expiry_) next_expiry_ = t;
+  }
 
   void EraseSlot(Slot* s) { Erase(static_cast<std::size_t>(s - slots_.data())); }
 
@@ -312,15 +317,20 @@ class Table {
   Micros next_expiry_ = std::numeric_limits<Micros>::max();
 };
 
+// Two cache lines: what every decision writes (the lock and `latest`) on the first,
+// the table header (read on every decision, written only by inserts and sweeps) on
+// the second, so that threads deciding in the same shard move one line between
+// cores, not two.
 struct alignas(64) Shard {
   std::mutex mu;
-  Table table;
   // The latest `now` this shard has decided at. Decisions use at least this time, so
   // the store's time never goes back: a state dropped because it was back to "full"
   // at a later time is never missed by a request stamped earlier (otherwise whether
   // an idle key had been swept would change that request's decision).
   Micros latest = std::numeric_limits<Micros>::min();
+  alignas(64) Table table;
 };
+static_assert(offsetof(Shard, table) == 64, "lock and latest share the first line");
 
 // Runs one non-log algorithm on `state` (or a fresh state).
 Decision RunWord(const Policy& p, const State& in, bool fresh, Micros now, std::uint64_t cost,

@@ -3,6 +3,9 @@
 #include <sluice/clock.h>
 #include <sluice/limiter.h>
 #include <sluice/policy.h>
+#ifdef SLUICE_CONSUMER_HAS_REDIS
+#include <sluice/redis_store.h>
+#endif
 
 #include <chrono>
 #include <cstdio>
@@ -44,6 +47,14 @@ int main() {
   Expect(d.ok() && d->allowed, "allowed again in the next window");
   auto bad = sluice::Policy::FixedWindow("", 0, std::chrono::minutes(1));
   Expect(!sluice::ValidatePolicy(bad).ok(), "an invalid policy is rejected");
+#ifdef SLUICE_CONSUMER_HAS_REDIS
+  // Calls into sluice::redis (so that it and hiredis really get linked) without
+  // needing a server: a malformed URL is refused before any connection.
+  auto redis = sluice::RedisStore::Create({.url = "redis://127.0.0.1:notaport"});
+  Expect(!redis.ok() && redis.status().code() == sluice::ErrorCode::kInvalidArgument,
+         "sluice::redis refuses a malformed URL");
+  std::printf("sluice::redis linked\n");
+#endif
   if (failures != 0) return 1;
   std::printf("sluice consumer ok\n");
   return 0;
