@@ -3,6 +3,7 @@
 // hot key. bench/run_core.sh runs them; docs/benchmarks.md reports the figures.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -11,7 +12,9 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "memory/memory_store_internal.h"
 #include "sluice/clock.h"
+#include "sluice/key.h"
 
 namespace sluice::bench {
 namespace {
@@ -110,6 +113,37 @@ void BM_HotKey(benchmark::State& state) {
   state.SetLabel(AlgorithmName(a));
 }
 
+// The shard MemoryStore puts a caller key in (default options: 64 shards).
+std::size_t ShardOf(const Limiter& limiter, std::string_view key) {
+  const std::string store_key = *StoreKey("sluice", key, limiter.policies()[0].name);
+  return memory_internal::ShardIndex(memory_internal::HashKey(store_key), 64);
+}
+
+// N threads, each on a key of its own (and 1M other live keys). Thread i takes the
+// first key at or after 42 + i whose shard no lower thread uses, so the threads share
+// no lock: what scales is everything but the lock.
+void BM_OwnKeyPerThread(benchmark::State& state) {
+  const auto a = static_cast<Algorithm>(state.range(0));
+  Limiter& limiter = Populated(a);
+  std::size_t index = 42;
+  std::vector<std::size_t> taken;
+  for (int t = 0; t <= state.thread_index(); ++t) {
+    while (std::find(taken.begin(), taken.end(), ShardOf(limiter, Key(index))) != taken.end()) {
+      ++index;
+    }
+    taken.push_back(ShardOf(limiter, Key(index)));
+    if (t < state.thread_index()) ++index;
+  }
+  const std::string_view key = Key(index);
+  for (auto _ : state) {
+    auto d = limiter.Acquire(key);
+    benchmark::DoNotOptimize(d);
+    Check(d, state);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel(AlgorithmName(a));
+}
+
 // For reference: the cost of reading the default clock, which every decision does once.
 void BM_SteadyEpochClockNow(benchmark::State& state) {
   SteadyEpochClock clock;
@@ -162,6 +196,12 @@ BENCHMARK(BM_DistinctKeys1M)
     ->Threads(2)
     ->UseRealTime();
 BENCHMARK(BM_HotKey)
+    ->ArgName("algorithm")
+    ->Arg(static_cast<int>(Algorithm::kGcra))
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+BENCHMARK(BM_OwnKeyPerThread)
     ->ArgName("algorithm")
     ->Arg(static_cast<int>(Algorithm::kGcra))
     ->Threads(1)
