@@ -1,12 +1,12 @@
 -- GCRA, one check (see gcra.lua).
--- State: "4 <expires> <tat>" (theoretical arrival time, microseconds, a double).
+-- State: struct.pack('<Bdd', 4, expires, tat) (tat: theoretical arrival time, us).
 local interval = w / limit
 local tau = interval * tonumber(ARGV[6])
 local t = now
 local tat = t
-if raw then
-  local e, stat = string.match(raw, '^4 (%S+) (%S+)$')
-  if e and tonumber(e) > now then tat = max(tonumber(stat), t) end
+if raw and #raw == 17 and string.byte(raw) == 4 then
+  local _, e, stat = struct.unpack('<Bdd', raw)
+  if e > now then tat = max(stat, t) end
 end
 local new_tat = tat + need * interval
 local allowed = new_tat - t <= tau + EPS * interval
@@ -19,6 +19,6 @@ end
 local remaining = max(0, floor((tau - (tat - t)) / interval + EPS))
 local reset = ceil(tat - t)
 if allowed and cost > 0 then
-  store(string.format('4 %d %.17g', ceil(tat), tat), ceil(tat))
+  store(struct.pack('<Bdd', 4, ceil(tat), tat), ceil(tat))
 end
 return {allowed and 1 or 0, remaining, reset, retry}

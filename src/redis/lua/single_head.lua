@@ -6,8 +6,8 @@
 -- top of the Redis commands themselves (docs/benchmarks.md). A one-check decision of
 -- an O(1) algorithm runs instead one of these scripts, built at build time as this
 -- head + single_<algorithm>.lua (src/redis/embed_lua.cmake): straight-line code on
--- locals, no closures, no tables but the reply, the state parsed with one pattern
--- written for that algorithm's layout and written back in one string.format.
+-- locals, no tables but the reply, the state unpacked and packed with the layout of
+-- that algorithm (prelude.lua's WORD).
 --
 -- Same KEYS/ARGV layout and reply as dispatch.lua (one check), and the same state
 -- strings, so the batch script and these scripts share keys freely. Each body mirrors
@@ -30,11 +30,12 @@ local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 local key = KEYS[1]
 local limit, w, cost = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[8])
 local need = max(cost, 1)
--- The state, or nil when the key is absent (GET returns false).
+-- The state, or false when the key is absent. A state is used only if its size and
+-- first byte (the algorithm's id) are this algorithm's, as prelude.lua's load().
 local raw = redis.call('GET', key)
 
--- Writes the new state with its TTL: ceil((expires - now) / 1 ms), at least 1 ms,
--- plus ARGV[2] (prelude.lua's ttl_ms). `state` already starts with "<alg> <expires> ".
+-- Writes the new (packed) state with its TTL: ceil((expires - now) / 1 ms), at
+-- least 1 ms, plus ARGV[2] (prelude.lua's ttl_ms).
 local function store(state, expires)
   local ms = ceil((expires - now) / 1000)
   if ms < 1 then ms = 1 end

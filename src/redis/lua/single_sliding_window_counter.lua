@@ -1,19 +1,18 @@
 -- Sliding window counter, one check (see sliding_window_counter.lua).
--- State: "2 <expires> <window_start> <curr> <prev>".
+-- State: struct.pack('<Bdddd', 2, expires, window_start, curr, prev).
 local r = math.fmod(now, w) -- floor_to(now, w)
 if r < 0 then r = r + w end
 local ws = now - r
 local curr, prev = 0, 0
-if raw then
-  local e, sws, scurr, sprev = string.match(raw, '^2 (%S+) (%S+) (%S+) (%S+)$')
-  if e and tonumber(e) > now then
-    sws = tonumber(sws)
+if raw and #raw == 33 and string.byte(raw) == 2 then
+  local _, e, sws, scurr, sprev = struct.unpack('<Bdddd', raw)
+  if e > now then
     if sws >= ws then
       ws = sws
-      curr = tonumber(scurr)
-      prev = tonumber(sprev)
+      curr = scurr
+      prev = sprev
     elseif sws == ws - w then
-      prev = tonumber(scurr)
+      prev = scurr
     end
   end
 end
@@ -49,6 +48,6 @@ else
   expires = ws + w
 end
 if allowed and cost > 0 then
-  store(string.format('2 %d %d %d %d', expires, ws, curr, prev), expires)
+  store(struct.pack('<Bdddd', 2, expires, ws, curr, prev), expires)
 end
 return {allowed and 1 or 0, remaining, reset, retry}
