@@ -6,6 +6,8 @@
 -- (allowed, remaining, reset_after, retry_after) without consuming anything, and
 -- COMMIT[id](c, now), which writes what DECIDE computed. dispatch.lua decides every
 -- check first and commits all of them only if all allow (all or nothing).
+-- A call with ONE check runs a lean script of its own instead (single_head.lua);
+-- the sliding log's is this prelude + sliding_window_log.lua + dispatch.lua.
 --
 -- Every algorithm mirrors src/core/<algorithm>.cc operation for operation: IEEE
 -- double arithmetic in the same order, the same epsilon, the same ceil/floor, so

@@ -2,15 +2,16 @@
 --
 -- The batch script (prelude.lua + every algorithm + dispatch.lua) runs its whole body
 -- on every EVALSHA: it re-creates all five algorithms' functions and tables, builds a
--- table per check and dispatches through them, about 6 us of Redis CPU per call on
--- top of the Redis commands themselves (docs/benchmarks.md). A one-check decision of
+-- table per check and dispatches through them: about 5 us of Redis CPU per call on
+-- top of the Redis commands themselves, where these scripts take about 1.5
+-- (docs/benchmarks.md). A one-check decision of
 -- an O(1) algorithm runs instead one of these scripts, built at build time as this
 -- head + single_<algorithm>.lua (src/redis/embed_lua.cmake): straight-line code on
 -- locals, no tables but the reply, the state unpacked and packed with the layout of
 -- that algorithm (prelude.lua's WORD).
 --
--- Same KEYS/ARGV layout and reply as dispatch.lua (one check), and the same state
--- strings, so the batch script and these scripts share keys freely. Each body mirrors
+-- Same KEYS/ARGV layout and reply as dispatch.lua (one check), and the same packed
+-- states, so the batch script and these scripts share keys freely. Each body mirrors
 -- its src/core/<algorithm>.cc operation for operation, exactly as the batch script's
 -- algorithm file does (IEEE doubles in the same order, the same epsilon, the same
 -- ceil/floor); the differential test holds both to the in-process store.
