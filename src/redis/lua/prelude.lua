@@ -42,7 +42,7 @@ end
 -- A word-sized state, in one string key: the algorithm's id as one byte, then its
 -- `expires` and up to three fields as little-endian IEEE doubles (struct.pack
 -- WORD[alg]). Binary rather than text because parsing and formatting decimal strings
--- cost Redis more CPU than the decision itself; doubles also read back bit for bit.
+-- was a measurable part of each decision's Redis CPU; doubles also read back bit for bit.
 -- The size and the first byte identify the algorithm: a state written by another
 -- algorithm (or the sliding log's text state, whose first byte is an ASCII digit)
 -- never unpacks as this one's.
