@@ -10,6 +10,7 @@
 #include <atomic>
 #include <thread>
 
+#include "sluice/key.h"
 #include "store_backends.h"
 
 namespace sluice::testing {
@@ -174,6 +175,59 @@ TEST(Faults, ScriptFlushUnderLoadIsInvisibleToCallers) {
   EXPECT_EQ(fallback, 0) << "every decision must still come from Redis";
   EXPECT_GT((*store)->Stats().script_reloads, 0u);
   EXPECT_GT(total, 2000);
+}
+
+// A one-check call runs its algorithm's own script, a batch the batch script: after
+// SCRIPT FLUSH each of the six is reloaded on first use, once, and no caller sees
+// NOSCRIPT.
+TEST(Faults, ScriptFlushReloadsEveryScriptOnFirstUse) {
+  auto server = RedisServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto store = Connect((*server)->Url(), 5'000'000);
+  ASSERT_NE(store, nullptr);
+  const Policy policies[] = {
+      Policy::FixedWindow("fw", 10, std::chrono::seconds(1)),
+      Policy::SlidingWindowLog("swl", 10, std::chrono::seconds(1)),
+      Policy::SlidingWindowCounter("swc", 10, std::chrono::seconds(1)),
+      Policy::TokenBucket("tb", 10, 10, std::chrono::seconds(1)),
+      Policy::Gcra("gcra", 10, std::chrono::seconds(1), 10),
+  };
+  const std::string keys[] = {*StoreKey("flush", "a", "fw"), *StoreKey("flush", "a", "swl"),
+                              *StoreKey("flush", "a", "swc"), *StoreKey("flush", "a", "tb"),
+                              *StoreKey("flush", "a", "gcra")};
+  auto one = [&](std::size_t i) {
+    StoreCheck c{&policies[i], keys[i], 1};
+    Decision d;
+    Status s = store->Evaluate(std::span<const StoreCheck>(&c, 1), 0, std::span<Decision>(&d, 1));
+    EXPECT_TRUE(s.ok()) << policies[i].name << ": " << s.ToString();
+    EXPECT_TRUE(d.allowed) << policies[i].name;
+    EXPECT_GT(d.limit, 0u) << policies[i].name;
+  };
+  auto batch = [&] {
+    StoreCheck c[2] = {{&policies[0], keys[0], 1}, {&policies[3], keys[3], 1}};
+    Decision d[2];
+    Status s = store->Evaluate(c, 0, d);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_TRUE(d[0].allowed && d[1].allowed);
+  };
+  // Loaded at connect: no reload needed.
+  for (std::size_t i = 0; i < std::size(policies); ++i) one(i);
+  batch();
+  EXPECT_EQ(store->Stats().script_reloads, 0u);
+  ASSERT_TRUE((*server)->Command({"SCRIPT", "FLUSH"}).ok());
+  std::uint64_t expected = 0;
+  for (std::size_t i = 0; i < std::size(policies); ++i) {
+    one(i);
+    EXPECT_EQ(store->Stats().script_reloads, ++expected)
+        << policies[i].name << " reloads its own script";
+    one(i);
+    EXPECT_EQ(store->Stats().script_reloads, expected) << policies[i].name << ": loaded once";
+  }
+  batch();
+  EXPECT_EQ(store->Stats().script_reloads, ++expected) << "the batch script reloads too";
+  batch();
+  EXPECT_EQ(store->Stats().script_reloads, expected);
+  EXPECT_EQ(store->Stats().errors, 0u);
 }
 
 TEST(Faults, ClientKillUnderLoadGivesDecisionsNotErrors) {

@@ -1,5 +1,5 @@
 -- Fixed window (algorithm 0), mirrors src/core/fixed_window.cc.
--- State: "0 <expires> <window_start> <count>".
+-- State: struct.pack('<Bddd', 0, expires, window_start, count).
 DECIDE[0] = function(c, now)
   local w = c.window
   local ws = floor_to(now, w)
@@ -21,7 +21,7 @@ DECIDE[0] = function(c, now)
   local reset = 0
   if count > 0 then reset = ws + w - t end
   c.expires = ws + w
-  c.next = string.format('%d %d', ws, count)
+  c.state = struct.pack('<Bddd', 0, c.expires, ws, count)
   return allowed, c.limit - count, reset, retry
 end
 COMMIT[0] = store_word

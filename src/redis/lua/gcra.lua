@@ -1,5 +1,5 @@
 -- GCRA (algorithm 4), mirrors src/core/gcra.cc.
--- State: "4 <expires> <tat>" (theoretical arrival time, microseconds, a double).
+-- State: struct.pack('<Bdd', 4, expires, tat) (tat: theoretical arrival time, us).
 DECIDE[4] = function(c, now)
   local interval = c.window / c.limit
   local tau = interval * c.cap
@@ -19,7 +19,7 @@ DECIDE[4] = function(c, now)
   local remaining = max(0, floor((tau - (tat - t)) / interval + EPS))
   local reset = ceil(tat - t)
   c.expires = ceil(tat)
-  c.next = string.format('%.17g', tat)
+  c.state = struct.pack('<Bdd', 4, c.expires, tat)
   return allowed, remaining, reset, retry
 end
 COMMIT[4] = store_word

@@ -6,12 +6,15 @@
 -- (allowed, remaining, reset_after, retry_after) without consuming anything, and
 -- COMMIT[id](c, now), which writes what DECIDE computed. dispatch.lua decides every
 -- check first and commits all of them only if all allow (all or nothing).
+-- A call with ONE check runs a lean script of its own instead (single_head.lua);
+-- the sliding log's is this prelude + sliding_window_log.lua + dispatch.lua.
 --
 -- Every algorithm mirrors src/core/<algorithm>.cc operation for operation: IEEE
 -- double arithmetic in the same order, the same epsilon, the same ceil/floor, so
 -- decisions are identical to the in-process store. Numbers sent to Redis are
--- formatted with '%d' (integers) or '%.17g' (doubles, which then read back bit for
--- bit): Lua's default "%.14g" would round timestamps.
+-- formatted with '%d' (integers); Lua's default "%.14g" would round timestamps. The
+-- O(1) algorithms' states are stored as packed IEEE doubles (struct.pack), which read
+-- back bit for bit.
 local EPS = 1e-9
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 local DECIDE, COMMIT = {}, {}
@@ -36,20 +39,29 @@ local function ttl_ms(expires, now)
   return ms + PAD
 end
 
--- A word-sized state: "<algorithm> <expires> <up to three fields>" in one string key.
+-- A word-sized state, in one string key: the algorithm's id as one byte, then its
+-- `expires` and up to three fields as little-endian IEEE doubles (struct.pack
+-- WORD[alg]). Binary rather than text because parsing and formatting decimal strings
+-- was a measurable part of each decision's Redis CPU; doubles also read back bit for bit.
+-- The size and the first byte identify the algorithm: a state written by another
+-- algorithm (or the sliding log's text state, whose first byte is an ASCII digit)
+-- never unpacks as this one's.
+local WORD = {[0] = '<Bddd', [2] = '<Bdddd', [3] = '<Bddd', [4] = '<Bdd'}
+local WORD_SIZE = {[0] = 25, [2] = 33, [3] = 25, [4] = 17}
+
 -- Returns true and the fields as numbers; false when the key is absent, written by
 -- another algorithm, or back to full (expires <= now), exactly when the in-process
--- store treats a key as fresh. One match, no table: this runs on every decision.
+-- store treats a key as fresh.
 local function load(c, now)
   local raw = redis.call('GET', c.key)
-  if not raw then return false end
-  local a, e, x, y, z = string.match(raw, '^(%d) (%S+) (%S+) ?(%S*) ?(%S*)$')
-  if tonumber(a) ~= c.alg or not (tonumber(e) > now) then return false end
-  return true, tonumber(x), tonumber(y), tonumber(z)
+  if not raw or #raw ~= WORD_SIZE[c.alg] or string.byte(raw) ~= c.alg then return false end
+  local _, e, x, y, z = struct.unpack(WORD[c.alg], raw)
+  if not (e > now) then return false end
+  return true, x, y, z
 end
 
--- Writes a word-sized state computed by DECIDE with its TTL, in one command.
+-- Writes a word-sized state computed by DECIDE (c.state, packed, with c.expires
+-- inside) with its TTL, in one command.
 local function store_word(c, now)
-  redis.call('SET', c.key, string.format('%d %d ', c.alg, c.expires) .. c.next,
-    'PX', int(ttl_ms(c.expires, now)))
+  redis.call('SET', c.key, c.state, 'PX', int(ttl_ms(c.expires, now)))
 end

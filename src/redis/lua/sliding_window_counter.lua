@@ -1,5 +1,5 @@
 -- Sliding window counter (algorithm 2), mirrors src/core/sliding_window_counter.cc.
--- State: "2 <expires> <window_start> <curr> <prev>".
+-- State: struct.pack('<Bdddd', 2, expires, window_start, curr, prev).
 DECIDE[2] = function(c, now)
   local w = c.window
   local ws = floor_to(now, w)
@@ -47,7 +47,7 @@ DECIDE[2] = function(c, now)
     if prev > 0 then reset = ws + w - t end
     c.expires = ws + w
   end
-  c.next = string.format('%d %d %d', ws, curr, prev)
+  c.state = struct.pack('<Bdddd', 2, c.expires, ws, curr, prev)
   return allowed, remaining, reset, retry
 end
 COMMIT[2] = store_word

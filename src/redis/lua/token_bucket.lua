@@ -1,5 +1,5 @@
 -- Token bucket (algorithm 3), mirrors src/core/token_bucket.cc.
--- State: "3 <expires> <tokens> <last>".
+-- State: struct.pack('<Bddd', 3, expires, tokens, last).
 DECIDE[3] = function(c, now)
   local capacity = c.cap
   local rate = c.limit / c.window
@@ -24,7 +24,7 @@ DECIDE[3] = function(c, now)
   local reset = 0
   if not (tokens + EPS >= capacity) then reset = ceil((capacity - tokens) / rate) end
   c.expires = t + reset
-  c.next = string.format('%.17g %d', tokens, t)
+  c.state = struct.pack('<Bddd', 3, c.expires, tokens, t)
   return allowed, remaining, reset, retry
 end
 COMMIT[3] = store_word

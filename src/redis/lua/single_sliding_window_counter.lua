@@ -1,0 +1,53 @@
+-- Sliding window counter, one check (see sliding_window_counter.lua).
+-- State: struct.pack('<Bdddd', 2, expires, window_start, curr, prev).
+local r = math.fmod(now, w) -- floor_to(now, w)
+if r < 0 then r = r + w end
+local ws = now - r
+local curr, prev = 0, 0
+if raw and #raw == 33 and string.byte(raw) == 2 then
+  local _, e, sws, scurr, sprev = struct.unpack('<Bdddd', raw)
+  if e > now then
+    if sws >= ws then
+      ws = sws
+      curr = scurr
+      prev = sprev
+    elseif sws == ws - w then
+      prev = scurr
+    end
+  end
+end
+local t = max(now, ws)
+local elapsed = t - ws
+local weight = (w - elapsed) / w
+local estimate = prev * weight + curr
+local allowed = estimate + need <= limit + EPS
+local retry = 0
+if allowed then
+  curr = curr + cost
+  estimate = estimate + cost
+elseif curr + need <= limit then
+  -- wait until enough of the previous window has slid out
+  local room = limit - curr - need
+  local e = w - room * w / prev
+  retry = max(1, ws + ceil(e) - t)
+else
+  -- only in the next window, where this window's count becomes the weighted one
+  local room = limit - need
+  local e = max(0, w - room * w / curr)
+  retry = max(1, ws + w + ceil(e) - t)
+end
+local left = floor(limit - estimate + EPS)
+local remaining = 0
+if left > 0 then remaining = left end
+local reset, expires = 0, 0
+if curr > 0 then
+  reset = ws + 2 * w - t
+  expires = ws + 2 * w
+else
+  if prev > 0 then reset = ws + w - t end
+  expires = ws + w
+end
+if allowed and cost > 0 then
+  store(struct.pack('<Bdddd', 2, expires, ws, curr, prev), expires)
+end
+return {allowed and 1 or 0, remaining, reset, retry}
