@@ -410,16 +410,8 @@ std::string Engine::RenderMetrics() const {
   out.reserve(8192);
   metrics_->Render(out);
   const EngineStats st = Stats();
-  auto line = [&out](const char* name, const char* labels, std::uint64_t v) {
-    out.append(name);
-    if (labels[0] != '\0') {
-      out.push_back('{');
-      out.append(labels);
-      out.push_back('}');
-    }
-    out.push_back(' ');
-    out.append(std::to_string(v));
-    out.push_back('\n');
+  auto line = [&out](std::string_view name, std::string_view labels, std::uint64_t v) {
+    AppendMetricLine(out, name, labels, v);
   };
   out.append("# HELP sluiced_limiter_decisions_total Decisions made by the limiters.\n");
   out.append("# TYPE sluiced_limiter_decisions_total counter\n");

@@ -9,7 +9,10 @@ namespace {
 constexpr const char* kApiNames[] = {"grpc", "json", "check", "nginx"};
 constexpr const char* kOutcomeNames[] = {"ok", "over_limit", "invalid", "error"};
 
-void Line(std::string& out, std::string_view name, std::string_view labels, std::uint64_t v) {
+}  // namespace
+
+void AppendMetricLine(std::string& out, std::string_view name, std::string_view labels,
+                      std::uint64_t v) {
   out.append(name);
   if (!labels.empty()) {
     out.push_back('{');
@@ -20,8 +23,6 @@ void Line(std::string& out, std::string_view name, std::string_view labels, std:
   out.append(std::to_string(v));
   out.push_back('\n');
 }
-
-}  // namespace
 
 std::string EscapeLabel(std::string_view v) {
   std::string out;
@@ -72,9 +73,10 @@ void Metrics::Render(std::string& out) const {
   out.append("# TYPE sluiced_requests_total counter\n");
   for (int a = 0; a < 4; ++a) {
     for (int o = 0; o < 4; ++o) {
-      Line(out, "sluiced_requests_total",
-           std::string("api=\"") + kApiNames[a] + "\",outcome=\"" + kOutcomeNames[o] + "\"",
-           requests_[a][o].load(std::memory_order_relaxed));
+      AppendMetricLine(
+          out, "sluiced_requests_total",
+          std::string("api=\"") + kApiNames[a] + "\",outcome=\"" + kOutcomeNames[o] + "\"",
+          requests_[a][o].load(std::memory_order_relaxed));
     }
   }
   std::vector<std::pair<std::string, const DescriptorCounters*>> rows;
@@ -87,31 +89,34 @@ void Metrics::Render(std::string& out) const {
       "# HELP sluiced_decisions_total Descriptor decisions by domain, descriptor and outcome.\n");
   out.append("# TYPE sluiced_decisions_total counter\n");
   for (const auto& [labels, c] : rows) {
-    Line(out, "sluiced_decisions_total", labels + ",outcome=\"ok\"", c->ok.load());
-    Line(out, "sluiced_decisions_total", labels + ",outcome=\"over_limit\"", c->over_limit.load());
-    Line(out, "sluiced_decisions_total", labels + ",outcome=\"shadow_over_limit\"",
-         c->shadow_over_limit.load());
-    Line(out, "sluiced_decisions_total", labels + ",outcome=\"unlimited\"", c->unlimited.load());
+    AppendMetricLine(out, "sluiced_decisions_total", labels + ",outcome=\"ok\"", c->ok.load());
+    AppendMetricLine(out, "sluiced_decisions_total", labels + ",outcome=\"over_limit\"",
+                     c->over_limit.load());
+    AppendMetricLine(out, "sluiced_decisions_total", labels + ",outcome=\"shadow_over_limit\"",
+                     c->shadow_over_limit.load());
+    AppendMetricLine(out, "sluiced_decisions_total", labels + ",outcome=\"unlimited\"",
+                     c->unlimited.load());
   }
   out.append(
       "# HELP sluiced_near_limit_total Allowed decisions that used more than near_limit_ratio of "
       "the limit.\n");
   out.append("# TYPE sluiced_near_limit_total counter\n");
-  for (const auto& [labels, c] : rows) Line(out, "sluiced_near_limit_total", labels, c->near_limit);
+  for (const auto& [labels, c] : rows)
+    AppendMetricLine(out, "sluiced_near_limit_total", labels, c->near_limit);
   out.append(
       "# HELP sluiced_shadow_over_limit_total Shadow-mode decisions that would have been "
       "denials.\n");
   out.append("# TYPE sluiced_shadow_over_limit_total counter\n");
   for (const auto& [labels, c] : rows) {
-    Line(out, "sluiced_shadow_over_limit_total", labels, c->shadow_over_limit);
+    AppendMetricLine(out, "sluiced_shadow_over_limit_total", labels, c->shadow_over_limit);
   }
   out.append("# HELP sluiced_unknown_domain_total Requests for a domain with no configuration.\n");
   out.append("# TYPE sluiced_unknown_domain_total counter\n");
-  Line(out, "sluiced_unknown_domain_total", "", unknown_domain_.load());
+  AppendMetricLine(out, "sluiced_unknown_domain_total", "", unknown_domain_.load());
   out.append("# HELP sluiced_config_reloads_total Configuration reloads by result.\n");
   out.append("# TYPE sluiced_config_reloads_total counter\n");
-  Line(out, "sluiced_config_reloads_total", "result=\"ok\"", reload_ok_.load());
-  Line(out, "sluiced_config_reloads_total", "result=\"failed\"", reload_failed_.load());
+  AppendMetricLine(out, "sluiced_config_reloads_total", "result=\"ok\"", reload_ok_.load());
+  AppendMetricLine(out, "sluiced_config_reloads_total", "result=\"failed\"", reload_failed_.load());
   out.append("# HELP sluiced_store_latency_seconds Latency of store calls.\n");
   out.append("# TYPE sluiced_store_latency_seconds histogram\n");
   std::uint64_t cumulative = 0;
@@ -123,13 +128,13 @@ void Metrics::Render(std::string& out) const {
     } else {
       std::snprintf(le, sizeof le, "le=\"+Inf\"");
     }
-    Line(out, "sluiced_store_latency_seconds_bucket", le, cumulative);
+    AppendMetricLine(out, "sluiced_store_latency_seconds_bucket", le, cumulative);
   }
   char sum[64];
   std::snprintf(sum, sizeof sum, "sluiced_store_latency_seconds_sum %.6f\n",
                 static_cast<double>(latency_sum_us_.load()) / 1e6);
   out.append(sum);
-  Line(out, "sluiced_store_latency_seconds_count", "", latency_count_.load());
+  AppendMetricLine(out, "sluiced_store_latency_seconds_count", "", latency_count_.load());
 }
 
 }  // namespace sluice::service

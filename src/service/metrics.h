@@ -59,6 +59,10 @@ class Metrics {
   std::atomic<std::uint64_t> latency_count_{0};
 };
 
+// Appends one sample line, `name{labels} v` (no braces when `labels` is empty).
+void AppendMetricLine(std::string& out, std::string_view name, std::string_view labels,
+                      std::uint64_t v);
+
 // Escapes a Prometheus label value (backslash, double quote, newline).
 std::string EscapeLabel(std::string_view v);
 
