@@ -126,6 +126,8 @@ struct HeaderOptions {
   bool on_allowed = true;
 };
 
+// Everything Middleware::Create needs: the limiter, the limits per route, how clients
+// are identified and which headers are sent. Validated by Create.
 struct MiddlewareOptions {
   // Decides. Required. Its store may be in process or Redis.
   std::shared_ptr<Limiter> limiter;
