@@ -2,6 +2,7 @@
 # and their SHA1s (what EVALSHA needs). Run at build time:
 #   cmake -DLUA_DIR=<src/redis/lua> -DOUT=<file.cc> -P embed_lua.cmake
 #
+# Every script starts with clock.lua (where `now` comes from).
 # - the batch script: prelude + every algorithm + dispatch (any checks, all or nothing);
 # - one script per algorithm for a single check, indexed by sluice::Algorithm:
 #   single_head + single_<algorithm> for the O(1) algorithms (lean straight-line code),
@@ -17,7 +18,7 @@ function(concat out_var)
 endfunction()
 
 function(emit name)
-  concat(body ${ARGN})
+  concat(body clock ${ARGN})
   string(SHA1 sha "${body}")
   set(text "const Script ${name} = {R\"sluice_lua(${body})sluice_lua\",\n    \"${sha}\"};\n")
   set(emitted "${emitted}${text}" PARENT_SCOPE)

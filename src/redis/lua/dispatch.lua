@@ -5,16 +5,7 @@
 -- Then six numbers per check: algorithm, limit, window (us), capacity,
 -- initial tokens (-1: full), cost (0: peek).
 -- Returns four integers per check: allowed (1/0), remaining, reset_after, retry_after.
--- Redis < 5 replicates scripts verbatim and refuses writes after TIME unless the
--- script asks for effects replication (the default, and a no-op, since Redis 5).
-if redis.replicate_commands then redis.replicate_commands() end
-local now
-if ARGV[1] == '' then
-  local tm = redis.call('TIME')
-  now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-else
-  now = tonumber(ARGV[1])
-end
+-- `now` comes from clock.lua, which every script starts with.
 PAD = tonumber(ARGV[2])
 
 local checks, out = {}, {}

@@ -1,7 +1,7 @@
 -- sluice: one script decides a batch of limit checks atomically.
 --
--- Built at build time by concatenating prelude.lua, one file per algorithm and
--- dispatch.lua (src/redis/embed_lua.cmake). Each algorithm file defines
+-- Built at build time by concatenating clock.lua, prelude.lua, one file per algorithm
+-- and dispatch.lua (src/redis/embed_lua.cmake). Each algorithm file defines
 -- DECIDE[id](c, now), which reads the check's state and returns the decision
 -- (allowed, remaining, reset_after, retry_after) without consuming anything, and
 -- COMMIT[id](c, now), which writes what DECIDE computed. dispatch.lua decides every

@@ -18,14 +18,7 @@
 -- KEYS[1]: the state key. ARGV[1]: "" (Redis's clock) or the caller's now (us);
 -- ARGV[2]: extra TTL in ms; ARGV[3..8]: algorithm, limit, window (us), capacity,
 -- initial tokens (-1: full), cost (0: peek).
-if redis.replicate_commands then redis.replicate_commands() end
-local now
-if ARGV[1] == '' then
-  local tm = redis.call('TIME')
-  now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-else
-  now = tonumber(ARGV[1])
-end
+-- `now` comes from clock.lua, which every script starts with.
 local EPS = 1e-9
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 local key = KEYS[1]
