@@ -10,10 +10,10 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -239,6 +239,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
       return Fail(431, "request header section is larger than max_header_bytes (" +
                            std::to_string(s_->o.max_header_bytes) + ")");
     }
+    if (ec == http::error::body_limit) return BodyTooLarge();  // Content-Length too big
     if (ec == http::error::buffer_overflow) {
       return Fail(431, "request header section is too large");
     }
@@ -258,8 +259,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
                   "Content-Length: 0 for an empty body");
     }
     if (!parser_->is_done() && beast::iequals(h[http::field::expect], "100-continue")) {
-      continue_ = std::make_unique<http::response<http::empty_body>>(http::status::continue_,
-                                                                     h.version());
+      continue_ =
+          std::make_unique<http::response<http::empty_body>>(http::status::continue_, h.version());
       return http::async_write(stream_, *continue_,
                                [self = shared_from_this()](beast::error_code ec, std::size_t) {
                                  if (ec) return self->Close();
@@ -271,20 +272,18 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   void ReadBody() {
     if (parser_->is_done()) return Dispatch();
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                       if (ec == http::error::body_limit) return self->BodyTooLarge();
-                       if (ec) {
-                         if (ec.category() ==
-                                 http::make_error_code(http::error::bad_target).category() &&
-                             ec != http::error::end_of_stream &&
-                             ec != http::error::partial_message) {
-                           return self->Fail(400, "malformed HTTP request body: " + ec.message());
-                         }
-                         return self->Close();
-                       }
-                       self->Dispatch();
-                     });
+    http::async_read(
+        stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+          if (ec == http::error::body_limit) return self->BodyTooLarge();
+          if (ec) {
+            if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
+                ec != http::error::end_of_stream && ec != http::error::partial_message) {
+              return self->Fail(400, "malformed HTTP request body: " + ec.message());
+            }
+            return self->Close();
+          }
+          self->Dispatch();
+        });
   }
 
   void BodyTooLarge() {
@@ -319,8 +318,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
     for (auto& [k, v] : r.headers) res_.insert(k, v);
     if (!r.content_type.empty()) res_.set(http::field::content_type, r.content_type);
     res_.body() = std::move(r.body);
-    const bool keep = !r.close && !s_->stopping.load() && parser_ && parser_->is_done() &&
-                      req_.keep_alive();
+    const bool keep =
+        !r.close && !s_->stopping.load() && parser_ && parser_->is_done() && req_.keep_alive();
     res_.keep_alive(keep);
     res_.prepare_payload();
     stream_.expires_after(std::chrono::microseconds(s_->o.request_timeout));
@@ -345,12 +344,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
   }
   void DrainInput(std::size_t drained) {
     if (drained > (1u << 20)) return Close();
-    stream_.async_read_some(asio::buffer(scratch_),
-                            [self = shared_from_this(), drained](beast::error_code ec,
-                                                                 std::size_t n) {
-                              if (ec) return self->Close();
-                              self->DrainInput(drained + n);
-                            });
+    stream_.async_read_some(asio::buffer(scratch_), [self = shared_from_this(), drained](
+                                                        beast::error_code ec, std::size_t n) {
+      if (ec) return self->Close();
+      self->DrainInput(drained + n);
+    });
   }
 
   void Close() {
@@ -372,8 +370,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
 };
 
 void HttpServer::Impl::Accept() {
-  acceptor->async_accept(asio::make_strand(ioc), [this](beast::error_code ec,
-                                                        tcp::socket socket) {
+  acceptor->async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || stopping.load()) return;
     if (ec) {
       // Out of file descriptors and the like: log, back off briefly, keep accepting.
@@ -401,9 +398,10 @@ void HttpServer::Impl::Refuse(tcp::socket socket) {
   const std::string body =
       Dump(nlohmann::json{{"error", "too many open connections (max_connections " +
                                         std::to_string(o.max_connections) + ")"}});
-  const std::string msg = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                          "Connection: close\r\nRetry-After: 1\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string msg =
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+      "Connection: close\r\nRetry-After: 1\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
   beast::error_code ec;
   socket.non_blocking(true, ec);
   socket.write_some(asio::buffer(msg), ec);
@@ -480,7 +478,8 @@ Reply HttpServer::Impl::Json(const Request& req) {
     return JsonError(invalid ? 400 : 500, s.message());
   }
   const bool over = out.overall_code == Code::kOverLimit;
-  engine.metrics().CountRequest(Api::kJson, over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
+  engine.metrics().CountRequest(Api::kJson,
+                                over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
   Reply r;
   r.status = over ? 429 : 200;
   r.content_type = "application/json";

@@ -123,12 +123,14 @@ int main(int argc, char** argv) {
                             .count();
       if (left <= 0) break;
       const long long wait = std::min<long long>(left, 1'000'000);
-      timespec ts{static_cast<time_t>(wait / 1'000'000), static_cast<long>(wait % 1'000'000) * 1000};
+      timespec ts{static_cast<time_t>(wait / 1'000'000),
+                  static_cast<long>(wait % 1'000'000) * 1000};
       const int sig = sigtimedwait(&set, nullptr, &ts);
       if (sig == SIGHUP) {
         (void)d.Reload("sighup");
       } else if (sig == SIGTERM || sig == SIGINT) {
-        Log(LogLevel::kInfo, "drain_cut_short", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+        Log(LogLevel::kInfo, "drain_cut_short",
+            {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
         break;
       }
     }
