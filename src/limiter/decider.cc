@@ -515,6 +515,10 @@ Status Decider::Reset(const Policy& policy, const Policy* fallback, std::string_
   return Status::Ok();
 }
 
+void Decider::ForgetDenial(std::string_view key) {
+  impl_->deny_cache.Erase(key);
+}
+
 LimiterStats Decider::Stats() const {
   LimiterStats s;
   for (const CounterStripe& c : impl_->stripes) {

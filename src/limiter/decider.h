@@ -92,6 +92,9 @@ class Decider {
   // Forgets `key` under `policy`: the store's state, the fallback's and the deny cache.
   Status Reset(const Policy& policy, const Policy* fallback, std::string_view key);
 
+  // Drops a cached denial of `key` (e.g. after budget was refunded to it).
+  void ForgetDenial(std::string_view key);
+
   LimiterStats Stats() const;
   // Bytes the deny cache reserves (its fixed budget; 0 when disabled).
   std::size_t DenyCacheBytes() const;
