@@ -118,9 +118,6 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   HttpOptions ho = d->options_.http_options;
   ho.max_body_bytes = s.max_body_bytes;
   ho.reuse_port = d->options_.reuse_port;
-  // A store that can block (Redis, up to its call deadline) decides on a pool, so the
-  // I/O threads keep serving health checks and other connections meanwhile.
-  if (d->store_->IsRemote() && ho.decision_threads == 0) ho.decision_threads = s.http_threads;
   auto http = HttpServer::Start(*d->engine_, s.http, ho, &d->ready_);
   if (!http.ok()) return http.status();
   d->http_ = std::move(*http);

@@ -27,8 +27,7 @@ struct DaemonOptions {
   // Tests: the clock every limiter uses (default SteadyEpochClock).
   std::shared_ptr<const Clock> clock;
   // The HTTP front end (threads, timeouts, limits, backlog, connection cap).
-  // max_body_bytes comes from the settings; decision_threads from http_threads when the
-  // store can block (Redis).
+  // max_body_bytes comes from the settings.
   HttpOptions http_options;
   // SO_REUSEPORT on the HTTP and gRPC ports (several processes share a port).
   bool reuse_port = false;

@@ -2,10 +2,11 @@
 //
 // A connection's life: wait for the first byte of a request (idle timeout), read the
 // header section (size limit, request timeout), maybe answer "100 Continue", read the
-// body (size limit, same deadline), decide (inline, or on the decision pool when the
-// store can block), write the answer, and loop. Bytes of a pipelined request already in
-// the buffer are the next request, so pipelined requests are answered one by one, in
-// order.
+// body (size limit, same deadline), decide with Engine::ShouldRateLimitAsync (inline for
+// the embedded store; the Redis store answers on its I/O thread and the answer is posted
+// back to the connection's strand, so no thread waits on Redis), write, and loop. Bytes of a
+// pipelined request already in the buffer are the next request, so pipelined requests are answered
+// one by one, in order.
 #include "service/http_server.h"
 
 #include <sys/socket.h>
@@ -16,6 +17,7 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -165,7 +167,6 @@ struct HttpServer::Impl {
   asio::io_context ioc;
   std::optional<tcp::acceptor> acceptor;
   std::optional<asio::steady_timer> accept_retry;
-  std::unique_ptr<asio::thread_pool> pool;
   std::vector<std::thread> threads;
 
   Impl(Engine& e, const std::atomic<bool>* r, const HttpOptions& opts)
@@ -173,10 +174,12 @@ struct HttpServer::Impl {
 
   void Accept();
   void Refuse(tcp::socket socket);
-  Reply Handle(const Request& req);
-  Reply Json(const Request& req);
-  Reply Check(const Request& req, std::string_view query);
-  Reply Nginx(const Request& req, const std::string& domain);
+  // Handlers answer through `respond`, exactly once, inline or from the store's thread.
+  using Respond = std::function<void(Reply)>;
+  void Handle(const Request& req, Respond respond);
+  void Json(const Request& req, Respond respond);
+  void Check(const Request& req, std::string_view query, Respond respond);
+  void Nginx(const Request& req, const std::string& domain, Respond respond);
 };
 
 class Conn : public std::enable_shared_from_this<Conn> {
@@ -302,12 +305,21 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void Dispatch() {
     state_ = State::kBusy;
     req_ = parser_->release();
-    if (!s_->pool) return Write(s_->Handle(req_));
-    asio::post(*s_->pool, [self = shared_from_this()] {
-      Reply r = self->s_->Handle(self->req_);
+    // An answer given inline (embedded store, bad input, deny cache) is written right
+    // after Handle returns; one from another thread is posted to this strand.
+    handling_.store(std::this_thread::get_id());
+    have_inline_ = false;
+    s_->Handle(req_, [self = shared_from_this()](Reply r) {
+      if (self->handling_.load() == std::this_thread::get_id()) {
+        self->inline_reply_ = std::move(r);
+        self->have_inline_ = true;
+        return;
+      }
       asio::post(self->stream_.get_executor(),
                  [self, r = std::move(r)]() mutable { self->Write(std::move(r)); });
     });
+    handling_.store(std::thread::id());
+    if (have_inline_) Write(std::move(inline_reply_));
   }
 
   void Write(Reply r) {
@@ -366,6 +378,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
   http::response<http::string_body> res_;
   std::unique_ptr<http::response<http::empty_body>> continue_;
   State state_ = State::kIdle;
+  std::atomic<std::thread::id> handling_{};
+  bool have_inline_ = false;
+  Reply inline_reply_;
   char scratch_[4096];
 };
 
@@ -417,13 +432,13 @@ void HttpServer::Impl::Refuse(tcp::socket socket) {
   }
 }
 
-Reply HttpServer::Impl::Handle(const Request& req) {
+void HttpServer::Impl::Handle(const Request& req, Respond respond) {
   try {
     const std::string_view target(req.target().data(), req.target().size());
     const std::size_t q = target.find('?');
     std::string path;
     if (!PercentDecode(target.substr(0, q), false, &path)) {
-      return JsonError(400, "invalid percent-encoding in path");
+      return respond(JsonError(400, "invalid percent-encoding in path"));
     }
     const std::string_view query =
         q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
@@ -435,15 +450,18 @@ Reply HttpServer::Impl::Handle(const Request& req) {
       r.headers.emplace_back("Allow", allowed);
       return r;
     };
-    if (path == "/json") return post ? Json(req) : not_allowed("POST");
-    if (path == "/v1/check") return get || post ? Check(req, query) : not_allowed("GET, POST");
+    if (path == "/json") return post ? Json(req, respond) : respond(not_allowed("POST"));
+    if (path == "/v1/check") {
+      return get || post ? Check(req, query, respond) : respond(not_allowed("GET, POST"));
+    }
     constexpr std::string_view kNginx = "/nginx/auth/";
     if (path.rfind(kNginx, 0) == 0 && path.size() > kNginx.size() &&
         path.find('/', kNginx.size()) == std::string::npos) {
-      return get || post ? Nginx(req, path.substr(kNginx.size())) : not_allowed("GET, POST");
+      return get || post ? Nginx(req, path.substr(kNginx.size()), respond)
+                         : respond(not_allowed("GET, POST"));
     }
     if (path == "/metrics" || path == "/healthz" || path == "/readyz") {
-      if (!get) return not_allowed("GET");
+      if (!get) return respond(not_allowed("GET"));
       Reply r;
       r.content_type = "text/plain";
       if (path == "/metrics") {
@@ -456,44 +474,50 @@ Reply HttpServer::Impl::Handle(const Request& req) {
         r.status = ok ? 200 : 503;
         r.body = ok ? "ready\n" : "not ready\n";
       }
-      return r;
+      return respond(std::move(r));
     }
-    return JsonError(404, "no such endpoint: " + std::string(req.method_string()) + " " + path);
+    return respond(
+        JsonError(404, "no such endpoint: " + std::string(req.method_string()) + " " + path));
   } catch (const std::exception& e) {
     Log(LogLevel::kError, "internal_error", {{"api", "http"}, {"error", e.what()}});
-    return JsonError(500, "internal error");
+    return respond(JsonError(500, "internal error"));
   }
 }
 
-Reply HttpServer::Impl::Json(const Request& req) {
-  JsonRequest parsed;
-  Status s = ParseJsonRequest(req.body(), engine.settings_ptr()->max_descriptors, &parsed);
-  RateLimitResponse out;
-  if (s.ok()) s = engine.ShouldRateLimit(parsed.request, &out);
-  if (!s.ok()) {
+void HttpServer::Impl::Json(const Request& req, Respond respond) {
+  auto fail = [this, &respond](const Status& s) {
     const bool invalid = s.code() == ErrorCode::kInvalidArgument;
     engine.metrics().CountRequest(Api::kJson,
                                   invalid ? RequestOutcome::kInvalid : RequestOutcome::kError);
     Log(LogLevel::kWarn, "bad_request", {{"api", "json"}, {"error", s.message()}});
-    return JsonError(invalid ? 400 : 500, s.message());
+    respond(JsonError(invalid ? 400 : 500, s.message()));
+  };
+  JsonRequest parsed;
+  if (Status s = ParseJsonRequest(req.body(), engine.settings_ptr()->max_descriptors, &parsed);
+      !s.ok()) {
+    return fail(s);
   }
-  const bool over = out.overall_code == Code::kOverLimit;
-  engine.metrics().CountRequest(Api::kJson,
-                                over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
-  Reply r;
-  r.status = over ? 429 : 200;
-  r.content_type = "application/json";
-  r.body = RenderJsonResponse(out);
-  return r;
+  engine.ShouldRateLimitAsync(
+      parsed.request, [this, respond, fail](const Status& s, RateLimitResponse& out) mutable {
+        if (!s.ok()) return fail(s);
+        const bool over = out.overall_code == Code::kOverLimit;
+        engine.metrics().CountRequest(Api::kJson,
+                                      over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
+        Reply r;
+        r.status = over ? 429 : 200;
+        r.content_type = "application/json";
+        r.body = RenderJsonResponse(out);
+        respond(std::move(r));
+      });
 }
 
 // /v1/check?domain=D&key=K&value=V[&key=K2&value=V2...][&hits=N]: one descriptor whose
 // entries are the key/value pairs in order (repeated keys kept). A POST may carry the
 // same parameters as an application/x-www-form-urlencoded body. 200 allowed, 429 over.
-Reply HttpServer::Impl::Check(const Request& req, std::string_view query) {
-  auto invalid = [&](const std::string& why) {
+void HttpServer::Impl::Check(const Request& req, std::string_view query, Respond respond) {
+  auto invalid = [this, respond](const std::string& why) {
     engine.metrics().CountRequest(Api::kCheck, RequestOutcome::kInvalid);
-    return JsonError(400, why);
+    respond(JsonError(400, why));
   };
   auto params = ParseQuery(query);
   if (!params.ok()) return invalid(params.status().message());
@@ -529,33 +553,34 @@ Reply HttpServer::Impl::Check(const Request& req, std::string_view query) {
     }
     r.hits_addend = static_cast<std::uint32_t>(v);
   }
-  RateLimitResponse out;
-  if (Status s = engine.ShouldRateLimit(r, &out); !s.ok()) return invalid(s.message());
-  const DescriptorStatus& st = out.statuses[0];
-  const bool over = out.overall_code == Code::kOverLimit;
-  engine.metrics().CountRequest(Api::kCheck,
-                                over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
-  nlohmann::json j{{"allowed", !over}, {"code", CodeName(st.code)}, {"limited", st.has_limit}};
-  if (st.has_limit) {
-    j["limit"] = st.requests_per_unit;
-    j["unit"] = UnitName(st.unit);
-    j["remaining"] = st.limit_remaining;
-    j["reset_after_ms"] = (st.duration_until_reset + 999) / 1000;
-    j["retry_after_ms"] = (st.retry_after + 999) / 1000;
-    if (!st.name.empty()) j["name"] = st.name;
-  }
-  Reply rep;
-  AddRateLimitHeaders(rep, out);
-  rep.status = over ? 429 : 200;
-  rep.content_type = "application/json";
-  rep.body = Dump(j);
-  return rep;
+  engine.ShouldRateLimitAsync(r, [this, respond, invalid](const Status& s, RateLimitResponse& out) {
+    if (!s.ok()) return invalid(s.message());
+    const DescriptorStatus& st = out.statuses[0];
+    const bool over = out.overall_code == Code::kOverLimit;
+    engine.metrics().CountRequest(Api::kCheck,
+                                  over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
+    nlohmann::json j{{"allowed", !over}, {"code", CodeName(st.code)}, {"limited", st.has_limit}};
+    if (st.has_limit) {
+      j["limit"] = st.requests_per_unit;
+      j["unit"] = UnitName(st.unit);
+      j["remaining"] = st.limit_remaining;
+      j["reset_after_ms"] = (st.duration_until_reset + 999) / 1000;
+      j["retry_after_ms"] = (st.retry_after + 999) / 1000;
+      if (!st.name.empty()) j["name"] = st.name;
+    }
+    Reply rep;
+    AddRateLimitHeaders(rep, out);
+    rep.status = over ? 429 : 200;
+    rep.content_type = "application/json";
+    rep.body = Dump(j);
+    respond(std::move(rep));
+  });
 }
 
 // nginx auth_request: descriptors from the headers named in settings.nginx_headers.
 // 200 allowed; 403 over limit (auth_request passes only 2xx, 401 and 403; the nginx
 // config turns 403 into 429 with error_page). Rate-limit headers on both.
-Reply HttpServer::Impl::Nginx(const Request& req, const std::string& domain) {
+void HttpServer::Impl::Nginx(const Request& req, const std::string& domain, Respond respond) {
   const std::shared_ptr<const Settings> settings = engine.settings_ptr();
   RateLimitRequest r;
   r.domain = domain;
@@ -566,25 +591,26 @@ Reply HttpServer::Impl::Nginx(const Request& req, const std::string& domain) {
     r.descriptors.back().entries.push_back(
         Entry{key, std::string_view(it->value().data(), it->value().size())});
   }
-  Reply rep;
   if (r.descriptors.empty()) {
     // Nothing identifies the caller: nothing to limit.
     engine.metrics().CountRequest(Api::kNginx, RequestOutcome::kOk);
-    return rep;
+    return respond(Reply{});
   }
-  RateLimitResponse out;
-  if (Status s = engine.ShouldRateLimit(r, &out); !s.ok()) {
-    engine.metrics().CountRequest(Api::kNginx, RequestOutcome::kInvalid);
-    Log(LogLevel::kWarn, "bad_request",
-        {{"api", "nginx"}, {"domain", domain}, {"error", s.message()}});
-    return JsonError(400, s.message());
-  }
-  const bool over = out.overall_code == Code::kOverLimit;
-  engine.metrics().CountRequest(Api::kNginx,
-                                over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
-  AddRateLimitHeaders(rep, out);
-  rep.status = over ? 403 : 200;
-  return rep;
+  engine.ShouldRateLimitAsync(r, [this, respond, domain](const Status& s, RateLimitResponse& out) {
+    if (!s.ok()) {
+      engine.metrics().CountRequest(Api::kNginx, RequestOutcome::kInvalid);
+      Log(LogLevel::kWarn, "bad_request",
+          {{"api", "nginx"}, {"domain", domain}, {"error", s.message()}});
+      return respond(JsonError(400, s.message()));
+    }
+    const bool over = out.overall_code == Code::kOverLimit;
+    engine.metrics().CountRequest(Api::kNginx,
+                                  over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
+    Reply rep;
+    AddRateLimitHeaders(rep, out);
+    rep.status = over ? 403 : 200;
+    respond(std::move(rep));
+  });
 }
 
 HttpServer::HttpServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -634,7 +660,6 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(Engine& engine, const std:
   if (ec) return fail("listen");
   impl->port = a.local_endpoint(ec).port();
   impl->accept_retry.emplace(impl->ioc);
-  if (o.decision_threads > 0) impl->pool = std::make_unique<asio::thread_pool>(o.decision_threads);
   impl->Accept();
   for (std::size_t i = 0; i < o.io_threads; ++i) {
     impl->threads.emplace_back([p = impl.get()] { p->ioc.run(); });
@@ -669,7 +694,6 @@ void HttpServer::Stop() {
   s.ioc.stop();
   for (auto& t : s.threads) t.join();
   s.threads.clear();
-  if (s.pool) s.pool->join();
 }
 
 }  // namespace sluice::service

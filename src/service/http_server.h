@@ -2,7 +2,8 @@
 // curl), /nginx/auth/<domain> (nginx auth_request), /metrics, /healthz, /readyz.
 //
 // Event-driven (Boost.Beast on Asio): a few I/O threads serve every connection, so slow or
-// idle clients cost a socket and a timer, never a thread. Keep-alive and HTTP/1.1
+// idle clients cost a socket and a timer, never a thread. Decisions use the engine's
+// asynchronous path, so no thread waits on Redis either. Keep-alive and HTTP/1.1
 // pipelining (answers in request order); limits on the header section (431), the body
 // (413), the time to send one request and the time a keep-alive connection may sit idle;
 // a cap on open connections answered with 503 and a reason.
@@ -24,10 +25,6 @@ namespace sluice::service {
 struct HttpOptions {
   // I/O threads; 0 means one per CPU core.
   std::size_t io_threads = 0;
-  // Threads that make decisions when the store can block (Redis): I/O threads hand each
-  // decision to this pool and keep serving other connections. 0 decides on the I/O thread
-  // (the embedded store never blocks).
-  std::size_t decision_threads = 0;
   // listen(2) backlog; SOMAXCONN by default (the kernel caps it at net.core.somaxconn).
   int backlog = 0;
   // SO_REUSEPORT: lets several processes share the port (and split its traffic). Off by
