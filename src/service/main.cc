@@ -7,6 +7,7 @@
 #include <ctime>
 
 #include "service/daemon.h"
+#include "service/launch.h"
 #include "service/log.h"
 
 int main(int argc, char** argv) {
@@ -37,10 +38,12 @@ int main(int argc, char** argv) {
       "store URL: redis://[user:pass@]host:port[/db] or unix:///path to share limits between "
       "sluiced instances; memory:// for the embedded store (config: sluiced.redis; default "
       "memory://)");
+  auto launch = sluice::service::Launch::Attach(app, argc, argv);  // env, --check-config
   CLI11_PARSE(app, argc, argv);
   if (*http_opt) o.http = http;
   if (*grpc_opt) o.grpc = grpc;
   if (*redis_opt) o.redis = redis;
+  if (const int rc = launch->Finish(o); rc >= 0) return rc;
 
   // Signals are taken synchronously by this thread only; every server thread inherits
   // the blocked mask.
