@@ -32,6 +32,7 @@ set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_PACKAGE_DIRECTORY ${PROJECT_BINARY_DIR}/package)
+set(CPACK_STRIP_FILES ON)
 # One package holding every component (the library, the tools and the system files).
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_COMPONENTS_GROUPING ALL_COMPONENTS_IN_ONE)
@@ -41,11 +42,10 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # sluice_<version>_<arch>.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_DESCRIPTION
-  "distributed rate limiting for C++ on Redis, and its daemon sluiced
- sluiced answers Envoy's rate limit gRPC API, HTTP JSON (/v1/check, /json),
- nginx auth_request and Prometheus, with limits in the envoyproxy/ratelimit
- YAML format, counted in Redis or in process. The package also holds the sluice
- command-line tool and the C++ library (headers, static libraries, CMake package).")
+  "sluiced answers Envoy's rate limit gRPC API, HTTP JSON (/v1/check, /json),
+nginx auth_request and Prometheus, with limits in the envoyproxy/ratelimit
+YAML format, counted in Redis or in process. The package also holds the sluice
+command-line tool and the C++ library (headers, static libraries, CMake package).")
 # Runtime dependencies from the binaries' shared libraries (dpkg-shlibdeps, dpkg-dev).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # The library's CMake package finds hiredis through pkg-config; the daemon can use a
