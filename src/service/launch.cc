@@ -2,9 +2,15 @@
 // --check-config.
 #include "service/launch.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -208,6 +214,24 @@ int CheckConfig(const DaemonOptions& options, const std::string& password_file, 
   }
   std::fprintf(out, "%zu domain(s), %zu limit(s)\n", config->domains.size(), total);
   return 0;
+}
+
+bool NotifyServiceManager(std::string_view state) {
+  const char* where = std::getenv("NOTIFY_SOCKET");
+  if (where == nullptr || where[0] == '\0') return true;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::size_t len = std::strlen(where);
+  if ((where[0] != '/' && where[0] != '@') || len >= sizeof addr.sun_path) return false;
+  std::memcpy(addr.sun_path, where, len);
+  if (where[0] == '@') addr.sun_path[0] = '\0';  // abstract namespace
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const socklen_t addr_len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len);
+  const ssize_t n = ::sendto(fd, state.data(), state.size(), MSG_NOSIGNAL,
+                             reinterpret_cast<const sockaddr*>(&addr), addr_len);
+  ::close(fd);
+  return n == static_cast<ssize_t>(state.size());
 }
 
 std::unique_ptr<Launch> Launch::Attach(CLI::App& app, int argc, char** argv) {

@@ -49,6 +49,14 @@ Status ApplyRedisPasswordFile(const std::string& path, DaemonOptions& options);
 int CheckConfig(const DaemonOptions& options, const std::string& password_file, std::FILE* out,
                 std::FILE* err);
 
+// Tells the service manager about a state change (sd_notify(3)'s protocol, without
+// libsystemd): sends `state` ("READY=1", "STOPPING=1", ...) as one datagram to the
+// AF_UNIX socket named by $NOTIFY_SOCKET (a path, or "@name" for the abstract
+// namespace). Does nothing when the variable is unset; returns false only when it is
+// set and the message could not be sent. With the unit's Type=notify, systemd counts
+// sluiced as started once READY=1 arrives, i.e. once both servers listen.
+bool NotifyServiceManager(std::string_view state);
+
 // The launch flags of one sluiced process, attached to main()'s parser.
 class Launch {
  public:

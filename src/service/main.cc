@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   Daemon& d = **daemon;
+  sluice::service::NotifyServiceManager("READY=1\nSTATUS=serving");  // Type=notify
   for (;;) {
     const sluice::Micros poll = d.settings().reload_poll;
     const sluice::Micros wait = poll > 0 ? poll : 1'000'000;
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
       d.ReloadIfChanged();
     }
   }
+  sluice::service::NotifyServiceManager("STOPPING=1");
   d.Shutdown();
   return 0;
 }

@@ -62,7 +62,7 @@ for line in 'ExecStart=/usr/bin/sluiced --config /etc/sluice/sluiced.yaml' \
   'ExecReload=/bin/kill -HUP $MAINPID' 'Restart=on-failure' 'DynamicUser=yes' \
   'NoNewPrivileges=yes' 'ProtectSystem=strict' 'ProtectHome=yes' 'PrivateTmp=yes' \
   'CapabilityBoundingSet=' 'RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX' \
-  'MemoryDenyWriteExecute=yes' 'Type=simple' 'EnvironmentFile=-/etc/default/sluiced' \
+  'MemoryDenyWriteExecute=yes' 'Type=notify' 'EnvironmentFile=-/etc/default/sluiced' \
   'WantedBy=multi-user.target'; do
   grep -qxF -- "$line" "$unit" || fail "unit lacks '$line'"
 done

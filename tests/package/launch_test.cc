@@ -5,7 +5,11 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <poll.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <regex>
 
@@ -271,6 +275,55 @@ TEST(Launch, DaemonStartsFromEnvironmentAlone) {
   EXPECT_EQ(b->status, 429) << b->body;
   p->Signal(SIGTERM);
   EXPECT_EQ(p->Wait(std::chrono::seconds(30)), 0);
+}
+
+// Receives one datagram on `fd` within `timeout`; empty on timeout.
+std::string ReceiveDatagram(int fd, std::chrono::milliseconds timeout) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1) return "";
+  char buf[512];
+  const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "";
+}
+
+// Type=notify: READY=1 once both servers listen, STOPPING=1 on SIGTERM, to the socket
+// systemd names in NOTIFY_SOCKET (here one the test owns).
+TEST(Launch, NotifiesReadinessAndStoppingToTheServiceManager) {
+  TempDir dir;
+  const std::string socket_path = dir.File("notify");
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(socket_path.size(), sizeof addr.sun_path);
+  std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << strerror(errno);
+  const std::string file = dir.File("n.yaml");
+  WriteFile(file, "sluiced:\n  reload_poll: 0\ndomain: a\n");
+  ScopedEnv notify("NOTIFY_SOCKET", socket_path);
+  const std::string log = dir.File("daemon.log");
+  auto p = Process::Spawn(
+      {SLUICED_BINARY, "--config", file, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"}, log);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(ReceiveDatagram(fd, std::chrono::seconds(30)), "READY=1\nSTATUS=serving");
+  // Ready means listening: the port is known and answers.
+  const int port = WaitStarted(*p, log);
+  ASSERT_GT(port, 0) << ReadFile(log);
+  httplib::Client c("127.0.0.1", port);
+  auto r = c.Get("/readyz");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  p->Signal(SIGTERM);
+  EXPECT_EQ(ReceiveDatagram(fd, std::chrono::seconds(30)), "STOPPING=1");
+  EXPECT_EQ(p->Wait(std::chrono::seconds(30)), 0);
+  ::close(fd);
+}
+
+TEST(Launch, NoNotifySocketNoMessageAndNoError) {
+  ::unsetenv("NOTIFY_SOCKET");
+  EXPECT_TRUE(service::NotifyServiceManager("READY=1"));
+  ScopedEnv bad("NOTIFY_SOCKET", "relative/path");
+  EXPECT_FALSE(service::NotifyServiceManager("READY=1"));
 }
 
 TEST(PasswordFile, ReadsOneLineAndNamesThePathOnErrors) {
