@@ -62,6 +62,10 @@ struct RedisStore::Impl {
   }
 
   void CheckMaxmemory(redis::NodeClient& node);
+  // Sends one EVALSHA of `script` (loaded on NOSCRIPT by the router) and hands the
+  // parsed decisions (call->n of them) to `done`.
+  void Run(std::string_view routing_key, const redis::Script& script, std::string wire,
+           std::shared_ptr<Call> call, EvaluateCallback done);
 };
 
 // Eviction would silently forget counters (letting more requests through), so only
@@ -134,6 +138,41 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
 RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RedisStore::~RedisStore() = default;
 
+void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& script,
+                           std::string wire, std::shared_ptr<Call> call, EvaluateCallback done) {
+  auto on_reply = [this, call, done = std::move(done)](const Status& s, const redisReply* r) {
+    if (!s.ok()) {
+      errors.fetch_add(1, std::memory_order_relaxed);
+      done(s, {});
+      return;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+      errors.fetch_add(1, std::memory_order_relaxed);
+      done(Status::Unavailable("Redis answered: " + std::string(r->str, r->len)), {});
+      return;
+    }
+    Batch out;
+    out.n = call->n;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 * out.n) {
+      errors.fetch_add(1, std::memory_order_relaxed);
+      done(Status::Internal("unexpected reply to the decide script"), {});
+      return;
+    }
+    for (std::size_t i = 0; i < out.n; ++i) {
+      Decision& d = out.decisions[i];
+      const redisReply* const* e = r->element + 4 * i;
+      d.allowed = e[0]->integer != 0;
+      d.limit = call->capacity[i];
+      d.remaining = static_cast<std::uint64_t>(std::max<long long>(0, e[1]->integer));
+      d.reset_after = e[2]->integer;
+      d.retry_after = e[3]->integer;
+    }
+    done(Status::Ok(), std::span<const Decision>(out.decisions, out.n));
+  };
+  router->Send(routing_key, redis::Command{std::move(wire), script.source},
+               redis::DeadlineAfter(options.call_timeout), std::move(on_reply));
+}
+
 namespace {
 
 Status ValidateChecks(std::span<const StoreCheck> checks) {
@@ -202,40 +241,9 @@ void RedisStore::EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
         .Add(static_cast<long long>(c.cost));
     call->capacity[call->n++] = p.Capacity();
   }
-  Impl* impl = impl_.get();
-  auto on_reply = [impl, call, done = std::move(done)](const Status& s, const redisReply* r) {
-    if (!s.ok()) {
-      impl->errors.fetch_add(1, std::memory_order_relaxed);
-      done(s, {});
-      return;
-    }
-    if (r->type == REDIS_REPLY_ERROR) {
-      impl->errors.fetch_add(1, std::memory_order_relaxed);
-      done(Status::Unavailable("Redis answered: " + std::string(r->str, r->len)), {});
-      return;
-    }
-    Batch out;
-    out.n = call->n;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 * out.n) {
-      impl->errors.fetch_add(1, std::memory_order_relaxed);
-      done(Status::Internal("unexpected reply to the decide script"), {});
-      return;
-    }
-    for (std::size_t i = 0; i < out.n; ++i) {
-      Decision& d = out.decisions[i];
-      const redisReply* const* e = r->element + 4 * i;
-      d.allowed = e[0]->integer != 0;
-      d.limit = call->capacity[i];
-      d.remaining = static_cast<std::uint64_t>(std::max<long long>(0, e[1]->integer));
-      d.reset_after = e[2]->integer;
-      d.retry_after = e[3]->integer;
-    }
-    done(Status::Ok(), std::span<const Decision>(out.decisions, out.n));
-  };
   // Every key of a batch shares the hash tag of the first one (sluice keys carry
   // one), so the first key routes the whole script.
-  impl_->router->Send(checks[0].key, redis::Command{b.Take(), script.source},
-                      redis::DeadlineAfter(impl_->options.call_timeout), std::move(on_reply));
+  impl_->Run(checks[0].key, script, b.Take(), std::move(call), std::move(done));
 }
 
 Status RedisStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
@@ -279,9 +287,9 @@ void RedisStore::RefundAsync(std::span<const StoreCheck> checks, Micros now, Ref
     nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
   }
   auto call = std::make_shared<Call>();
-  call->script = &redis::BatchScript();
+  const redis::Script& script = redis::BatchScript();
   redis::CommandBuilder b(3 + nkeys + 2 + 6 * checks.size());
-  b.Add("EVALSHA").Add(call->script->sha).Add(static_cast<long long>(nkeys));
+  b.Add("EVALSHA").Add(script.sha).Add(static_cast<long long>(nkeys));
   std::string log_key;
   for (const StoreCheck& c : checks) {
     b.Add(c.key);
@@ -305,10 +313,8 @@ void RedisStore::RefundAsync(std::span<const StoreCheck> checks, Micros now, Ref
         .Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL)
         .Add(-static_cast<long long>(c.cost));
   }
-  call->wire = b.Take();
-  call->deadline = redis::DeadlineAfter(impl_->options.call_timeout);
   // call->n == 0: the reply must be an empty array.
-  impl_->Run(std::move(call), 0,
+  impl_->Run(checks[0].key, script, b.Take(), std::move(call),
              [done = std::move(done)](const Status& st, std::span<const Decision>) { done(st); });
 }
 
