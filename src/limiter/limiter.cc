@@ -245,7 +245,7 @@ Status Limiter::Refund(std::span<const Check> checks) {
   Status s = impl_->options.store->Refund(std::span<const StoreCheck>(store_checks, checks.size()),
                                           impl_->options.clock->Now());
   // A key denied until later may pass now that budget came back.
-  for (std::size_t i = 0; s.ok() && i < checks.size(); ++i) impl_->deny_cache.Erase(keys[i]);
+  for (std::size_t i = 0; s.ok() && i < checks.size(); ++i) impl_->decider.ForgetDenial(keys[i]);
   return s;
 }
 
