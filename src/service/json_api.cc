@@ -206,7 +206,8 @@ Status ParseJsonRequest(std::string_view body, std::size_t max_descriptors, Json
     try {
       const json unused = json::parse(body);
       (void)unused;
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
+      // parse_error, and out_of_range for a number no double holds ("1e400").
       why = e.what();
       const std::size_t p = why.find("] ");
       if (p != std::string::npos) why = why.substr(p + 2);

@@ -63,7 +63,8 @@ class Metrics {
 void AppendMetricLine(std::string& out, std::string_view name, std::string_view labels,
                       std::uint64_t v);
 
-// Escapes a Prometheus label value (backslash, double quote, newline).
+// Escapes a Prometheus label value (backslash, double quote, newline) and replaces each
+// byte that is not part of valid UTF-8 with U+FFFD, so a scrape always parses.
 std::string EscapeLabel(std::string_view v);
 
 }  // namespace sluice::service

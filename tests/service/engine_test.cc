@@ -438,6 +438,48 @@ descriptors:
       << m;
 }
 
+// True when `s` is valid UTF-8 (RFC 3629), checked independently of the code under test.
+bool ValidUtf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    std::uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+    for (std::size_t k = 1; k < n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b >> 6) != 2) return false;
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    const std::uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n;
+  }
+  return true;
+}
+
+// Defect 5: a client-chosen value with invalid UTF-8 under detailed_metric reached
+// /metrics as it was, and Prometheus rejects every scrape after that.
+TEST_F(EngineTest, InvalidUtf8ValuesNeverReachMetricsAsInvalidUtf8) {
+  Load(R"(
+domain: d
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+)");
+  for (const std::string v :
+       {std::string("\xff\xfe"), std::string("a\xc3("), std::string("\xed\xa0\x80"),
+        std::string("\xf0\x9f\x98"), std::string("caf\xc3\xa9")}) {
+    Passes("d", {{{"user", v}}}, 1);
+  }
+  const std::string m = engine->RenderMetrics();
+  EXPECT_TRUE(ValidUtf8(m));
+  // Valid UTF-8 is kept as it is; each invalid byte becomes U+FFFD.
+  EXPECT_NE(m.find("descriptor=\"user|user=caf\xc3\xa9\""), std::string::npos) << m;
+  EXPECT_NE(m.find("descriptor=\"user|user=\xef\xbf\xbd\xef\xbf\xbd\""), std::string::npos) << m;
+}
+
 TEST_F(EngineTest, MetricsByDomainDescriptorOutcomeAndNearLimit) {
   Load(kMatching);
   Passes("web", {{{"remote_address", "7.7.7.7"}}}, 4);

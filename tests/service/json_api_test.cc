@@ -95,5 +95,19 @@ TEST(JsonApi, RendersLikeProtobufJson) {
   EXPECT_EQ(RenderJsonResponse(RateLimitResponse{}), "{\"overallCode\":\"OK\"}\n");
 }
 
+// Defect 7: a number too large for a double (1e400) anywhere threw out of the parser
+// (HTTP 500 "internal error", not counted); it is bad input with a reason.
+TEST(JsonApi, NumberOverflowIsInvalidArgumentWithAReason) {
+  for (const char* body :
+       {R"({"domain":"d","descriptors":[{"entries":[{"key":"a"}]}],"x":1e400})",
+        R"({"domain":"d","hits_addend":1e400,"descriptors":[]})", R"([-1e400])"}) {
+    JsonRequest j;
+    Status s = Status::Ok();
+    EXPECT_NO_THROW(s = Parse(body, &j)) << body;
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << body;
+    EXPECT_NE(s.message().find("1e400"), std::string::npos) << s.message();
+  }
+}
+
 }  // namespace
 }  // namespace sluice::service
