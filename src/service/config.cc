@@ -311,6 +311,26 @@ class Loader {
     return d;
   }
 
+  // yaml-cpp keeps every pair of a mapping, and lookups find the first: a key given
+  // twice would silently ignore the second value. Rejects that in every mapping.
+  void CheckDuplicateKeys(const YAML::Node& n) {
+    if (n.IsMap()) {
+      std::map<std::string, int> seen;
+      for (const auto& kv : n) {
+        if (kv.first.IsScalar()) {
+          auto [it, fresh] = seen.emplace(kv.first.Scalar(), Line(kv.first));
+          if (!fresh) {
+            Fail(kv.first, "duplicate key '" + kv.first.Scalar() + "' (first on line " +
+                               std::to_string(it->second) + ")");
+          }
+        }
+        CheckDuplicateKeys(kv.second);
+      }
+    } else if (n.IsSequence()) {
+      for (const auto& item : n) CheckDuplicateKeys(item);
+    }
+  }
+
   Config Parse(const std::string& text) {
     std::vector<YAML::Node> docs;
     try {
@@ -318,6 +338,7 @@ class Loader {
     } catch (const YAML::ParserException& e) {
       FailAt(e.mark.line + 1, "invalid YAML: " + e.msg);
     }
+    for (const YAML::Node& doc : docs) CheckDuplicateKeys(doc);
     Config c;
     c.file = file_;
     // Settings first: they hold the defaults for every rate_limit, wherever they appear.

@@ -175,6 +175,20 @@ TEST(Config, DuplicatesAreErrors) {
             std::string::npos);
 }
 
+// Defect 13: a YAML mapping with the same key twice was accepted, first one winning
+// (`requests_per_unit: 5` then `500` gave 5). It is an error naming both lines.
+TEST(Config, DuplicateYamlKeysAreErrorsWithLine) {
+  EXPECT_EQ(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
+                    "      requests_per_unit: 5\n      requests_per_unit: 500\n"),
+            "test.yaml:7: duplicate key 'requests_per_unit' (first on line 6)");
+  EXPECT_EQ(ErrorOf("domain: a\ndomain: b\n"),
+            "test.yaml:2: duplicate key 'domain' (first on line 1)");
+  EXPECT_EQ(ErrorOf("sluiced:\n  nginx_headers: {X-A: a, X-A: b}\ndomain: a\n"),
+            "test.yaml:2: duplicate key 'X-A' (first on line 2)");
+  EXPECT_EQ(ErrorOf("domain: a\ndescriptors:\n  - {key: k, key: j}\n"),
+            "test.yaml:3: duplicate key 'key' (first on line 3)");
+}
+
 TEST(Config, LoadConfigReportsMissingFile) {
   auto c = LoadConfig("/nonexistent/sluiced.yaml");
   ASSERT_FALSE(c.ok());
