@@ -107,6 +107,36 @@ Result<Config> ParseConfig(const std::string& text, const std::string& file);
 // Reads and parses `file`.
 Result<Config> LoadConfig(const std::string& file);
 
+// Watches a config file for changes that are complete. Editors and deploy tools often
+// write a file in place in several steps; a reload between two steps would load a
+// half-written config (which may well parse). A change is handed out only once the
+// file's bytes have stayed the same for `settle` and they parse; the caller keeps its
+// running config otherwise. Not thread-safe (one poller).
+class ConfigFileWatcher {
+ public:
+  // The file's current content counts as loaded.
+  ConfigFileWatcher(std::string file, Micros settle);
+
+  // Called at each poll with a monotonic `now`. Returns a parsed config when the file
+  // changed since the last config handed out and its content has not changed for
+  // `settle`; an error when such stable content does not parse (reported once per
+  // content); nullopt-like NotFound when there is nothing to load yet.
+  Result<Config> Poll(Micros now);
+
+  // Marks the file's current content as loaded (after a reload done another way, e.g.
+  // SIGHUP).
+  void MarkLoaded();
+
+ private:
+  std::string file_;
+  Micros settle_;
+  std::string loaded_;   // content of the last config handed out
+  std::string pending_;  // content seen changed, waiting to settle
+  Micros pending_since_ = 0;
+  bool has_pending_ = false;
+  bool pending_reported_ = false;
+};
+
 // Checks "ADDR:PORT" ("[::1]:8080" for IPv6); port 0 means "pick a free one".
 Status ValidateListenAddress(const std::string& addr);
 

@@ -43,8 +43,11 @@ class Daemon {
   // Re-reads the config file. On error the running configuration stays and the error
   // (FILE:LINE: why) is logged and returned.
   Status Reload(const char* reason);
-  // Reloads when the file's mtime, size or inode changed since the last load.
+  // Reloads when the file's content changed and then stayed the same for
+  // kConfigSettle (a file written in place in several steps is never loaded
+  // half-written); an invalid config is logged once and the running one stays.
   void ReloadIfChanged();
+  static constexpr Micros kConfigSettle = 1'000'000;
   // Graceful stop: not ready, stop accepting, finish requests in flight.
   void Shutdown();
 
@@ -52,6 +55,7 @@ class Daemon {
   Daemon() = default;
   void ApplyOverrides(Settings& s) const;
   bool FileChanged();
+  Status Apply(Result<Config> config, const char* reason);
 
   DaemonOptions options_;
   std::string store_url_;
@@ -66,6 +70,7 @@ class Daemon {
     bool operator==(const FileId&) const = default;
   };
   FileId file_id_;
+  std::unique_ptr<ConfigFileWatcher> watcher_;
   bool stopped_ = false;
 };
 

@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+
+#include "service/daemon.h"
+
 namespace sluice::service {
 namespace {
 
@@ -187,6 +192,85 @@ TEST(Config, DuplicateYamlKeysAreErrorsWithLine) {
             "test.yaml:2: duplicate key 'X-A' (first on line 2)");
   EXPECT_EQ(ErrorOf("domain: a\ndescriptors:\n  - {key: k, key: j}\n"),
             "test.yaml:3: duplicate key 'key' (first on line 3)");
+}
+
+// Defect 12: a config written in place in two steps was loaded half-written (for 400 ms
+// every client got 429). The watcher hands out a change only once the bytes have stayed
+// the same for the settle time, and only if they parse.
+TEST(Config, WatcherNeverHandsOutAHalfWrittenFile) {
+  const std::string file = ::testing::TempDir() + "/sluiced_watch_test.yaml";
+  auto write = [&](const std::string& text) {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out << text;
+  };
+  const std::string full =
+      "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+      "requests_per_unit: 500}\n";
+  write(full);
+  const Micros settle = 1'000'000;
+  ConfigFileWatcher w(file, settle);
+  Micros now = 1'000'000'000;
+  EXPECT_EQ(w.Poll(now).status().code(), ErrorCode::kNotFound);  // unchanged
+  // Step one of an in-place write: a prefix that parses (the limit reads 5).
+  const std::string half = full.substr(0, full.find("500") + 1) + "}\n";
+  ASSERT_TRUE(ParseConfig(half, file).ok());
+  write(half);
+  EXPECT_EQ(w.Poll(now += 100'000).status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(w.Poll(now += 400'000).status().code(), ErrorCode::kNotFound);
+  // Step two, before the first one settled.
+  const std::string next =
+      "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+      "requests_per_unit: 600}\n";
+  write(next);
+  EXPECT_EQ(w.Poll(now += 400'000).status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(w.Poll(now += settle - 1).status().code(), ErrorCode::kNotFound);
+  auto c = w.Poll(now += 1);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->domains[0].descriptors[0].rate_limit.requests_per_unit, 600u);
+  EXPECT_EQ(w.Poll(now += settle).status().code(), ErrorCode::kNotFound);  // loaded once
+  // Stable but invalid: an error once (the caller keeps its config), then quiet.
+  write("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n");
+  EXPECT_EQ(w.Poll(now += 1).status().code(), ErrorCode::kNotFound);
+  auto bad = w.Poll(now += settle);
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find(file + ":4:"), std::string::npos) << bad.status().message();
+  EXPECT_EQ(w.Poll(now += settle).status().code(), ErrorCode::kNotFound);
+  // Written back as it was loaded: nothing to do.
+  write(next);
+  EXPECT_EQ(w.Poll(now += settle).status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(w.Poll(now += settle).status().code(), ErrorCode::kNotFound);
+  std::remove(file.c_str());
+}
+
+// Defect 12 through the daemon: a poll that sees the first step of an in-place write
+// must not load it (before, any change of mtime/size was loaded at once).
+TEST(Config, DaemonDoesNotLoadAFileTheMomentItChanges) {
+  const std::string file = ::testing::TempDir() + "/sluiced_watch_daemon.yaml";
+  auto write = [&](const std::string& text) {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out << text;
+  };
+  write(
+      "sluiced: {reload_poll: 0, log_level: error}\ndomain: a\ndescriptors:\n  - key: k\n"
+      "    rate_limit: {unit: second, requests_per_unit: 500}\n");
+  DaemonOptions o;
+  o.config_file = file;
+  o.http = "127.0.0.1:0";
+  o.grpc = "127.0.0.1:0";
+  auto d = Daemon::Start(o);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  const std::uint64_t generation = (*d)->engine().Stats().generation;
+  // Step one of two: a prefix that parses, with limit 5.
+  write(
+      "sluiced: {reload_poll: 0, log_level: error}\ndomain: a\ndescriptors:\n  - key: k\n"
+      "    rate_limit: {unit: second, requests_per_unit: 5}\n");
+  (*d)->ReloadIfChanged();
+  EXPECT_EQ((*d)->engine().Stats().generation, generation);
+  // An explicit reload (SIGHUP) still loads at once.
+  ASSERT_TRUE((*d)->Reload("test").ok());
+  EXPECT_EQ((*d)->engine().Stats().generation, generation + 1);
+  (*d)->Shutdown();
+  std::remove(file.c_str());
 }
 
 TEST(Config, LoadConfigReportsMissingFile) {
