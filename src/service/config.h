@@ -14,19 +14,34 @@
 
 namespace sluice::service {
 
-// The time units of envoyproxy/ratelimit, with the numbers Envoy's RateLimit.Unit uses.
-enum class Unit : int { kUnknown = 0, kSecond = 1, kMinute = 2, kHour = 3, kDay = 4 };
+// The time units of envoyproxy/ratelimit, with the numbers Envoy's RateLimit.Unit uses
+// (WEEK is 7 in newer Envoy APIs). A month is 30 days and a year 365, as in
+// envoyproxy/ratelimit: fixed lengths, not calendar ones.
+enum class Unit : int {
+  kUnknown = 0,
+  kSecond = 1,
+  kMinute = 2,
+  kHour = 3,
+  kDay = 4,
+  kMonth = 5,
+  kYear = 6,
+  kWeek = 7
+};
 
-// "second", "minute", "hour", "day".
+// "second", "minute", "hour", "day", "month", "year", "week".
 const char* UnitName(Unit u);
 // The unit's length in microseconds (0 for kUnknown).
 Micros UnitMicros(Unit u);
+// True for a known unit number (1-7).
+bool ValidUnit(int unit);
 
 // A `rate_limit:` block.
 struct RateLimitSpec {
   bool unlimited = false;
   Unit unit = Unit::kUnknown;
   std::uint32_t requests_per_unit = 0;
+  // `unit_multiplier`: the window is this many units (e.g. 30 with `second`).
+  std::uint32_t unit_multiplier = 1;
   // `name`: reported in responses (current_limit.name) and used by `replaces`.
   std::string name;
   // Names of limits this one replaces when both match one request.
@@ -53,6 +68,13 @@ struct DescriptorSpec {
   RateLimitSpec rate_limit;
   bool shadow_mode = false;
   bool detailed_metric = false;
+  // `quota_mode`: over the limit is reported (metrics, status) but answered OK.
+  bool quota_mode = false;
+  // `share_threshold`: every value matching this wildcard value shares one counter
+  // (default: one counter per value).
+  bool share_threshold = false;
+  // `value_to_metric`: the request's value joins this descriptor's metric label.
+  bool value_to_metric = false;
   std::vector<DescriptorSpec> descriptors;
   int line = 0;
 };

@@ -20,6 +20,8 @@ struct DescriptorCounters {
   std::atomic<std::uint64_t> over_limit{0};
   std::atomic<std::uint64_t> near_limit{0};
   std::atomic<std::uint64_t> shadow_over_limit{0};
+  // quota_mode limits over their limit (answered OK).
+  std::atomic<std::uint64_t> quota_over_limit{0};
   std::atomic<std::uint64_t> unlimited{0};
 };
 

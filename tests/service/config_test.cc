@@ -116,7 +116,8 @@ sluiced:
 TEST(Config, UnknownFieldsAreErrorsWithLine) {
   EXPECT_EQ(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limt:\n      unit: second\n"),
             "test.yaml:4: unknown field 'rate_limt' in descriptor (allowed: key, value, "
-            "rate_limit, descriptors, shadow_mode, detailed_metric)");
+            "rate_limit, descriptors, shadow_mode, detailed_metric, quota_mode, share_threshold, "
+            "value_to_metric, metadata)");
   EXPECT_NE(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
                     "      requests_per_unit: 1\n      burts: 3\n")
                 .find("test.yaml:7: unknown field 'burts' in rate_limit"),
@@ -137,7 +138,8 @@ TEST(Config, InvalidYamlNamesTheLine) {
 TEST(Config, BadValuesAreNamed) {
   EXPECT_NE(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, "
                     "requests_per_unit: 1}\n")
-                .find("test.yaml:4: unit must be second, minute, hour or day (got 'fortnight')"),
+                .find("test.yaml:4: unit must be second, minute, hour, day, week, month or year "
+                      "(got 'fortnight')"),
             std::string::npos);
   EXPECT_NE(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n")
                 .find("test.yaml:4: rate_limit needs requests_per_unit"),
@@ -271,6 +273,54 @@ TEST(Config, DaemonDoesNotLoadAFileTheMomentItChanges) {
   EXPECT_EQ((*d)->engine().Stats().generation, generation + 1);
   (*d)->Shutdown();
   std::remove(file.c_str());
+}
+
+// What envoyproxy/ratelimit accepts loads; what it rejects is rejected.
+TEST(Config, EnvoyRatelimitParity) {
+  auto c = ParseConfig(R"(
+domain: a
+descriptors:
+  - key: k
+    rate_limit: {unit: month, requests_per_unit: 10, replaces: [{name: other}]}
+  - key: y
+    rate_limit: {unit: YEAR, requests_per_unit: 10, name: other}
+  - key: d
+    rate_limit: {unit: day, requests_per_unit: 10, unit_multiplier: 2}
+  - key: f
+    value: "files/*"
+    share_threshold: true
+    value_to_metric: true
+    quota_mode: true
+    metadata: {anything: [1, 2]}
+    rate_limit: {unit: week, requests_per_unit: 1}
+)",
+                       "test.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->domains[0].descriptors[0].rate_limit.unit, Unit::kMonth);
+  EXPECT_EQ(c->domains[0].descriptors[1].rate_limit.unit, Unit::kYear);
+  EXPECT_EQ(c->domains[0].descriptors[2].rate_limit.unit_multiplier, 2u);
+  EXPECT_TRUE(c->domains[0].descriptors[3].share_threshold);
+  // sluice's policies cap a window at 366 days: a longer one is refused with its reason
+  // (envoyproxy/ratelimit would accept it; see docs/sluiced.md).
+  EXPECT_NE(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, "
+                    "requests_per_unit: 1, unit_multiplier: 2}\n")
+                .find("window must be at most 366 days"),
+            std::string::npos);
+  EXPECT_EQ(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+                    "requests_per_unit: 1, name: me, replaces: [{name: me}]}\n"),
+            "test.yaml:4: rate_limit 'me' replaces itself");
+  EXPECT_NE(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    share_threshold: true\n")
+                .find("share_threshold applies only to a value with '*'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+                    "requests_per_unit: 1, unit_multiplier: 0}\n")
+                .find("unit_multiplier must be at least 1"),
+            std::string::npos);
+  // A tree deeper than a request may be (max_entries) could never match.
+  EXPECT_NE(ErrorOf("sluiced: {max_entries: 2}\ndomain: a\ndescriptors:\n  - key: a\n"
+                    "    descriptors:\n      - key: b\n        descriptors:\n          - key: c\n")
+                .find("test.yaml:8: descriptors are nested more than max_entries (2)"),
+            std::string::npos);
 }
 
 TEST(Config, LoadConfigReportsMissingFile) {

@@ -57,8 +57,11 @@ TEST(JsonApi, ErrorsNameTheProblem) {
             "descriptors[0].entries[0].key must be a string");
   EXPECT_EQ(err(R"({"descriptors":[{"entries":[{"key":"a","colour":"red"}]}]})"),
             "descriptors[0].entries[0] has an unknown field \"colour\"");
-  EXPECT_EQ(err(R"({"descriptors":[{"limit":{"unit":"WEEK"}}]})"),
-            "descriptors[0].limit.unit must be SECOND, MINUTE, HOUR or DAY (got \"WEEK\")");
+  EXPECT_EQ(err(R"({"descriptors":[{"limit":{"unit":"FORTNIGHT"}}]})"),
+            "descriptors[0].limit.unit must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR "
+            "(got \"FORTNIGHT\")");
+  EXPECT_EQ(err(R"({"descriptors":[{"limit":{"unit":8}}]})"),
+            "descriptors[0].limit.unit is larger than 7");
   std::string many = R"({"descriptors":[)";
   for (int i = 0; i < 17; ++i) many += std::string(i ? "," : "") + "{}";
   EXPECT_EQ(err(many + "]}"), "too many descriptors: 17 (at most 16)");
