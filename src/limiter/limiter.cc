@@ -212,6 +212,43 @@ Result<Decision> Limiter::Acquire(std::span<const Check> checks, std::span<Decis
   return out[*bind];
 }
 
+Status Limiter::Refund(std::string_view key, std::uint64_t cost) {
+  const auto& ps = impl_->options.policies;
+  Scratch<Check, kMaxChecks> checks;
+  for (std::size_t i = 0; i < ps.size(); ++i) checks[i] = Check{i, key, cost};
+  return Refund(std::span<const Check>(checks.data(), ps.size()));
+}
+
+Status Limiter::Refund(std::span<const Check> checks) {
+  if (checks.empty()) return Status::InvalidArgument("no checks given");
+  if (checks.size() > kMaxChecks) return Status::InvalidArgument("at most 16 checks per call");
+  const auto& ps = impl_->options.policies;
+  std::string keys[kMaxChecks];
+  StoreCheck store_checks[kMaxChecks];
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const Check& c = checks[i];
+    if (c.policy >= ps.size()) {
+      return Status::InvalidArgument("check names policy index " + std::to_string(c.policy) +
+                                     " but the limiter has " + std::to_string(ps.size()));
+    }
+    const Policy& p = ps[c.policy];
+    if (c.key.empty() || c.key.size() > kMaxKeyBytes) {
+      return Status::InvalidArgument("key must be 1-" + std::to_string(kMaxKeyBytes) + " bytes");
+    }
+    if (c.cost == 0 || c.cost > p.Capacity()) {
+      return Status::InvalidArgument("refund cost " + std::to_string(c.cost) + " of policy '" +
+                                     p.name + "' must be 1-" + std::to_string(p.Capacity()));
+    }
+    BuildStoreKey(keys[i], impl_->options.key_prefix, c.key, p.name);
+    store_checks[i] = StoreCheck{&p, keys[i], c.cost};
+  }
+  Status s = impl_->options.store->Refund(std::span<const StoreCheck>(store_checks, checks.size()),
+                                          impl_->options.clock->Now());
+  // A key denied until later may pass now that budget came back.
+  for (std::size_t i = 0; s.ok() && i < checks.size(); ++i) impl_->decider.ForgetDenial(keys[i]);
+  return s;
+}
+
 Status Limiter::Reset(std::string_view key) {
   if (key.empty() || key.size() > kMaxKeyBytes) {
     return Status::InvalidArgument("key must be 1-" + std::to_string(kMaxKeyBytes) + " bytes");
