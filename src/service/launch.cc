@@ -247,15 +247,18 @@ std::unique_ptr<Launch> Launch::Attach(CLI::App& app, int argc, char** argv) {
                  "read the Redis password from FILE (one line) instead of the URL, so it stays "
                  "out of process listings and unit files")
       ->type_name("FILE");
-  for (CLI::Option* opt : app.get_options()) {
-    const auto& names = opt->get_lnames();
-    if (names.empty()) continue;
-    const std::string& n = names.front();
-    if (n == "help" || n == "version" || n == "check-config") continue;
-    if (opt->get_envname().empty()) opt->envname(EnvName(n));
-  }
-  // --config is required unless --check-config names the file; checked after parsing.
-  if (CLI::Option* c = app.get_option_no_throw("--config")) c->required(false);
+  // Just before parsing, when main() has declared every flag (before or after Attach).
+  app.preparse_callback([&app](std::size_t) {
+    for (CLI::Option* opt : app.get_options()) {
+      const auto& names = opt->get_lnames();
+      if (names.empty()) continue;
+      const std::string& n = names.front();
+      if (n == "help" || n == "version" || n == "check-config") continue;
+      if (opt->get_envname().empty()) opt->envname(EnvName(n));
+    }
+    // --config is required unless --check-config names the file; checked after parsing.
+    if (CLI::Option* c = app.get_option_no_throw("--config")) c->required(false);
+  });
   app.parse_complete_callback([self, &app] { self->Validate(app); });
   return l;
 }

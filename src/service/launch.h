@@ -60,7 +60,7 @@ bool NotifyServiceManager(std::string_view state);
 // The launch flags of one sluiced process, attached to main()'s parser.
 class Launch {
  public:
-  // Call after main() declared its flags and before parsing. Adds --version,
+  // Call before parsing (main()'s flags may be declared before or after). Adds --version,
   // --check-config FILE and --redis-password-file FILE; gives every long flag --foo-bar
   // (but --help, --version and --check-config) the environment variable SLUICED_FOO_BAR,
   // read when the flag is absent; makes --config optional when --check-config names the

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
       "sluiced"};
   DaemonOptions o;
   std::string http, grpc, redis;
+  auto launch = sluice::service::Launch::Attach(app, argc, argv);  // env, --check-config
   app.add_option("-c,--config", o.config_file,
                  "YAML config (envoyproxy/ratelimit format plus a 'sluiced:' settings block)")
       ->required();
@@ -38,7 +39,6 @@ int main(int argc, char** argv) {
       "store URL: redis://[user:pass@]host:port[/db] or unix:///path to share limits between "
       "sluiced instances; memory:// for the embedded store (config: sluiced.redis; default "
       "memory://)");
-  auto launch = sluice::service::Launch::Attach(app, argc, argv);  // env, --check-config
   CLI11_PARSE(app, argc, argv);
   if (*http_opt) o.http = http;
   if (*grpc_opt) o.grpc = grpc;
