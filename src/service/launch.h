@@ -50,7 +50,7 @@ int CheckConfig(const DaemonOptions& options, const std::string& password_file, 
                 std::FILE* err);
 
 // Tells the service manager about a state change (sd_notify(3)'s protocol, without
-// libsystemd): sends `state` ("READY=1", "STOPPING=1", ...) as one datagram to the
+// libsystemd): sends `state` ("READY=1", ...) as one datagram to the
 // AF_UNIX socket named by $NOTIFY_SOCKET (a path, or "@name" for the abstract
 // namespace). Does nothing when the variable is unset; returns false only when it is
 // set and the message could not be sent. With the unit's Type=notify, systemd counts

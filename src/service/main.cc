@@ -56,13 +56,13 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   auto daemon = Daemon::Start(std::move(o));
+  if (daemon.ok()) sluice::service::NotifyServiceManager("READY=1\nSTATUS=serving");
   if (!daemon.ok()) {
     Log(LogLevel::kError, "start_failed", {{"error", daemon.status().message()}});
     std::fprintf(stderr, "sluiced: %s\n", daemon.status().message().c_str());
     return 1;
   }
   Daemon& d = **daemon;
-  sluice::service::NotifyServiceManager("READY=1\nSTATUS=serving");  // Type=notify
   for (;;) {
     const sluice::Micros poll = d.settings().reload_poll;
     const sluice::Micros wait = poll > 0 ? poll : 1'000'000;
@@ -77,7 +77,6 @@ int main(int argc, char** argv) {
       d.ReloadIfChanged();
     }
   }
-  sluice::service::NotifyServiceManager("STOPPING=1");
   d.Shutdown();
   return 0;
 }
