@@ -246,6 +246,10 @@ std::string Engine::RenderMetrics() const {
   return out;
 }
 
+std::string Engine::DumpConfig() const {
+  return std::atomic_load(&snapshot_)->rules->Dump();
+}
+
 Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitResponse* resp,
                        bool* decide) {
   *decide = false;

@@ -120,6 +120,8 @@ class Engine {
   EngineStats Stats() const;
   // Prometheus text of every sluiced series.
   std::string RenderMetrics() const;
+  // The rules of the current config, one per line (GET /rlconfig; RuleSet::Dump).
+  std::string DumpConfig() const;
 
   struct Snapshot;
   struct Prepared;

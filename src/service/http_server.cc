@@ -460,7 +460,7 @@ void HttpServer::Impl::Handle(const Request& req, Respond respond) {
       return get || post ? Nginx(req, path.substr(kNginx.size()), respond)
                          : respond(not_allowed("GET, POST"));
     }
-    if (path == "/metrics" || path == "/healthz" || path == "/readyz") {
+    if (path == "/metrics" || path == "/healthz" || path == "/readyz" || path == "/rlconfig") {
       if (!get) return respond(not_allowed("GET"));
       Reply r;
       r.content_type = "text/plain";
@@ -469,6 +469,8 @@ void HttpServer::Impl::Handle(const Request& req, Respond respond) {
         r.body = engine.RenderMetrics();
       } else if (path == "/healthz") {
         r.body = "ok\n";
+      } else if (path == "/rlconfig") {
+        r.body = engine.DumpConfig();
       } else {
         const bool ok = ready == nullptr || ready->load();
         r.status = ok ? 200 : 503;

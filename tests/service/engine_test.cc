@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <thread>
@@ -769,6 +770,21 @@ descriptors:
   EXPECT_NE(d10["ratelimit"].find(", \"d1\";r=999;t=3600"), std::string::npos) << d10["ratelimit"];
   EXPECT_TRUE(headers("none").empty());
   EXPECT_TRUE(headers("false").empty());
+}
+
+// GET /rlconfig serves this: every loaded rule, envoyproxy/ratelimit's line form first.
+TEST_F(EngineTest, DumpConfigListsEveryRule) {
+  Load(kMatching);
+  const std::string d = engine->DumpConfig();
+  EXPECT_NE(d.find("web.remote_address: unit=MINUTE requests_per_unit=3, shadow_mode: false, "
+                   "algorithm: fixed_window"),
+            std::string::npos)
+      << d;
+  EXPECT_NE(d.find("web.path_/login.user: unit=HOUR requests_per_unit=4, shadow_mode: false, "
+                   "name: login_per_user"),
+            std::string::npos)
+      << d;
+  EXPECT_EQ(std::count(d.begin(), d.end(), '\n'), 5);
 }
 
 }  // namespace
