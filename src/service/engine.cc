@@ -104,9 +104,12 @@ void AppendHeaders(Settings::Headers mode, const std::vector<DescriptorStatus>& 
   } else {
     const std::string prefix =
         mode == Settings::Headers::kRateLimit ? "ratelimit-" : "x-ratelimit-";
-    // The binding limit, then every descriptor's quota policy (Envoy's draft-03 form).
+    // The binding limit; with several limited descriptors, then every descriptor's quota
+    // policy (Envoy's draft-03 form). One descriptor: the plain number.
     std::string limit = std::to_string(b.capacity);
-    for (std::size_t i = 0; i < statuses.size(); ++i) {
+    std::size_t limited = 0;
+    for (const DescriptorStatus& st : statuses) limited += st.has_limit ? 1 : 0;
+    for (std::size_t i = 0; limited > 1 && i < statuses.size(); ++i) {
       const DescriptorStatus& st = statuses[i];
       if (!st.has_limit) continue;
       limit += ", " + std::to_string(st.capacity) + ";w=" + CeilSeconds(st.window);
