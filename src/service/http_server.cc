@@ -553,7 +553,9 @@ void HttpServer::Impl::Check(const Request& req, std::string_view query, Respond
     if (h->empty() || *end != '\0' || (*h)[0] == '-' || v > 0xffffffffULL) {
       return invalid("hits must be an integer in 0..4294967295 (got '" + *h + "')");
     }
-    r.hits_addend = static_cast<std::uint32_t>(v);
+    // The descriptor's own cost, so that hits=0 peeks (a request-level 0 would mean 1).
+    r.descriptors[0].has_hits_addend = true;
+    r.descriptors[0].hits_addend = v;
   }
   engine.ShouldRateLimitAsync(r, [this, respond, invalid](const Status& s, RateLimitResponse& out) {
     if (!s.ok()) return invalid(s.message());
