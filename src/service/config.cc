@@ -113,7 +113,24 @@ class Loader {
       } else if (k == "shadow_mode") {
         s.shadow_mode = Bool(v, "shadow_mode");
       } else if (k == "response_headers") {
-        s.response_headers = Bool(v, "response_headers");
+        const std::string h = v.IsScalar() ? v.Scalar() : std::string();
+        if (h == "x_ratelimit") {
+          s.response_headers = Settings::Headers::kXRateLimit;
+        } else if (h == "ratelimit") {
+          s.response_headers = Settings::Headers::kRateLimit;
+        } else if (h == "draft10") {
+          s.response_headers = Settings::Headers::kDraft10;
+        } else if (h == "none") {
+          s.response_headers = Settings::Headers::kNone;
+        } else if (h == "true" || h == "false" || h == "yes" || h == "no") {
+          s.response_headers = Bool(v, "response_headers") ? Settings::Headers::kXRateLimit
+                                                           : Settings::Headers::kNone;
+        } else {
+          Fail(v,
+               "response_headers must be x_ratelimit, ratelimit, draft10, none, true or false "
+               "(got '" +
+                   h + "')");
+        }
       } else if (k == "near_limit_ratio") {
         double r = -1;
         try {

@@ -100,8 +100,20 @@ struct Settings {
   FailureMode default_failure_mode = FailureMode::kFailOpen;
   // Every limit in shadow mode: decide, report and count, but always answer OK.
   bool shadow_mode = false;
-  // Add x-ratelimit-* headers to responses.
-  bool response_headers = true;
+  // Rate-limit headers in responses (HTTP answers, gRPC response_headers_to_add).
+  // YAML: true (= x_ratelimit), false (= none) or one of the names below.
+  enum class Headers {
+    kNone,
+    // X-RateLimit-Limit / -Remaining / -Reset (+ Retry-After when over), limit followed
+    // by every descriptor's quota policy as Envoy's draft-03 headers do.
+    kXRateLimit,
+    // The same without the X- prefix: RateLimit-Limit / -Remaining / -Reset.
+    kRateLimit,
+    // IETF draft-ietf-httpapi-ratelimit-headers-10: RateLimit-Policy and RateLimit,
+    // one item per limited descriptor.
+    kDraft10,
+  };
+  Headers response_headers = Headers::kXRateLimit;
   // A decision with less than (1 - ratio) of the limit left counts as "near limit".
   double near_limit_ratio = 0.8;
   // How often the config file is checked for changes (0 disables polling; SIGHUP works).

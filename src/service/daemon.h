@@ -66,11 +66,11 @@ class Daemon {
   // kConfigSettle (a file written in place in several steps is never loaded
   // half-written); an invalid config is logged once and the running one stays.
   void ReloadIfChanged();
+  static constexpr Micros kConfigSettle = 1'000'000;
   // SIGTERM's first step: /readyz 503 and gRPC health NOT_SERVING while requests are
   // still served. The caller waits options.drain_period, then calls Shutdown().
   void BeginDrain();
   Micros drain_period() const { return options_.drain_period; }
-  static constexpr Micros kConfigSettle = 1'000'000;
   // Graceful stop: not ready, stop accepting, finish requests in flight.
   void Shutdown();
   // Whether the last probe of the store succeeded.
@@ -80,9 +80,9 @@ class Daemon {
   Daemon() = default;
   void ApplyOverrides(Settings& s) const;
   bool FileChanged();
+  Status Apply(Result<Config> config, const char* reason);
   void UpdateReady();
   void ProbeStore();
-  Status Apply(Result<Config> config, const char* reason);
 
   DaemonOptions options_;
   std::string store_url_;

@@ -67,6 +67,61 @@ std::string CeilSeconds(Micros us) {
   return std::to_string((us + 999'999) / 1'000'000);
 }
 
+// The policy name a header names a descriptor by: its rule's name, else its index.
+std::string HeaderPolicyName(const DescriptorStatus& st, std::size_t i) {
+  std::string name = st.name.empty() ? "d" + std::to_string(i) : st.name;
+  // A structured-field string: escape '"' and '\\', drop what it cannot hold.
+  std::string out;
+  for (char c : name) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u > 0x7e) continue;
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+// Headers for every limited descriptor; `binding` indexes the binding one. See the
+// header table in docs/sluiced.md.
+void AppendHeaders(Settings::Headers mode, const std::vector<DescriptorStatus>& statuses,
+                   std::size_t binding, std::vector<std::pair<std::string, std::string>>& h) {
+  const DescriptorStatus& b = statuses[binding];
+  const bool over = b.code == Code::kOverLimit;
+  if (mode == Settings::Headers::kDraft10) {
+    std::string policy, state;
+    for (std::size_t i = 0; i < statuses.size(); ++i) {
+      const DescriptorStatus& st = statuses[i];
+      if (!st.has_limit) continue;
+      const std::string name = "\"" + HeaderPolicyName(st, i) + "\"";
+      if (!policy.empty()) policy += ", ";
+      policy += name + ";q=" + std::to_string(st.capacity) + ";w=" + CeilSeconds(st.window);
+      if (!state.empty()) state += ", ";
+      state += name + ";r=" + std::to_string(st.limit_remaining) +
+               ";t=" + CeilSeconds(st.duration_until_reset);
+    }
+    h.emplace_back("ratelimit-policy", policy);
+    h.emplace_back("ratelimit", state);
+  } else {
+    const std::string prefix =
+        mode == Settings::Headers::kRateLimit ? "ratelimit-" : "x-ratelimit-";
+    // The binding limit; with several limited descriptors, then every descriptor's quota
+    // policy (Envoy's draft-03 form). One descriptor: the plain number.
+    std::string limit = std::to_string(b.capacity);
+    std::size_t limited = 0;
+    for (const DescriptorStatus& st : statuses) limited += st.has_limit ? 1 : 0;
+    for (std::size_t i = 0; limited > 1 && i < statuses.size(); ++i) {
+      const DescriptorStatus& st = statuses[i];
+      if (!st.has_limit) continue;
+      limit += ", " + std::to_string(st.capacity) + ";w=" + CeilSeconds(st.window);
+      if (!st.name.empty()) limit += ";name=\"" + HeaderPolicyName(st, i) + "\"";
+    }
+    h.emplace_back(prefix + "limit", limit);
+    h.emplace_back(prefix + "remaining", std::to_string(b.limit_remaining));
+    h.emplace_back(prefix + "reset", CeilSeconds(b.duration_until_reset));
+  }
+  if (over) h.emplace_back("retry-after", CeilSeconds(b.retry_after));
+}
+
 }  // namespace
 
 struct Engine::Snapshot {
@@ -192,6 +247,10 @@ std::string Engine::RenderMetrics() const {
   out.append("# TYPE sluiced_config_rules gauge\n");
   line("sluiced_config_rules", "", st.rules);
   return out;
+}
+
+std::string Engine::DumpConfig() const {
+  return std::atomic_load(&snapshot_)->rules->Dump();
 }
 
 Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitResponse* resp,
@@ -377,6 +436,8 @@ void Engine::Finish(const Prepared& p, std::span<const Decision> decisions,
     st.limit_remaining = d.allowed ? static_cast<std::uint32_t>(std::min<std::uint64_t>(
                                          d.remaining, std::numeric_limits<std::uint32_t>::max()))
                                    : 0;
+    st.capacity = r->policy.Capacity();
+    st.window = r->policy.window;
     st.duration_until_reset = d.reset_after;
     st.retry_after = d.retry_after;
     st.code = d.allowed ? Code::kOk : Code::kOverLimit;
@@ -399,14 +460,10 @@ void Engine::Finish(const Prepared& p, std::span<const Decision> decisions,
     per[m].remaining = st.limit_remaining;
     desc_of[m++] = i;
   }
-  if (settings.response_headers && m > 0) {
-    const DescriptorStatus& b =
-        resp->statuses[desc_of[decide::BindingIndex(std::span<const Decision>(per, m))]];
-    auto& h = resp->response_headers;
-    h.emplace_back("x-ratelimit-limit", std::to_string(b.requests_per_unit));
-    h.emplace_back("x-ratelimit-remaining", std::to_string(b.limit_remaining));
-    h.emplace_back("x-ratelimit-reset", CeilSeconds(b.duration_until_reset));
-    if (b.code == Code::kOverLimit) h.emplace_back("retry-after", CeilSeconds(b.retry_after));
+  if (settings.response_headers != Settings::Headers::kNone && m > 0) {
+    AppendHeaders(settings.response_headers, resp->statuses,
+                  desc_of[decide::BindingIndex(std::span<const Decision>(per, m))],
+                  resp->response_headers);
   }
 }
 

@@ -1,6 +1,9 @@
 // Compiling a Config into descriptor trees and matching request descriptors to rules.
 #include "service/rules.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include "limiter/decider.h"
 
 namespace sluice::service {
@@ -70,6 +73,7 @@ Status RuleSet::AddDescriptors(const std::string& domain, Node& node,
     if (d.has_rate_limit) {
       auto rule = std::make_unique<Rule>();
       const RateLimitSpec& s = d.rate_limit;
+      rule->domain = domain;
       rule->path = path;
       rule->unlimited = s.unlimited;
       rule->detailed_metric = d.detailed_metric;
@@ -164,6 +168,37 @@ const Rule* RuleSet::Match(const Node& root, std::span<const Entry> entries, con
     level = next;
   }
   return nullptr;
+}
+
+std::string RuleSet::Dump() const {
+  std::vector<std::string> lines;
+  for (const auto& r : rules_) {
+    std::string unit = UnitName(r->unit);
+    for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    std::string line = r->domain + "." + r->path + ": ";
+    if (r->unlimited) {
+      line += "unlimited=true";
+    } else {
+      line += "unit=" + unit + " requests_per_unit=" + std::to_string(r->requests_per_unit);
+      if (r->unit_multiplier != 1) line += " unit_multiplier=" + std::to_string(r->unit_multiplier);
+    }
+    line +=
+        std::string(", shadow_mode: ") + (r->policy.shadow && !r->quota_mode ? "true" : "false");
+    if (r->quota_mode) line += ", quota_mode: true";
+    if (!r->name.empty()) line += ", name: " + r->name;
+    for (const std::string& n : r->replaces) line += ", replaces: " + n;
+    if (!r->unlimited) {
+      line += std::string(", algorithm: ") + AlgorithmName(r->policy.algorithm) +
+              ", capacity: " + std::to_string(r->policy.Capacity()) +
+              ", failure_mode: " + FailureModeName(r->policy.failure_mode) +
+              ", policy: " + r->policy.name;
+    }
+    lines.push_back(std::move(line));
+  }
+  std::sort(lines.begin(), lines.end());
+  std::string out;
+  for (const std::string& l : lines) out += l + "\n";
+  return out;
 }
 
 Status RuleSet::OverrideRule(std::string_view domain, std::uint32_t requests_per_unit, int unit,

@@ -29,6 +29,7 @@ struct Entry {
 
 // A configured limit (a descriptor with a rate_limit block), or a caller override.
 struct Rule {
+  std::string domain;
   std::string path;  // metric label, e.g. "remote_address" or "path_/login.remote_address"
   bool unlimited = false;
   bool detailed_metric = false;
@@ -101,6 +102,11 @@ class RuleSet {
   // in the store.
   Status OverrideRule(std::string_view domain, std::uint32_t requests_per_unit, int unit,
                       Rule& out) const;
+
+  // The loaded rules, one line each in envoyproxy/ratelimit's /rlconfig form
+  // ("DOMAIN.PATH: unit=MINUTE requests_per_unit=10, shadow_mode: false") followed by
+  // sluice's own fields, sorted.
+  std::string Dump() const;
 
   const Config& config() const { return config_; }
   std::size_t rule_count() const { return rules_.size(); }

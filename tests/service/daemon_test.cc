@@ -231,6 +231,14 @@ TEST_F(DaemonTest, HttpCheckEndpoint) {
   r = c.Get("/v1/check?domain=rl&key=a&value=b&hits=-1");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
+  // hits=0 peeks: it reports without charging (it used to count as 1).
+  for (int i = 0; i < 3; ++i) {
+    r = c.Get("/v1/check?domain=rl&key=remote_address&value=9.9.9.9&hits=0");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << i;
+    EXPECT_EQ(r->get_header_value("X-RateLimit-Remaining"), "3") << i;
+  }
+  EXPECT_EQ(Check("remote_address", "9.9.9.9"), 200);
   EXPECT_EQ(c.Get("/healthz")->status, 200);
   EXPECT_EQ(c.Get("/readyz")->status, 200);
 }

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 
+#include <algorithm>
 #include <atomic>
+#include <map>
 #include <thread>
 
 #include "sluice/memory_store.h"
@@ -736,6 +738,53 @@ TEST_F(EngineTest, OverrideUnitsWeekMonthYear) {
     ASSERT_TRUE(engine->ShouldRateLimit(req, &r).ok());
     EXPECT_EQ(r.overall_code, Code::kOverLimit) << unit;
   }
+}
+
+// Headers: the limit is what remaining counts down from (a token bucket's burst, not its
+// rate), every limited descriptor is covered, and the three formats are selectable.
+TEST_F(EngineTest, ResponseHeadersInEveryFormat) {
+  const std::string rules = R"(
+domain: web
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: token_bucket, burst: 20, name: per_user}
+  - key: ip
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+)";
+  auto headers = [&](const std::string& mode) {
+    Load("sluiced: {response_headers: " + mode + "}\n---\n" + rules);
+    // Fresh keys per format: the store keeps its counters across loads.
+    RateLimitResponse r = Ask("web", {D{{{"user", mode}}}, D{{{"ip", mode}}}});
+    std::map<std::string, std::string> h(r.response_headers.begin(), r.response_headers.end());
+    return h;
+  };
+  auto x = headers("x_ratelimit");
+  EXPECT_EQ(x["x-ratelimit-limit"], "20, 20;w=60;name=\"per_user\", 1000;w=3600");
+  EXPECT_EQ(x["x-ratelimit-remaining"], "19");
+  auto plain = headers("ratelimit");
+  EXPECT_EQ(plain["ratelimit-remaining"], "19");
+  EXPECT_EQ(plain.count("x-ratelimit-remaining"), 0u);
+  auto d10 = headers("draft10");
+  EXPECT_EQ(d10["ratelimit-policy"], "\"per_user\";q=20;w=60, \"d1\";q=1000;w=3600");
+  EXPECT_EQ(d10["ratelimit"].rfind("\"per_user\";r=19;t=", 0), 0u) << d10["ratelimit"];
+  EXPECT_NE(d10["ratelimit"].find(", \"d1\";r=999;t=3600"), std::string::npos) << d10["ratelimit"];
+  EXPECT_TRUE(headers("none").empty());
+  EXPECT_TRUE(headers("false").empty());
+}
+
+// GET /rlconfig serves this: every loaded rule, envoyproxy/ratelimit's line form first.
+TEST_F(EngineTest, DumpConfigListsEveryRule) {
+  Load(kMatching);
+  const std::string d = engine->DumpConfig();
+  EXPECT_NE(d.find("web.remote_address: unit=MINUTE requests_per_unit=3, shadow_mode: false, "
+                   "algorithm: fixed_window"),
+            std::string::npos)
+      << d;
+  EXPECT_NE(d.find("web.path_/login.user: unit=HOUR requests_per_unit=4, shadow_mode: false, "
+                   "name: login_per_user"),
+            std::string::npos)
+      << d;
+  EXPECT_EQ(std::count(d.begin(), d.end(), '\n'), 5);
 }
 
 }  // namespace
