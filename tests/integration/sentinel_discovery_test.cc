@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "fake_sentinel.h"
 #include "redis/sentinel.h"
 #include "redis_sentinel.h"
 
@@ -24,24 +25,20 @@ using std::chrono::steady_clock;
 // Scheduling slack on a loaded 2-core machine: the bounds are about hangs, not speed.
 constexpr auto kMargin = milliseconds(1000);
 
-// One group for the discovery tests that do not fail over.
-RedisSentinelGroup* SharedGroup() {
-  static Result<std::unique_ptr<RedisSentinelGroup>> group = [] {
-    RedisSentinelGroupOptions o;
-    o.sentinel_password = "sentinel-secret";
-    return RedisSentinelGroup::Start(o);
-  }();
-  if (!group.ok()) {
-    ADD_FAILURE() << "cannot start the sentinel group: " << group.status().ToString();
-    return nullptr;
-  }
-  return group->get();
+// The address-giving tests use a scripted sentinel (fast, and the answers are the
+// test's); following a real failover uses a real group.
+constexpr int kPrimaryPort = 16379;  // what the fake answers; nothing connects to it
+
+std::unique_ptr<FakeSentinel> Fake(const std::string& password = "sentinel-secret") {
+  auto f = FakeSentinel::Start("sluice-primary", kPrimaryPort, password);
+  EXPECT_TRUE(f.ok()) << f.status().ToString();
+  return f.ok() ? std::move(*f) : nullptr;
 }
 
-SentinelOptions OptionsFor(const RedisSentinelGroup& g) {
+SentinelOptions OptionsFor(const FakeSentinel& f) {
   SentinelOptions o;
-  for (int port : g.sentinel_ports()) o.sentinels.push_back({"127.0.0.1", port});
-  o.master_name = g.master_name();
+  o.sentinels = {{"127.0.0.1", f.port()}};
+  o.master_name = "sluice-primary";
   o.password = "sentinel-secret";
   o.connect_timeout = 500'000;
   return o;
@@ -71,21 +68,21 @@ TEST(SentinelDiscovery, ParsesSwitchMasterMessages) {
 }
 
 TEST(SentinelDiscovery, AnySentinelGivesThePrimary) {
-  RedisSentinelGroup* g = SharedGroup();
-  ASSERT_NE(g, nullptr);
-  SentinelOptions o = OptionsFor(*g);
+  auto f = Fake();
+  ASSERT_NE(f, nullptr);
+  SentinelOptions o = OptionsFor(*f);
   // The first two are unreachable: the third answers.
   o.sentinels.insert(o.sentinels.begin(), {{"127.0.0.1", RefusedPort()}, {"127.0.0.1", 1}});
   auto a = redis::AskSentinels(o, 1'500'000);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
-  EXPECT_EQ(a->port, g->primary().port());
+  EXPECT_EQ(a->port, kPrimaryPort);
   EXPECT_EQ(a->host, "127.0.0.1");
 }
 
 TEST(SentinelDiscovery, AnUnknownNameIsAClearErrorAtOnce) {
-  RedisSentinelGroup* g = SharedGroup();
-  ASSERT_NE(g, nullptr);
-  SentinelOptions o = OptionsFor(*g);
+  auto f = Fake();
+  ASSERT_NE(f, nullptr);
+  SentinelOptions o = OptionsFor(*f);
   o.master_name = "no-such-master";
   const auto start = steady_clock::now();
   auto a = redis::AskSentinels(o, 1'000'000);
@@ -98,9 +95,9 @@ TEST(SentinelDiscovery, AnUnknownNameIsAClearErrorAtOnce) {
 }
 
 TEST(SentinelDiscovery, WrongSentinelCredentialsAreNamed) {
-  RedisSentinelGroup* g = SharedGroup();
-  ASSERT_NE(g, nullptr);
-  SentinelOptions o = OptionsFor(*g);
+  auto f = Fake();
+  ASSERT_NE(f, nullptr);
+  SentinelOptions o = OptionsFor(*f);
   o.password = "wrong";
   auto a = redis::AskSentinels(o, 1'000'000);
   ASSERT_FALSE(a.ok());
@@ -122,8 +119,8 @@ TEST(SentinelDiscovery, NoReachableSentinelIsUnavailableWithinTheBudget) {
 
   // A sentinel that accepts but never answers (a listening socket nobody reads) gets
   // its share of the budget, not all of it: the next one still answers in time.
-  RedisSentinelGroup* g = SharedGroup();
-  ASSERT_NE(g, nullptr);
+  auto f = Fake();
+  ASSERT_NE(f, nullptr);
   const int hole = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -132,7 +129,7 @@ TEST(SentinelDiscovery, NoReachableSentinelIsUnavailableWithinTheBudget) {
   ASSERT_EQ(bind(hole, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   ASSERT_EQ(listen(hole, 8), 0);
   getsockname(hole, reinterpret_cast<sockaddr*>(&addr), &len);
-  SentinelOptions mixed = OptionsFor(*g);
+  SentinelOptions mixed = OptionsFor(*f);
   mixed.sentinels.insert(mixed.sentinels.begin(), HostPort{"127.0.0.1", ntohs(addr.sin_port)});
   const auto start = steady_clock::now();
   auto b = redis::AskSentinels(mixed, 1'200'000);
@@ -147,6 +144,48 @@ TEST(SentinelDiscovery, NoReachableSentinelIsUnavailableWithinTheBudget) {
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), ErrorCode::kUnavailable) << c.status().ToString();
   close(hole);
+}
+
+// The watcher follows announcements, and moves to the next sentinel when its own goes
+// away (telling its owner to re-ask: a switch may have been missed).
+TEST(SentinelDiscovery, TheWatcherFollowsSwitchesAndSurvivesASentinel) {
+  auto first = Fake("");
+  auto second = Fake("");
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  SentinelOptions o;
+  o.sentinels = {{"127.0.0.1", first->port()}, {"127.0.0.1", second->port()}};
+  o.master_name = "sluice-primary";
+  std::mutex mu;
+  std::condition_variable cv;
+  int resubscribed = 0;
+  std::vector<HostPort> switches;
+  redis::SwitchWatcher watcher(o, [&](const std::optional<HostPort>& a) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (a) {
+      switches.push_back(*a);
+    } else {
+      ++resubscribed;
+    }
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return resubscribed == 1; }));
+  lock.unlock();
+  ASSERT_EQ(first->subscribers(), 1);
+  first->SwitchTo(16380);
+  lock.lock();
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return switches.size() == 1; }));
+  EXPECT_EQ(switches[0], (HostPort{"127.0.0.1", 16380}));
+  lock.unlock();
+  first.reset();  // the subscribed sentinel goes away
+  lock.lock();
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return resubscribed == 2; }));
+  lock.unlock();
+  second->SwitchTo(16381);
+  lock.lock();
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return switches.size() == 2; }));
+  EXPECT_EQ(switches[1], (HostPort{"127.0.0.1", 16381}));
 }
 
 TEST(SentinelDiscovery, TheWatcherHearsAFailover) {
