@@ -1,0 +1,193 @@
+#include "redis/sentinel_router.h"
+
+#include <algorithm>
+
+namespace sluice::redis {
+namespace {
+
+bool IsReadonly(const redisReply* r) {
+  return r != nullptr && r->type == REDIS_REPLY_ERROR && r->len >= 8 &&
+         std::string_view(r->str, 8) == "READONLY";
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Client>> SentinelRouter::Connect(const HostPort& at) const {
+  ClientOptions co = options_.node;
+  co.connect.url.unix_socket = false;
+  co.connect.url.host = at.host;
+  co.connect.url.port = at.port;
+  auto client = Client::Create(co);
+  if (!client.ok()) return client.status();
+  std::shared_ptr<Client> c = std::move(*client);
+  auto role = c->Call(EncodeCommand({"ROLE"}), DeadlineAfter(co.connect.connect_timeout));
+  if (!role.ok()) {
+    return Status::Unavailable("the sentinels report " + at.ToString() + " as the primary of '" +
+                               options_.sentinel.master_name +
+                               "', but ROLE failed: " + role.status().message());
+  }
+  if (role->is_error()) {
+    return Status::Unavailable("the sentinels report " + at.ToString() + " as the primary of '" +
+                               options_.sentinel.master_name + "', but ROLE failed: " + role->str +
+                               " (an ACL user needs +role)");
+  }
+  const std::string what = role->elements.empty() ? "nothing" : role->elements[0].str;
+  if (what != "master") {
+    return Status::Unavailable("the sentinels report " + at.ToString() + " as the primary of '" +
+                               options_.sentinel.master_name + "', but it is not a master (ROLE " +
+                               "answered " + what + ")");
+  }
+  return c;
+}
+
+Result<std::unique_ptr<SentinelRouter>> SentinelRouter::Create(SentinelRouterOptions options) {
+  std::unique_ptr<SentinelRouter> r(new SentinelRouter(std::move(options)));
+  const Micros budget = r->options_.node.connect.connect_timeout;
+  auto at = AskSentinels(r->options_.sentinel, budget);
+  if (!at.ok()) return at.status();
+  auto client = r->Connect(*at);
+  if (!client.ok()) return client.status();
+  r->client_ = std::move(*client);
+  r->primary_ = *at;
+  r->resolver_ = std::thread([p = r.get()] { p->Resolve(); });
+  r->watcher_ = std::make_unique<SwitchWatcher>(
+      r->options_.sentinel, [p = r.get()](const std::optional<HostPort>& a) { p->Trigger(a); });
+  return r;
+}
+
+SentinelRouter::~SentinelRouter() {
+  watcher_.reset();  // its callback uses this router
+  {
+    std::lock_guard<std::mutex> lock(resolve_mu_);
+    stop_ = true;
+  }
+  resolve_cv_.notify_all();
+  if (resolver_.joinable()) resolver_.join();
+  std::shared_ptr<Client> last;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last.swap(client_);
+  }
+  last.reset();  // calls in flight complete (Unavailable); Trigger is a no-op by now
+}
+
+std::shared_ptr<Client> SentinelRouter::Current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return client_;
+}
+
+HostPort SentinelRouter::primary() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return primary_;
+}
+
+std::uint64_t SentinelRouter::timeouts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return retired_timeouts_ + (client_ ? client_->stats().timeouts.load() : 0);
+}
+
+std::uint64_t SentinelRouter::reconnects() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return retired_reconnects_ + (client_ ? client_->stats().reconnects.load() : 0);
+}
+
+// A lost connection (Unavailable) or READONLY: the primary may have moved.
+ReplyCallback SentinelRouter::Watch(ReplyCallback cb) {
+  return [this, cb = std::move(cb)](const Status& s, const redisReply* r) {
+    if (s.code() == ErrorCode::kUnavailable || (s.ok() && IsReadonly(r))) Trigger(std::nullopt);
+    cb(s, r);
+  };
+}
+
+void SentinelRouter::CallAsync(std::string wire, Deadline deadline, ReplyCallback callback) {
+  std::shared_ptr<Client> c = Current();
+  c->CallAsync(std::move(wire), deadline, Watch(std::move(callback)));
+}
+
+void SentinelRouter::CallAsync(std::string wire, Deadline deadline,
+                               std::vector<ReplyCallback> callbacks) {
+  for (ReplyCallback& cb : callbacks) cb = Watch(std::move(cb));
+  std::shared_ptr<Client> c = Current();
+  c->CallAsync(std::move(wire), deadline, std::move(callbacks));
+}
+
+Result<Reply> SentinelRouter::Call(std::string wire, Deadline deadline) {
+  struct Out {
+    Status status;
+    Reply reply;
+  };
+  auto w = std::make_shared<Waiter<Out>>();
+  CallAsync(std::move(wire), deadline, [w](const Status& s, const redisReply* r) {
+    w->Complete([&](Out& o) {
+      o.status = s;
+      if (r != nullptr) o.reply = Reply::From(*r);
+    });
+  });
+  if (!w->Wait(deadline))
+    return Status::DeadlineExceeded("Redis did not answer before the deadline");
+  if (!w->value().status.ok()) return w->value().status;
+  return std::move(w->value().reply);
+}
+
+void SentinelRouter::Trigger(std::optional<HostPort> address) {
+  {
+    std::lock_guard<std::mutex> lock(resolve_mu_);
+    if (stop_) return;
+    pending_ = true;
+    if (address) announced_ = std::move(address);
+  }
+  resolve_cv_.notify_one();
+}
+
+void SentinelRouter::Resolve() {
+  const Micros connect_timeout = options_.node.connect.connect_timeout;
+  Micros backoff = 50'000;
+  std::unique_lock<std::mutex> lock(resolve_mu_);
+  for (;;) {
+    resolve_cv_.wait(lock, [&] { return stop_ || pending_; });
+    if (stop_) return;
+    pending_ = false;
+    std::optional<HostPort> announced;
+    announced.swap(announced_);
+    lock.unlock();
+
+    bool settled = false;
+    Result<HostPort> at =
+        announced ? Result<HostPort>(*announced) : AskSentinels(options_.sentinel, connect_timeout);
+    std::shared_ptr<Client> retired;
+    if (at.ok()) {
+      std::shared_ptr<Client> current = Current();
+      if (*at == primary()) {
+        // Same node: fine if it still is a master (its connections reconnect by
+        // themselves); if it is not, the sentinels have not switched yet: ask again.
+        auto role = current->Call(EncodeCommand({"ROLE"}), DeadlineAfter(connect_timeout));
+        settled = role.ok() && !role->is_error() && !role->elements.empty() &&
+                  role->elements[0].str == "master";
+      } else if (auto next = Connect(*at); next.ok()) {
+        std::lock_guard<std::mutex> g(mu_);
+        retired = std::move(client_);
+        retired_timeouts_ += retired->stats().timeouts.load();
+        retired_reconnects_ += retired->stats().reconnects.load();
+        client_ = std::move(*next);
+        primary_ = *at;
+        switches_.fetch_add(1, std::memory_order_relaxed);
+        settled = true;
+      }
+    }
+    retired.reset();  // outside every lock: its calls in flight complete now
+
+    lock.lock();
+    if (settled) {
+      backoff = 50'000;
+      continue;
+    }
+    // Not there yet (the sentinels still report the lost node, or it is not a master):
+    // try again after a pause, sooner if a switch is announced meanwhile.
+    resolve_cv_.wait_for(lock, std::chrono::microseconds(backoff),
+                         [&] { return stop_ || announced_.has_value(); });
+    backoff = std::min<Micros>(backoff * 2, 1'000'000);
+    pending_ = true;
+  }
+}
+
+}  // namespace sluice::redis

@@ -1,0 +1,83 @@
+// Internal: the client of a Sentinel-managed primary. It sends every command to the
+// primary the sentinels report, and moves to a new one when they announce a switch
+// (+switch-master), when the primary is lost, or when it answers READONLY.
+//
+// Calls are never held for discovery: a call goes to the primary the router has at the
+// moment; if that one is down or demoted the call fails at once (Unavailable, or the
+// READONLY error, which proves the command did not run) and the caller's failure mode
+// decides. Discovery runs on a thread of its own, one attempt at a time, each bounded
+// by connect_timeout, with backoff (50 ms to 1 s) while it fails.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "redis/connection.h"
+#include "redis/sentinel.h"
+
+namespace sluice::redis {
+
+struct SentinelRouterOptions {
+  SentinelOptions sentinel;
+  // For the primary's connections: everything but the URL's host and port, which come
+  // from the sentinels (user, password, db, timeouts, scripts, connection count).
+  ClientOptions node;
+};
+
+class SentinelRouter {
+ public:
+  // Asks the sentinels (bounded by connect_timeout), connects to the primary and checks
+  // its ROLE. Errors as AskSentinels, the primary's handshake errors, or Unavailable
+  // when the reported node is not a master.
+  static Result<std::unique_ptr<SentinelRouter>> Create(SentinelRouterOptions options);
+  // Stops following, then closes the primary's connections (calls in flight fail with
+  // Unavailable).
+  ~SentinelRouter();
+  SentinelRouter(const SentinelRouter&) = delete;
+  SentinelRouter& operator=(const SentinelRouter&) = delete;
+
+  // As Client: callbacks run exactly once, on an I/O thread or inline on an immediate
+  // failure. A lost connection or a READONLY reply also makes the router ask again.
+  void CallAsync(std::string wire, Deadline deadline, ReplyCallback callback);
+  void CallAsync(std::string wire, Deadline deadline, std::vector<ReplyCallback> callbacks);
+  Result<Reply> Call(std::string wire, Deadline deadline);
+
+  // The primary calls go to now.
+  HostPort primary() const;
+  // Times the router moved to another primary.
+  std::uint64_t switches() const { return switches_.load(std::memory_order_relaxed); }
+  // Counters of every client the router used (monotonic across switches).
+  std::uint64_t timeouts() const;
+  std::uint64_t reconnects() const;
+
+ private:
+  explicit SentinelRouter(SentinelRouterOptions options) : options_(std::move(options)) {}
+  // Connects to `at` and checks that it is a master; bounded by connect_timeout.
+  Result<std::shared_ptr<Client>> Connect(const HostPort& at) const;
+  std::shared_ptr<Client> Current() const;
+  ReplyCallback Watch(ReplyCallback cb);
+  // Asks for discovery (from any thread, never blocks): with an announced address, or
+  // nullopt to ask the sentinels.
+  void Trigger(std::optional<HostPort> address);
+  void Resolve();
+
+  const SentinelRouterOptions options_;
+  mutable std::mutex mu_;
+  std::shared_ptr<Client> client_;
+  HostPort primary_;
+  std::uint64_t retired_timeouts_ = 0, retired_reconnects_ = 0;
+  std::atomic<std::uint64_t> switches_{0};
+
+  std::mutex resolve_mu_;
+  std::condition_variable resolve_cv_;
+  bool pending_ = false;
+  std::optional<HostPort> announced_;
+  bool stop_ = false;
+  std::thread resolver_;
+  std::unique_ptr<SwitchWatcher> watcher_;
+};
+
+}  // namespace sluice::redis
