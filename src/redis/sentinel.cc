@@ -178,6 +178,24 @@ std::optional<std::pair<std::string, HostPort>> ParseSwitchMaster(std::string_vi
   return std::make_pair(std::string(parts[0]), HostPort{std::string(parts[3]), port});
 }
 
+std::optional<std::pair<std::string, HostPort>> ParsePromotion(std::string_view payload) {
+  std::vector<std::string_view> parts;
+  std::size_t start = 0;
+  while (start < payload.size()) {
+    std::size_t end = payload.find(' ', start);
+    if (end == std::string_view::npos) end = payload.size();
+    if (end > start) parts.push_back(payload.substr(start, end - start));
+    start = end + 1;
+  }
+  if (parts.size() != 8 || parts[0] != "slave" || parts[4] != "@") return std::nullopt;
+  int port = 0;
+  auto [end, ec] = std::from_chars(parts[3].data(), parts[3].data() + parts[3].size(), port);
+  if (ec != std::errc() || end != parts[3].data() + parts[3].size() || port <= 0 || port > 65535) {
+    return std::nullopt;
+  }
+  return std::make_pair(std::string(parts[5]), HostPort{std::string(parts[2]), port});
+}
+
 SwitchWatcher::SwitchWatcher(SentinelOptions options, OnChange on_change)
     : options_(std::move(options)), on_change_(std::move(on_change)) {
   if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) wake_[0] = wake_[1] = -1;
@@ -228,7 +246,8 @@ void SwitchWatcher::Watch(const HostPort& sentinel) {
   if (!c.ok()) return;
   redisContext* ctx = c->get();
   redisSetTimeout(ctx, ToTimeval(MicrosLeft(until)));
-  ReplyOwner sub(static_cast<redisReply*>(redisCommand(ctx, "SUBSCRIBE +switch-master")));
+  ReplyOwner sub(static_cast<redisReply*>(
+      redisCommand(ctx, "SUBSCRIBE +switch-master +failover-state-wait-promotion")));
   if (!sub || sub->type != REDIS_REPLY_ARRAY) return;
   subscribed_.store(true, std::memory_order_release);
   // Re-resolving covers a switch announced while we were not listening.
@@ -265,7 +284,9 @@ void SwitchWatcher::Watch(const HostPort& sentinel) {
       ReplyOwner r(static_cast<redisReply*>(raw));
       if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) continue;
       if (ReplyText(r->element[0]) != "message") continue;
-      auto sw = ParseSwitchMaster(ReplyText(r->element[2]));
+      const std::string channel = ReplyText(r->element[1]);
+      auto sw = channel == "+switch-master" ? ParseSwitchMaster(ReplyText(r->element[2]))
+                                            : ParsePromotion(ReplyText(r->element[2]));
       if (sw && sw->first == options_.master_name) on_change_(sw->second);
     }
   }

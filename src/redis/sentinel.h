@@ -54,12 +54,22 @@ Result<HostPort> AskSentinels(const SentinelOptions& options, Micros budget);
 // into the name and the new address.
 std::optional<std::pair<std::string, HostPort>> ParseSwitchMaster(std::string_view payload);
 
-// Follows +switch-master on one sentinel at a time (the next one when it is lost) from
-// a thread of its own.
+// Parses a +failover-state-wait-promotion message, "slave <ip>:<port> <ip> <port> @
+// <name> <master-ip> <master-port>" (the replica a sentinel just told to become
+// primary), into the name and the replica's address.
+std::optional<std::pair<std::string, HostPort>> ParsePromotion(std::string_view payload);
+
+// Follows a failover as one sentinel announces it, from a thread of its own: subscribed
+// to +switch-master (the failover is over) and +failover-state-wait-promotion (the
+// leader just sent REPLICAOF NO ONE to a replica: it is about to be the primary). Only
+// the leading sentinel announces the promotion, and the others learn of the switch up
+// to a hello period (2 s) later, so a router watches every sentinel at once. With
+// several sentinels in `options`, it uses one at a time (the next when it is lost).
 class SwitchWatcher {
  public:
   // `on_change` runs on the watcher's thread: with the new address when a sentinel
-  // announces that `master_name` switched, and with nullopt each time the subscription
+  // announces that `master_name` switched or is promoting a replica (check its ROLE
+  // before using it), and with nullopt each time the subscription
   // is (re)established after a loss (a switch may have been missed meanwhile). It must
   // not block for long.
   using OnChange = std::function<void(const std::optional<HostPort>& address)>;

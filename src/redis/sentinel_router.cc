@@ -50,13 +50,17 @@ Result<std::unique_ptr<SentinelRouter>> SentinelRouter::Create(SentinelRouterOpt
   r->client_ = std::move(*client);
   r->primary_ = *at;
   r->resolver_ = std::thread([p = r.get()] { p->Resolve(); });
-  r->watcher_ = std::make_unique<SwitchWatcher>(
-      r->options_.sentinel, [p = r.get()](const std::optional<HostPort>& a) { p->Trigger(a); });
+  for (const HostPort& s : r->options_.sentinel.sentinels) {
+    SentinelOptions one = r->options_.sentinel;
+    one.sentinels = {s};
+    r->watchers_.push_back(std::make_unique<SwitchWatcher>(
+        std::move(one), [p = r.get()](const std::optional<HostPort>& a) { p->Trigger(a); }));
+  }
   return r;
 }
 
 SentinelRouter::~SentinelRouter() {
-  watcher_.reset();  // its callback uses this router
+  watchers_.clear();  // their callbacks use this router
   {
     std::lock_guard<std::mutex> lock(resolve_mu_);
     stop_ = true;
@@ -141,26 +145,34 @@ void SentinelRouter::Trigger(std::optional<HostPort> address) {
 
 void SentinelRouter::Resolve() {
   const Micros connect_timeout = options_.node.connect.connect_timeout;
+  // An announced address is tried until its ROLE says master (a promotion takes a few
+  // milliseconds) or this long has passed; then the sentinels are asked again.
+  constexpr auto kCandidateFor = std::chrono::seconds(10);
+  std::optional<HostPort> candidate;
+  SteadyClock::time_point candidate_until;
   Micros backoff = 50'000;
   std::unique_lock<std::mutex> lock(resolve_mu_);
   for (;;) {
     resolve_cv_.wait(lock, [&] { return stop_ || pending_; });
     if (stop_) return;
     pending_ = false;
-    std::optional<HostPort> announced;
-    announced.swap(announced_);
+    if (announced_) {
+      candidate = std::move(announced_);
+      announced_.reset();
+      candidate_until = SteadyClock::now() + kCandidateFor;
+    }
+    if (candidate && SteadyClock::now() > candidate_until) candidate.reset();
     lock.unlock();
 
     bool settled = false;
     Result<HostPort> at =
-        announced ? Result<HostPort>(*announced) : AskSentinels(options_.sentinel, connect_timeout);
+        candidate ? Result<HostPort>(*candidate) : AskSentinels(options_.sentinel, connect_timeout);
     std::shared_ptr<Client> retired;
     if (at.ok()) {
-      std::shared_ptr<Client> current = Current();
       if (*at == primary()) {
         // Same node: fine if it still is a master (its connections reconnect by
         // themselves); if it is not, the sentinels have not switched yet: ask again.
-        auto role = current->Call(EncodeCommand({"ROLE"}), DeadlineAfter(connect_timeout));
+        auto role = Current()->Call(EncodeCommand({"ROLE"}), DeadlineAfter(connect_timeout));
         settled = role.ok() && !role->is_error() && !role->elements.empty() &&
                   role->elements[0].str == "master";
       } else if (auto next = Connect(*at); next.ok()) {
@@ -178,14 +190,17 @@ void SentinelRouter::Resolve() {
 
     lock.lock();
     if (settled) {
+      candidate.reset();
       backoff = 50'000;
       continue;
     }
-    // Not there yet (the sentinels still report the lost node, or it is not a master):
-    // try again after a pause, sooner if a switch is announced meanwhile.
-    resolve_cv_.wait_for(lock, std::chrono::microseconds(backoff),
+    // Not there yet (a promotion in progress, the sentinels still report the lost
+    // node, or it is not a master): try again after a pause, at once if a switch is
+    // announced meanwhile.
+    const Micros pause = candidate ? 10'000 : backoff;
+    resolve_cv_.wait_for(lock, std::chrono::microseconds(pause),
                          [&] { return stop_ || announced_.has_value(); });
-    backoff = std::min<Micros>(backoff * 2, 1'000'000);
+    if (!candidate) backoff = std::min<Micros>(backoff * 2, 1'000'000);
     pending_ = true;
   }
 }

@@ -1,6 +1,11 @@
 // Internal: the client of a Sentinel-managed primary. It sends every command to the
 // primary the sentinels report, and moves to a new one when they announce a switch
-// (+switch-master), when the primary is lost, or when it answers READONLY.
+// (+switch-master), when a sentinel promotes a replica (+failover-state-wait-promotion:
+// as soon as that replica's ROLE says master), when the primary is lost, or when it
+// answers READONLY. Moving at the promotion rather than at +switch-master (which
+// Sentinel publishes only after it has seen the promotion in INFO, up to a second
+// later) keeps the writes sent to the old primary meanwhile, lost at its demotion, to
+// milliseconds.
 //
 // Calls are never held for discovery: a call goes to the primary the router has at the
 // moment; if that one is down or demoted the call fails at once (Unavailable, or the
@@ -77,7 +82,8 @@ class SentinelRouter {
   std::optional<HostPort> announced_;
   bool stop_ = false;
   std::thread resolver_;
-  std::unique_ptr<SwitchWatcher> watcher_;
+  // One per sentinel: the leader of a failover announces it first.
+  std::vector<std::unique_ptr<SwitchWatcher>> watchers_;
 };
 
 }  // namespace sluice::redis

@@ -56,8 +56,15 @@ struct RedisBackend {
 
 // RedisStore through a Sentinel group (1 primary, 1 replica, 3 sentinels), started once
 // per test binary: the store discovers the primary from the sentinels.
+// The data nodes and the sentinels have passwords of their own, so every test on it
+// also checks that the two sets of credentials go where they belong.
 inline RedisSentinelGroup* SharedSentinelGroup() {
-  static Result<std::unique_ptr<RedisSentinelGroup>> group = RedisSentinelGroup::Start();
+  static Result<std::unique_ptr<RedisSentinelGroup>> group = [] {
+    RedisSentinelGroupOptions o;
+    o.password = "node-secret";
+    o.sentinel_password = "sentinel-secret";
+    return RedisSentinelGroup::Start(o);
+  }();
   if (!group.ok()) {
     ADD_FAILURE() << "cannot start the sentinel group: " << group.status().ToString();
     return nullptr;
