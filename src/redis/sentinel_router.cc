@@ -150,6 +150,14 @@ void SentinelRouter::Resolve() {
   constexpr auto kCandidateFor = std::chrono::seconds(10);
   std::optional<HostPort> candidate;
   SteadyClock::time_point candidate_until;
+  // After moving on an announcement, the sentinels that were not leading still report
+  // the old primary for a while (until the leader's hello reaches them), and the old
+  // primary still says it is master until Sentinel demotes it: asking then must not
+  // move the store back. For this long the announced primary is kept while it says it
+  // is master; then the sentinels are believed again.
+  constexpr auto kAnnouncedHold = std::chrono::seconds(10);
+  std::optional<HostPort> announced_primary;
+  SteadyClock::time_point hold_until;
   Micros backoff = 50'000;
   std::unique_lock<std::mutex> lock(resolve_mu_);
   for (;;) {
@@ -168,7 +176,14 @@ void SentinelRouter::Resolve() {
     Result<HostPort> at =
         candidate ? Result<HostPort>(*candidate) : AskSentinels(options_.sentinel, connect_timeout);
     std::shared_ptr<Client> retired;
-    if (at.ok()) {
+    const bool holding = !candidate && announced_primary && *announced_primary == primary() &&
+                         SteadyClock::now() < hold_until;
+    if (at.ok() && holding && !(*at == primary())) {
+      // The sentinels lag the announcement (see kAnnouncedHold): stay while it is master.
+      auto role = Current()->Call(EncodeCommand({"ROLE"}), DeadlineAfter(connect_timeout));
+      settled = role.ok() && !role->is_error() && !role->elements.empty() &&
+                role->elements[0].str == "master";
+    } else if (at.ok()) {
       if (*at == primary()) {
         // Same node: fine if it still is a master (its connections reconnect by
         // themselves); if it is not, the sentinels have not switched yet: ask again.
@@ -190,6 +205,10 @@ void SentinelRouter::Resolve() {
 
     lock.lock();
     if (settled) {
+      if (candidate) {
+        announced_primary = candidate;
+        hold_until = SteadyClock::now() + kAnnouncedHold;
+      }
       candidate.reset();
       backoff = 50'000;
       continue;
