@@ -21,20 +21,10 @@ using std::chrono::steady_clock;
 
 // The permissions of docs/redis.md's ACL line for a standalone Redis, one per entry
 // (the key pattern ~sluice:* is granted separately). Keep the two in step.
-const std::vector<std::string> kMinimalPermissions = {"+evalsha",
-                                                      "+script|load",
-                                                      "+ping",
-                                                      "+select",
-                                                      "+del",
-                                                      "+get",
-                                                      "+set",
-                                                      "+pexpire",
-                                                      "+time",
-                                                      "+zadd",
-                                                      "+zrange",
-                                                      "+zrangebyscore",
-                                                      "+zremrangebyscore",
-                                                      "+config|get"};
+const std::vector<std::string> kMinimalPermissions = {
+    "+evalsha",       "+script|load",      "+ping",      "+select", "+del",    "+get",
+    "+set",           "+pexpire",          "+time",      "+zadd",   "+zrange", "+zrem",
+    "+zrangebyscore", "+zremrangebyscore", "+config|get"};
 
 constexpr Micros kSec = 1'000'000;
 constexpr Micros kT0 = 1785412800LL * kSec;  // a minute boundary
@@ -58,9 +48,9 @@ struct Outcome {
 };
 
 // Everything the store does, as the user: connect (PING, SELECT, SCRIPT LOAD, CONFIG
-// GET), each algorithm allowed and denied, a batch, the sliding log's every path
-// (first entry, pruning, retry and reset lookups), Redis's own clock, a reload after
-// SCRIPT FLUSH, and Reset.
+// GET), each algorithm allowed and denied, refunds, a batch, the sliding log's every
+// path (first entry, pruning, retry and reset lookups, refund), Redis's own clock, a
+// reload after SCRIPT FLUSH, and Reset.
 Outcome Workload(RedisServer& server, bool caller_time) {
   Outcome out;
   auto fail = [&](const std::string& what, const Status& s) {
@@ -99,6 +89,12 @@ Outcome Workload(RedisServer& server, bool caller_time) {
     if (p.algorithm == Algorithm::kSlidingWindowLog) check(p, key, kT0 + kSec, true);
     check(p, key, kT0 + 2 * kSec, false);  // denied: the log looks up retry and reset
     check(p, key, kT0 + 30 * kSec, true);  // the log prunes its old entries
+  }
+  // Refunds give units back (the sliding log removes or shrinks its newest entry).
+  for (const Policy& p : policies) {
+    const std::string key = "sluice:{acl}:" + p.name;
+    StoreCheck c{&p, key, 1};
+    if (Status st = s.Refund({&c, 1}, kT0 + 31 * kSec); !st.ok()) fail("refund " + p.name, st);
   }
   // Two checks at once run the batch script.
   const std::string k1 = "sluice:{batch}:fw", k2 = "sluice:{batch}:log";

@@ -212,5 +212,44 @@ TEST(SentinelStore, BadSentinelInputIsAClearErrorWithinConnectTimeout) {
   }
 }
 
+// The minimal ACL user of docs/redis.md, plus +role for the primary check, on both data
+// nodes (either may be promoted): the store works with it, and without +role it is
+// refused with an error that names the missing permission.
+TEST(SentinelStore, TheMinimalAclUserNeedsRole) {
+  RedisSentinelGroup* g = SharedSentinelGroup();
+  ASSERT_NE(g, nullptr);
+  const std::vector<std::string> minimal = {
+      "ACL",       "SETUSER",        "placeholder",       "reset",      "on",      ">pw",
+      "~sluice:*", "+evalsha",       "+script|load",      "+ping",      "+select", "+del",
+      "+get",      "+set",           "+pexpire",          "+time",      "+zadd",   "+zrange",
+      "+zrem",     "+zrangebyscore", "+zremrangebyscore", "+config|get"};
+  for (RedisServer* node : {&g->primary(), &g->replica()}) {
+    std::vector<std::string> with_role = minimal;
+    with_role[2] = "with-role";
+    with_role.push_back("+role");
+    std::vector<std::string> without_role = minimal;
+    without_role[2] = "without-role";
+    for (const auto& cmd : {with_role, without_role}) {
+      auto r = node->Command(cmd);
+      ASSERT_TRUE(r.ok() && !r->is_error()) << (r.ok() ? r->str : r.status().ToString());
+    }
+  }
+  auto ok = Open(UrlWith(*g, ":node-secret@", "with-role:pw@"));
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  LimiterOptions lo;
+  lo.policies = {Policy::SlidingWindowLog("api", 5, std::chrono::minutes(1))};
+  lo.store = *ok;
+  auto limiter = Limiter::Create(std::move(lo));
+  ASSERT_TRUE(limiter.ok());
+  auto d = (*limiter)->Acquire("acl-user");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->source, DecisionSource::kStore);
+
+  auto refused = Open(UrlWith(*g, ":node-secret@", "without-role:pw@"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("+role"), std::string::npos)
+      << refused.status().ToString();
+}
+
 }  // namespace
 }  // namespace sluice::testing
