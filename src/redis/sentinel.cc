@@ -248,6 +248,11 @@ void SwitchWatcher::Watch(const HostPort& sentinel) {
   redisSetTimeout(ctx, ToTimeval(MicrosLeft(until)));
   ReplyOwner sub(static_cast<redisReply*>(
       redisCommand(ctx, "SUBSCRIBE +switch-master +failover-state-wait-promotion")));
+  if (sub && sub->type == REDIS_REPLY_ERROR) {
+    // An ACL user granted only the +switch-master channel: follow switches without the
+    // early move at the promotion.
+    sub.reset(static_cast<redisReply*>(redisCommand(ctx, "SUBSCRIBE +switch-master")));
+  }
   if (!sub || sub->type != REDIS_REPLY_ARRAY) return;
   subscribed_.store(true, std::memory_order_release);
   // Re-resolving covers a switch announced while we were not listening.

@@ -9,7 +9,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 #include "redis/sentinel.h"
 #include "sluice/key.h"
@@ -249,6 +251,39 @@ TEST(SentinelStore, TheMinimalAclUserNeedsRole) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("+role"), std::string::npos)
       << refused.status().ToString();
+}
+
+// A sentinel ACL user (sentinel_user) with the permissions docs/redis.md gives: the
+// store discovers the primary and subscribes with it.
+TEST(SentinelStore, TheSentinelAclUserOfTheDocsWorks) {
+  RedisSentinelGroup* g = SharedSentinelGroup();
+  ASSERT_NE(g, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    auto r = g->SentinelCommand(
+        i, {"ACL", "SETUSER", "watcher", "reset", "on", ">spw", "+sentinel|get-master-addr-by-name",
+            "+subscribe", "+ping", "&+switch-master", "&+failover-state-wait-promotion"});
+    ASSERT_TRUE(r.ok() && !r->is_error()) << (r.ok() ? r->str : r.status().ToString());
+  }
+  SentinelOptions o = OptionsFor(*g);
+  o.user = "watcher";
+  o.password = "spw";
+  auto a = redis::AskSentinels(o, 1'000'000);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->port, g->primary().port());
+  std::atomic<bool> subscribed{false};
+  {
+    redis::SwitchWatcher watcher(o, [&](const std::optional<HostPort>& at) {
+      if (!at) subscribed = true;
+    });
+    const auto end = steady_clock::now() + std::chrono::seconds(10);
+    while (!subscribed && steady_clock::now() < end) {
+      std::this_thread::sleep_for(milliseconds(10));  // polling for the event
+    }
+  }
+  EXPECT_TRUE(subscribed) << "the watcher could not subscribe as the ACL user";
+  auto store = Open(UrlWith(*g, "sentinel_password=sentinel-secret",
+                            "sentinel_user=watcher&sentinel_password=spw"));
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
 }
 
 }  // namespace
