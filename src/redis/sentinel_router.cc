@@ -155,20 +155,20 @@ void SentinelRouter::Resolve() {
     const bool holding = !candidate && announced_primary &&
                          SameEndpoint(*announced_primary, primary()) &&
                          SteadyClock::now() < hold_until;
-    if (at.ok() && holding && !(SameEndpoint(*at, primary()))) {
-      // The sentinels lag the announcement (see kAnnouncedHold): stay while it is master.
+    auto current_is_master = [&] {
       auto role =
           Current()->Call(Command{EncodeCommand({"ROLE"}), {}}, DeadlineAfter(connect_timeout));
-      settled = role.ok() && !role->is_error() && !role->elements.empty() &&
-                role->elements[0].str == "master";
+      return role.ok() && !role->is_error() && !role->elements.empty() &&
+             role->elements[0].str == "master";
+    };
+    if (at.ok() && holding && !SameEndpoint(*at, primary())) {
+      // The sentinels lag the announcement (see kAnnouncedHold): stay while it is master.
+      settled = current_is_master();
     } else if (at.ok()) {
       if (SameEndpoint(*at, primary())) {
         // Same node: fine if it still is a master (its connections reconnect by
         // themselves); if it is not, the sentinels have not switched yet: ask again.
-        auto role =
-            Current()->Call(Command{EncodeCommand({"ROLE"}), {}}, DeadlineAfter(connect_timeout));
-        settled = role.ok() && !role->is_error() && !role->elements.empty() &&
-                  role->elements[0].str == "master";
+        settled = current_is_master();
       } else if (auto next = Connect(*at); next.ok()) {
         std::lock_guard<std::mutex> g(mu_);
         retired = std::move(node_);

@@ -42,7 +42,8 @@ class SentinelRouter final : public Router {
   // when the reported node is not a master.
   static Result<std::unique_ptr<SentinelRouter>> Create(SentinelRouterOptions options);
   // Stops following, then closes the primary's connections (calls in flight fail with
-  // Unavailable).
+  // Unavailable). Waits for a discovery step or sentinel handshake under way, so it may
+  // take up to connect_timeout.
   ~SentinelRouter() override;
   SentinelRouter(const SentinelRouter&) = delete;
   SentinelRouter& operator=(const SentinelRouter&) = delete;
