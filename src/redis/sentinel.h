@@ -2,8 +2,9 @@
 // change. The sentinel router (sentinel_router.h) builds on these.
 //
 // Sentinel connections are off the decision path: a few blocking commands at startup
-// and after a switch, and one subscription per store. Every blocking step is bounded
-// by the deadline it is given.
+// and after a switch, and one subscription per sentinel. They use the data path's
+// transport and handshake (TLS for rediss-sentinel://, AUTH with the sentinel
+// credentials, PING), so every step is bounded by one deadline like any connection.
 #pragma once
 
 #include <atomic>
@@ -16,19 +17,16 @@
 #include <thread>
 #include <vector>
 
+#include "redis/url.h"
 #include "sluice/clock.h"
 #include "sluice/status.h"
 
 namespace sluice::redis {
 
-struct HostPort {
-  std::string host;
-  int port = 0;
-
-  // "host:port" ("[::1]:port" for IPv6).
-  std::string ToString() const;
-  bool operator==(const HostPort&) const = default;
-};
+// Same host and port.
+inline bool SameEndpoint(const HostPort& a, const HostPort& b) {
+  return a.host == b.host && a.port == b.port;
+}
 
 struct SentinelOptions {
   // Asked in order; the first that knows the master answers.
@@ -38,6 +36,8 @@ struct SentinelOptions {
   // nodes'. Empty password: no AUTH.
   std::string user;
   std::string password;
+  // rediss-sentinel://: the sentinels are reached over TLS too, with these settings.
+  TlsOptions tls;
   // Bound on connecting to one sentinel and on each command to it.
   Micros connect_timeout = 1'000'000;
 };

@@ -2,38 +2,41 @@
 
 #include <algorithm>
 
+#include "redis/reply.h"
+#include "redis/resp.h"
+
 namespace sluice::redis {
-namespace {
+namespace {}  // namespace
 
-bool IsReadonly(const redisReply* r) {
-  return r != nullptr && r->type == REDIS_REPLY_ERROR && r->len >= 8 &&
-         std::string_view(r->str, 8) == "READONLY";
-}
-
-}  // namespace
-
-Result<std::shared_ptr<Client>> SentinelRouter::Connect(const HostPort& at) const {
-  ClientOptions co = options_.node;
-  co.connect.url.unix_socket = false;
-  co.connect.url.host = at.host;
-  co.connect.url.port = at.port;
-  auto client = Client::Create(co);
-  if (!client.ok()) return client.status();
-  std::shared_ptr<Client> c = std::move(*client);
-  auto role = c->Call(EncodeCommand({"ROLE"}), DeadlineAfter(co.connect.connect_timeout));
+Result<std::shared_ptr<NodeClient>> SentinelRouter::Connect(const HostPort& at) const {
+  NodeOptions no = options_.node;
+  Url& u = no.connect.handshake.url;
+  u.topology = Topology::kStandalone;
+  u.unix_socket = false;
+  u.host = at.host;
+  u.port = at.port;
+  u.endpoints = {at};
+  u.master_name.clear();
+  u.sentinel_user.clear();
+  u.sentinel_password.clear();
+  auto node = NodeClient::Create(no, stats_);
+  if (!node.ok()) return node.status();
+  std::shared_ptr<NodeClient> c = std::move(*node);
+  auto role = c->Call(Command{EncodeCommand({"ROLE"}), {}},
+                      DeadlineAfter(no.connect.handshake.connect_timeout));
   if (!role.ok()) {
-    return Status::Unavailable("the sentinels report " + at.ToString() + " as the primary of '" +
+    return Status::Unavailable("the sentinels report " + at.Describe() + " as the primary of '" +
                                options_.sentinel.master_name +
                                "', but ROLE failed: " + role.status().message());
   }
   if (role->is_error()) {
-    return Status::Unavailable("the sentinels report " + at.ToString() + " as the primary of '" +
+    return Status::Unavailable("the sentinels report " + at.Describe() + " as the primary of '" +
                                options_.sentinel.master_name + "', but ROLE failed: " + role->str +
                                " (an ACL user needs +role)");
   }
   const std::string what = role->elements.empty() ? "nothing" : role->elements[0].str;
   if (what != "master") {
-    return Status::Unavailable("the sentinels report " + at.ToString() + " as the primary of '" +
+    return Status::Unavailable("the sentinels report " + at.Describe() + " as the primary of '" +
                                options_.sentinel.master_name + "', but it is not a master (ROLE " +
                                "answered " + what + ")");
   }
@@ -42,12 +45,12 @@ Result<std::shared_ptr<Client>> SentinelRouter::Connect(const HostPort& at) cons
 
 Result<std::unique_ptr<SentinelRouter>> SentinelRouter::Create(SentinelRouterOptions options) {
   std::unique_ptr<SentinelRouter> r(new SentinelRouter(std::move(options)));
-  const Micros budget = r->options_.node.connect.connect_timeout;
+  const Micros budget = r->options_.node.connect.handshake.connect_timeout;
   auto at = AskSentinels(r->options_.sentinel, budget);
   if (!at.ok()) return at.status();
-  auto client = r->Connect(*at);
-  if (!client.ok()) return client.status();
-  r->client_ = std::move(*client);
+  auto node = r->Connect(*at);
+  if (!node.ok()) return node.status();
+  r->node_ = std::move(*node);
   r->primary_ = *at;
   r->resolver_ = std::thread([p = r.get()] { p->Resolve(); });
   for (const HostPort& s : r->options_.sentinel.sentinels) {
@@ -67,17 +70,17 @@ SentinelRouter::~SentinelRouter() {
   }
   resolve_cv_.notify_all();
   if (resolver_.joinable()) resolver_.join();
-  std::shared_ptr<Client> last;
+  std::shared_ptr<NodeClient> last;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    last.swap(client_);
+    last.swap(node_);
   }
   last.reset();  // calls in flight complete (Unavailable); Trigger is a no-op by now
 }
 
-std::shared_ptr<Client> SentinelRouter::Current() const {
+std::shared_ptr<NodeClient> SentinelRouter::Current() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return client_;
+  return node_;
 }
 
 HostPort SentinelRouter::primary() const {
@@ -85,52 +88,25 @@ HostPort SentinelRouter::primary() const {
   return primary_;
 }
 
-std::uint64_t SentinelRouter::timeouts() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return retired_timeouts_ + (client_ ? client_->stats().timeouts.load() : 0);
-}
-
-std::uint64_t SentinelRouter::reconnects() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return retired_reconnects_ + (client_ ? client_->stats().reconnects.load() : 0);
-}
-
 // A lost connection (Unavailable) or READONLY: the primary may have moved.
 ReplyCallback SentinelRouter::Watch(ReplyCallback cb) {
   return [this, cb = std::move(cb)](const Status& s, const redisReply* r) {
-    if (s.code() == ErrorCode::kUnavailable || (s.ok() && IsReadonly(r))) Trigger(std::nullopt);
+    if (s.code() == ErrorCode::kUnavailable || (s.ok() && Classify(r) == ErrorKind::kReadOnly)) {
+      Trigger(std::nullopt);
+    }
     cb(s, r);
   };
 }
 
-void SentinelRouter::CallAsync(std::string wire, Deadline deadline, ReplyCallback callback) {
-  std::shared_ptr<Client> c = Current();
-  c->CallAsync(std::move(wire), deadline, Watch(std::move(callback)));
+void SentinelRouter::Send(std::string_view, Command command, Deadline deadline,
+                          ReplyCallback done) {
+  std::shared_ptr<NodeClient> node = Current();
+  node->Send(std::move(command), deadline, Watch(std::move(done)));
 }
 
-void SentinelRouter::CallAsync(std::string wire, Deadline deadline,
-                               std::vector<ReplyCallback> callbacks) {
-  for (ReplyCallback& cb : callbacks) cb = Watch(std::move(cb));
-  std::shared_ptr<Client> c = Current();
-  c->CallAsync(std::move(wire), deadline, std::move(callbacks));
-}
-
-Result<Reply> SentinelRouter::Call(std::string wire, Deadline deadline) {
-  struct Out {
-    Status status;
-    Reply reply;
-  };
-  auto w = std::make_shared<Waiter<Out>>();
-  CallAsync(std::move(wire), deadline, [w](const Status& s, const redisReply* r) {
-    w->Complete([&](Out& o) {
-      o.status = s;
-      if (r != nullptr) o.reply = Reply::From(*r);
-    });
-  });
-  if (!w->Wait(deadline))
-    return Status::DeadlineExceeded("Redis did not answer before the deadline");
-  if (!w->value().status.ok()) return w->value().status;
-  return std::move(w->value().reply);
+void SentinelRouter::ForEachPrimary(const std::function<void(NodeClient&)>& fn) {
+  std::shared_ptr<NodeClient> node = Current();
+  fn(*node);
 }
 
 void SentinelRouter::Trigger(std::optional<HostPort> address) {
@@ -144,7 +120,7 @@ void SentinelRouter::Trigger(std::optional<HostPort> address) {
 }
 
 void SentinelRouter::Resolve() {
-  const Micros connect_timeout = options_.node.connect.connect_timeout;
+  const Micros connect_timeout = options_.node.connect.handshake.connect_timeout;
   // An announced address is tried until its ROLE says master (a promotion takes a few
   // milliseconds) or this long has passed; then the sentinels are asked again.
   constexpr auto kCandidateFor = std::chrono::seconds(10);
@@ -175,27 +151,28 @@ void SentinelRouter::Resolve() {
     bool settled = false;
     Result<HostPort> at =
         candidate ? Result<HostPort>(*candidate) : AskSentinels(options_.sentinel, connect_timeout);
-    std::shared_ptr<Client> retired;
-    const bool holding = !candidate && announced_primary && *announced_primary == primary() &&
+    std::shared_ptr<NodeClient> retired;
+    const bool holding = !candidate && announced_primary &&
+                         SameEndpoint(*announced_primary, primary()) &&
                          SteadyClock::now() < hold_until;
-    if (at.ok() && holding && !(*at == primary())) {
+    auto current_is_master = [&] {
+      auto role =
+          Current()->Call(Command{EncodeCommand({"ROLE"}), {}}, DeadlineAfter(connect_timeout));
+      return role.ok() && !role->is_error() && !role->elements.empty() &&
+             role->elements[0].str == "master";
+    };
+    if (at.ok() && holding && !SameEndpoint(*at, primary())) {
       // The sentinels lag the announcement (see kAnnouncedHold): stay while it is master.
-      auto role = Current()->Call(EncodeCommand({"ROLE"}), DeadlineAfter(connect_timeout));
-      settled = role.ok() && !role->is_error() && !role->elements.empty() &&
-                role->elements[0].str == "master";
+      settled = current_is_master();
     } else if (at.ok()) {
-      if (*at == primary()) {
+      if (SameEndpoint(*at, primary())) {
         // Same node: fine if it still is a master (its connections reconnect by
         // themselves); if it is not, the sentinels have not switched yet: ask again.
-        auto role = Current()->Call(EncodeCommand({"ROLE"}), DeadlineAfter(connect_timeout));
-        settled = role.ok() && !role->is_error() && !role->elements.empty() &&
-                  role->elements[0].str == "master";
+        settled = current_is_master();
       } else if (auto next = Connect(*at); next.ok()) {
         std::lock_guard<std::mutex> g(mu_);
-        retired = std::move(client_);
-        retired_timeouts_ += retired->stats().timeouts.load();
-        retired_reconnects_ += retired->stats().reconnects.load();
-        client_ = std::move(*next);
+        retired = std::move(node_);
+        node_ = std::move(*next);
         primary_ = *at;
         switches_.fetch_add(1, std::memory_order_relaxed);
         settled = true;

@@ -20,7 +20,8 @@
 #include <optional>
 #include <thread>
 
-#include "redis/connection.h"
+#include "redis/node_client.h"
+#include "redis/router.h"
 #include "redis/sentinel.h"
 
 namespace sluice::redis {
@@ -28,41 +29,45 @@ namespace sluice::redis {
 struct SentinelRouterOptions {
   SentinelOptions sentinel;
   // For the primary's connections: everything but the URL's host and port, which come
-  // from the sentinels (user, password, db, timeouts, scripts, connection count).
-  ClientOptions node;
+  // from the sentinels (user, password, db, TLS, timeouts, scripts, connection count).
+  NodeOptions node;
+  // For messages: the masked redis-sentinel:// URL.
+  std::string describe;
 };
 
-class SentinelRouter {
+class SentinelRouter final : public Router {
  public:
   // Asks the sentinels (bounded by connect_timeout), connects to the primary and checks
   // its ROLE. Errors as AskSentinels, the primary's handshake errors, or Unavailable
   // when the reported node is not a master.
   static Result<std::unique_ptr<SentinelRouter>> Create(SentinelRouterOptions options);
   // Stops following, then closes the primary's connections (calls in flight fail with
-  // Unavailable).
-  ~SentinelRouter();
+  // Unavailable). Waits for a discovery step or sentinel handshake under way, so it may
+  // take up to connect_timeout.
+  ~SentinelRouter() override;
   SentinelRouter(const SentinelRouter&) = delete;
   SentinelRouter& operator=(const SentinelRouter&) = delete;
 
-  // As Client: callbacks run exactly once, on an I/O thread or inline on an immediate
-  // failure. A lost connection or a READONLY reply also makes the router ask again.
-  void CallAsync(std::string wire, Deadline deadline, ReplyCallback callback);
-  void CallAsync(std::string wire, Deadline deadline, std::vector<ReplyCallback> callbacks);
-  Result<Reply> Call(std::string wire, Deadline deadline);
+  // To the current primary (the routing key is ignored). A lost connection or a
+  // READONLY reply also makes the router ask again; the call itself is not held.
+  void Send(std::string_view routing_key, Command command, Deadline deadline,
+            ReplyCallback done) override;
+  // The current primary.
+  void ForEachPrimary(const std::function<void(NodeClient&)>& fn) override;
+  // Counters of every node the router used (one set, monotonic across switches).
+  const ConnectionStats& stats() const override { return *stats_; }
+  std::string Describe() const override { return options_.describe; }
 
   // The primary calls go to now.
   HostPort primary() const;
   // Times the router moved to another primary.
   std::uint64_t switches() const { return switches_.load(std::memory_order_relaxed); }
-  // Counters of every client the router used (monotonic across switches).
-  std::uint64_t timeouts() const;
-  std::uint64_t reconnects() const;
 
  private:
   explicit SentinelRouter(SentinelRouterOptions options) : options_(std::move(options)) {}
   // Connects to `at` and checks that it is a master; bounded by connect_timeout.
-  Result<std::shared_ptr<Client>> Connect(const HostPort& at) const;
-  std::shared_ptr<Client> Current() const;
+  Result<std::shared_ptr<NodeClient>> Connect(const HostPort& at) const;
+  std::shared_ptr<NodeClient> Current() const;
   ReplyCallback Watch(ReplyCallback cb);
   // Asks for discovery (from any thread, never blocks): with an announced address, or
   // nullopt to ask the sentinels.
@@ -70,10 +75,10 @@ class SentinelRouter {
   void Resolve();
 
   const SentinelRouterOptions options_;
+  std::shared_ptr<ConnectionStats> stats_ = std::make_shared<ConnectionStats>();
   mutable std::mutex mu_;
-  std::shared_ptr<Client> client_;
+  std::shared_ptr<NodeClient> node_;
   HostPort primary_;
-  std::uint64_t retired_timeouts_ = 0, retired_reconnects_ = 0;
   std::atomic<std::uint64_t> switches_{0};
 
   std::mutex resolve_mu_;

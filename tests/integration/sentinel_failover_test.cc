@@ -67,7 +67,7 @@ TEST(SentinelFailover, TheWatcherHearsAFailover) {
   std::unique_lock<std::mutex> lock(mu);
   // The promotion, then the switch: both name the new primary.
   ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return heard.size() >= 2; }));
-  for (const HostPort& a : heard) EXPECT_EQ(a, (HostPort{"127.0.0.1", new_port}));
+  for (const HostPort& a : heard) EXPECT_EQ(a.Describe(), "127.0.0.1:" + std::to_string(new_port));
 }
 
 TEST(SentinelFailover, AReportedPrimaryThatIsNotMasterIsRefused) {

@@ -70,7 +70,7 @@ TEST(SentinelDiscovery, ParsesAnnouncements) {
   auto sw = redis::ParseSwitchMaster("mymaster 127.0.0.1 6379 127.0.0.1 6380");
   ASSERT_TRUE(sw.has_value());
   EXPECT_EQ(sw->first, "mymaster");
-  EXPECT_EQ(sw->second, (HostPort{"127.0.0.1", 6380}));
+  EXPECT_EQ(sw->second.Describe(), "127.0.0.1:6380");
   EXPECT_FALSE(redis::ParseSwitchMaster("mymaster 127.0.0.1 6379 127.0.0.1").has_value());
   EXPECT_FALSE(redis::ParseSwitchMaster("m 1.1.1.1 1 1.1.1.1 70000").has_value());
   EXPECT_FALSE(redis::ParseSwitchMaster("m 1.1.1.1 1 1.1.1.1 12x").has_value());
@@ -78,7 +78,7 @@ TEST(SentinelDiscovery, ParsesAnnouncements) {
   auto pr = redis::ParsePromotion("slave 127.0.0.1:6380 127.0.0.1 6380 @ mymaster 127.0.0.1 6379");
   ASSERT_TRUE(pr.has_value());
   EXPECT_EQ(pr->first, "mymaster");
-  EXPECT_EQ(pr->second, (HostPort{"127.0.0.1", 6380}));
+  EXPECT_EQ(pr->second.Describe(), "127.0.0.1:6380");
   EXPECT_FALSE(redis::ParsePromotion("master mymaster 127.0.0.1 6379").has_value());
 }
 
@@ -90,7 +90,7 @@ TEST(SentinelDiscovery, AnySentinelGivesThePrimary) {
   o.sentinels.insert(o.sentinels.begin(), {{"127.0.0.1", RefusedPort()}, {"127.0.0.1", 1}});
   auto a = redis::AskSentinels(o, 1'500'000);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
-  EXPECT_EQ(*a, (HostPort{"127.0.0.1", g->primary().port()}));
+  EXPECT_EQ(a->Describe(), "127.0.0.1:" + std::to_string(g->primary().port()));
 }
 
 TEST(SentinelDiscovery, AnUnknownNameIsAClearErrorAtOnce) {
