@@ -22,9 +22,9 @@ using std::chrono::steady_clock;
 // The permissions of docs/redis.md's ACL line for a standalone Redis, one per entry
 // (the key pattern ~sluice:* is granted separately). Keep the two in step.
 const std::vector<std::string> kMinimalPermissions = {
-    "+evalsha",       "+script|load",      "+ping",      "+select", "+del",    "+get",
-    "+set",           "+pexpire",          "+time",      "+zadd",   "+zrange", "+zrem",
-    "+zrangebyscore", "+zremrangebyscore", "+config|get"};
+    "+evalsha",          "+script|load", "+ping", "+select", "+del",  "+get",   "+set",
+    "+pexpire",          "+time",        "+zadd", "+zrange", "+zrem", "+zcard", "+zrangebyscore",
+    "+zremrangebyscore", "+config|get"};
 
 constexpr Micros kSec = 1'000'000;
 constexpr Micros kT0 = 1785412800LL * kSec;  // a minute boundary

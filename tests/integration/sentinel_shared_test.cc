@@ -220,11 +220,29 @@ TEST(SentinelStore, BadSentinelInputIsAClearErrorWithinConnectTimeout) {
 TEST(SentinelStore, TheMinimalAclUserNeedsRole) {
   RedisSentinelGroup* g = SharedSentinelGroup();
   ASSERT_NE(g, nullptr);
-  const std::vector<std::string> minimal = {
-      "ACL",       "SETUSER",        "placeholder",       "reset",      "on",      ">pw",
-      "~sluice:*", "+evalsha",       "+script|load",      "+ping",      "+select", "+del",
-      "+get",      "+set",           "+pexpire",          "+time",      "+zadd",   "+zrange",
-      "+zrem",     "+zrangebyscore", "+zremrangebyscore", "+config|get"};
+  const std::vector<std::string> minimal = {"ACL",
+                                            "SETUSER",
+                                            "placeholder",
+                                            "reset",
+                                            "on",
+                                            ">pw",
+                                            "~sluice:*",
+                                            "+evalsha",
+                                            "+script|load",
+                                            "+ping",
+                                            "+select",
+                                            "+del",
+                                            "+get",
+                                            "+set",
+                                            "+pexpire",
+                                            "+time",
+                                            "+zadd",
+                                            "+zrange",
+                                            "+zrem",
+                                            "+zcard",
+                                            "+zrangebyscore",
+                                            "+zremrangebyscore",
+                                            "+config|get"};
   for (RedisServer* node : {&g->primary(), &g->replica()}) {
     std::vector<std::string> with_role = minimal;
     with_role[2] = "with-role";
