@@ -50,7 +50,8 @@ Result<Policy> BuildPolicy(const PolicyFlags& flags, std::string_view default_ra
 
 void AddStoreFlags(CLI::App& app, StoreFlags& flags) {
   app.add_option("--redis,--store", flags.url,
-                 "redis://[user:password@]host:port[/db], unix:///path/to/socket[?db=N], or "
+                 "redis://[user:password@]host:port[/db], unix:///path/to/socket[?db=N], "
+                 "redis-sentinel://host:port[,host:port]/MASTER[?sentinel_password=P], or "
                  "memory:// (a fresh in-process store)")
       ->capture_default_str();
   app.add_option("--timeout", flags.timeout, "deadline of each store call")->capture_default_str();
@@ -72,10 +73,13 @@ Result<OpenedStore> OpenStoreFromFlags(const StoreFlags& flags, bool* usage_erro
     out.store = std::make_shared<MemoryStore>();
     return out;
   }
-  if (!flags.url.starts_with("redis://") && !flags.url.starts_with("unix://")) {
+  // Every Redis form (redis, rediss, redis-sentinel, redis-cluster...) is RedisStore's
+  // to parse and to explain when malformed.
+  if (!flags.url.starts_with("redis") && !flags.url.starts_with("unix://")) {
     return Status::InvalidArgument("unknown store URL '" + flags.url +
-                                   "' (expected redis://host:port[/db], unix:///path/to/socket "
-                                   "or memory://)");
+                                   "' (expected redis://host:port[/db], unix:///path/to/socket, "
+                                   "redis-sentinel://host:port[,host:port]/MASTER, "
+                                   "redis-cluster://host:port[,host:port] or memory://)");
   }
   RedisStoreOptions o;
   o.url = flags.url;

@@ -8,6 +8,7 @@
 
 #include "redis/router.h"
 #include "redis/scripts.h"
+#include "redis/sentinel_router.h"
 #include "redis/standalone_router.h"
 #include "redis/url.h"
 #include "redis/waiter.h"
@@ -66,6 +67,7 @@ struct RedisStore::Impl {
   }
 
   void CheckMaxmemory(redis::NodeClient& node);
+  Status CheckEvalsha(redis::NodeClient& node, const std::string& user) const;
   void CountTimeout(Call& call) {
     if (!call.timeout_counted.exchange(true, std::memory_order_acq_rel)) {
       timeouts.fetch_add(1, std::memory_order_relaxed);
@@ -82,6 +84,23 @@ struct RedisStore::Impl {
   void Run(std::string_view routing_key, const redis::Script& script, std::string wire,
            std::shared_ptr<Call> call, redis::Deadline deadline, EvaluateCallback done);
 };
+
+// A user that may not run EVALSHA cannot decide anything: refuse it at Create rather
+// than fail every call. EVALSHA of an unknown SHA with no keys runs nothing: NOSCRIPT
+// when the user may run it, NOPERM when not.
+Status RedisStore::Impl::CheckEvalsha(redis::NodeClient& node, const std::string& user) const {
+  const redis::Deadline deadline = redis::DeadlineAfter(options.connect_timeout);
+  auto r = node.Call(
+      redis::Command{redis::EncodeCommand({"EVALSHA", std::string(40, '0'), "0"}), {}}, deadline);
+  // Not reachable (or degraded start): the calls will say so; only a refusal is final.
+  if (!r.ok()) return Status::Ok();
+  if (r->is_error() && r->str.starts_with("NOPERM")) {
+    return Status::InvalidArgument("user '" + (user.empty() ? std::string("default") : user) +
+                                   "' may not run evalsha on " + node.url().Describe() + ": " +
+                                   r->str + " (docs/redis.md lists the ACL sluice needs)");
+  }
+  return Status::Ok();
+}
 
 // Eviction would silently forget counters (letting more requests through), so only
 // noeviction (writes fail instead, and the failure mode decides) is safe.
@@ -130,10 +149,10 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
       !s.ok()) {
     return s;
   }
-  if (url->topology != redis::Topology::kStandalone || url->tls.enabled) {
+  if (url->topology == redis::Topology::kCluster || url->tls.enabled) {
     return Status::Unimplemented(url->Scheme() +
-                                 " URLs are not supported by this build yet (use redis:// "
-                                 "or unix://)");
+                                 " URLs are not supported by this build yet (use redis://, "
+                                 "unix:// or redis-sentinel://)");
   }
   redis::NodeOptions no;
   no.connect.handshake.url = *url;
@@ -142,11 +161,33 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
   no.connect.stall_timeout = std::max<Micros>(1'000'000, 4 * options.call_timeout);
   no.connections = options.connections;
   no.connect_now = options.require_connection;
-  auto router = redis::StandaloneRouter::Create(std::move(no));
-  if (!router.ok()) return router.status();
+  std::unique_ptr<redis::Router> router;
+  if (url->topology == redis::Topology::kSentinel) {
+    redis::SentinelRouterOptions so;
+    so.sentinel.sentinels = url->endpoints;
+    so.sentinel.master_name = url->master_name;
+    so.sentinel.user = url->sentinel_user;
+    so.sentinel.password = url->sentinel_password;
+    so.sentinel.tls = url->tls;
+    so.sentinel.connect_timeout = options.connect_timeout;
+    so.node = std::move(no);
+    so.describe = url->Describe();
+    auto sentinel = redis::SentinelRouter::Create(std::move(so));
+    if (!sentinel.ok()) return sentinel.status();
+    router = std::move(*sentinel);
+  } else {
+    auto standalone = redis::StandaloneRouter::Create(std::move(no));
+    if (!standalone.ok()) return standalone.status();
+    router = std::move(*standalone);
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
-  impl->router = std::move(*router);
+  impl->router = std::move(router);
+  Status usable;
+  impl->router->ForEachPrimary([&](redis::NodeClient& node) {
+    if (Status s = impl->CheckEvalsha(node, url->user); !s.ok() && usable.ok()) usable = s;
+  });
+  if (!usable.ok()) return usable;
   impl->router->ForEachPrimary([&](redis::NodeClient& node) { impl->CheckMaxmemory(node); });
   return std::shared_ptr<RedisStore>(new RedisStore(std::move(impl)));
 }

@@ -59,7 +59,7 @@ std::uint64_t RandomCost(std::mt19937_64& rng, const Policy& p) {
 class Differential : public ::testing::Test {
  protected:
   void SetUp() override {
-    redis_ = RedisBackend::Make();
+    redis_ = SLUICE_DIFFERENTIAL_BACKEND::Make();
     ASSERT_NE(redis_, nullptr);
   }
 

@@ -37,7 +37,7 @@ class StoreConformance : public ::testing::Test {
   std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>(kNoon);
 };
 
-using Backends = ::testing::Types<MemoryBackend, RedisBackend>;
+using Backends = ::testing::Types<SLUICE_SUITE_BACKENDS>;
 struct BackendName {
   template <typename T>
   static std::string GetName(int) {

@@ -1,0 +1,46 @@
+// The Sentinel test fixture itself: the group starts healthy, and both fault helpers
+// end with the other node promoted and reported by every sentinel.
+#include <gtest/gtest.h>
+
+#include "redis_sentinel.h"
+
+namespace sluice::testing {
+namespace {
+
+TEST(SentinelFixture, StartsHealthyAndFailsOverBothWays) {
+  RedisSentinelGroupOptions o;
+  o.password = "node-secret";
+  o.sentinel_password = "sentinel-secret";
+  auto group = RedisSentinelGroup::Start(o);
+  ASSERT_TRUE(group.ok()) << group.status().ToString();
+  RedisSentinelGroup& g = **group;
+  const int first = g.primary().port();
+  for (int i = 0; i < 3; ++i) {
+    auto port = g.ReportedPrimaryPort(i);
+    ASSERT_TRUE(port.ok()) << port.status().ToString();
+    EXPECT_EQ(*port, first);
+  }
+  EXPECT_NE(g.Url().find("/sluice-primary?sentinel_password=sentinel-secret"), std::string::npos)
+      << g.Url();
+
+  // Manual failover: the replica is promoted, the old primary follows it.
+  ASSERT_TRUE(g.Failover().ok());
+  const int second = g.primary().port();
+  EXPECT_NE(second, first);
+  ASSERT_TRUE(g.WaitHealthy().ok());
+  auto role = g.replica().Command({"ROLE"});
+  ASSERT_TRUE(role.ok());
+  ASSERT_FALSE(role->elements.empty());
+  EXPECT_EQ(role->elements[0].str, "slave");
+
+  // kill -9 of the primary: the sentinels agree it is down and promote the replica.
+  Status killed = g.KillPrimary();
+  ASSERT_TRUE(killed.ok()) << killed.ToString();
+  EXPECT_EQ(g.primary().port(), first);
+  ASSERT_TRUE(g.RestartOldPrimary().ok());
+  Status healthy = g.WaitHealthy();
+  EXPECT_TRUE(healthy.ok()) << healthy.ToString();
+}
+
+}  // namespace
+}  // namespace sluice::testing
