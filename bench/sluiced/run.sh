@@ -2,7 +2,8 @@
 # sluiced throughput and latency, side by side with nginx answering `return 200`, in one
 # run on this machine, all on loopback:
 #   - HTTP (wrk): nginx return 200 | sluiced GET /v1/check | sluiced POST /json
-#   - gRPC (sluiced_grpc_load, async stubs): ShouldRateLimit
+#   - gRPC (sluiced_grpc_load, async stubs): ShouldRateLimit against sluice.bench.v1.Empty
+#     (the same messages answered at once, on the same server: what gRPC itself costs)
 # Usage: bench/sluiced/run.sh [memory|redis]   (builds the release preset first)
 # Settings: DURATION (s per run, default 5), ROUNDS (default 3), CONNECTIONS (default 32),
 # THREADS (wrk, default 2).
@@ -47,7 +48,8 @@ YAML
 hport=$(free_port)
 gport=$(free_port)
 build/release/src/service/sluiced --config "$work/sluiced.yaml" --http "127.0.0.1:$hport" \
-  --grpc "127.0.0.1:$gport" "${redis_flag[@]}" >"$work/sluiced.log" 2>&1 &
+  --grpc "127.0.0.1:$gport" --bench-empty-grpc "${redis_flag[@]}" >"$work/sluiced.log" 2>&1 &
+spid=$!
 pids+=($!)
 
 nport=$(free_port)
@@ -124,7 +126,23 @@ echo "all rounds (requests/s p50 p99 non-2xx): nginx: $(paste -sd';' "$work/ngin
 echo "  check: $(paste -sd';' "$work/check.rows")"
 echo "  json: $(paste -sd';' "$work/json.rows")"
 echo
-echo "gRPC: sluiced_grpc_load --concurrency $conns --threads $threads --values 1000 --duration $duration"
-build/release/bench/sluiced/sluiced_grpc_load --target "127.0.0.1:$gport" --domain bench \
-  --key remote_address --values 1000 --concurrency "$conns" --threads "$threads" \
-  --duration "$duration"
+echo "gRPC: sluiced_grpc_load --concurrency $conns --threads $threads --values 1000" \
+  "--duration $duration, alternating rounds, median"
+grpc_once() {  # extra flags; prints "rate p50 p99 errors"
+  build/release/bench/sluiced/sluiced_grpc_load --target "127.0.0.1:$gport" --domain bench \
+    --key remote_address --values 1000 --concurrency "$conns" --threads "$threads" \
+    --duration "$duration" "$@" |
+    sed -E 's/.*rate=([0-9]+) p50_ms=([0-9.]+) p99_ms=([0-9.]+) .*errors=([0-9]+).*/\1 \2ms \3ms \4/'
+}
+: >"$work/gempty.rows"; : >"$work/gdecide.rows"
+for _ in $(seq "$rounds"); do
+  grpc_once --empty >>"$work/gempty.rows" || true
+  grpc_once >>"$work/gdecide.rows" || true
+done
+echo
+echo '| gRPC target | calls/s | p50 | p99 | errors |'
+echo '| --- | ---: | ---: | ---: | ---: |'
+median_row 'empty handler, same server (reference)' "$work/gempty.rows"
+median_row 'ShouldRateLimit (decision)' "$work/gdecide.rows"
+echo "all rounds: empty: $(paste -sd';' "$work/gempty.rows"); decision: $(paste -sd';' "$work/gdecide.rows")"
+echo "sluiced RSS after the run: $(awk '/VmRSS/ {print $2, $3}' "/proc/$spid/status" 2>/dev/null || echo n/a)"

@@ -112,7 +112,8 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   d->http_addr_ = s.http;
   d->grpc_addr_ = s.grpc;
   d->started_ = s;
-  auto grpc = GrpcServer::Start(*d->engine_, s.grpc, s.max_body_bytes, d->options_.reuse_port);
+  auto grpc = GrpcServer::Start(*d->engine_, s.grpc, s.max_body_bytes, d->options_.reuse_port,
+                                d->options_.bench_empty_grpc);
   if (!grpc.ok()) return grpc.status();
   d->grpc_ = std::move(*grpc);
   HttpOptions ho = d->options_.http_options;

@@ -9,6 +9,7 @@
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "service/log.h"
+#include "sluice/bench/v1/empty.grpc.pb.h"
 
 namespace sluice::service {
 
@@ -160,10 +161,22 @@ class RlsService final : public pb::RateLimitService::CallbackService {
   Engine& engine_;
 };
 
+// The benchmarks' reference: what gRPC costs without a decision.
+class EmptyService final : public ::sluice::bench::v1::Empty::CallbackService {
+  grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* ctx,
+                                            const pb::RateLimitRequest*,
+                                            pb::RateLimitResponse*) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+};
+
 }  // namespace
 
 struct GrpcServer::Impl {
   std::unique_ptr<RlsService> service;
+  std::unique_ptr<EmptyService> empty;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
 };
@@ -179,7 +192,7 @@ int GrpcServer::port() const {
 
 Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine, const std::string& addr,
                                                       std::size_t max_message_bytes,
-                                                      bool reuse_port) {
+                                                      bool reuse_port, bool bench_empty) {
   auto impl = std::make_unique<Impl>();
   impl->service = std::make_unique<RlsService>(engine);
   // Process-wide switch, read by every ServerBuilder built after it.
@@ -190,6 +203,10 @@ Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine, const std:
   b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, reuse_port ? 1 : 0);
   b.AddListeningPort(addr, grpc::InsecureServerCredentials(), &impl->port);
   b.RegisterService(impl->service.get());
+  if (bench_empty) {
+    impl->empty = std::make_unique<EmptyService>();
+    b.RegisterService(impl->empty.get());
+  }
   b.SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
   impl->server = b.BuildAndStart();
   if (!impl->server || impl->port == 0) {

@@ -164,13 +164,20 @@ struct HttpServer::Impl {
   int port = 0;
   // Declared after everything a connection touches in its destructor: handlers left in
   // the io_context die with it.
-  asio::io_context ioc;
+  // One io_context per I/O thread (no locking between threads on the hot path); the
+  // acceptor lives on the first, connections are spread round-robin.
+  std::vector<std::unique_ptr<asio::io_context>> ctxs;
+  std::size_t next_ctx = 0;  // touched only by the acceptor's handler
   std::optional<tcp::acceptor> acceptor;
   std::optional<asio::steady_timer> accept_retry;
   std::vector<std::thread> threads;
 
   Impl(Engine& e, const std::atomic<bool>* r, const HttpOptions& opts)
-      : engine(e), ready(r), o(opts), ioc(static_cast<int>(opts.io_threads)) {}
+      : engine(e), ready(r), o(opts) {
+    for (std::size_t i = 0; i < opts.io_threads; ++i) {
+      ctxs.push_back(std::make_unique<asio::io_context>(1));
+    }
+  }
 
   void Accept();
   void Refuse(tcp::socket socket);
@@ -385,7 +392,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
 };
 
 void HttpServer::Impl::Accept() {
-  acceptor->async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+  asio::io_context& ctx = *ctxs[next_ctx++ % ctxs.size()];
+  acceptor->async_accept(ctx, [this](beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || stopping.load()) return;
     if (ec) {
       // Out of file descriptors and the like: log, back off briefly, keep accepting.
@@ -640,7 +648,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(Engine& engine, const std:
   const auto ip = asio::ip::make_address(host, ec);
   if (ec) return Status::InvalidArgument("HTTP listen address " + addr + ": not an IP address");
   const tcp::endpoint ep(ip, static_cast<unsigned short>(want));
-  impl->acceptor.emplace(impl->ioc);
+  impl->acceptor.emplace(*impl->ctxs[0]);
   tcp::acceptor& a = *impl->acceptor;
   auto fail = [&](const char* what) {
     return Status::Unavailable("cannot listen for HTTP on " + addr + ": " + what + ": " +
@@ -659,10 +667,14 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(Engine& engine, const std:
   a.listen(o.backlog, ec);
   if (ec) return fail("listen");
   impl->port = a.local_endpoint(ec).port();
-  impl->accept_retry.emplace(impl->ioc);
+  impl->accept_retry.emplace(*impl->ctxs[0]);
   impl->Accept();
   for (std::size_t i = 0; i < o.io_threads; ++i) {
-    impl->threads.emplace_back([p = impl.get()] { p->ioc.run(); });
+    impl->threads.emplace_back([ctx = impl->ctxs[i].get()] {
+      // Keeps run() going while the context has no work yet.
+      auto guard = asio::make_work_guard(*ctx);
+      ctx->run();
+    });
   }
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }
@@ -672,7 +684,7 @@ void HttpServer::Stop() {
   if (s.stopped) return;
   s.stopped = true;
   s.stopping.store(true);
-  asio::post(s.ioc, [p = &s] {
+  asio::post(*s.ctxs[0], [p = &s] {
     beast::error_code ec;
     p->acceptor->close(ec);
     p->accept_retry->cancel();
@@ -691,7 +703,7 @@ void HttpServer::Stop() {
     std::unique_lock<std::mutex> lock(s.mu);
     s.all_closed.wait_for(lock, std::chrono::seconds(5), [&] { return s.open.load() == 0; });
   }
-  s.ioc.stop();
+  for (auto& c : s.ctxs) c->stop();
   for (auto& t : s.threads) t.join();
   s.threads.clear();
 }
