@@ -6,7 +6,8 @@
 #     (the same messages answered at once, on the same server: what gRPC itself costs)
 # Usage: bench/sluiced/run.sh [memory|redis]   (builds the release preset first)
 # Settings: DURATION (s per run, default 5), ROUNDS (default 3), CONNECTIONS (default 32),
-# THREADS (wrk, default 2).
+# THREADS (wrk, default 2). SLUICED_BEFORE=/path/to/another/sluiced adds its HTTP rows to
+# the same rounds (e.g. a build of an older commit, for a before/after in one run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 store=${1:-memory}
@@ -51,6 +52,14 @@ build/release/src/service/sluiced --config "$work/sluiced.yaml" --http "127.0.0.
   --grpc "127.0.0.1:$gport" --bench-empty-grpc "${redis_flag[@]}" >"$work/sluiced.log" 2>&1 &
 spid=$!
 pids+=($!)
+bport=
+if [[ -n ${SLUICED_BEFORE:-} ]]; then
+  bport=$(free_port)
+  "$SLUICED_BEFORE" --config "$work/sluiced.yaml" --http "127.0.0.1:$bport" \
+    --grpc "127.0.0.1:$(free_port)" "${redis_flag[@]}" >"$work/before.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 200); do curl -sf "http://127.0.0.1:$bport/readyz" >/dev/null 2>&1 && break; sleep 0.05; done
+fi
 
 nport=$(free_port)
 mkdir -p "$work/nginx/tmp"
@@ -109,7 +118,13 @@ rounds=${ROUNDS:-3}
 echo "store=$store wrk -t$threads -c$conns -d${duration}s, median of $rounds alternating rounds;" \
   "cores=$(nproc); $(date -u +%FT%TZ)"
 : >"$work/nginx.rows"; : >"$work/check.rows"; : >"$work/json.rows"
+: >"$work/bcheck.rows"; : >"$work/bjson.rows"
 for _ in $(seq "$rounds"); do
+  if [[ -n $bport ]]; then
+    wrk_once "http://127.0.0.1:$bport/v1/check?domain=bench&key=remote_address&value=10.0.0.1" \
+      >>"$work/bcheck.rows"
+    wrk_once "http://127.0.0.1:$bport/json" "$work/json.lua" >>"$work/bjson.rows"
+  fi
   wrk_once "http://127.0.0.1:$nport/" >>"$work/nginx.rows"
   wrk_once "http://127.0.0.1:$hport/v1/check?domain=bench&key=remote_address&value=10.0.0.1" \
     >>"$work/check.rows"
@@ -121,10 +136,15 @@ echo '| --- | ---: | ---: | ---: | ---: |'
 median_row 'nginx `return 200` (reference)' "$work/nginx.rows"
 median_row 'sluiced GET /v1/check' "$work/check.rows"
 median_row 'sluiced POST /json' "$work/json.rows"
+if [[ -n $bport ]]; then
+  median_row "before ($SLUICED_BEFORE) GET /v1/check" "$work/bcheck.rows"
+  median_row "before ($SLUICED_BEFORE) POST /json" "$work/bjson.rows"
+fi
 echo
 echo "all rounds (requests/s p50 p99 non-2xx): nginx: $(paste -sd';' "$work/nginx.rows")"
 echo "  check: $(paste -sd';' "$work/check.rows")"
 echo "  json: $(paste -sd';' "$work/json.rows")"
+[[ -z $bport ]] || echo "  before: check: $(paste -sd';' "$work/bcheck.rows"); json: $(paste -sd';' "$work/bjson.rows")"
 echo
 echo "gRPC: sluiced_grpc_load --concurrency $conns --threads $threads --values 1000" \
   "--duration $duration, alternating rounds, median"
