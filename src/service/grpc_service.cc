@@ -49,8 +49,12 @@ bool ValidUtf8(std::string_view s) {
 
 }  // namespace
 
-Status DecideProto(Engine& engine, const pb::RateLimitRequest& request,
-                   pb::RateLimitResponse* out) {
+namespace {
+
+// The engine's request for a proto one (views into `request`). InvalidArgument for bad
+// input.
+Status FromProto(Engine& engine, const pb::RateLimitRequest& request, RateLimitRequest* out) {
+  RateLimitRequest& req = *out;
   if (!ValidUtf8(request.domain())) return Status::InvalidArgument("domain is not valid UTF-8");
   for (int i = 0; i < request.descriptors_size(); ++i) {
     const auto& d = request.descriptors(i);
@@ -63,7 +67,6 @@ Status DecideProto(Engine& engine, const pb::RateLimitRequest& request,
       }
     }
   }
-  RateLimitRequest req;
   req.domain = request.domain();
   req.hits_addend = request.hits_addend();
   const int n = request.descriptors_size();
@@ -88,8 +91,10 @@ Status DecideProto(Engine& engine, const pb::RateLimitRequest& request,
       r.hits_addend = d.hits_addend().value();
     }
   }
-  RateLimitResponse resp;
-  if (Status s = engine.ShouldRateLimit(req, &resp); !s.ok()) return s;
+  return Status::Ok();
+}
+
+void ToProto(const RateLimitResponse& resp, pb::RateLimitResponse* out) {
   out->set_overall_code(static_cast<pb::RateLimitResponse::Code>(resp.overall_code));
   for (const DescriptorStatus& st : resp.statuses) {
     auto* s = out->add_statuses();
@@ -110,6 +115,17 @@ Status DecideProto(Engine& engine, const pb::RateLimitRequest& request,
     h->set_key(k);
     h->set_value(v);
   }
+}
+
+}  // namespace
+
+Status DecideProto(Engine& engine, const pb::RateLimitRequest& request,
+                   pb::RateLimitResponse* out) {
+  RateLimitRequest req;
+  if (Status s = FromProto(engine, request, &req); !s.ok()) return s;
+  RateLimitResponse resp;
+  if (Status s = engine.ShouldRateLimit(req, &resp); !s.ok()) return s;
+  ToProto(resp, out);
   return Status::Ok();
 }
 
@@ -136,28 +152,38 @@ class RlsService final : public pb::RateLimitService::CallbackService {
  public:
   explicit RlsService(Engine& engine) : engine_(engine) {}
 
+  // Decides with the engine's asynchronous path: no gRPC thread waits on Redis; the
+  // reactor finishes from the store's I/O thread (or inline for the embedded store).
   grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* ctx,
                                             const pb::RateLimitRequest* request,
                                             pb::RateLimitResponse* response) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    Status s = DecideProto(engine_, *request, response);
-    if (!s.ok()) {
-      engine_.metrics().CountRequest(Api::kGrpc, s.code() == ErrorCode::kInvalidArgument
-                                                     ? RequestOutcome::kInvalid
-                                                     : RequestOutcome::kError);
-      Log(LogLevel::kWarn, "bad_request", {{"api", "grpc"}, {"error", s.message()}});
-      reactor->Finish(grpc::Status(ToGrpc(s.code()), s.message()));
+    RateLimitRequest req;
+    if (Status s = FromProto(engine_, *request, &req); !s.ok()) {
+      Fail(reactor, s);
       return reactor;
     }
-    engine_.metrics().CountRequest(Api::kGrpc,
-                                   response->overall_code() == pb::RateLimitResponse::OVER_LIMIT
-                                       ? RequestOutcome::kOverLimit
-                                       : RequestOutcome::kOk);
-    reactor->Finish(grpc::Status::OK);
+    engine_.ShouldRateLimitAsync(
+        req, [this, reactor, response](const Status& s, RateLimitResponse& out) {
+          if (!s.ok()) return Fail(reactor, s);
+          ToProto(out, response);
+          engine_.metrics().CountRequest(Api::kGrpc, out.overall_code == Code::kOverLimit
+                                                         ? RequestOutcome::kOverLimit
+                                                         : RequestOutcome::kOk);
+          reactor->Finish(grpc::Status::OK);
+        });
     return reactor;
   }
 
  private:
+  void Fail(grpc::ServerUnaryReactor* reactor, const Status& s) {
+    engine_.metrics().CountRequest(Api::kGrpc, s.code() == ErrorCode::kInvalidArgument
+                                                   ? RequestOutcome::kInvalid
+                                                   : RequestOutcome::kError);
+    Log(LogLevel::kWarn, "bad_request", {{"api", "grpc"}, {"error", s.message()}});
+    reactor->Finish(grpc::Status(ToGrpc(s.code()), s.message()));
+  }
+
   Engine& engine_;
 };
 
