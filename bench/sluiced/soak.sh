@@ -57,9 +57,9 @@ pids+=($spid)
 for _ in $(seq 200); do curl -sf "http://127.0.0.1:$hport/readyz" >/dev/null 2>&1 && break; sleep 0.05; done
 
 # Slow clients: a byte every 1.5 s, never a whole request; reconnect when closed.
-python3 - "$hport" "$slow" "$total" >"$work/slow.log" 2>&1 <<'PY' &
+python3 - "$hport" "$slow" "$total" "$work/slow.log" <<'PY' &
 import socket, sys, time
-port, n, total = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+port, n, total, log = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 def connect():
     s = socket.socket()
     s.settimeout(2)
@@ -78,7 +78,9 @@ while time.time() < end:
             s.close()
             socks[i] = connect()
             reconnects += 1
-print("slow clients", n, "reconnects", reconnects)
+    with open(log, "w") as f:
+        f.write("%d slow clients connected; %d reconnects after sluiced closed them\n"
+                % (n, reconnects))
 PY
 pids+=($!)
 
