@@ -16,6 +16,8 @@ namespace sluice::service {
 namespace {
 
 constexpr std::size_t kMaxChecks = decide::kMaxChecks;
+// Entries per descriptor the matcher records a path for (settings.max_entries' bound).
+constexpr std::size_t kMaxEntries = 64;
 
 std::uint64_t Fnv(std::string_view s, std::uint64_t seed) {
   std::uint64_t h = seed;
@@ -211,9 +213,6 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
   }
   for (std::size_t i = 0; i < n; ++i) {
     const DescriptorRequest& d = req.descriptors[i];
-    if (d.entries.empty()) {
-      return Status::InvalidArgument("descriptor " + std::to_string(i) + " has no entries");
-    }
     if (d.entries.size() > settings.max_entries) {
       return Status::InvalidArgument("descriptor " + std::to_string(i) + " has " +
                                      std::to_string(d.entries.size()) + " entries (at most " +
@@ -230,9 +229,10 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
         return Status::InvalidArgument("descriptor " + std::to_string(i) +
                                        ": limit override needs requests_per_unit > 0");
       }
-      if (d.override_unit < 1 || d.override_unit > 4) {
-        return Status::InvalidArgument("descriptor " + std::to_string(i) +
-                                       ": limit override unit must be SECOND, MINUTE, HOUR or DAY");
+      if (!ValidUnit(d.override_unit)) {
+        return Status::InvalidArgument(
+            "descriptor " + std::to_string(i) +
+            ": limit override unit must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR");
       }
     }
   }
@@ -249,9 +249,12 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
 
   // 1. Match every descriptor to a rule; a caller's override makes a rule of its own
   // (no state is kept per override).
+  const Node* path[kMaxEntries];
   for (std::size_t i = 0; i < n; ++i) {
     const DescriptorRequest& d = req.descriptors[i];
     p.check[i] = -1;
+    p.rule[i] = nullptr;
+    if (d.entries.empty()) continue;  // envoyproxy/ratelimit: no entries, no limit (OK)
     if (d.has_override) {
       Status s = rules.OverrideRule(req.domain, d.override_requests_per_unit, d.override_unit,
                                     p.overrides[i]);
@@ -278,10 +281,19 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
     const Rule* r = p.rule[i];
     if (r == nullptr) continue;
     const DescriptorRequest& d = req.descriptors[i];
+    // The nodes each entry landed on: share_threshold and value_to_metric are per level.
+    const bool matched_tree = !d.has_override && d.entries.size() <= kMaxEntries;
+    if (matched_tree) RuleSet::Match(*root, d.entries, path);
     p.counters[i] = r->counters;
-    if (r->detailed_metric) {
+    bool value_to_metric = false;
+    for (std::size_t k = 0; matched_tree && k < d.entries.size(); ++k) {
+      value_to_metric = value_to_metric || path[k]->value_to_metric;
+    }
+    if (r->detailed_metric || value_to_metric) {
       std::string label = r->path;
-      for (const Entry& e : d.entries) {
+      for (std::size_t k = 0; k < d.entries.size(); ++k) {
+        if (!r->detailed_metric && !path[k]->value_to_metric) continue;
+        const Entry& e = d.entries[k];
         label += "|";
         label.append(e.key);
         label += "=";
@@ -294,11 +306,17 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
         d.has_hits_addend ? d.hits_addend : (req.hits_addend ? req.hits_addend : 1);
     key.clear();
     AppendEscaped(key, req.domain);
-    for (const Entry& e : d.entries) {
+    for (std::size_t k = 0; k < d.entries.size(); ++k) {
+      const Entry& e = d.entries[k];
       key.push_back(':');
       AppendEscaped(key, e.key);
       key.push_back(':');
-      AppendEscaped(key, e.value);
+      // share_threshold: the pattern, not the value, so matching values share a counter.
+      if (matched_tree && !path[k]->shared_pattern.empty()) {
+        AppendEscaped(key, path[k]->shared_pattern);
+      } else {
+        AppendEscaped(key, e.value);
+      }
     }
     if (key.size() > kMaxKeyBytes) {
       char buf[48];
@@ -354,14 +372,19 @@ void Engine::Finish(const Prepared& p, std::span<const Decision> decisions,
     st.requests_per_unit = r->requests_per_unit;
     st.unit = r->unit;
     st.name = r->name;
-    st.limit_remaining = static_cast<std::uint32_t>(
-        std::min<std::uint64_t>(d.remaining, std::numeric_limits<std::uint32_t>::max()));
+    // OVER_LIMIT reports 0 remaining, as envoyproxy/ratelimit does (a denial for a cost
+    // above what remains leaves some units, but none for this request).
+    st.limit_remaining = d.allowed ? static_cast<std::uint32_t>(std::min<std::uint64_t>(
+                                         d.remaining, std::numeric_limits<std::uint32_t>::max()))
+                                   : 0;
     st.duration_until_reset = d.reset_after;
     st.retry_after = d.retry_after;
     st.code = d.allowed ? Code::kOk : Code::kOverLimit;
     if (!d.allowed) {
       if (c != nullptr) c->over_limit.fetch_add(1, std::memory_order_relaxed);
       resp->overall_code = Code::kOverLimit;
+    } else if (d.shadow_denied && r->quota_mode) {
+      if (c != nullptr) c->quota_over_limit.fetch_add(1, std::memory_order_relaxed);
     } else if (d.shadow_denied) {
       if (c != nullptr) c->shadow_over_limit.fetch_add(1, std::memory_order_relaxed);
     } else if (c != nullptr) {

@@ -172,7 +172,9 @@ TEST_F(DaemonTest, GrpcUnknownDomainAndInvalidRequests) {
   pb::RateLimitRequest no_entries;
   no_entries.set_domain("rl");
   no_entries.add_descriptors();
-  EXPECT_EQ(Call(no_entries, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // envoyproxy/ratelimit answers a descriptor without entries OK (no limit applies).
+  EXPECT_EQ(Call(no_entries, &resp).error_code(), grpc::StatusCode::OK);
+  EXPECT_EQ(resp.overall_code(), pb::RateLimitResponse::OK);
 
   pb::RateLimitRequest huge;
   huge.set_domain("rl");
@@ -394,13 +396,13 @@ descriptors:
 TEST(DaemonStartup, InvalidConfigFailsWithFileAndLine) {
   TempDir dir;
   const std::string config = dir.File("bad.yaml");
-  WriteFile(
-      config,
-      "domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: week, requests_per_unit: 1}\n");
+  WriteFile(config,
+            "domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, "
+            "requests_per_unit: 1}\n");
   auto p = Process::Spawn({SLUICED_BINARY, "--config", config}, dir.File("log"));
   ASSERT_TRUE(p);
   EXPECT_EQ(p->Wait(std::chrono::seconds(10)), 1);
-  EXPECT_NE(ReadFile(dir.File("log")).find(config + ":4: unit must be second, minute, hour or day"),
+  EXPECT_NE(ReadFile(dir.File("log")).find(config + ":4: unit must be second, minute, hour, day"),
             std::string::npos)
       << ReadFile(dir.File("log"));
 }
