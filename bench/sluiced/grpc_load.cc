@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "sluice/bench/v1/empty.grpc.pb.h"
 
 namespace pb = ::envoy::service::ratelimit::v3;
 using Clock = std::chrono::steady_clock;
@@ -35,17 +36,20 @@ struct Result {
 };
 
 void Worker(const std::string& target, const std::vector<pb::RateLimitRequest>& requests,
-            int inflight, const std::atomic<bool>& stop, Result* out, int seed) {
+            int inflight, const std::atomic<bool>& stop, Result* out, int seed, bool empty) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per worker
   auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
   auto stub = pb::RateLimitService::NewStub(channel);
+  auto empty_stub = ::sluice::bench::v1::Empty::NewStub(channel);
   grpc::CompletionQueue cq;
   std::size_t next = static_cast<std::size_t>(seed) * 7919;
   auto launch = [&] {
     auto* c = new Call();
     c->start = Clock::now();
-    c->reader = stub->AsyncShouldRateLimit(&c->ctx, requests[next++ % requests.size()], &cq);
+    const auto& req = requests[next++ % requests.size()];
+    c->reader = empty ? empty_stub->AsyncShouldRateLimit(&c->ctx, req, &cq)
+                      : stub->AsyncShouldRateLimit(&c->ctx, req, &cq);
     c->reader->Finish(&c->resp, &c->status, c);
   };
   for (int i = 0; i < inflight; ++i) launch();
@@ -89,6 +93,10 @@ int main(int argc, char** argv) {
   app.add_option("--concurrency", concurrency, "calls in flight in total");
   app.add_option("--threads", threads, "client threads (one channel each)");
   app.add_option("--duration", duration, "seconds");
+  bool empty = false;
+  app.add_flag("--empty", empty,
+               "call sluice.bench.v1.Empty (sluiced --bench-empty-grpc): gRPC without a decision, "
+               "the reference");
   CLI11_PARSE(app, argc, argv);
   if (values < 1 || threads < 1 || concurrency < threads || duration <= 0) {
     std::fprintf(stderr, "grpc_load: bad arguments\n");
@@ -107,7 +115,8 @@ int main(int argc, char** argv) {
   const auto t0 = Clock::now();
   for (int t = 0; t < threads; ++t) {
     const int inflight = concurrency / threads + (t < concurrency % threads ? 1 : 0);
-    ts.emplace_back(Worker, target, std::cref(requests), inflight, std::cref(stop), &results[t], t);
+    ts.emplace_back(Worker, target, std::cref(requests), inflight, std::cref(stop), &results[t], t,
+                    empty);
   }
   std::this_thread::sleep_for(std::chrono::duration<double>(duration));
   stop = true;

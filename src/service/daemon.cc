@@ -14,11 +14,32 @@
 
 namespace sluice::service {
 
+#ifdef SLUICED_HAVE_REDIS
+namespace {
+// sluiced starts while Redis is unreachable (decisions follow each rule's failure mode,
+// /readyz says not ready, the store reconnects in the background) when the Redis client
+// offers it (RedisStoreOptions::require_connection); a template so this builds with a
+// client that does not have it yet.
+template <typename Options>
+void AllowDegradedStart(Options& o) {
+  if constexpr (requires { o.require_connection; }) o.require_connection = false;
+}
+}  // namespace
+#endif
+
 Result<std::shared_ptr<Store>> OpenServiceStore(const std::string& url) {
   if (url.empty() || url == "memory://") {
     return std::shared_ptr<Store>(std::make_shared<MemoryStore>());
   }
 #ifdef SLUICED_HAVE_REDIS
+  if (url.starts_with("redis") || url.starts_with("unix://")) {
+    RedisStoreOptions o;
+    o.url = url;
+    AllowDegradedStart(o);
+    auto s = RedisStore::Create(std::move(o));
+    if (!s.ok()) return s.status();
+    return std::shared_ptr<Store>(std::move(*s));
+  }
   return OpenStore(url);
 #else
   return Status::InvalidArgument("store '" + url +
@@ -113,7 +134,8 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   d->http_addr_ = s.http;
   d->grpc_addr_ = s.grpc;
   d->started_ = s;
-  auto grpc = GrpcServer::Start(*d->engine_, s.grpc, s.max_body_bytes, d->options_.reuse_port);
+  auto grpc = GrpcServer::Start(*d->engine_, s.grpc, s.max_body_bytes, d->options_.reuse_port,
+                                d->options_.bench_empty_grpc);
   if (!grpc.ok()) return grpc.status();
   d->grpc_ = std::move(*grpc);
   HttpOptions ho = d->options_.http_options;

@@ -37,6 +37,8 @@ struct DaemonOptions {
   // /readyz answers 200 while the store is unreachable (decisions then follow each
   // rule's failure mode). Default: 503 until the store answers.
   bool ready_while_degraded = false;
+  // Benchmarks: also serve sluice.bench.v1.Empty on the gRPC port.
+  bool bench_empty_grpc = false;
   // How often the store's reachability is probed (one peek of a probe key).
   Micros store_probe_interval = 1'000'000;
 };

@@ -9,6 +9,7 @@
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "service/log.h"
+#include "sluice/bench/v1/empty.grpc.pb.h"
 
 namespace sluice::service {
 
@@ -48,8 +49,12 @@ bool ValidUtf8(std::string_view s) {
 
 }  // namespace
 
-Status DecideProto(Engine& engine, const pb::RateLimitRequest& request,
-                   pb::RateLimitResponse* out) {
+namespace {
+
+// The engine's request for a proto one (views into `request`). InvalidArgument for bad
+// input.
+Status FromProto(Engine& engine, const pb::RateLimitRequest& request, RateLimitRequest* out) {
+  RateLimitRequest& req = *out;
   if (!ValidUtf8(request.domain())) return Status::InvalidArgument("domain is not valid UTF-8");
   for (int i = 0; i < request.descriptors_size(); ++i) {
     const auto& d = request.descriptors(i);
@@ -62,7 +67,6 @@ Status DecideProto(Engine& engine, const pb::RateLimitRequest& request,
       }
     }
   }
-  RateLimitRequest req;
   req.domain = request.domain();
   req.hits_addend = request.hits_addend();
   const int n = request.descriptors_size();
@@ -87,8 +91,10 @@ Status DecideProto(Engine& engine, const pb::RateLimitRequest& request,
       r.hits_addend = d.hits_addend().value();
     }
   }
-  RateLimitResponse resp;
-  if (Status s = engine.ShouldRateLimit(req, &resp); !s.ok()) return s;
+  return Status::Ok();
+}
+
+void ToProto(const RateLimitResponse& resp, pb::RateLimitResponse* out) {
   out->set_overall_code(static_cast<pb::RateLimitResponse::Code>(resp.overall_code));
   for (const DescriptorStatus& st : resp.statuses) {
     auto* s = out->add_statuses();
@@ -109,6 +115,17 @@ Status DecideProto(Engine& engine, const pb::RateLimitRequest& request,
     h->set_key(k);
     h->set_value(v);
   }
+}
+
+}  // namespace
+
+Status DecideProto(Engine& engine, const pb::RateLimitRequest& request,
+                   pb::RateLimitResponse* out) {
+  RateLimitRequest req;
+  if (Status s = FromProto(engine, request, &req); !s.ok()) return s;
+  RateLimitResponse resp;
+  if (Status s = engine.ShouldRateLimit(req, &resp); !s.ok()) return s;
+  ToProto(resp, out);
   return Status::Ok();
 }
 
@@ -135,35 +152,57 @@ class RlsService final : public pb::RateLimitService::CallbackService {
  public:
   explicit RlsService(Engine& engine) : engine_(engine) {}
 
+  // Decides with the engine's asynchronous path: no gRPC thread waits on Redis; the
+  // reactor finishes from the store's I/O thread (or inline for the embedded store).
   grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* ctx,
                                             const pb::RateLimitRequest* request,
                                             pb::RateLimitResponse* response) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    Status s = DecideProto(engine_, *request, response);
-    if (!s.ok()) {
-      engine_.metrics().CountRequest(Api::kGrpc, s.code() == ErrorCode::kInvalidArgument
-                                                     ? RequestOutcome::kInvalid
-                                                     : RequestOutcome::kError);
-      Log(LogLevel::kWarn, "bad_request", {{"api", "grpc"}, {"error", s.message()}});
-      reactor->Finish(grpc::Status(ToGrpc(s.code()), s.message()));
+    RateLimitRequest req;
+    if (Status s = FromProto(engine_, *request, &req); !s.ok()) {
+      Fail(reactor, s);
       return reactor;
     }
-    engine_.metrics().CountRequest(Api::kGrpc,
-                                   response->overall_code() == pb::RateLimitResponse::OVER_LIMIT
-                                       ? RequestOutcome::kOverLimit
-                                       : RequestOutcome::kOk);
-    reactor->Finish(grpc::Status::OK);
+    engine_.ShouldRateLimitAsync(
+        req, [this, reactor, response](const Status& s, RateLimitResponse& out) {
+          if (!s.ok()) return Fail(reactor, s);
+          ToProto(out, response);
+          engine_.metrics().CountRequest(Api::kGrpc, out.overall_code == Code::kOverLimit
+                                                         ? RequestOutcome::kOverLimit
+                                                         : RequestOutcome::kOk);
+          reactor->Finish(grpc::Status::OK);
+        });
     return reactor;
   }
 
  private:
+  void Fail(grpc::ServerUnaryReactor* reactor, const Status& s) {
+    engine_.metrics().CountRequest(Api::kGrpc, s.code() == ErrorCode::kInvalidArgument
+                                                   ? RequestOutcome::kInvalid
+                                                   : RequestOutcome::kError);
+    Log(LogLevel::kWarn, "bad_request", {{"api", "grpc"}, {"error", s.message()}});
+    reactor->Finish(grpc::Status(ToGrpc(s.code()), s.message()));
+  }
+
   Engine& engine_;
+};
+
+// The benchmarks' reference: what gRPC costs without a decision.
+class EmptyService final : public ::sluice::bench::v1::Empty::CallbackService {
+  grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* ctx,
+                                            const pb::RateLimitRequest*,
+                                            pb::RateLimitResponse*) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
 };
 
 }  // namespace
 
 struct GrpcServer::Impl {
   std::unique_ptr<RlsService> service;
+  std::unique_ptr<EmptyService> empty;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
 };
@@ -179,7 +218,7 @@ int GrpcServer::port() const {
 
 Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine, const std::string& addr,
                                                       std::size_t max_message_bytes,
-                                                      bool reuse_port) {
+                                                      bool reuse_port, bool bench_empty) {
   auto impl = std::make_unique<Impl>();
   impl->service = std::make_unique<RlsService>(engine);
   // Process-wide switch, read by every ServerBuilder built after it.
@@ -190,6 +229,10 @@ Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine, const std:
   b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, reuse_port ? 1 : 0);
   b.AddListeningPort(addr, grpc::InsecureServerCredentials(), &impl->port);
   b.RegisterService(impl->service.get());
+  if (bench_empty) {
+    impl->empty = std::make_unique<EmptyService>();
+    b.RegisterService(impl->empty.get());
+  }
   b.SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
   impl->server = b.BuildAndStart();
   if (!impl->server || impl->port == 0) {

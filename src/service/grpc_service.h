@@ -23,10 +23,12 @@ class GrpcServer {
   // Listens on `addr` (ADDR:PORT; port 0 picks a free one). A port in use is an error
   // unless `reuse_port` (SO_REUSEPORT: processes share the port and split its traffic).
   // Requests larger than `max_message_bytes` are refused by gRPC with RESOURCE_EXHAUSTED.
-  // Serves grpc.health.v1.Health too, SERVING until SetServing(false).
+  // Serves grpc.health.v1.Health too, SERVING until SetServing(false). `bench_empty`
+  // adds sluice.bench.v1.Empty (an immediate empty answer: the benchmarks' reference).
   static Result<std::unique_ptr<GrpcServer>> Start(Engine& engine, const std::string& addr,
                                                    std::size_t max_message_bytes,
-                                                   bool reuse_port = false);
+                                                   bool reuse_port = false,
+                                                   bool bench_empty = false);
   ~GrpcServer();
   int port() const;
   // What grpc.health.v1 answers for the server ("") and the RateLimitService.

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -164,16 +165,25 @@ struct HttpServer::Impl {
   int port = 0;
   // Declared after everything a connection touches in its destructor: handlers left in
   // the io_context die with it.
-  asio::io_context ioc;
+  // One io_context per I/O thread (no locking between threads on the hot path); the
+  // acceptor lives on the first, connections are spread round-robin.
+  std::vector<std::unique_ptr<asio::io_context>> ctxs;
+  std::size_t next_ctx = 0;  // touched only by the acceptor's handler
   std::optional<tcp::acceptor> acceptor;
   std::optional<asio::steady_timer> accept_retry;
+  std::optional<asio::steady_timer> sweeper;
   std::vector<std::thread> threads;
 
   Impl(Engine& e, const std::atomic<bool>* r, const HttpOptions& opts)
-      : engine(e), ready(r), o(opts), ioc(static_cast<int>(opts.io_threads)) {}
+      : engine(e), ready(r), o(opts) {
+    for (std::size_t i = 0; i < opts.io_threads; ++i) {
+      ctxs.push_back(std::make_unique<asio::io_context>(1));
+    }
+  }
 
   void Accept();
   void Refuse(tcp::socket socket);
+  void Sweep();
   // Handlers answer through `respond`, exactly once, inline or from the store's thread.
   using Respond = std::function<void(Reply)>;
   void Handle(const Request& req, Respond respond);
@@ -186,7 +196,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
  public:
   Conn(HttpServer::Impl* s, tcp::socket socket)
       : s_(s),
-        stream_(std::move(socket)),
+        socket_(std::move(socket)),
         buffer_(s->o.max_header_bytes + s->o.max_body_bytes + 16 * 1024) {
     s_->open.fetch_add(1);
     std::lock_guard<std::mutex> lock(s_->mu);
@@ -198,14 +208,28 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (s_->open.fetch_sub(1) == 1) s_->all_closed.notify_all();
   }
 
+  static std::int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  void SetDeadline(Micros from_now) { deadline_ns_.store(NowNs() + from_now * 1000); }
+  // From the sweeper: closes the connection if its deadline has passed.
+  void CloseIfLate(std::int64_t now_ns) {
+    if (deadline_ns_.load() > now_ns) return;
+    asio::post(socket_.get_executor(), [self = shared_from_this(), now_ns] {
+      if (self->deadline_ns_.load() <= now_ns) self->Close();
+    });
+  }
+
   void Start() {
-    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->ReadNext(); });
+    asio::dispatch(socket_.get_executor(), [self = shared_from_this()] { self->ReadNext(); });
   }
 
   // From Stop(): closes the connection unless a request is being decided or answered
   // (that one finishes and then closes).
   void Interrupt() {
-    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
       if (self->state_ != State::kBusy) self->Close();
     });
   }
@@ -217,8 +241,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (s_->stopping.load()) return Close();
     if (buffer_.size() > 0) return ReadHeader();  // a pipelined request is waiting
     state_ = State::kIdle;
-    stream_.expires_after(std::chrono::microseconds(s_->o.idle_timeout));
-    stream_.async_read_some(buffer_.prepare(4096),
+    SetDeadline(s_->o.idle_timeout);
+    socket_.async_read_some(buffer_.prepare(4096),
                             [self = shared_from_this()](beast::error_code ec, std::size_t n) {
                               if (ec) return self->Close();
                               self->buffer_.commit(n);
@@ -231,9 +255,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(s_->o.max_header_bytes));
     parser_->body_limit(s_->o.max_body_bytes);
-    stream_.expires_after(std::chrono::microseconds(s_->o.request_timeout));
+    SetDeadline(s_->o.request_timeout);
     http::async_read_header(
-        stream_, buffer_, *parser_,
+        socket_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, std::size_t) { self->OnHeader(ec); });
   }
 
@@ -264,7 +288,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (!parser_->is_done() && beast::iequals(h[http::field::expect], "100-continue")) {
       continue_ =
           std::make_unique<http::response<http::empty_body>>(http::status::continue_, h.version());
-      return http::async_write(stream_, *continue_,
+      return http::async_write(socket_, *continue_,
                                [self = shared_from_this()](beast::error_code ec, std::size_t) {
                                  if (ec) return self->Close();
                                  self->ReadBody();
@@ -276,7 +300,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void ReadBody() {
     if (parser_->is_done()) return Dispatch();
     http::async_read(
-        stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+        socket_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
           if (ec == http::error::body_limit) return self->BodyTooLarge();
           if (ec) {
             if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
@@ -315,7 +339,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
         self->have_inline_ = true;
         return;
       }
-      asio::post(self->stream_.get_executor(),
+      asio::post(self->socket_.get_executor(),
                  [self, r = std::move(r)]() mutable { self->Write(std::move(r)); });
     });
     handling_.store(std::thread::id());
@@ -334,8 +358,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
         !r.close && !s_->stopping.load() && parser_ && parser_->is_done() && req_.keep_alive();
     res_.keep_alive(keep);
     res_.prepare_payload();
-    stream_.expires_after(std::chrono::microseconds(s_->o.request_timeout));
-    http::async_write(stream_, res_,
+    SetDeadline(s_->o.request_timeout);
+    http::async_write(socket_, res_,
                       [self = shared_from_this()](beast::error_code ec, std::size_t) {
                         if (ec) return self->Close();
                         if (!self->res_.keep_alive()) return self->Linger();
@@ -349,14 +373,14 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void Linger() {
     state_ = State::kClosed;
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
     if (ec) return Close();
-    stream_.expires_after(std::chrono::seconds(1));
+    SetDeadline(1'000'000);
     DrainInput(0);
   }
   void DrainInput(std::size_t drained) {
     if (drained > (1u << 20)) return Close();
-    stream_.async_read_some(asio::buffer(scratch_), [self = shared_from_this(), drained](
+    socket_.async_read_some(asio::buffer(scratch_), [self = shared_from_this(), drained](
                                                         beast::error_code ec, std::size_t n) {
       if (ec) return self->Close();
       self->DrainInput(drained + n);
@@ -365,13 +389,17 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   void Close() {
     state_ = State::kClosed;
+    deadline_ns_.store(std::numeric_limits<std::int64_t>::max());
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.close();
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
   }
 
   HttpServer::Impl* s_;
-  beast::tcp_stream stream_;
+  tcp::socket socket_;
+  // When the current read or write must be over (steady clock, ns); the sweeper closes
+  // the connection after it. One store per request instead of a timer per operation.
+  std::atomic<std::int64_t> deadline_ns_{std::numeric_limits<std::int64_t>::max()};
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   Request req_;
@@ -385,7 +413,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
 };
 
 void HttpServer::Impl::Accept() {
-  acceptor->async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+  asio::io_context& ctx = *ctxs[next_ctx++ % ctxs.size()];
+  acceptor->async_accept(ctx, [this](beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || stopping.load()) return;
     if (ec) {
       // Out of file descriptors and the like: log, back off briefly, keep accepting.
@@ -404,6 +433,27 @@ void HttpServer::Impl::Accept() {
       std::make_shared<Conn>(this, std::move(socket))->Start();
     }
     Accept();
+  });
+}
+
+// Every 100 ms: closes connections past their deadline (request, idle, write or linger
+// timeout).
+void HttpServer::Impl::Sweep() {
+  sweeper->expires_after(std::chrono::milliseconds(100));
+  sweeper->async_wait([this](beast::error_code ec) {
+    if (ec || stopping.load()) return;
+    const std::int64_t now = Conn::NowNs();
+    std::vector<std::shared_ptr<Conn>> live;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      live.reserve(conns.size());
+      for (Conn* c : conns) {
+        if (auto sp = c->weak_from_this().lock()) live.push_back(std::move(sp));
+      }
+    }
+    for (auto& c : live) c->CloseIfLate(now);
+    live.clear();
+    Sweep();
   });
 }
 
@@ -644,7 +694,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(Engine& engine, const std:
   const auto ip = asio::ip::make_address(host, ec);
   if (ec) return Status::InvalidArgument("HTTP listen address " + addr + ": not an IP address");
   const tcp::endpoint ep(ip, static_cast<unsigned short>(want));
-  impl->acceptor.emplace(impl->ioc);
+  impl->acceptor.emplace(*impl->ctxs[0]);
   tcp::acceptor& a = *impl->acceptor;
   auto fail = [&](const char* what) {
     return Status::Unavailable("cannot listen for HTTP on " + addr + ": " + what + ": " +
@@ -663,10 +713,16 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(Engine& engine, const std:
   a.listen(o.backlog, ec);
   if (ec) return fail("listen");
   impl->port = a.local_endpoint(ec).port();
-  impl->accept_retry.emplace(impl->ioc);
+  impl->accept_retry.emplace(*impl->ctxs[0]);
+  impl->sweeper.emplace(*impl->ctxs[0]);
+  impl->Sweep();
   impl->Accept();
   for (std::size_t i = 0; i < o.io_threads; ++i) {
-    impl->threads.emplace_back([p = impl.get()] { p->ioc.run(); });
+    impl->threads.emplace_back([ctx = impl->ctxs[i].get()] {
+      // Keeps run() going while the context has no work yet.
+      auto guard = asio::make_work_guard(*ctx);
+      ctx->run();
+    });
   }
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }
@@ -676,10 +732,11 @@ void HttpServer::Stop() {
   if (s.stopped) return;
   s.stopped = true;
   s.stopping.store(true);
-  asio::post(s.ioc, [p = &s] {
+  asio::post(*s.ctxs[0], [p = &s] {
     beast::error_code ec;
     p->acceptor->close(ec);
     p->accept_retry->cancel();
+    p->sweeper->cancel();
   });
   {
     std::vector<std::shared_ptr<Conn>> live;
@@ -695,7 +752,7 @@ void HttpServer::Stop() {
     std::unique_lock<std::mutex> lock(s.mu);
     s.all_closed.wait_for(lock, std::chrono::seconds(5), [&] { return s.open.load() == 0; });
   }
-  s.ioc.stop();
+  for (auto& c : s.ctxs) c->stop();
   for (auto& t : s.threads) t.join();
   s.threads.clear();
 }

@@ -39,6 +39,8 @@ void AddServingFlags(CLI::App& app, sluice::service::DaemonOptions& o, double& r
                  "while requests are still served (default 0; a second SIGTERM stops at once)");
   app.add_flag("--ready-while-degraded", o.ready_while_degraded,
                "/readyz 200 even while the store is unreachable (default: 503)");
+  // Benchmarks only (bench/sluiced/run.sh): hidden from --help.
+  app.add_flag("--bench-empty-grpc", o.bench_empty_grpc)->group("");
 }
 
 }  // namespace

@@ -47,6 +47,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000}
   - key: open
     rate_limit: {unit: hour, requests_per_unit: 10, failure_mode: fail_open}
+  - key: closed
+    rate_limit: {unit: hour, requests_per_unit: 10, failure_mode: fail_closed}
 )";
 
 // A raw TCP client: what curl and httplib hide (partial writes, pipelining, slowness).
@@ -536,6 +538,29 @@ TEST_F(HttpFrontEnd, ReadyzFollowsTheStore) {
   ASSERT_TRUE((*redis)->Restart().ok());
   EXPECT_TRUE(WaitFor([&] { return HttpStatus(c, "/readyz") == 200; }, std::chrono::seconds(30)))
       << d.LogText();
+}
+
+// sluiced starts while Redis is down: not ready, each rule's failure mode decides, and
+// it becomes ready once Redis is up (reconnecting in the background).
+// DISABLED_ until client-m2 (RedisStoreOptions::require_connection) is on main: without it
+// an unreachable Redis is still a start error. Enable by dropping the prefix.
+TEST_F(HttpFrontEnd, DISABLED_StartsDegradedWhileRedisIsDown) {
+  auto redis = RedisServer::Start();
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  (*redis)->Stop();  // the port is refused until Restart
+  Start({"--redis", (*redis)->Url()});
+  EXPECT_NE(d.LogText().find("store_reachable=false"), std::string::npos) << d.LogText();
+  auto c = Http();
+  EXPECT_EQ(HttpStatus(c, "/readyz"), 503);
+  EXPECT_EQ(HttpStatus(c, "/healthz"), 200);
+  EXPECT_EQ(GrpcHealth(d.grpc_port), health::HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(HttpStatus(c, "/v1/check?domain=rl&key=open&value=x"), 200);
+  EXPECT_EQ(HttpStatus(c, "/v1/check?domain=rl&key=closed&value=x"), 429);
+  ASSERT_TRUE((*redis)->Restart().ok());
+  ASSERT_TRUE(WaitFor([&] { return HttpStatus(c, "/readyz") == 200; }, std::chrono::seconds(30)))
+      << d.LogText();
+  EXPECT_EQ(GrpcHealth(d.grpc_port), health::HealthCheckResponse::SERVING);
+  EXPECT_EQ(HttpStatus(c, "/v1/check?domain=rl&key=closed&value=x"), 200);
 }
 
 }  // namespace

@@ -24,20 +24,11 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 1, algorithm: sliding_window_log}
 )";
 
-std::string NginxConfig(const std::string& prefix, int port, int sluiced_port, int upstream_port) {
-  std::string c = R"(daemon off;
-master_process off;
-worker_processes 1;
-error_log PREFIX/error.log info;
-pid PREFIX/nginx.pid;
-events { worker_connections 128; }
-http {
-  access_log off;
-  client_body_temp_path PREFIX/tmp/body;
-  proxy_temp_path PREFIX/tmp/proxy;
-  fastcgi_temp_path PREFIX/tmp/fastcgi;
-  uwsgi_temp_path PREFIX/tmp/uwsgi;
-  scgi_temp_path PREFIX/tmp/scgi;
+// The recipe of docs/sluiced.md: a keepalive upstream for the auth subrequests, short
+// timeouts, and what a down sluiced means. Server PORT fails open (sluiced down or slow:
+// the request goes through); server PORT_CLOSED fails closed (503).
+std::string NginxServer(const std::string& port, bool fail_open) {
+  std::string s = R"(
   server {
     listen 127.0.0.1:PORT;
     location = /nginx-ready { return 204; }
@@ -51,15 +42,25 @@ http {
       add_header X-RateLimit-Remaining $rl_remaining always;
       add_header X-RateLimit-Reset $rl_reset always;
       error_page 403 = @rate_limited;
+      ON_AUTH_ERROR
       proxy_pass http://127.0.0.1:UPSTREAM;
     }
     location = /_sluice {
       internal;
-      proxy_pass http://127.0.0.1:SLUICED/nginx/auth/web;
+      proxy_pass http://sluiced/nginx/auth/web;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_connect_timeout 200ms;
+      proxy_send_timeout 500ms;
+      proxy_read_timeout 500ms;
       proxy_pass_request_body off;
       proxy_set_header Content-Length "";
       proxy_set_header X-Real-IP $remote_addr;
       proxy_set_header X-Api-Key $http_x_api_key;
+      ON_SLUICED_ERROR
+    }
+    location @sluice_unavailable {
+      FALLBACK
     }
     location @rate_limited {
       add_header X-RateLimit-Limit $rl_limit always;
@@ -70,15 +71,52 @@ http {
       return 429 "rate limited\n";
     }
   }
-}
 )";
+  auto replace = [&s](const std::string& from, const std::string& to) {
+    for (std::size_t p; (p = s.find(from)) != std::string::npos;) s.replace(p, from.size(), to);
+  };
+  replace("PORT", port);
+  if (fail_open) {
+    // The subrequest's own error (sluiced refused, timed out, 5xx) becomes a 204: allowed.
+    replace("ON_SLUICED_ERROR", "error_page 500 502 503 504 = @sluice_unavailable;");
+    replace("ON_AUTH_ERROR", "");
+    replace("FALLBACK", "return 204;");
+  } else {
+    // auth_request turns a failed subrequest into a 500; answer 503 with a reason instead.
+    replace("ON_SLUICED_ERROR", "");
+    replace("ON_AUTH_ERROR", "error_page 500 = @sluice_unavailable;");
+    replace("FALLBACK", "default_type text/plain; return 503 \"rate limiter unavailable\\n\";");
+  }
+  return s;
+}
+
+std::string NginxConfig(const std::string& prefix, int port, int closed_port, int sluiced_port,
+                        int upstream_port) {
+  std::string c = R"(daemon off;
+master_process off;
+worker_processes 1;
+error_log PREFIX/error.log info;
+pid PREFIX/nginx.pid;
+events { worker_connections 128; }
+http {
+  access_log off;
+  client_body_temp_path PREFIX/tmp/body;
+  proxy_temp_path PREFIX/tmp/proxy;
+  fastcgi_temp_path PREFIX/tmp/fastcgi;
+  uwsgi_temp_path PREFIX/tmp/uwsgi;
+  scgi_temp_path PREFIX/tmp/scgi;
+  upstream sluiced {
+    server 127.0.0.1:SLUICED;
+    keepalive 16;
+  }
+)" + NginxServer(std::to_string(port), true) +
+                  NginxServer(std::to_string(closed_port), false) + "}\n";
   auto replace = [&c](const std::string& from, const std::string& to) {
     for (std::size_t p; (p = c.find(from)) != std::string::npos;) c.replace(p, from.size(), to);
   };
   replace("PREFIX", prefix);
   replace("UPSTREAM", std::to_string(upstream_port));
   replace("SLUICED", std::to_string(sluiced_port));
-  replace("PORT", std::to_string(port));
   return c;
 }
 
@@ -103,8 +141,9 @@ class NginxTest : public ::testing::Test {
 
     std::filesystem::create_directories(dir.File("tmp"));
     nginx_port = FreePort();
+    closed_port = FreePort();
     WriteFile(dir.File("nginx.conf"),
-              NginxConfig(dir.path(), nginx_port, sluiced.http_port, upstream_port));
+              NginxConfig(dir.path(), nginx_port, closed_port, sluiced.http_port, upstream_port));
     nginx = Process::Spawn({NGINX_BINARY, "-p", dir.path() + "/", "-c", dir.File("nginx.conf"),
                             "-e", dir.File("error.log")},
                            dir.File("nginx.out"));
@@ -132,6 +171,7 @@ class NginxTest : public ::testing::Test {
   std::atomic<int> upstream_hits{0};
   int upstream_port = 0;
   int nginx_port = 0;
+  int closed_port = 0;
   Sluiced sluiced;
   std::unique_ptr<Process> nginx;
 };
@@ -178,6 +218,39 @@ TEST_F(NginxTest, ApiKeyLimitFromAHeader) {
   EXPECT_EQ(c.Get("/b")->status, 200);
   EXPECT_EQ(c.Get("/b")->status, 429);
   EXPECT_EQ(upstream_hits.load(), 3);
+}
+
+int Get(int port, const std::string& path) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(10, 0);
+  auto r = c.Get(path);
+  return r ? r->status : 0;
+}
+
+// Both recipes limit while sluiced is up; when it hangs (SIGSTOP: connections accepted by
+// the kernel, never answered) or is gone, the fail-open one lets requests through after
+// its timeouts and the fail-closed one answers 503, and neither answers 500.
+TEST_F(NginxTest, DownSluicedFailsOpenOrClosedAsConfigured) {
+  EXPECT_EQ(Get(nginx_port, "/x"), 200);
+  EXPECT_EQ(Get(closed_port, "/x"), 200);
+  EXPECT_EQ(Get(closed_port, "/x"), 200);
+  EXPECT_EQ(Get(closed_port, "/x"), 429);  // one address, 3 an hour, shared by both
+  EXPECT_EQ(upstream_hits.load(), 3);
+
+  sluiced.process->Signal(SIGSTOP);
+  EXPECT_EQ(Get(nginx_port, "/hung"), 200);
+  EXPECT_EQ(Get(closed_port, "/hung"), 503);
+  sluiced.process->Signal(SIGCONT);
+
+  sluiced.process->Signal(SIGKILL);
+  sluiced.process->Wait(std::chrono::seconds(10));
+  EXPECT_EQ(Get(nginx_port, "/gone"), 200);
+  httplib::Client c("127.0.0.1", closed_port);
+  auto r = c.Get("/gone");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(r->body, "rate limiter unavailable\n");
+  EXPECT_EQ(upstream_hits.load(), 5);
 }
 
 }  // namespace
