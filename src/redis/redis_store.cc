@@ -130,7 +130,7 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
       !s.ok()) {
     return s;
   }
-  if (url->topology != redis::Topology::kStandalone || url->tls.enabled) {
+  if (url->topology != redis::Topology::kStandalone) {
     return Status::Unimplemented(url->Scheme() +
                                  " URLs are not supported by this build yet (use redis:// "
                                  "or unix://)");
