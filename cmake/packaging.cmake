@@ -50,7 +50,7 @@ command-line tool and the C++ library (headers, static libraries, CMake package)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # The library's CMake package finds hiredis through pkg-config; the daemon can use a
 # local Redis.
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS "redis-server, libhiredis-dev, pkg-config")
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "redis-server, libhiredis-dev, libssl-dev, pkg-config")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
   ${PROJECT_SOURCE_DIR}/packaging/debian/conffiles
   ${PROJECT_SOURCE_DIR}/packaging/debian/postinst

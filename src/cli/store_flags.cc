@@ -73,13 +73,13 @@ Result<OpenedStore> OpenStoreFromFlags(const StoreFlags& flags, bool* usage_erro
     out.store = std::make_shared<MemoryStore>();
     return out;
   }
-  // Every Redis form (redis, rediss, redis-sentinel, redis-cluster...) is RedisStore's
-  // to parse and to explain when malformed.
+  // Every Redis form (redis://, rediss://, redis-cluster://, redis-sentinel://, ...)
+  // goes to RedisStore, which names what is wrong with it.
   if (!flags.url.starts_with("redis") && !flags.url.starts_with("unix://")) {
     return Status::InvalidArgument("unknown store URL '" + flags.url +
-                                   "' (expected redis://host:port[/db], unix:///path/to/socket, "
-                                   "redis-sentinel://host:port[,host:port]/MASTER, "
-                                   "redis-cluster://host:port[,host:port] or memory://)");
+                                   "' (expected redis://host:port[/db], rediss://, "
+                                   "redis-cluster://, redis-sentinel://, unix:///path/to/socket "
+                                   "or memory://)");
   }
   RedisStoreOptions o;
   o.url = flags.url;

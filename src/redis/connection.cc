@@ -111,6 +111,7 @@ void Connection::Submit(std::string wire, Deadline deadline, std::vector<ReplyCa
 }
 
 void Connection::Run() {
+  BlockSigpipeInThisThread();  // TLS writes with write(): EPIPE instead of a signal
   // Reconnects skip the scripts: the server keeps them, and NOSCRIPT reloads them.
   HandshakeOptions reconnect = options_.handshake;
   reconnect.scripts.clear();

@@ -1,6 +1,10 @@
 #include "redis/handshake.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include "redis/resp.h"
+#include "redis/tls_transport.h"
 
 namespace sluice::redis {
 
@@ -62,7 +66,44 @@ Result<ReplyPtr> RoundTrip(Transport& t, std::string_view wire, Deadline deadlin
   }
 }
 
+namespace {
+
+// OpenSSL writes with write(): a peer that closed the socket would raise SIGPIPE and
+// kill the process. While this guard lives, SIGPIPE is blocked in this thread (the
+// write then fails with EPIPE); one that we raised is discarded before unblocking.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeGuard() {
+    if (sigismember(&old_, SIGPIPE)) return;  // the caller blocks it anyway
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGPIPE)) {
+      const timespec zero{0, 0};
+      sigtimedwait(&pipe_, nullptr, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t pipe_, old_;
+};
+
+}  // namespace
+
+void BlockSigpipeInThisThread() {
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+}
+
 Result<std::unique_ptr<Transport>> ConnectAndHandshake(const HandshakeOptions& o, int cancel_fd) {
+  SigpipeGuard no_sigpipe;
   const Url& u = o.url;
   const std::string where = u.Describe();
   const Deadline deadline = DeadlineAfter(o.connect_timeout);
@@ -73,6 +114,10 @@ Result<std::unique_ptr<Transport>> ConnectAndHandshake(const HandshakeOptions& o
                                  std::to_string(o.connect_timeout / 1000) + " ms");
     }
     return t.status();
+  }
+  if (u.tls.enabled) {
+    t = StartTls(std::move(*t), u, deadline, cancel_fd);
+    if (!t.ok()) return t.status();
   }
   Transport& tr = **t;
   auto text = [](const ReplyPtr& r) { return std::string(r->str, r->len); };

@@ -36,6 +36,9 @@ struct HandshakeOptions {
 Result<std::unique_ptr<Transport>> ConnectAndHandshake(const HandshakeOptions& options,
                                                        int cancel_fd = -1);
 
+// Blocks SIGPIPE for the calling thread for good (an I/O thread that writes TLS).
+void BlockSigpipeInThisThread();
+
 // One blocking round trip on `t` by `deadline`: writes `wire` (one command), reads
 // exactly one reply (at most `max_bytes` of it). `step` names the command in errors.
 Result<ReplyPtr> RoundTrip(Transport& t, std::string_view wire, Deadline deadline,

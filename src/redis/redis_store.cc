@@ -149,7 +149,7 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
       !s.ok()) {
     return s;
   }
-  if (url->topology == redis::Topology::kCluster || url->tls.enabled) {
+  if (url->topology == redis::Topology::kCluster) {
     return Status::Unimplemented(url->Scheme() +
                                  " URLs are not supported by this build yet (use redis://, "
                                  "unix:// or redis-sentinel://)");

@@ -44,6 +44,12 @@ class Transport {
     return static_cast<short>(POLLIN | (want_write ? POLLOUT : 0));
   }
   const std::string& error() const { return error_; }
+  // Gives up ownership of the socket (for a transport that wraps it, e.g. TLS).
+  int Release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
 
  protected:
   explicit Transport(int fd) : fd_(fd) {}

@@ -1,0 +1,205 @@
+// rediss:// against a TLS redis-server whose certificates the test generates with the
+// `openssl` command (CA, server certificate for localhost/127.0.0.1, client
+// certificate, and a second CA nobody trusts). The server also listens on a plain
+// port, which gives "plain to a TLS port" and "TLS to a plain port" for free.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "redis_server.h"
+#include "sluice/policy.h"
+#include "sluice/redis_store.h"
+
+namespace sluice::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+constexpr auto kMargin = milliseconds(1000);
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Certificates in a temporary directory, made by the openssl command.
+struct Certs {
+  std::string dir;
+  bool ok = false;
+  std::string Path(const std::string& f) const { return dir + "/" + f; }
+
+  Certs() {
+    char tmpl[] = "/tmp/sluice-tls-XXXXXX";
+    dir = mkdtemp(tmpl);
+    std::ofstream(Path("server.ext")) << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
+    std::ofstream(Path("client.ext")) << "extendedKeyUsage=clientAuth\n";
+    const std::string d = dir;
+    const std::string q = " >/dev/null 2>&1";
+    const std::string cmds[] = {
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout " + d + "/ca.key -out " + d +
+            "/ca.crt -days 2 -subj /CN=sluice-test-ca" + q,
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout " + d + "/other.key -out " + d +
+            "/other.crt -days 2 -subj /CN=untrusted-ca" + q,
+        "openssl req -newkey rsa:2048 -nodes -keyout " + d + "/server.key -out " + d +
+            "/server.csr -subj /CN=localhost" + q,
+        "openssl x509 -req -in " + d + "/server.csr -CA " + d + "/ca.crt -CAkey " + d +
+            "/ca.key -CAcreateserial -out " + d + "/server.crt -days 2 -extfile " + d +
+            "/server.ext" + q,
+        "openssl req -newkey rsa:2048 -nodes -keyout " + d + "/client.key -out " + d +
+            "/client.csr -subj /CN=sluice-client" + q,
+        "openssl x509 -req -in " + d + "/client.csr -CA " + d + "/ca.crt -CAkey " + d +
+            "/ca.key -CAcreateserial -out " + d + "/client.crt -days 2 -extfile " + d +
+            "/client.ext" + q,
+    };
+    for (const std::string& c : cmds) {
+      if (std::system(c.c_str()) != 0) {
+        ADD_FAILURE() << "failed: " << c << " (is the openssl command installed?)";
+        return;
+      }
+    }
+    ok = true;
+  }
+  ~Certs() { std::filesystem::remove_all(dir); }
+};
+
+struct TlsRedis {
+  std::unique_ptr<RedisServer> server;
+  int tls_port = 0;
+};
+
+TlsRedis StartTlsRedis(const Certs& c, bool require_client_cert) {
+  TlsRedis t;
+  t.tls_port = FreePort();
+  RedisServerOptions o;
+  o.args = {"--tls-port",         std::to_string(t.tls_port),
+            "--tls-cert-file",    c.Path("server.crt"),
+            "--tls-key-file",     c.Path("server.key"),
+            "--tls-ca-cert-file", c.Path("ca.crt"),
+            "--tls-auth-clients", require_client_cert ? "yes" : "no"};
+  auto s = RedisServer::Start(o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (s.ok()) t.server = std::move(*s);
+  return t;
+}
+
+Status CreateAndDecide(const std::string& url, Micros connect_timeout = 5'000'000) {
+  RedisStoreOptions o;
+  o.url = url;
+  o.connect_timeout = connect_timeout;
+  o.call_timeout = 500'000;
+  o.on_warning = [](std::string_view) {};
+  auto store = RedisStore::Create(o);
+  if (!store.ok()) return store.status();
+  static const Policy p = Policy::FixedWindow("api", 10, std::chrono::seconds(60));
+  StoreCheck check{&p, "sluice:{tls}:api", 1};
+  Decision d;
+  Status s =
+      (*store)->Evaluate(std::span<const StoreCheck>(&check, 1), 0, std::span<Decision>(&d, 1));
+  if (s.ok() && !d.allowed) return Status::Internal("denied");
+  return s;
+}
+
+class Tls : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    certs_ = new Certs();
+    if (certs_->ok) redis_ = new TlsRedis(StartTlsRedis(*certs_, false));
+  }
+  static void TearDownTestSuite() {
+    delete redis_;
+    delete certs_;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(certs_->ok);
+    ASSERT_NE(redis_->server, nullptr);
+  }
+  std::string TlsUrl(const std::string& host, const std::string& query) const {
+    return "rediss://" + host + ":" + std::to_string(redis_->tls_port) + "?" + query;
+  }
+  static Certs* certs_;
+  static TlsRedis* redis_;
+};
+Certs* Tls::certs_ = nullptr;
+TlsRedis* Tls::redis_ = nullptr;
+
+TEST_F(Tls, DecidesOverTlsWithTheHostNameOrTheAddressVerified) {
+  const std::string ca = "tls_ca=" + certs_->Path("ca.crt");
+  Status s = CreateAndDecide(TlsUrl("127.0.0.1", ca));
+  EXPECT_TRUE(s.ok()) << "IP SAN: " << s.ToString();
+  s = CreateAndDecide(TlsUrl("localhost", ca));
+  EXPECT_TRUE(s.ok()) << "DNS SAN: " << s.ToString();
+  EXPECT_TRUE(CreateAndDecide("rediss://localhost:" + std::to_string(redis_->tls_port) +
+                              "?tls_ca=" + certs_->Path("ca.crt") + "&tls_sni=localhost")
+                  .ok());
+}
+
+void ExpectUnavailableWithin(const std::string& url, const std::string& text) {
+  const auto start = steady_clock::now();
+  const Status s = CreateAndDecide(url, 1'000'000);
+  EXPECT_EQ(s.code(), ErrorCode::kUnavailable) << url << ": " << s.ToString();
+  EXPECT_NE(s.message().find(text), std::string::npos) << url << ": " << s.ToString();
+  EXPECT_LT(steady_clock::now() - start, milliseconds(1000) + kMargin) << url;
+}
+
+TEST_F(Tls, BadCertificatesAreClearErrorsWithinConnectTimeout) {
+  // A CA that did not sign the server's certificate.
+  ExpectUnavailableWithin(TlsUrl("127.0.0.1", "tls_ca=" + certs_->Path("other.crt")),
+                          "certificate verify failed");
+  // A name the certificate is not for.
+  ExpectUnavailableWithin(
+      TlsUrl("127.0.0.1", "tls_ca=" + certs_->Path("ca.crt") + "&tls_sni=redis.example.com"),
+      "not for 'redis.example.com'");
+  // ... which tls_insecure accepts (as some managed services need).
+  EXPECT_TRUE(CreateAndDecide(
+                  TlsUrl("127.0.0.1", "tls_ca=" + certs_->Path("other.crt") + "&tls_insecure=1"))
+                  .ok());
+}
+
+TEST_F(Tls, TlsToAPlainPortAndPlainToATlsPortAreClearErrors) {
+  ExpectUnavailableWithin("rediss://127.0.0.1:" + std::to_string(redis_->server->port()) +
+                              "?tls_ca=" + certs_->Path("ca.crt"),
+                          "TLS handshake");
+  ExpectUnavailableWithin("redis://127.0.0.1:" + std::to_string(redis_->tls_port), "PING");
+}
+
+TEST_F(Tls, UnreadableFilesAreInvalidArguments) {
+  const Status s = CreateAndDecide(TlsUrl("127.0.0.1", "tls_ca=/nonexistent/ca.pem"));
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("tls_ca '/nonexistent/ca.pem'"), std::string::npos) << s.ToString();
+  const Status k = CreateAndDecide(TlsUrl(
+      "127.0.0.1", "tls_ca=" + certs_->Path("ca.crt") + "&tls_cert=" + certs_->Path("client.crt") +
+                       "&tls_key=" + certs_->Path("other.key")));
+  EXPECT_EQ(k.code(), ErrorCode::kInvalidArgument) << k.ToString();
+  EXPECT_NE(k.message().find("tls_key '" + certs_->Path("other.key") + "'"), std::string::npos)
+      << k.ToString();
+}
+
+TEST(TlsMutual, AClientCertificateIsRequiredAndAccepted) {
+  Certs certs;
+  ASSERT_TRUE(certs.ok);
+  TlsRedis redis = StartTlsRedis(certs, /*require_client_cert=*/true);
+  ASSERT_NE(redis.server, nullptr);
+  const std::string base =
+      "rediss://127.0.0.1:" + std::to_string(redis.tls_port) + "?tls_ca=" + certs.Path("ca.crt");
+  const Status without = CreateAndDecide(base);
+  EXPECT_EQ(without.code(), ErrorCode::kUnavailable) << without.ToString();
+  const Status with = CreateAndDecide(base + "&tls_cert=" + certs.Path("client.crt") +
+                                      "&tls_key=" + certs.Path("client.key"));
+  EXPECT_TRUE(with.ok()) << with.ToString();
+}
+
+}  // namespace
+}  // namespace sluice::testing
