@@ -13,9 +13,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-30}
 shift || true
-scripts/deps.sh
-cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz -j "$(nproc)"
+if [[ ${FUZZ_BUILD:-1} != 0 ]]; then  # FUZZ_BUILD=0: run what build/fuzz already has
+  scripts/deps.sh
+  cmake --preset fuzz >/dev/null
+  cmake --build --preset fuzz -j "$(nproc)"
+fi
 
 targets=("$@")
 if ((${#targets[@]} == 0)); then
