@@ -31,6 +31,10 @@ struct Batch {
 struct Call {
   std::uint64_t capacity[kMaxBatch];
   std::size_t n = 0;
+  // Set by whoever counts this call's timeout first: the reply callback (the I/O
+  // thread's deadline passed) or a blocking caller whose wait ended first. Each
+  // timeout a caller sees is counted exactly once.
+  std::atomic<bool> timeout_counted{false};
 };
 
 // Merges the RedisStoreOptions fields into the parsed URL: a field that is set wins.
@@ -48,7 +52,7 @@ void MergeFields(const RedisStoreOptions& o, redis::Url* u) {
 
 struct RedisStore::Impl {
   RedisStoreOptions options;
-  std::atomic<std::uint64_t> calls{0}, errors{0};
+  std::atomic<std::uint64_t> calls{0}, errors{0}, timeouts{0};
   // Last, so it is destroyed first: its shutdown completes calls in flight, whose
   // callbacks still use the members above.
   std::unique_ptr<redis::Router> router;
@@ -62,10 +66,21 @@ struct RedisStore::Impl {
   }
 
   void CheckMaxmemory(redis::NodeClient& node);
+  void CountTimeout(Call& call) {
+    if (!call.timeout_counted.exchange(true, std::memory_order_acq_rel)) {
+      timeouts.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  // EvaluateAsync with the deadline given; returns the call (null if it failed at
+  // once) so that a blocking caller can count its own timeout.
+  std::shared_ptr<Call> Evaluate(std::span<const StoreCheck> checks, Micros now,
+                                 redis::Deadline deadline, EvaluateCallback done);
+  std::shared_ptr<Call> Refund(std::span<const StoreCheck> checks, Micros now,
+                               redis::Deadline deadline, RefundCallback done);
   // Sends one EVALSHA of `script` (loaded on NOSCRIPT by the router) and hands the
   // parsed decisions (call->n of them) to `done`.
   void Run(std::string_view routing_key, const redis::Script& script, std::string wire,
-           std::shared_ptr<Call> call, EvaluateCallback done);
+           std::shared_ptr<Call> call, redis::Deadline deadline, EvaluateCallback done);
 };
 
 // Eviction would silently forget counters (letting more requests through), so only
@@ -126,6 +141,7 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
   no.connect.handshake.scripts = redis::AllScripts();
   no.connect.stall_timeout = std::max<Micros>(1'000'000, 4 * options.call_timeout);
   no.connections = options.connections;
+  no.connect_now = options.require_connection;
   auto router = redis::StandaloneRouter::Create(std::move(no));
   if (!router.ok()) return router.status();
   auto impl = std::make_unique<Impl>();
@@ -139,10 +155,12 @@ RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RedisStore::~RedisStore() = default;
 
 void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& script,
-                           std::string wire, std::shared_ptr<Call> call, EvaluateCallback done) {
+                           std::string wire, std::shared_ptr<Call> call, redis::Deadline deadline,
+                           EvaluateCallback done) {
   auto on_reply = [this, call, done = std::move(done)](const Status& s, const redisReply* r) {
     if (!s.ok()) {
       errors.fetch_add(1, std::memory_order_relaxed);
+      if (s.code() == ErrorCode::kDeadlineExceeded) CountTimeout(*call);
       done(s, {});
       return;
     }
@@ -169,8 +187,8 @@ void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& sc
     }
     done(Status::Ok(), std::span<const Decision>(out.decisions, out.n));
   };
-  router->Send(routing_key, redis::Command{std::move(wire), script.source},
-               redis::DeadlineAfter(options.call_timeout), std::move(on_reply));
+  router->Send(routing_key, redis::Command{std::move(wire), script.source}, deadline,
+               std::move(on_reply));
 }
 
 namespace {
@@ -195,13 +213,19 @@ Status ValidateChecks(std::span<const StoreCheck> checks) {
 
 void RedisStore::EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
                                EvaluateCallback done) {
+  impl_->Evaluate(checks, now, redis::DeadlineAfter(impl_->options.call_timeout), std::move(done));
+}
+
+std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> checks, Micros now,
+                                                 redis::Deadline deadline, EvaluateCallback done) {
+  RedisStore::Impl* impl_ = this;
   if (Status s = ValidateChecks(checks); !s.ok()) {
     done(s, {});
-    return;
+    return nullptr;
   }
   if (checks.empty()) {
     done(Status::Ok(), {});
-    return;
+    return nullptr;
   }
   impl_->calls.fetch_add(1, std::memory_order_relaxed);
   std::size_t nkeys = 0;
@@ -243,22 +267,27 @@ void RedisStore::EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
   }
   // Every key of a batch shares the hash tag of the first one (sluice keys carry
   // one), so the first key routes the whole script.
-  impl_->Run(checks[0].key, script, b.Take(), std::move(call), std::move(done));
+  impl_->Run(checks[0].key, script, b.Take(), call, deadline, std::move(done));
+  return call;
 }
 
 Status RedisStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
                             std::span<Decision> out) {
   if (out.size() < checks.size()) return Status::InvalidArgument("output span too small");
+  // The wait and the I/O thread share one deadline; whichever ends the call first
+  // counts its timeout (Call::timeout_counted).
   const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
   auto w = std::make_shared<redis::Waiter<Batch>>();
-  EvaluateAsync(checks, now, [w](const Status& s, std::span<const Decision> d) {
-    w->Complete([&](Batch& b) {
-      b.status = s;
-      b.n = d.size();
-      std::copy(d.begin(), d.end(), b.decisions);
-    });
-  });
+  auto call =
+      impl_->Evaluate(checks, now, deadline, [w](const Status& s, std::span<const Decision> d) {
+        w->Complete([&](Batch& b) {
+          b.status = s;
+          b.n = d.size();
+          std::copy(d.begin(), d.end(), b.decisions);
+        });
+      });
   if (!w->Wait(deadline)) {
+    if (call) impl_->CountTimeout(*call);
     return Status::DeadlineExceeded("Redis did not answer within " +
                                     std::to_string(impl_->options.call_timeout / 1000) + " ms");
   }
@@ -271,6 +300,12 @@ Status RedisStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
 // A refund is the batch script with every cost negated (lua/dispatch.lua), even for one
 // check: refunds are rare, and the one-check scripts stay lean. The reply is empty.
 void RedisStore::RefundAsync(std::span<const StoreCheck> checks, Micros now, RefundCallback done) {
+  impl_->Refund(checks, now, redis::DeadlineAfter(impl_->options.call_timeout), std::move(done));
+}
+
+std::shared_ptr<Call> RedisStore::Impl::Refund(std::span<const StoreCheck> checks, Micros now,
+                                               redis::Deadline deadline, RefundCallback done) {
+  RedisStore::Impl* impl_ = this;
   Status s = ValidateChecks(checks);
   for (const StoreCheck& c : checks) {
     if (s.ok() && c.cost == 0) {
@@ -279,7 +314,7 @@ void RedisStore::RefundAsync(std::span<const StoreCheck> checks, Micros now, Ref
   }
   if (!s.ok() || checks.empty()) {
     done(s);
-    return;
+    return nullptr;
   }
   impl_->calls.fetch_add(1, std::memory_order_relaxed);
   std::size_t nkeys = 0;
@@ -314,15 +349,18 @@ void RedisStore::RefundAsync(std::span<const StoreCheck> checks, Micros now, Ref
         .Add(-static_cast<long long>(c.cost));
   }
   // call->n == 0: the reply must be an empty array.
-  impl_->Run(checks[0].key, script, b.Take(), std::move(call),
+  impl_->Run(checks[0].key, script, b.Take(), call, deadline,
              [done = std::move(done)](const Status& st, std::span<const Decision>) { done(st); });
+  return call;
 }
 
 Status RedisStore::Refund(std::span<const StoreCheck> checks, Micros now) {
   const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
   auto w = std::make_shared<redis::Waiter<Status>>();
-  RefundAsync(checks, now, [w](const Status& s) { w->Complete([&](Status& out) { out = s; }); });
+  auto call = impl_->Refund(checks, now, deadline,
+                            [w](const Status& s) { w->Complete([&](Status& out) { out = s; }); });
   if (!w->Wait(deadline)) {
+    if (call) impl_->CountTimeout(*call);
     return Status::DeadlineExceeded("Redis did not answer within " +
                                     std::to_string(impl_->options.call_timeout / 1000) + " ms");
   }
@@ -346,7 +384,7 @@ RedisStoreStats RedisStore::Stats() const {
   s.errors = impl_->errors.load(std::memory_order_relaxed);
   const redis::ConnectionStats& c = impl_->router->stats();
   s.script_reloads = c.script_reloads.load(std::memory_order_relaxed);
-  s.timeouts = c.timeouts.load(std::memory_order_relaxed);
+  s.timeouts = impl_->timeouts.load(std::memory_order_relaxed);
   s.reconnects = c.reconnects.load(std::memory_order_relaxed);
   return s;
 }
