@@ -110,7 +110,9 @@ bool ParseSeconds(std::string_view s, Micros* out) {
   std::size_t i = 0;
   std::int64_t whole = 0;
   while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
-    if (whole > 9'000'000'000'000LL) return false;  // ~285,000 years: surely a mistake
+    // 10^11 s (~3,170 years) at most, so that whole * 10^6 + frac fits in int64
+    // (a larger bound overflowed: found by tests/fuzz/trace_fuzz.cc).
+    if (whole >= 100'000'000'000LL) return false;
     whole = whole * 10 + (s[i] - '0');
     ++i;
   }

@@ -239,6 +239,11 @@ Result<Rate> ParseRate(std::string_view text) {
     return Status::InvalidArgument("rate '" + std::string(text) +
                                    "': " + window.status().message());
   }
+  // "15/0s" parsed as a zero window (found by tests/fuzz/rate_duration_fuzz.cc).
+  if (*window <= 0) {
+    return Status::InvalidArgument("rate '" + std::string(text) +
+                                   "': the window must be more than 0");
+  }
   // Count: an integer, or a decimal with up to 6 fractional digits.
   std::uint64_t whole = 0;
   std::uint64_t frac = 0;

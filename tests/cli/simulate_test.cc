@@ -226,6 +226,8 @@ TEST(Trace, MalformedLinesNameTheLine) {
       {"-5 a\n", "t.trace:1: timestamp '-5'"},
       {"1.1234567 a\n", "t.trace:1: timestamp '1.1234567'"},
       {"1e9 a\n", "t.trace:1: timestamp '1e9'"},
+      // Found by the trace fuzzer: seconds * 10^6 overflowed int64 (UB), accepted.
+      {"17854785412810 a\n", "t.trace:1: timestamp '17854785412810'"},
       {"1 a 0\n", "t.trace:1: cost '0' is not an integer >= 1"},
       {"1 a x\n", "t.trace:1: cost 'x'"},
       {"1 a -2\n", "t.trace:1: cost '-2'"},

@@ -89,7 +89,8 @@ TEST(ParseRate, Forms) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->limit, 1000u);
   EXPECT_EQ(r->window, 86'400'000'000);
-  for (const char* bad : {"", "100", "abc/s", "10/fortnight", "0/s", "1.2345678/s", "-1/s", "5/"}) {
+  for (const char* bad :
+       {"", "100", "abc/s", "10/fortnight", "0/s", "1.2345678/s", "-1/s", "5/", "15/0s", "1/0ms"}) {
     auto b = ParseRate(bad);
     EXPECT_FALSE(b.ok()) << bad;
     EXPECT_EQ(b.status().code(), ErrorCode::kInvalidArgument) << bad;
