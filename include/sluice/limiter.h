@@ -89,6 +89,20 @@ class Limiter {
   // What Acquire(key, 1) would answer, without consuming anything.
   Result<Decision> Peek(std::string_view key, std::span<Decision> per_policy = {});
 
+  // Gives `cost` units back to `key` under every policy, atomically: "the request
+  // failed, give the unit back" after an allowed Acquire. What each algorithm gives
+  // back is Store::Refund's (a window count never below 0 and not after the window
+  // rolled over, tokens capped at the capacity, a GCRA TAT never before now, the
+  // newest sliding-log entries); a key with no state is left as it is. Refunding more
+  // than was taken cannot mint budget beyond a full limit. Errors: InvalidArgument for
+  // a bad key, a cost of 0 or above a policy's capacity; a store error (Unavailable,
+  // DeadlineExceeded) is returned as is: the budget then stays taken (conservative).
+  Status Refund(std::string_view key, std::uint64_t cost = 1);
+
+  // Like Refund(key, cost) but each check names its policy, key and cost (the checks of
+  // an Acquire(checks) call); all are refunded atomically.
+  Status Refund(std::span<const Check> checks);
+
   // Forgets `key` under every policy: its full limits are available again.
   Status Reset(std::string_view key);
 

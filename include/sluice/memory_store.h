@@ -42,6 +42,7 @@ class MemoryStore final : public Store {
   MemoryStore& operator=(const MemoryStore&) = delete;
 
   Status Evaluate(std::span<const StoreCheck> checks, Micros now, std::span<Decision> out) override;
+  Status Refund(std::span<const StoreCheck> checks, Micros now) override;
   Status Reset(const Policy& policy, std::string_view key) override;
 
   MemoryStoreStats Stats() const;

@@ -75,6 +75,10 @@ class RedisStore final : public Store {
   // calls in flight share the connections' pipelines.
   void EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
                      EvaluateCallback done) override;
+  // Store::Refund as one script call (atomic), blocking, bounded by call_timeout;
+  // errors as Evaluate's. RefundAsync completes like EvaluateAsync.
+  Status Refund(std::span<const StoreCheck> checks, Micros now) override;
+  void RefundAsync(std::span<const StoreCheck> checks, Micros now, RefundCallback done) override;
   // Deletes the key's state (one DEL). Blocking, bounded by call_timeout.
   Status Reset(const Policy& policy, std::string_view key) override;
   bool IsRemote() const override { return true; }

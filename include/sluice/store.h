@@ -31,6 +31,8 @@ struct StoreCheck {
 // during the call.
 using EvaluateCallback =
     std::function<void(const Status& status, std::span<const Decision> decisions)>;
+// Called with the outcome of an asynchronous refund.
+using RefundCallback = std::function<void(const Status& status)>;
 
 class Store {
  public:
@@ -48,6 +50,26 @@ class Store {
   // Like Evaluate but may complete later on another thread; `done` is called exactly
   // once. The default implementation calls Evaluate and then `done` inline.
   virtual void EvaluateAsync(std::span<const StoreCheck> checks, Micros now, EvaluateCallback done);
+
+  // Gives each check's cost back to its key, atomically (every check or none), at time
+  // `now` (stores with their own clock use theirs): "the request failed, give the unit
+  // back", and the undo of a reservation when another part of a request was denied.
+  // Per algorithm (docs/algorithms.md, "Refunds"):
+  //  - fixed window, sliding window counter: the current window's count goes down by
+  //    cost, never below 0; once the window has rolled over, nothing changes;
+  //  - token bucket: tokens go up by cost, capped at the capacity;
+  //  - GCRA: the TAT moves back by cost emission intervals, never below now;
+  //  - sliding window log: up to `cost` units of the newest entries are removed.
+  // A key with no state (never charged, or back to full) is left as it is; keys written
+  // keep a TTL. Each cost must be 1..policy->Capacity() (InvalidArgument otherwise).
+  // Like Evaluate, an error other than InvalidArgument means the refund may or may not
+  // have been applied. Thread-safe. The default implementation returns kInternal
+  // ("not supported"); MemoryStore and RedisStore implement it.
+  virtual Status Refund(std::span<const StoreCheck> checks, Micros now);
+
+  // Like Refund but may complete later on another thread; `done` is called exactly
+  // once. The default implementation calls Refund and then `done` inline.
+  virtual void RefundAsync(std::span<const StoreCheck> checks, Micros now, RefundCallback done);
 
   // Forgets the state of `key` under `policy`, so its full limit is available again.
   virtual Status Reset(const Policy& policy, std::string_view key) = 0;

@@ -83,14 +83,14 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
       app.add_option("-d,--duration", duration_text, "how long to run")->capture_default_str();
   app.add_option("--requests", config.requests,
                  "stop after this many decisions instead of after --duration")
-      ->check(CLI::PositiveNumber)
+      ->check(AtLeastOne())
       ->excludes(duration_opt);
   app.add_option("-k,--keys", config.keys, "distinct caller keys, chosen at random")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{10'000'000}))
       ->capture_default_str();
   app.add_flag("--hot-key", hot_key, "every caller uses one key (same as --keys 1)");
   app.add_option("--cost", config.cost, "units each decision takes")
-      ->check(CLI::PositiveNumber)
+      ->check(AtLeastOne("a decision of cost 0 takes nothing"))
       ->capture_default_str();
   app.add_option("-p,--prefix", config.prefix, "key prefix")->capture_default_str();
   app.add_option("--api", api,
@@ -102,7 +102,7 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   app.add_option("--target-rate", config.target_rate,
                  "decisions/s over all callers, paced (threads only: --api limiter or "
                  "memory://); default: as fast as possible")
-      ->check(CLI::PositiveNumber);
+      ->check(MoreThanZero());
   app.add_option("--seed", config.seed, "random seed for key choice")->capture_default_str();
   app.add_flag("--json", json, "print the summary as one JSON object");
   app.add_flag("-q,--quiet", quiet, "no progress line");
@@ -120,9 +120,8 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   config.api = api == "limiter" ? BenchApi::kLimiter : BenchApi::kStore;
   config.deny_cache = !no_deny_cache;
   if (config.requests == 0) {
-    auto d = ParseDuration(duration_text);
-    if (!d.ok()) return usage("--duration: " + d.status().message());
-    if (*d <= 0) return usage("--duration must be more than 0");
+    auto d = ParsePositiveDuration("--duration", duration_text);
+    if (!d.ok()) return usage(d.status().message());
     config.duration = *d;
   }
   if (config.cost > config.policy.Capacity()) {

@@ -16,4 +16,13 @@ namespace sluice::cli {
 int ParseFlags(CLI::App& app, const std::vector<std::string>& args, std::string_view name,
                std::ostream& out, std::ostream& err);
 
+// A check for counts that must be at least 1 (--cost, --burst, --requests): 0 and
+// negative values are refused as "must be at least 1, not '0'" (CLI11 puts the flag's
+// name first). `hint` is appended to the message when not empty.
+CLI::Validator AtLeastOne(std::string hint = {});
+
+// A check for numbers that must be more than 0 (--target-rate): "must be more than 0,
+// not '-2'".
+CLI::Validator MoreThanZero();
+
 }  // namespace sluice::cli

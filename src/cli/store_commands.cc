@@ -86,7 +86,7 @@ int Run(Mode mode, const std::vector<std::string>& args, std::ostream& out, std:
                      : "the policy's rate, e.g. 100/min, 10/s, 0.5/s, 5/10s (required)");
   if (mode == Mode::kCheck) {
     app.add_option("-c,--cost", cost, "units this request takes")
-        ->check(CLI::PositiveNumber)
+        ->check(AtLeastOne("a check of cost 0 takes nothing; use 'sluice peek' to look"))
         ->capture_default_str();
   }
   app.add_option("-p,--prefix", prefix, "key prefix, as LimiterOptions::key_prefix")

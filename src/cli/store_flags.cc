@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "cli/flags.h"
 #include "sluice/memory_store.h"
 
 namespace sluice::cli {
@@ -13,8 +14,11 @@ void AddPolicyFlags(CLI::App& app, PolicyFlags& flags, const std::string& rate_h
                  "gcra (short: fixed, sliding_log, sliding_counter, bucket)")
       ->capture_default_str();
   app.add_option("-r,--rate", flags.rate, rate_help);
+  // An explicit 0 would silently mean "the rate's count" (Policy::burst's default):
+  // refuse it rather than let the typed value and the policy disagree.
   app.add_option("--burst", flags.burst,
-                 "token bucket capacity / GCRA burst (default: the rate's count)");
+                 "token bucket capacity / GCRA burst (default: the rate's count)")
+      ->check(AtLeastOne("leave --burst out for the rate's count"));
   app.add_option("-n,--policy-name", flags.policy_name,
                  "the policy's name, as the application names it (it is part of the key)")
       ->capture_default_str();
@@ -57,14 +61,10 @@ void AddStoreFlags(CLI::App& app, StoreFlags& flags) {
 
 Result<OpenedStore> OpenStoreFromFlags(const StoreFlags& flags, bool* usage_error) {
   *usage_error = true;
-  auto timeout = ParseDuration(flags.timeout);
-  if (!timeout.ok()) return Status::InvalidArgument("--timeout: " + timeout.status().message());
-  if (*timeout <= 0) return Status::InvalidArgument("--timeout must be more than 0");
-  auto connect = ParseDuration(flags.connect_timeout);
-  if (!connect.ok()) {
-    return Status::InvalidArgument("--connect-timeout: " + connect.status().message());
-  }
-  if (*connect <= 0) return Status::InvalidArgument("--connect-timeout must be more than 0");
+  auto timeout = ParsePositiveDuration("--timeout", flags.timeout);
+  if (!timeout.ok()) return timeout.status();
+  auto connect = ParsePositiveDuration("--connect-timeout", flags.connect_timeout);
+  if (!connect.ok()) return connect.status();
   *usage_error = false;
 
   OpenedStore out;
@@ -88,6 +88,24 @@ Result<OpenedStore> OpenStoreFromFlags(const StoreFlags& flags, bool* usage_erro
   out.redis = *redis;
   out.store = *redis;
   return out;
+}
+
+Result<Micros> ParsePositiveDuration(std::string_view flag, std::string_view text) {
+  const auto not_positive = [&] {
+    return Status::InvalidArgument(std::string(flag) + " must be more than 0, not '" +
+                                   std::string(text) + "'");
+  };
+  std::string_view t = text;
+  while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
+  if (t.starts_with('-')) return not_positive();
+  auto d = ParseDuration(text);
+  if (d.ok()) {
+    if (*d <= 0) return not_positive();
+    return *d;
+  }
+  // A bare zero ("0", "00") needs no unit to be wrong.
+  if (!t.empty() && t.find_first_not_of('0') == std::string_view::npos) return not_positive();
+  return Status::InvalidArgument(std::string(flag) + ": " + d.status().message());
 }
 
 std::string FormatWait(Micros us) {
@@ -137,9 +155,47 @@ std::string DescribeLimit(const Policy& p) {
   return s;
 }
 
+namespace {
+// Length of the well-formed UTF-8 sequence at the start of `s` (RFC 3629: no overlong
+// forms, no surrogates, nothing above U+10FFFF), or 0 when it is not one.
+std::size_t Utf8SequenceLength(std::string_view s) {
+  const auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const auto cont = [&](std::size_t i) { return i < s.size() && (b(i) & 0xC0) == 0x80; };
+  const unsigned char c = b(0);
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    if (!cont(1) || !cont(2)) return 0;
+    if (c == 0xE0 && b(1) < 0xA0) return 0;   // overlong
+    if (c == 0xED && b(1) >= 0xA0) return 0;  // UTF-16 surrogate
+    return 3;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    if (!cont(1) || !cont(2) || !cont(3)) return 0;
+    if (c == 0xF0 && b(1) < 0x90) return 0;   // overlong
+    if (c == 0xF4 && b(1) >= 0x90) return 0;  // above U+10FFFF
+    return 4;
+  }
+  return 0;  // a stray continuation byte, 0xC0, 0xC1 or 0xF5..0xFF
+}
+}  // namespace
+
 std::string JsonString(std::string_view s) {
   std::string out = "\"";
-  for (unsigned char c : s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      const std::size_t n = Utf8SequenceLength(s.substr(i));
+      if (n == 0) {
+        out += "\\ufffd";
+        ++i;
+      } else {
+        out.append(s.substr(i, n));
+        i += n;
+      }
+      continue;
+    }
+    ++i;
     switch (c) {
       case '"':
         out += "\\\"";

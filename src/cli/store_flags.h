@@ -60,13 +60,20 @@ struct OpenedStore {
 // `usage_error` is set when the flags themselves are wrong (not the store).
 Result<OpenedStore> OpenStoreFromFlags(const StoreFlags& flags, bool* usage_error);
 
+// Parses a duration flag that must be more than 0. Errors name the flag and say what
+// is wrong: "--timeout must be more than 0, not '0'", "... not '-5ms'", or the parser's
+// message ("needs a unit") for anything else.
+Result<Micros> ParsePositiveDuration(std::string_view flag, std::string_view text);
+
 // A wait, rounded for reading: "0s", "850us", "250ms", "59.2s", "12m 3s", "1h 2m".
 std::string FormatWait(Micros us);
 
 // "100 per 1m" or "20 per 1s, burst 50".
 std::string DescribeLimit(const Policy& p);
 
-// A JSON string literal (quotes included) with the required escapes.
+// A JSON string literal (quotes included) with the required escapes. A key is bytes,
+// JSON text is UTF-8: each byte that does not belong to a well-formed UTF-8 sequence
+// becomes \ufffd (U+FFFD), so the output is always valid JSON.
 std::string JsonString(std::string_view s);
 
 }  // namespace sluice::cli

@@ -10,6 +10,13 @@
 //  - a denied request leaves the state as it was (only re-normalised);
 //  - `expires` is when the state will be back to "full": dropping it then changes no
 //    decision.
+//
+// Refunds (Store::Refund) give a cost back to an existing state: each *Refund
+// function takes a state the store holds (not fresh: a key with no state, or one back
+// to full, has nothing to give back, and the store leaves it alone) and returns the
+// new state and its `expires`. Refunds never mint more than the state could hold: a
+// window count never goes below 0, tokens never above the capacity, a TAT never
+// below now.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +45,10 @@ struct FixedWindowState {
 // `fresh` is true when the key has no state yet (`in` is then ignored).
 Decision FixedWindow(const Policy& p, const FixedWindowState& in, bool fresh, Micros now,
                      std::uint64_t cost, FixedWindowState* out, Micros* expires);
+// The current window's count goes down by `cost` (not below 0). A state of an earlier
+// window (the window rolled over) is left unchanged.
+void FixedWindowRefund(const Policy& p, const FixedWindowState& in, Micros now, std::uint64_t cost,
+                       FixedWindowState* out, Micros* expires);
 
 struct SlidingCounterState {
   Micros window_start = 0;
@@ -47,6 +58,10 @@ struct SlidingCounterState {
 Decision SlidingWindowCounter(const Policy& p, const SlidingCounterState& in, bool fresh,
                               Micros now, std::uint64_t cost, SlidingCounterState* out,
                               Micros* expires);
+// The current window's count goes down by `cost` (not below 0). Once the window has
+// rolled over (the count is now the weighted previous one), nothing changes.
+void SlidingWindowCounterRefund(const Policy& p, const SlidingCounterState& in, Micros now,
+                                std::uint64_t cost, SlidingCounterState* out, Micros* expires);
 
 struct TokenBucketState {
   double tokens = 0;
@@ -54,12 +69,19 @@ struct TokenBucketState {
 };
 Decision TokenBucket(const Policy& p, const TokenBucketState& in, bool fresh, Micros now,
                      std::uint64_t cost, TokenBucketState* out, Micros* expires);
+// Refills to max(now, last) as a decision does, then adds `cost` tokens, capped at the
+// capacity.
+void TokenBucketRefund(const Policy& p, const TokenBucketState& in, Micros now, std::uint64_t cost,
+                       TokenBucketState* out, Micros* expires);
 
 struct GcraState {
   double tat = 0;  // theoretical arrival time, microseconds
 };
 Decision Gcra(const Policy& p, const GcraState& in, bool fresh, Micros now, std::uint64_t cost,
               GcraState* out, Micros* expires);
+// Moves the TAT back by `cost` emission intervals, never below `now`.
+void GcraRefund(const Policy& p, const GcraState& in, Micros now, std::uint64_t cost,
+                GcraState* out, Micros* expires);
 
 // The sliding window log keeps one entry per accepted request. The container is
 // abstract so the in-process store can use a ring buffer without allocating per call.
@@ -77,6 +99,7 @@ class SlidingLog {
   virtual std::size_t size() const = 0;
   virtual const LogEntry& at(std::size_t i) const = 0;  // 0 = oldest
   virtual void pop_front() = 0;
+  virtual void pop_back() = 0;
   // Appends; the store may grow its buffer (amortised, at most log2(limit) times).
   virtual void push_back(LogEntry e) = 0;
   virtual std::uint64_t used() const = 0;  // sum of costs of the entries
@@ -88,6 +111,10 @@ class SlidingLog {
 Decision SlidingWindowLog(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
                           bool commit, Micros* expires);
 void SlidingWindowLogCommit(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
+                            Micros* expires);
+// Drops expired entries as a decision does, then removes up to `cost` units from the
+// newest entries (the newest one left may keep part of its cost).
+void SlidingWindowLogRefund(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
                             Micros* expires);
 
 }  // namespace sluice::core

@@ -41,4 +41,14 @@ Decision FixedWindow(const Policy& p, const FixedWindowState& in, bool fresh, Mi
   return d;
 }
 
+void FixedWindowRefund(const Policy& p, const FixedWindowState& in, Micros now, std::uint64_t cost,
+                       FixedWindowState* out, Micros* expires) {
+  *out = in;
+  *expires = in.window_start + p.window;
+  // Same rule as a decision: the stored window is the current one unless a later
+  // window has begun (time going back keeps the stored one).
+  if (in.window_start < FloorTo(now, p.window)) return;
+  out->count = in.count - std::min(in.count, cost);
+}
+
 }  // namespace sluice::core

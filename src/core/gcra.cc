@@ -38,4 +38,13 @@ Decision Gcra(const Policy& p, const GcraState& in, bool fresh, Micros now, std:
   return d;
 }
 
+void GcraRefund(const Policy& p, const GcraState& in, Micros now, std::uint64_t cost,
+                GcraState* out, Micros* expires) {
+  const double interval = static_cast<double>(p.window) / static_cast<double>(p.limit);
+  const double tat =
+      std::max(static_cast<double>(now), in.tat - static_cast<double>(cost) * interval);
+  out->tat = tat;
+  *expires = static_cast<Micros>(std::ceil(tat));
+}
+
 }  // namespace sluice::core

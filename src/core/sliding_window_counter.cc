@@ -72,4 +72,12 @@ Decision SlidingWindowCounter(const Policy& p, const SlidingCounterState& in, bo
   return d;
 }
 
+void SlidingWindowCounterRefund(const Policy& p, const SlidingCounterState& in, Micros now,
+                                std::uint64_t cost, SlidingCounterState* out, Micros* expires) {
+  const Micros w = p.window;
+  *out = in;
+  if (in.window_start >= FloorTo(now, w)) out->curr = in.curr - std::min(in.curr, cost);
+  *expires = out->curr > 0 ? out->window_start + 2 * w : out->window_start + w;
+}
+
 }  // namespace sluice::core

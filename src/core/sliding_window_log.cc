@@ -62,4 +62,19 @@ void SlidingWindowLogCommit(const Policy& p, SlidingLog& log, Micros now, std::u
   *expires = log.size() > 0 ? log.at(log.size() - 1).ts + p.window : t;
 }
 
+void SlidingWindowLogRefund(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
+                            Micros* expires) {
+  const Micros t = Raise(log, now, p);
+  while (cost > 0 && log.size() > 0) {
+    const LogEntry newest = log.at(log.size() - 1);
+    log.pop_back();
+    if (newest.cost > cost) {
+      log.push_back({newest.ts, newest.cost - cost});
+      break;
+    }
+    cost -= newest.cost;
+  }
+  *expires = log.size() > 0 ? log.at(log.size() - 1).ts + p.window : t;
+}
+
 }  // namespace sluice::core

@@ -46,4 +46,19 @@ Decision TokenBucket(const Policy& p, const TokenBucketState& in, bool fresh, Mi
   return d;
 }
 
+void TokenBucketRefund(const Policy& p, const TokenBucketState& in, Micros now, std::uint64_t cost,
+                       TokenBucketState* out, Micros* expires) {
+  const double capacity = static_cast<double>(p.Capacity());
+  const double rate = static_cast<double>(p.limit) / static_cast<double>(p.window);
+  const Micros t = std::max(now, in.last);
+  double tokens = std::min(capacity, in.tokens + static_cast<double>(t - in.last) * rate);
+  tokens = std::min(capacity, tokens + static_cast<double>(cost));
+  const Micros reset = tokens + kEpsilon >= capacity
+                           ? 0
+                           : static_cast<Micros>(std::ceil((capacity - tokens) / rate));
+  out->tokens = tokens;
+  out->last = t;
+  *expires = t + reset;
+}
+
 }  // namespace sluice::core

@@ -104,6 +104,11 @@ class RingLog final : public core::SlidingLog {
     b->head = (b->head + 1) % b->capacity;
     --b->count;
   }
+  void pop_back() override {
+    LogBuffer* b = *buf_;
+    --b->count;
+    b->used -= b->entries[(b->head + b->count) % b->capacity].cost;
+  }
   void push_back(core::LogEntry e) override {
     LogBuffer* b = *buf_;
     if (b->count == b->capacity) {
@@ -350,6 +355,34 @@ Decision RunWord(const Policy& p, const State& in, bool fresh, Micros now, std::
   return {};
 }
 
+// Refunds `cost` to the state in `s` (an existing slot of p's algorithm). A word
+// state back to full (expires <= now) is fresh: nothing to give back.
+void RefundSlot(const Policy& p, Slot* s, Micros now, std::uint64_t cost) {
+  if (p.algorithm == Algorithm::kSlidingWindowLog) {
+    RingLog log(&s->state.log, p.limit);
+    core::SlidingWindowLogRefund(p, log, now, cost, &s->expires);
+    return;
+  }
+  if (s->expires <= now) return;
+  const State in = s->state;
+  switch (p.algorithm) {
+    case Algorithm::kFixedWindow:
+      core::FixedWindowRefund(p, in.fixed, now, cost, &s->state.fixed, &s->expires);
+      break;
+    case Algorithm::kSlidingWindowCounter:
+      core::SlidingWindowCounterRefund(p, in.counter, now, cost, &s->state.counter, &s->expires);
+      break;
+    case Algorithm::kTokenBucket:
+      core::TokenBucketRefund(p, in.bucket, now, cost, &s->state.bucket, &s->expires);
+      break;
+    case Algorithm::kGcra:
+      core::GcraRefund(p, in.gcra, now, cost, &s->state.gcra, &s->expires);
+      break;
+    case Algorithm::kSlidingWindowLog:
+      break;
+  }
+}
+
 }  // namespace
 
 struct MemoryStore::Impl {
@@ -530,6 +563,49 @@ Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
       impl_->expired.fetch_add(removed, std::memory_order_relaxed);
     }
   }
+  return Status::Ok();
+}
+
+Status MemoryStore::Refund(std::span<const StoreCheck> checks, Micros now) {
+  constexpr std::size_t kMaxBatch = 16;
+  if (checks.size() > kMaxBatch) {
+    return Status::InvalidArgument("at most 16 limits can be refunded at once");
+  }
+  // Validate everything first: a refund is applied to every check or to none.
+  for (const StoreCheck& c : checks) {
+    if (c.policy == nullptr) return Status::InvalidArgument("a refund has no policy");
+    if (c.cost == 0 || c.cost > c.policy->Capacity()) {
+      return Status::InvalidArgument("refund cost " + std::to_string(c.cost) + " of policy '" +
+                                     c.policy->name + "' must be 1-" +
+                                     std::to_string(c.policy->Capacity()));
+    }
+  }
+  std::uint64_t hashes[kMaxBatch];
+  std::size_t shard_ids[kMaxBatch];
+  std::size_t order[kMaxBatch];
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    hashes[i] = HashKey(checks[i].key);
+    shard_ids[i] = impl_->ShardOf(hashes[i]);
+    order[i] = shard_ids[i];
+  }
+  std::sort(order, order + checks.size());
+  const std::size_t nlocks =
+      static_cast<std::size_t>(std::unique(order, order + checks.size()) - order);
+  for (std::size_t i = 0; i < nlocks; ++i) impl_->shards[order[i]].mu.lock();
+  // Same time rule as Evaluate: the store's time never goes back.
+  for (std::size_t i = 0; i < nlocks; ++i) now = std::max(now, impl_->shards[order[i]].latest);
+  for (std::size_t i = 0; i < nlocks; ++i) impl_->shards[order[i]].latest = now;
+  // Refunds insert and erase nothing, so slots found stay where they are.
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const StoreCheck& c = checks[i];
+    Table& table = impl_->shards[shard_ids[i]].table;
+    Slot* s = table.Find(hashes[i], c.key);
+    // No state, or another algorithm's: nothing of this policy to give back.
+    if (s == nullptr || s->tag != TagOf(c.policy->algorithm)) continue;
+    RefundSlot(*c.policy, s, now, c.cost);
+    table.NoteExpiry(s->expires);
+  }
+  for (std::size_t i = nlocks; i-- > 0;) impl_->shards[order[i]].mu.unlock();
   return Status::Ok();
 }
 

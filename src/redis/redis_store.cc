@@ -263,6 +263,69 @@ Status RedisStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
   return Status::Ok();
 }
 
+// A refund is the batch script with every cost negated (lua/dispatch.lua), even for one
+// check: refunds are rare, and the one-check scripts stay lean. The reply is empty.
+void RedisStore::RefundAsync(std::span<const StoreCheck> checks, Micros now, RefundCallback done) {
+  Status s = ValidateChecks(checks);
+  for (const StoreCheck& c : checks) {
+    if (s.ok() && c.cost == 0) {
+      s = Status::InvalidArgument("a refund of policy '" + c.policy->name + "' has cost 0");
+    }
+  }
+  if (!s.ok() || checks.empty()) {
+    done(s);
+    return;
+  }
+  impl_->calls.fetch_add(1, std::memory_order_relaxed);
+  std::size_t nkeys = 0;
+  for (const StoreCheck& c : checks) {
+    nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
+  }
+  auto call = std::make_shared<Call>();
+  call->script = &redis::BatchScript();
+  redis::CommandBuilder b(3 + nkeys + 2 + 6 * checks.size());
+  b.Add("EVALSHA").Add(call->script->sha).Add(static_cast<long long>(nkeys));
+  std::string log_key;
+  for (const StoreCheck& c : checks) {
+    b.Add(c.key);
+    if (c.policy->algorithm == Algorithm::kSlidingWindowLog) {
+      log_key.assign(c.key);
+      log_key.append(":log");
+      b.Add(log_key);
+    }
+  }
+  if (impl_->options.use_caller_time) {
+    b.Add(static_cast<long long>(now)).Add(kCallerTimeTtlPadMs);
+  } else {
+    b.Add("").Add(0LL);
+  }
+  for (const StoreCheck& c : checks) {
+    const Policy& p = *c.policy;
+    b.Add(static_cast<long long>(p.algorithm))
+        .Add(static_cast<long long>(p.limit))
+        .Add(static_cast<long long>(p.window))
+        .Add(static_cast<long long>(p.Capacity()))
+        .Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL)
+        .Add(-static_cast<long long>(c.cost));
+  }
+  call->wire = b.Take();
+  call->deadline = redis::DeadlineAfter(impl_->options.call_timeout);
+  // call->n == 0: the reply must be an empty array.
+  impl_->Run(std::move(call), 0,
+             [done = std::move(done)](const Status& st, std::span<const Decision>) { done(st); });
+}
+
+Status RedisStore::Refund(std::span<const StoreCheck> checks, Micros now) {
+  const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
+  auto w = std::make_shared<redis::Waiter<Status>>();
+  RefundAsync(checks, now, [w](const Status& s) { w->Complete([&](Status& out) { out = s; }); });
+  if (!w->Wait(deadline)) {
+    return Status::DeadlineExceeded("Redis did not answer within " +
+                                    std::to_string(impl_->options.call_timeout / 1000) + " ms");
+  }
+  return w->value();
+}
+
 Status RedisStore::Reset(const Policy& policy, std::string_view key) {
   std::string wire = policy.algorithm == Algorithm::kSlidingWindowLog
                          ? redis::EncodeCommand({"DEL", key, std::string(key) + ":log"})

@@ -1,6 +1,7 @@
 // The decision engine behind every sluiced API: matches a request's descriptors against
-// the configured tree (envoyproxy/ratelimit semantics), decides them with sluice Limiters
-// on one shared Store, and reports per-descriptor statuses.
+// the configured tree (service/rules.h, envoyproxy/ratelimit semantics), decides them in
+// one atomic batch through the process's one Decider (limiter/decider.h) on one shared
+// Store, and reports per-descriptor statuses.
 //
 // The configuration is an immutable snapshot swapped atomically on reload; requests in
 // flight finish on the snapshot they started with. Counters live in the Store under keys
@@ -10,26 +11,23 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "limiter/decider.h"
 #include "service/config.h"
 #include "service/metrics.h"
+#include "service/rules.h"
 #include "sluice/clock.h"
 #include "sluice/limiter.h"
 #include "sluice/status.h"
 #include "sluice/store.h"
 
 namespace sluice::service {
-
-// One key/value pair of a descriptor. Views: the caller keeps the bytes alive.
-struct Entry {
-  std::string_view key;
-  std::string_view value;
-};
 
 struct DescriptorRequest {
   std::vector<Entry> entries;
@@ -70,9 +68,12 @@ struct RateLimitResponse {
   std::vector<std::pair<std::string, std::string>> response_headers;
 };
 
-// Counters from Limiter::Stats() of every limiter the engine has used.
+// The engine's decision counters (its one Decider's) and the config in use.
 struct EngineStats {
   LimiterStats limiter;
+  // Bytes the process-wide deny cache reserves: fixed at Create, whatever the number
+  // of rules or caller overrides.
+  std::size_t deny_cache_bytes = 0;
   std::uint64_t generation = 0;
   std::size_t domains = 0;
   std::size_t rules = 0;
@@ -85,6 +86,8 @@ class Engine {
     std::shared_ptr<Store> store;
     // Default: SteadyEpochClock.
     std::shared_ptr<const Clock> clock;
+    // Byte budget of the one deny cache of the process (used with remote stores).
+    std::size_t deny_cache_bytes = std::size_t{4} << 20;
   };
 
   // Compiles `config` into the first snapshot. Errors name the rule (FILE:LINE).
@@ -95,7 +98,15 @@ class Engine {
   Status Reload(const Config& config);
 
   // Decides `request`. InvalidArgument (with a reason) for bad input; never throws.
+  // Blocks the calling thread for the store call.
   Status ShouldRateLimit(const RateLimitRequest& request, RateLimitResponse* response);
+
+  // Called once with the outcome of ShouldRateLimitAsync.
+  using AsyncDone = std::function<void(const Status& status, RateLimitResponse& response)>;
+  // The same decision without blocking the calling thread on the store: `done` runs
+  // exactly once, inline (bad input, no store call needed, deny cache) or on the
+  // store's I/O thread. `request` needs to live only during this call.
+  void ShouldRateLimitAsync(const RateLimitRequest& request, AsyncDone done);
 
   // The settings of the current snapshot.
   Settings settings() const;
@@ -107,16 +118,24 @@ class Engine {
   std::string RenderMetrics() const;
 
   struct Snapshot;
+  struct Prepared;
 
  private:
   Engine() = default;
   Result<std::shared_ptr<Snapshot>> Compile(const Config& config);
+  // Validates and matches `request` into `p`. `*decide` false: `response` is complete
+  // without a store call (unknown domain, nothing limited).
+  Status Prepare(const RateLimitRequest& request, Prepared& p, RateLimitResponse* response,
+                 bool* decide);
+  // Statuses, metrics and headers from the decider's answer.
+  void Finish(const Prepared& p, std::span<const Decision> decisions,
+              RateLimitResponse* response) const;
 
   std::shared_ptr<Store> store_;
   std::shared_ptr<const Clock> clock_;
   std::shared_ptr<Metrics> metrics_;
-  struct Retired;
-  std::shared_ptr<Retired> retired_;
+  // One per process: every rule and override is decided through it.
+  std::unique_ptr<decide::Decider> decider_;
   std::shared_ptr<Snapshot> snapshot_;  // accessed with std::atomic_load/store
   std::atomic<std::uint64_t> generation_{0};
 };

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/bench.h"
+#include "cli/store_flags.h"
 #include "gtest/gtest.h"
 #include "redis_server.h"
 #include "sluice/key.h"
@@ -348,6 +349,113 @@ TEST(CliBench, MemoryStoreNeedsNoServer) {
   EXPECT_EQ(JsonNumber(r.out, "decisions"), 2000) << r.out;
   EXPECT_EQ(JsonNumber(r.out, "allowed"), 100) << r.out;
   EXPECT_EQ(r.out.find("store_calls"), std::string::npos) << r.out;
+}
+
+// True when `s` is well-formed UTF-8 (RFC 3629), checked independently of the tool.
+bool IsUtf8(const std::string& s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const unsigned c = static_cast<unsigned char>(s[i]);
+    std::size_t n = 0;
+    std::uint32_t cp = 0;
+    if (c < 0x80) {
+      n = 1;
+      cp = c;
+    } else if ((c & 0xE0) == 0xC0) {
+      n = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + n > s.size()) return false;
+    for (std::size_t k = 1; k < n; ++k) {
+      const unsigned d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    const std::uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n;
+  }
+  return true;
+}
+
+// Issue #11 item 7: a key is bytes, JSON is UTF-8. Bytes that are not UTF-8 come out
+// as \ufffd; well-formed multi-byte characters are kept as they are.
+TEST(CliFlags, JsonWithAKeyThatIsNotUtf8IsValidJson) {
+  const std::string key = "u\xff\xfe-caf\xc3\xa9-\xed\xa0\x80-\xc0\xaf-\xe2\x82";
+  for (const char* command : {"check", "peek", "reset"}) {
+    Outcome r = Sluice({command, "--store", "memory://", "--key", key, "--rate", "5/s", "--json"});
+    ASSERT_EQ(r.rc, 0) << Describe(r);
+    EXPECT_TRUE(IsUtf8(r.out)) << command << ": " << r.out;
+    EXPECT_NE(r.out.find(R"("key":"u\ufffd\ufffd-caf)"
+                         "\xc3\xa9"
+                         R"(-\ufffd\ufffd\ufffd-\ufffd\ufffd-\ufffd\ufffd")"),
+              std::string::npos)
+        << command << ": " << r.out;
+  }
+}
+
+TEST(CliFlags, JsonStringEscapesWhatJsonRequires) {
+  EXPECT_EQ(cli::JsonString("a\"b\\c\n\x01"), R"("a\"b\\c\n\u0001")");
+  EXPECT_EQ(cli::JsonString("\xf0\x9f\x98\x80"), "\"\xf0\x9f\x98\x80\"");           // U+1F600 kept
+  EXPECT_EQ(cli::JsonString("\xf4\x90\x80\x80"), R"("\ufffd\ufffd\ufffd\ufffd")");  // > U+10FFFF
+  EXPECT_EQ(cli::JsonString("\xe0\x80\xaf"), R"("\ufffd\ufffd\ufffd")");            // overlong
+  EXPECT_EQ(cli::JsonString("\xc3"), R"("\ufffd")");                                // truncated
+}
+
+// Issue #11 item 7: zero and negative values name the flag and say what is wrong —
+// not CLI11's "not in range 0.000000 to 1.79e308" nor "needs a unit".
+TEST(CliFlags, ZeroAndNegativeValuesSayWhatIsWrong) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<std::string> check = {"check", "--store", "memory://", "--key",
+                                          "a",     "--rate",  "5/s"};
+  const auto with = [&](std::vector<std::string> base, std::vector<std::string> more) {
+    base.insert(base.end(), more.begin(), more.end());
+    return base;
+  };
+  const std::vector<std::string> bench = {"bench", "--store",    "memory://",
+                                          "-q",    "--requests", "10"};
+  const std::vector<Case> cases = {
+      {with(check, {"--cost", "0"}), "--cost: must be at least 1, not '0'"},
+      {with(check, {"--cost", "-3"}), "--cost: must be at least 1, not '-3'"},
+      {with(check, {"--timeout", "0"}), "--timeout must be more than 0, not '0'"},
+      {with(check, {"--timeout", "0ms"}), "--timeout must be more than 0, not '0ms'"},
+      {with(check, {"--timeout", "-5ms"}), "--timeout must be more than 0, not '-5ms'"},
+      {with(check, {"--connect-timeout", "-1s"}),
+       "--connect-timeout must be more than 0, not '-1s'"},
+      {with(check, {"-a", "bucket", "--burst", "0"}), "--burst: must be at least 1, not '0'"},
+      {with(check, {"-a", "gcra", "--burst", "-2"}), "--burst: must be at least 1, not '-2'"},
+      {with(bench, {"--cost", "0"}), "--cost: must be at least 1, not '0'"},
+      {with(bench, {"--target-rate", "-1"}), "--target-rate: must be more than 0, not '-1'"},
+      {{"bench", "--store", "memory://", "-q", "--duration", "0"},
+       "--duration must be more than 0, not '0'"},
+      {{"bench", "--store", "memory://", "-q", "--duration", "-2s"},
+       "--duration must be more than 0, not '-2s'"},
+      {{"bench", "--store", "memory://", "-q", "--requests", "0"},
+       "--requests: must be at least 1, not '0'"},
+  };
+  for (const Case& c : cases) {
+    Outcome r = Sluice(c.args);
+    EXPECT_EQ(r.rc, 2) << Describe(r);
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << "want: " << c.message << "\n"
+                                                        << Describe(r);
+    EXPECT_EQ(r.err.find("not in range"), std::string::npos) << Describe(r);
+    EXPECT_EQ(r.err.find("needs a unit"), std::string::npos) << Describe(r);
+  }
+  // Still a unit error when only the unit is missing.
+  Outcome unitless = Sluice(with(check, {"--timeout", "5"}));
+  EXPECT_EQ(unitless.rc, 2) << Describe(unitless);
+  EXPECT_NE(unitless.err.find("--timeout: duration '5' needs a unit"), std::string::npos)
+      << Describe(unitless);
 }
 
 TEST(LatencyHistogram, QuantilesAreWithinTheBucketResolution) {

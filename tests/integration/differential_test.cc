@@ -88,6 +88,24 @@ class Differential : public ::testing::Test {
     return true;
   }
 
+  // Refunds `checks` on both stores, then compares a peek of each key (the state the
+  // refund left) on both; false (with a failure) on the first difference.
+  bool CompareRefund(Store& memory, std::span<const StoreCheck> checks, Micros now,
+                     const std::string& where) {
+    Status sa = memory.Refund(checks, now);
+    Status sb = redis_->Refund(checks, now);
+    EXPECT_TRUE(sa.ok()) << where << " " << sa.ToString();
+    EXPECT_TRUE(sb.ok()) << where << " " << sb.ToString();
+    if (!sa.ok() || !sb.ok()) return false;
+    StoreCheck peeks[16];
+    for (std::size_t i = 0; i < checks.size(); ++i) {
+      peeks[i] = checks[i];
+      peeks[i].cost = 0;
+    }
+    return Compare(memory, std::span<const StoreCheck>(peeks, checks.size()), now,
+                   where + " (peek after a refund)");
+  }
+
   std::shared_ptr<Store> redis_;
 };
 
@@ -95,6 +113,7 @@ class Differential : public ::testing::Test {
 // (zero, tiny, around the policies' periods, and long idle gaps).
 TEST_F(Differential, MixedBatchesWithTimeMovingForward) {
   int compared = 0;
+  int refunds = 0;
   for (std::uint64_t seed = 1; seed <= 6; ++seed) {
     std::mt19937_64 rng(seed);
     MemoryStore memory;
@@ -137,14 +156,23 @@ TEST_F(Differential, MixedBatchesWithTimeMovingForward) {
         checks[used] = StoreCheck{&policies[pi], store_keys[used], RandomCost(rng, policies[pi])};
         ++used;
       }
-      if (!Compare(memory, std::span<const StoreCheck>(checks, used), now,
-                   "seed " + std::to_string(seed) + " step " + std::to_string(step))) {
+      const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step);
+      if (rng() % 5 == 0) {
+        // A refund of the same checks (what a caller gives back after a failure, or
+        // the undo of a cross-slot reservation), with costs of 1..capacity.
+        for (std::size_t i = 0; i < used; ++i) {
+          checks[i].cost = std::max<std::uint64_t>(1, RandomCost(rng, *checks[i].policy));
+        }
+        if (!CompareRefund(memory, std::span<const StoreCheck>(checks, used), now, where)) return;
+        ++refunds;
+      } else if (!Compare(memory, std::span<const StoreCheck>(checks, used), now, where)) {
         return;
       }
       ++compared;
     }
   }
   EXPECT_EQ(compared, 6 * 1500);
+  EXPECT_GT(refunds, 6 * 1500 / 10);
 }
 
 // One policy and key per sequence, with request times drawn at random inside a span,
@@ -165,14 +193,73 @@ TEST_F(Differential, TimeJumpingBackAndForth) {
     for (int step = 0; step < 150; ++step) {
       const Micros now = start + static_cast<Micros>(rng() % static_cast<std::uint64_t>(span));
       StoreCheck check{&p, key, RandomCost(rng, p)};
-      if (!Compare(memory, std::span<const StoreCheck>(&check, 1), now,
-                   "seed " + std::to_string(seed) + " step " + std::to_string(step))) {
+      const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step);
+      if (rng() % 6 == 0) {
+        check.cost = std::max<std::uint64_t>(1, check.cost);
+        if (!CompareRefund(memory, std::span<const StoreCheck>(&check, 1), now, where)) return;
+      } else if (!Compare(memory, std::span<const StoreCheck>(&check, 1), now, where)) {
         return;
       }
       ++compared;
     }
   }
   EXPECT_EQ(compared, 60 * 150);
+}
+
+// Refunds on Redis's own clock (the production mode), through the Limiter: every
+// algorithm gives the unit back, a multi-key refund is one atomic call, keys keep a
+// TTL, and bad costs are rejected before anything is sent.
+TEST(RedisRefund, LimiterRefundOnRedisClock) {
+  RedisServer* server = SharedRedis();
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+  RedisStoreOptions o;
+  o.url = server->Url();
+  o.call_timeout = 5'000'000;
+  o.on_warning = [](std::string_view) {};
+  auto store = RedisStore::Create(std::move(o));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const auto hour = std::chrono::hours(1);
+  LimiterOptions lo;
+  lo.policies = {Policy::FixedWindow("fw", 3, hour), Policy::SlidingWindowLog("log", 3, hour),
+                 Policy::SlidingWindowCounter("swc", 3, hour),
+                 Policy::TokenBucket("tb", 3, 3, hour), Policy::Gcra("gcra", 3, hour, 3)};
+  lo.store = *store;
+  lo.deny_cache = false;
+  auto limiter = Limiter::Create(std::move(lo));
+  ASSERT_TRUE(limiter.ok());
+  Limiter& l = **limiter;
+  // Each policy on a key of its own, so that each one's refund is seen alone.
+  for (std::size_t i = 0; i < 5; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    const Check take{i, key, 3};
+    ASSERT_TRUE(l.Acquire(std::span<const Check>(&take, 1))->allowed) << i;
+    const Check one{i, key, 1};
+    ASSERT_FALSE(l.Acquire(std::span<const Check>(&one, 1))->allowed) << i;
+    ASSERT_TRUE(l.Refund(std::span<const Check>(&one, 1)).ok()) << i;
+    EXPECT_TRUE(l.Acquire(std::span<const Check>(&one, 1))->allowed) << i;
+    EXPECT_FALSE(l.Acquire(std::span<const Check>(&one, 1))->allowed) << i;
+  }
+  // All five at once, on one key: all given back in one call.
+  EXPECT_EQ(l.Acquire("multi", 3)->remaining, 0u);
+  ASSERT_TRUE(l.Refund("multi", 2).ok());
+  Decision per[5];
+  ASSERT_TRUE(l.Peek("multi", per).ok());
+  for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(per[i].remaining, 2u) << i;
+  EXPECT_EQ(l.Refund("multi", 0).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(l.Refund("multi", 4).code(), ErrorCode::kInvalidArgument);
+  const Policy& fw = l.policies()[0];
+  const StoreCheck zero{&fw, "sluice:{multi}:fw", 0};
+  EXPECT_EQ((*store)->Refund(std::span<const StoreCheck>(&zero, 1), 0).code(),
+            ErrorCode::kInvalidArgument);
+  auto keys = server->Command({"KEYS", "*"});
+  ASSERT_TRUE(keys.ok());
+  ASSERT_FALSE(keys->elements.empty());
+  for (const auto& k : keys->elements) {
+    auto ttl = server->Command({"PTTL", k.str});
+    ASSERT_TRUE(ttl.ok());
+    EXPECT_GT(ttl->integer, 0) << k.str;
+  }
 }
 
 }  // namespace

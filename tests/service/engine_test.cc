@@ -4,6 +4,7 @@
 #include "service/engine.h"
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <atomic>
 #include <thread>
@@ -453,6 +454,144 @@ TEST_F(EngineTest, MetricsByDomainDescriptorOutcomeAndNearLimit) {
             std::string::npos);
   EXPECT_NE(m.find("sluiced_limiter_decisions_total 4"), std::string::npos);
   EXPECT_NE(m.find("sluiced_store_latency_seconds_count 4"), std::string::npos);
+}
+
+// A MemoryStore that says it is remote, so the engine turns its deny cache on (as with
+// Redis), and that can be switched off to play a Redis outage.
+class RemoteLikeStore final : public Store {
+ public:
+  Status Evaluate(std::span<const StoreCheck> checks, Micros now,
+                  std::span<Decision> out) override {
+    if (down) return Status::Unavailable("store is down (test)");
+    return inner.Evaluate(checks, now, out);
+  }
+  Status Reset(const Policy& p, std::string_view key) override { return inner.Reset(p, key); }
+  bool IsRemote() const override { return true; }
+  std::atomic<bool> down{false};
+  MemoryStore inner;
+};
+
+// Bytes the allocator has handed out and not taken back (heap and mmap'ed blocks).
+std::size_t HeapInUse() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+// Defect 6: each distinct caller override used to build its own Limiter with its own
+// 4096-entry deny cache and fallback store (~600 KB each; 4096 overrides reached
+// 3.2 GB), and more than 1024 distinct overrides were refused. Memory must not depend
+// on how many distinct overrides clients send.
+TEST_F(EngineTest, DistinctOverridesCostNoMemory) {
+  auto remote = std::make_shared<RemoteLikeStore>();
+  auto c = ParseConfig(kMatching, "engine.yaml");
+  ASSERT_TRUE(c.ok());
+  auto e = Engine::Create(*c, Engine::Options{remote, clock});
+  ASSERT_TRUE(e.ok());
+  engine = std::move(*e);
+  auto ask = [&](std::uint32_t rpu) {
+    RateLimitRequest req;
+    req.domain = "web";
+    DescriptorRequest d;
+    d.entries.push_back(Entry{"remote_address", "1.2.3.4"});
+    d.has_override = true;
+    d.override_requests_per_unit = rpu;
+    d.override_unit = 2;  // MINUTE
+    req.descriptors.push_back(d);
+    RateLimitResponse r;
+    return engine->ShouldRateLimit(req, &r);
+  };
+  // Warm up: the first requests size the thread's scratch buffers.
+  for (std::uint32_t i = 1; i <= 16; ++i) ASSERT_TRUE(ask(i).ok());
+  const std::size_t before = HeapInUse();
+  for (std::uint32_t i = 1; i <= 4096; ++i) {
+    Status s = ask(1000 + i);
+    ASSERT_TRUE(s.ok()) << "override " << i << ": " << s.message();
+  }
+  const std::size_t after = HeapInUse();
+  // What remains is the memory store's state for the 4096 keys (a few hundred bytes
+  // each); per-override limiters cost ~600 KB each.
+  EXPECT_LT(after - std::min(after, before), std::size_t{8} << 20)
+      << "heap grew from " << before << " to " << after;
+  EXPECT_EQ(remote->inner.Stats().keys, 4096u + 16u);
+}
+
+// Defect 15: with the store down, each descriptor follows its own failure mode; one
+// fail_closed limit must not deny a fail_open one.
+TEST_F(EngineTest, StoreDownEachDescriptorFollowsItsOwnFailureMode) {
+  auto remote = std::make_shared<RemoteLikeStore>();
+  auto c = ParseConfig(R"(
+domain: web
+descriptors:
+  - key: closed
+    rate_limit: {unit: minute, requests_per_unit: 5, failure_mode: fail_closed}
+  - key: open
+    rate_limit: {unit: minute, requests_per_unit: 5, failure_mode: fail_open}
+  - key: local
+    rate_limit: {unit: minute, requests_per_unit: 4, failure_mode: local_fallback, fallback_divisor: 2}
+)",
+                       "engine.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  auto e = Engine::Create(*c, Engine::Options{remote, clock});
+  ASSERT_TRUE(e.ok());
+  engine = std::move(*e);
+  remote->down = true;
+  RateLimitResponse r = Ask("web", {D{{{"closed", "a"}}}, D{{{"open", "a"}}}});
+  ASSERT_EQ(r.statuses.size(), 2u);
+  EXPECT_EQ(r.overall_code, Code::kOverLimit);
+  EXPECT_EQ(r.statuses[0].code, Code::kOverLimit);
+  EXPECT_EQ(r.statuses[1].code, Code::kOk);
+  // Open and local fallback together: the fallback enforces 4/2 = 2 locally.
+  int ok = 0;
+  for (int i = 0; i < 5; ++i) {
+    r = Ask("web", {D{{{"open", "b"}}}, D{{{"local", "b"}}}});
+    EXPECT_EQ(r.statuses[0].code, Code::kOk);
+    ok += r.statuses[1].code == Code::kOk;
+  }
+  EXPECT_EQ(ok, 2);
+  const EngineStats st = engine->Stats();
+  EXPECT_EQ(st.limiter.store_errors, 6u);
+  EXPECT_EQ(st.limiter.fail_closed, 1u);
+}
+
+// The asynchronous entry decides exactly as the blocking one.
+TEST_F(EngineTest, AsyncDecisionsMatchTheBlockingOnes) {
+  Load(kMatching);
+  for (int i = 0; i < 5; ++i) {
+    RateLimitRequest req;
+    req.domain = "web";
+    DescriptorRequest d;
+    d.entries.push_back(Entry{"remote_address", "9.9.9.9"});
+    req.descriptors.push_back(d);
+    bool called = false;
+    engine->ShouldRateLimitAsync(req, [&](const Status& s, RateLimitResponse& r) {
+      called = true;
+      ASSERT_TRUE(s.ok()) << s.message();
+      ASSERT_EQ(r.statuses.size(), 1u);
+      EXPECT_EQ(r.overall_code, i < 3 ? Code::kOk : Code::kOverLimit) << i;
+      EXPECT_EQ(r.statuses[0].limit_remaining, i < 3 ? 2u - i : 0u) << i;
+    });
+    EXPECT_TRUE(called);  // the memory store answers inline
+  }
+  // Bad input is answered through the callback too.
+  RateLimitRequest bad;
+  bool called = false;
+  engine->ShouldRateLimitAsync(bad, [&](const Status& s, RateLimitResponse&) {
+    called = true;
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  });
+  EXPECT_TRUE(called);
+}
+
+// A descriptor left uncharged because another one denied reports what really remains,
+// not one less as if it had been charged.
+TEST_F(EngineTest, UnchargedDescriptorReportsWhatRemains) {
+  Load(kMatching);
+  // 10.0.0.1 allows 1 per minute; path /api* allows 2.
+  Ask("web", {D{{{"remote_address", "10.0.0.1"}}}});
+  RateLimitResponse r = Ask("web", {D{{{"remote_address", "10.0.0.1"}}}, D{{{"path", "/api/x"}}}});
+  EXPECT_EQ(r.statuses[0].code, Code::kOverLimit);
+  EXPECT_EQ(r.statuses[1].code, Code::kOk);
+  EXPECT_EQ(r.statuses[1].limit_remaining, 2u);
 }
 
 }  // namespace

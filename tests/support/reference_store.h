@@ -29,6 +29,10 @@ class DequeLog final : public core::SlidingLog {
     used_ -= entries_.front().cost;
     entries_.pop_front();
   }
+  void pop_back() override {
+    used_ -= entries_.back().cost;
+    entries_.pop_back();
+  }
   void push_back(core::LogEntry e) override {
     used_ += e.cost;
     entries_.push_back(e);
@@ -111,6 +115,45 @@ class ReferenceStore final : public Store {
         e.bucket = next[i].bucket;
         e.gcra = next[i].gcra;
         e.expires = next[i].expires;
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Store::Refund on the pure refund functions: a key with no state, another
+  // algorithm's, or a word state back to full has nothing to give back.
+  Status Refund(std::span<const StoreCheck> checks, Micros now) override {
+    for (const StoreCheck& c : checks) {
+      if (c.cost == 0 || c.cost > c.policy->Capacity()) {
+        return Status::InvalidArgument("refund cost out of range");
+      }
+    }
+    for (const StoreCheck& c : checks) {
+      const Policy& p = *c.policy;
+      auto it = entries_.find(std::string(c.key));
+      if (it == entries_.end() || it->second.algorithm != p.algorithm) continue;
+      Entry& e = it->second;
+      if (p.algorithm == Algorithm::kSlidingWindowLog) {
+        core::SlidingWindowLogRefund(p, e.log, now, c.cost, &e.expires);
+        continue;
+      }
+      if (e.expires <= now) continue;
+      const Entry in = e;
+      switch (p.algorithm) {
+        case Algorithm::kFixedWindow:
+          core::FixedWindowRefund(p, in.fixed, now, c.cost, &e.fixed, &e.expires);
+          break;
+        case Algorithm::kSlidingWindowCounter:
+          core::SlidingWindowCounterRefund(p, in.counter, now, c.cost, &e.counter, &e.expires);
+          break;
+        case Algorithm::kTokenBucket:
+          core::TokenBucketRefund(p, in.bucket, now, c.cost, &e.bucket, &e.expires);
+          break;
+        case Algorithm::kGcra:
+          core::GcraRefund(p, in.gcra, now, c.cost, &e.gcra, &e.expires);
+          break;
+        case Algorithm::kSlidingWindowLog:
+          break;
       }
     }
     return Status::Ok();

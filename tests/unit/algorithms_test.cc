@@ -115,6 +115,68 @@ TEST_P(AllAlgorithms, KeysAreIndependent) {
   EXPECT_EQ(h.TakeN(static_cast<int>(p.limit) + 1, "b"), static_cast<int>(p.limit));
 }
 
+// ---- Refunds (Limiter::Refund / Store::Refund) ---------------------------------------
+
+// A refunded unit can be taken again, once: the unit taken by the last allowed request
+// is given back, and nothing more.
+TEST_P(AllAlgorithms, RefundGivesTheUnitBack) {
+  Policy p = Make();
+  Harness h({p});
+  h.clock->Advance(p.window / 3);
+  EXPECT_EQ(h.TakeN(static_cast<int>(p.limit)), static_cast<int>(p.limit));
+  ASSERT_FALSE(h.Take().allowed);
+  ASSERT_TRUE(h.limiter->Refund("k").ok());
+  EXPECT_EQ(h.limiter->Peek("k")->remaining, 1u);
+  EXPECT_EQ(h.TakeN(3), 1);
+  ASSERT_TRUE(h.limiter->Refund("k", p.limit).ok());
+  EXPECT_EQ(h.TakeN(static_cast<int>(p.limit) + 2), static_cast<int>(p.limit));
+}
+
+// Refunding more than was taken never gives more than the full limit.
+TEST_P(AllAlgorithms, RefundNeverMintsBeyondTheFullLimit) {
+  Policy p = Make();
+  Harness h({p});
+  h.clock->Advance(p.window / 3);
+  ASSERT_TRUE(h.Take().allowed);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(h.limiter->Refund("k", p.limit).ok());
+  Decision d = *h.limiter->Peek("k");
+  EXPECT_EQ(d.remaining, p.limit);
+  EXPECT_EQ(h.TakeN(static_cast<int>(p.limit) + 3), static_cast<int>(p.limit));
+}
+
+// A key never charged has nothing to give back, and is left without state.
+TEST_P(AllAlgorithms, RefundOfAnUnknownKeyChangesNothing) {
+  Policy p = Make();
+  Harness h({p});
+  ASSERT_TRUE(h.limiter->Refund("never", 1).ok());
+  EXPECT_EQ(h.store->Stats().keys, 0u);
+  EXPECT_EQ(h.TakeN(static_cast<int>(p.limit) + 1, "never"), static_cast<int>(p.limit));
+}
+
+// Refunds with time going back mint nothing either: a refund never gives back more
+// than was taken, whatever `now` says.
+TEST_P(AllAlgorithms, RefundWithTheClockGoingBackMintsNothing) {
+  Policy p = Make();
+  Harness h({p});
+  h.clock->Advance(p.window / 2);
+  EXPECT_EQ(h.TakeN(static_cast<int>(p.limit)), static_cast<int>(p.limit));
+  h.clock->Advance(-p.window / 4);
+  ASSERT_TRUE(h.limiter->Refund("k", 1).ok());
+  h.clock->Advance(p.window / 4);
+  EXPECT_EQ(h.TakeN(3), 1);
+}
+
+TEST_P(AllAlgorithms, RefundRejectsZeroAndOverCapacityCosts) {
+  Policy p = Make();
+  Harness h({p});
+  EXPECT_EQ(h.limiter->Refund("k", 0).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(h.limiter->Refund("k", p.Capacity() + 1).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(h.limiter->Refund("", 1).code(), ErrorCode::kInvalidArgument);
+  const Check bad_policy{7, "k", 1};
+  EXPECT_EQ(h.limiter->Refund(std::span<const Check>(&bad_policy, 1)).code(),
+            ErrorCode::kInvalidArgument);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AllAlgorithms,
     ::testing::Combine(::testing::Values(Algorithm::kFixedWindow, Algorithm::kSlidingWindowLog,
@@ -144,6 +206,18 @@ TEST(FixedWindow, WindowsAlignToTheEpoch) {
   h.clock->Set(kNoon + 20 * kSec);
   Decision d = h.Take();
   EXPECT_EQ(d.reset_after, 40 * kSec);  // the window ends at 12:01:00
+}
+
+// A refund after the window rolled over gives nothing to the new window.
+TEST(FixedWindow, RefundAfterTheWindowRolledOverIsANoOp) {
+  Harness h({Policy::FixedWindow("api", 5, std::chrono::minutes(1))});
+  h.clock->Set(kNoon + 50 * kSec);
+  EXPECT_EQ(h.TakeN(5), 5);
+  h.clock->Set(kNoon + kMin + kSec);
+  EXPECT_EQ(h.TakeN(2), 2);
+  ASSERT_TRUE(h.limiter->Refund("k", 5).ok());  // the new window's 2 come back, not 5
+  EXPECT_EQ(h.limiter->Peek("k")->remaining, 5u);
+  EXPECT_EQ(h.TakeN(7), 5);
 }
 
 class FixedWindowBound : public ::testing::TestWithParam<Shape> {};
@@ -202,7 +276,37 @@ TEST(SlidingLog, BoundaryBurstIsStopped) {
   EXPECT_EQ(h.TakeN(100), 100);
 }
 
+// The newest entries go first, and an entry can be given back in part.
+TEST(SlidingLog, RefundRemovesTheNewestUnits) {
+  Harness h({Policy::SlidingWindowLog("api", 10, std::chrono::seconds(10))});
+  ASSERT_TRUE(h.Take("k", 4).allowed);  // at 0 s
+  h.clock->Advance(5 * kSec);
+  ASSERT_TRUE(h.Take("k", 6).allowed);  // at 5 s
+  ASSERT_TRUE(h.limiter->Refund("k", 2).ok());
+  EXPECT_EQ(h.limiter->Peek("k")->remaining, 2u);
+  // At 10 s the 4 units of 0 s leave: only the 4 left of the 5 s entry count.
+  h.clock->Advance(5 * kSec);
+  EXPECT_EQ(h.limiter->Peek("k")->remaining, 6u);
+  ASSERT_TRUE(h.limiter->Refund("k", 10).ok());  // everything left
+  EXPECT_EQ(h.TakeN(11), 10);
+}
+
 // ---- Sliding window counter -----------------------------------------------------
+
+// Once the window rolled over, its count is the weighted previous one: a refund then
+// changes nothing.
+TEST(SlidingCounter, RefundAfterTheWindowRolledOverIsANoOp) {
+  Harness h({Policy::SlidingWindowCounter("api", 100, std::chrono::minutes(1))});
+  h.clock->Set(kNoon + 10 * kSec);
+  EXPECT_EQ(h.TakeN(100), 100);
+  h.clock->Set(kNoon + kMin + 18 * kSec);
+  const std::uint64_t before = h.limiter->Peek("k")->remaining;
+  ASSERT_TRUE(h.limiter->Refund("k", 50).ok());
+  EXPECT_EQ(h.limiter->Peek("k")->remaining, before);
+  EXPECT_EQ(h.TakeN(10), 10);
+  ASSERT_TRUE(h.limiter->Refund("k", 50).ok());  // gives back this window's 10 only
+  EXPECT_EQ(h.limiter->Peek("k")->remaining, before);
+}
 
 TEST(SlidingCounter, WeightsThePreviousWindow) {
   Harness h({Policy::SlidingWindowCounter("api", 100, std::chrono::minutes(1))});
@@ -278,7 +382,32 @@ TEST(TokenBucket, CostTakesThatManyTokens) {
   EXPECT_TRUE(h.Take("k", 3).allowed);
 }
 
+TEST(TokenBucket, RefundIsCappedAtTheCapacity) {
+  Harness h({Policy::TokenBucket("b", 10, 1, std::chrono::seconds(1))});
+  ASSERT_TRUE(h.Take("k", 7).allowed);
+  h.clock->Advance(2 * kSec);  // 5 tokens
+  ASSERT_TRUE(h.limiter->Refund("k", 3).ok());
+  EXPECT_EQ(h.limiter->Peek("k")->remaining, 8u);
+  ASSERT_TRUE(h.limiter->Refund("k", 9).ok());
+  EXPECT_EQ(h.limiter->Peek("k")->remaining, 10u);
+}
+
 // ---- GCRA ----------------------------------------------------------------------------
+
+// The TAT moves back by the emission interval per unit, never before now.
+TEST(Gcra, RefundMovesTheTatBackNeverBeforeNow) {
+  Harness h({Policy::Gcra("g", 10, std::chrono::seconds(1), 5)});
+  EXPECT_EQ(h.TakeN(5), 5);  // TAT = now + 500 ms
+  ASSERT_TRUE(h.limiter->Refund("k", 2).ok());
+  Decision d = *h.limiter->Peek("k");
+  EXPECT_EQ(d.remaining, 2u);
+  EXPECT_EQ(d.reset_after, 300'000);
+  ASSERT_TRUE(h.limiter->Refund("k", 5).ok());
+  d = *h.limiter->Peek("k");
+  EXPECT_EQ(d.remaining, 5u);
+  EXPECT_EQ(d.reset_after, 0);
+  EXPECT_EQ(h.TakeN(6), 5);
+}
 
 TEST(Gcra, SpacesRequestsAtTheRate) {
   // 10/s with no burst beyond one: one request per 100 ms.

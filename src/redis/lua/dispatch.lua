@@ -3,8 +3,9 @@
 -- (tests only). ARGV[2]: extra TTL in ms (0; caller-time mode pads TTLs so that
 -- Redis's own expiry, on its clock, cannot drop state the caller's clock still needs).
 -- Then six numbers per check: algorithm, limit, window (us), capacity,
--- initial tokens (-1: full), cost (0: peek).
--- Returns four integers per check: allowed (1/0), remaining, reset_after, retry_after.
+-- initial tokens (-1: full), cost (0: peek; negative: a refund of -cost).
+-- Returns four integers per check: allowed (1/0), remaining, reset_after, retry_after;
+-- for a refund (every cost negative, Store::Refund) nothing: an empty array.
 -- `now` comes from clock.lua, which every script starts with.
 PAD = tonumber(ARGV[2])
 
@@ -25,14 +26,18 @@ for i = 0, (#ARGV - 2) / 6 - 1 do
   end
   local decide = DECIDE[c.alg]
   if not decide then return redis.error_reply('sluice: unknown algorithm ' .. ARGV[b + 1]) end
-  local allowed, remaining, reset, retry = decide(c, now)
-  checks[#checks + 1] = c
-  out[#out + 1] = allowed and 1 or 0
-  out[#out + 1] = remaining
-  out[#out + 1] = reset
-  out[#out + 1] = retry
-  all = all and allowed
-  consumes = consumes or c.cost > 0
+  if c.cost < 0 then
+    REFUND[c.alg](c, now, -c.cost)
+  else
+    local allowed, remaining, reset, retry = decide(c, now)
+    checks[#checks + 1] = c
+    out[#out + 1] = allowed and 1 or 0
+    out[#out + 1] = remaining
+    out[#out + 1] = reset
+    out[#out + 1] = retry
+    all = all and allowed
+    consumes = consumes or c.cost > 0
+  end
 end
 
 if all and consumes then

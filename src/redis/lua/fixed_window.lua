@@ -25,3 +25,12 @@ DECIDE[0] = function(c, now)
   return allowed, c.limit - count, reset, retry
 end
 COMMIT[0] = store_word
+-- Refund: the current window's count goes down by cost (not below 0); a state of an
+-- earlier window is left alone (src/core FixedWindowRefund).
+REFUND[0] = function(c, now, cost)
+  local found, sws, scount = load(c, now)
+  if not found or sws < floor_to(now, c.window) then return end
+  c.expires = sws + c.window
+  c.state = struct.pack('<Bddd', 0, c.expires, sws, scount - min(scount, cost))
+  store_word(c, now)
+end

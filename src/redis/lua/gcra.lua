@@ -23,3 +23,13 @@ DECIDE[4] = function(c, now)
   return allowed, remaining, reset, retry
 end
 COMMIT[4] = store_word
+-- Refund: the TAT moves back by cost emission intervals, never below now
+-- (src/core GcraRefund).
+REFUND[4] = function(c, now, cost)
+  local found, stat = load(c, now)
+  if not found then return end
+  local tat = max(now, stat - cost * (c.window / c.limit))
+  c.expires = ceil(tat)
+  c.state = struct.pack('<Bdd', 4, c.expires, tat)
+  store_word(c, now)
+end

@@ -6,6 +6,8 @@
 -- (allowed, remaining, reset_after, retry_after) without consuming anything, and
 -- COMMIT[id](c, now), which writes what DECIDE computed. dispatch.lua decides every
 -- check first and commits all of them only if all allow (all or nothing).
+-- REFUND[id](c, now, cost) gives cost back to an existing state (Store::Refund; a call
+-- sends every check's cost negated, and then nothing is decided).
 -- A call with ONE check runs a lean script of its own instead (single_head.lua);
 -- the sliding log's is this prelude + sliding_window_log.lua + dispatch.lua.
 --
@@ -17,7 +19,7 @@
 -- back bit for bit.
 local EPS = 1e-9
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
-local DECIDE, COMMIT = {}, {}
+local DECIDE, COMMIT, REFUND = {}, {}, {}
 local PAD = 0 -- extra TTL in ms (caller-time mode only, see dispatch.lua)
 
 -- An exact integer as a decimal string.

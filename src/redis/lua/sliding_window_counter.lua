@@ -51,3 +51,13 @@ DECIDE[2] = function(c, now)
   return allowed, remaining, reset, retry
 end
 COMMIT[2] = store_word
+-- Refund: the current window's count goes down by cost (not below 0); once the
+-- window has rolled over, nothing changes (src/core SlidingWindowCounterRefund).
+REFUND[2] = function(c, now, cost)
+  local found, sws, scurr, sprev = load(c, now)
+  if not found or sws < floor_to(now, c.window) then return end
+  local curr = scurr - min(scurr, cost)
+  if curr > 0 then c.expires = sws + 2 * c.window else c.expires = sws + c.window end
+  c.state = struct.pack('<Bdddd', 2, c.expires, sws, curr, sprev)
+  store_word(c, now)
+end

@@ -107,6 +107,38 @@ COMMIT[1] = function(c, now)
   st.dirty = false
 end
 
+-- Refund: drop what left the window, as a decision does, then remove up to `cost`
+-- units from the newest entries (src/core SlidingWindowLogRefund). Entries with one
+-- timestamp may come back in another order than they were added, which changes no
+-- decision: only the sum of the costs at each timestamp counts.
+REFUND[1] = function(c, now, cost)
+  local st = log_state(c)
+  if st.fresh then return end
+  local t = raise(c, st, now)
+  local newest
+  while true do
+    newest = redis.call('ZRANGE', c.key2, -1, -1, 'WITHSCORES')
+    if cost <= 0 or #newest == 0 then break end
+    local ec = entry_cost(newest[1])
+    redis.call('ZREM', c.key2, newest[1])
+    if ec > cost then
+      redis.call('ZADD', c.key2, newest[2], string.match(newest[1], '^(%d+):') .. ':' ..
+        int(ec - cost))
+      st.used = st.used - cost
+      cost = 0
+    else
+      st.used = st.used - ec
+      cost = cost - ec
+    end
+  end
+  if #newest > 0 then st.expires = tonumber(newest[2]) + c.window else st.expires = t end
+  local ttl = int(ttl_ms(st.expires, now))
+  redis.call('PEXPIRE', c.key2, ttl)
+  redis.call('SET', c.key, '1 ' .. int(st.expires) .. ' ' .. int(st.last) .. ' ' .. int(st.used) ..
+    ' ' .. int(st.seq), 'PX', ttl)
+  st.dirty = false
+end
+
 -- After the batch: keep what raise() normalised for logs that were not committed.
 local function flush_logs()
   for key, st in pairs(logs) do

@@ -28,3 +28,19 @@ DECIDE[3] = function(c, now)
   return allowed, remaining, reset, retry
 end
 COMMIT[3] = store_word
+-- Refund: refill as a decision does, then add cost tokens, capped at the capacity
+-- (src/core TokenBucketRefund).
+REFUND[3] = function(c, now, cost)
+  local found, stokens, slast = load(c, now)
+  if not found then return end
+  local capacity = c.cap
+  local rate = c.limit / c.window
+  local t = max(now, slast)
+  local tokens = min(capacity, stokens + (t - slast) * rate)
+  tokens = min(capacity, tokens + cost)
+  local reset = 0
+  if not (tokens + EPS >= capacity) then reset = ceil((capacity - tokens) / rate) end
+  c.expires = t + reset
+  c.state = struct.pack('<Bddd', 3, c.expires, tokens, t)
+  store_word(c, now)
+end

@@ -1,0 +1,548 @@
+// The decision layer: deny cache, one atomic store call, failure modes, shadow
+// batches, the binding decision and the counters, for any policies the caller names.
+#include "limiter/decider.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "sluice/memory_store.h"
+
+namespace sluice::decide {
+namespace {
+
+// Counters of one stripe: threads add to their own stripe (one cache line), so that
+// counting decisions does not bounce a shared line between cores.
+struct alignas(64) CounterStripe {
+  std::atomic<std::uint64_t> decisions{0}, denied{0}, shadow_denied{0}, deny_cache_hits{0},
+      store_errors{0}, fail_open{0}, fail_closed{0}, local_fallback{0};
+};
+constexpr std::size_t kCounterStripes = 16;
+
+std::size_t ThisThreadStripe() {
+  static std::atomic<std::size_t> next{0};
+  thread_local const std::size_t stripe =
+      next.fetch_add(1, std::memory_order_relaxed) % kCounterStripes;
+  return stripe;
+}
+
+std::uint64_t Fnv(std::string_view s, std::uint64_t h) {
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+// A bounded, direct-mapped cache of keys known to be denied until a time. Its size is
+// a byte budget fixed at construction: slots are plain 64-byte records (the key is a
+// 128-bit hash, not a copy), so the cache never allocates after it is built, and its
+// memory is calloc'ed (untouched pages cost no RSS). A collision overwrites:
+// forgetting a denial only costs one store call.
+class DenyCache {
+ public:
+  explicit DenyCache(std::size_t max_bytes) {
+    std::size_t n = 16;
+    while (n * 2 * sizeof(Entry) <= max_bytes) n <<= 1;
+    slots_.reset(static_cast<Entry*>(std::calloc(n, sizeof(Entry))));
+    mask_ = n - 1;
+  }
+
+  std::size_t bytes() const { return (mask_ + 1) * sizeof(Entry); }
+
+  // True (and fills `d`) when `key` is known to deny a request of `cost` at `now`.
+  bool Lookup(std::string_view key, std::uint64_t cost, Micros now, Decision* d) {
+    const std::uint64_t h1 = Fnv(key, 0xcbf29ce484222325ULL);
+    const std::uint64_t h2 = Fnv(key, 0x84222325cbf29ce4ULL) | 1;  // 0 marks an empty slot
+    Entry e;
+    {
+      std::lock_guard<std::mutex> lock(LockOf(h1));
+      e = slots_.get()[h1 & mask_];
+    }
+    if (e.h1 != h1 || e.h2 != h2 || e.until <= now || cost < e.min_cost) return false;
+    *d = Decision{};
+    d->allowed = false;
+    d->limit = e.limit;
+    d->remaining = e.remaining;
+    d->retry_after = e.until - now;
+    d->reset_after = std::max<Micros>(0, e.reset_at - now);
+    d->source = DecisionSource::kDenyCache;
+    return true;
+  }
+
+  void Insert(std::string_view key, std::uint64_t cost, Micros now, const Decision& d) {
+    if (d.retry_after <= 0) return;
+    const std::uint64_t h1 = Fnv(key, 0xcbf29ce484222325ULL);
+    const std::uint64_t h2 = Fnv(key, 0x84222325cbf29ce4ULL) | 1;
+    const Entry e{h1,
+                  h2,
+                  now + d.retry_after,
+                  now + d.reset_after,
+                  std::max<std::uint64_t>(cost, 1),
+                  d.limit,
+                  d.remaining,
+                  0};
+    std::lock_guard<std::mutex> lock(LockOf(h1));
+    slots_.get()[h1 & mask_] = e;
+  }
+
+  void Erase(std::string_view key) {
+    const std::uint64_t h1 = Fnv(key, 0xcbf29ce484222325ULL);
+    std::lock_guard<std::mutex> lock(LockOf(h1));
+    Entry& e = slots_.get()[h1 & mask_];
+    if (e.h1 == h1) e.until = 0;
+  }
+
+ private:
+  struct Entry {
+    std::uint64_t h1, h2;
+    Micros until, reset_at;
+    std::uint64_t min_cost, limit, remaining, pad;
+  };
+  static_assert(sizeof(Entry) == 64);
+  struct Free {
+    void operator()(Entry* p) const { std::free(p); }
+  };
+  std::mutex& LockOf(std::uint64_t h) { return locks_[(h >> 32) % locks_.size()]; }
+
+  std::unique_ptr<Entry, Free> slots_;
+  std::size_t mask_ = 0;
+  std::array<std::mutex, 64> locks_;
+};
+
+}  // namespace
+
+Policy FallbackPolicy(const Policy& p) {
+  Policy f = p;
+  const std::uint64_t d = std::max<std::uint64_t>(1, p.fallback_divisor);
+  f.limit = std::max<std::uint64_t>(1, (p.limit + d - 1) / d);
+  if (p.burst != 0) f.burst = std::max<std::uint64_t>(1, (p.burst + d - 1) / d);
+  if (p.initial_tokens) f.initial_tokens = std::min(*p.initial_tokens, f.Capacity());
+  return f;
+}
+
+std::size_t BindingIndex(std::span<const Decision> d) {
+  std::size_t bind = 0;
+  bool any_denied = false;
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    if (!d[i].allowed) {
+      if (!any_denied || d[i].retry_after > d[bind].retry_after) bind = i;
+      any_denied = true;
+    } else if (!any_denied && d[i].remaining < d[bind].remaining) {
+      bind = i;
+    }
+  }
+  return bind;
+}
+
+struct Decider::Impl {
+  Options options;
+  MemoryStore fallback_store;
+  bool use_deny_cache = false;
+  DenyCache deny_cache;
+  std::array<CounterStripe, kCounterStripes> stripes;
+
+  explicit Impl(Options o)
+      : options(std::move(o)),
+        fallback_store(MemoryStoreOptions{.max_keys = options.fallback_max_keys, .shards = 16}),
+        use_deny_cache(options.deny_cache && options.store->IsRemote()),
+        deny_cache(use_deny_cache ? options.deny_cache_bytes : 0) {}
+
+  CounterStripe& Counters() { return stripes[ThisThreadStripe()]; }
+
+  // One group (all enforced or all shadow) ready for the store.
+  struct Group {
+    StoreCheck sc[kMaxChecks];
+    const Check* checks = nullptr;
+    std::size_t n = 0;
+    bool too_big = false;
+  };
+
+  static void MakeGroup(std::span<const Check> checks, Group& g) {
+    g.checks = checks.data();
+    g.n = checks.size();
+    g.too_big = false;
+    for (const Check& c : checks) g.too_big = g.too_big || c.cost > c.policy->Capacity();
+    for (std::size_t i = 0; i < checks.size(); ++i) {
+      g.sc[i] = StoreCheck{checks[i].policy, checks[i].key, g.too_big ? 0 : checks[i].cost};
+    }
+  }
+
+  // True (and fills `out`) when the deny cache decides the group: one known denial
+  // decides an all-or-nothing batch.
+  bool FromDenyCache(const Group& g, Micros now, std::span<Decision> out) {
+    if (!use_deny_cache || g.too_big) return false;
+    for (std::size_t i = 0; i < g.n; ++i) {
+      Decision d;
+      if (!deny_cache.Lookup(g.sc[i].key, g.sc[i].cost, now, &d)) continue;
+      for (std::size_t j = 0; j < g.n; ++j) {
+        const std::uint16_t idx = out[j].policy_index;
+        if (j == i) {
+          out[j] = d;
+        } else {
+          // Not asked: the limit as the caller knows it, nothing charged.
+          out[j] = Decision{.allowed = true,
+                            .limit = g.sc[j].policy->Capacity(),
+                            .remaining = g.sc[j].policy->Capacity(),
+                            .source = DecisionSource::kDenyCache};
+        }
+        out[j].policy_index = idx;
+      }
+      Counters().deny_cache_hits.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    return false;
+  }
+
+  // Turns the store's answer into the group's decisions: failures follow each check's
+  // failure mode, denials feed the deny cache, and a check left uncharged because
+  // another denied reports what really remains. `out` holds the store's decisions.
+  Status AfterStore(const Group& g, const Status& s, Micros now, std::span<Decision> out) {
+    if (!s.ok()) {
+      if (s.code() == ErrorCode::kInvalidArgument) return s;
+      Counters().store_errors.fetch_add(1, std::memory_order_relaxed);
+      OnStoreFailure(g, now, out);
+    } else {
+      bool denied = false;
+      for (std::size_t i = 0; i < g.n; ++i) denied = denied || !out[i].allowed;
+      for (std::size_t i = 0; i < g.n; ++i) {
+        if (!out[i].allowed) {
+          if (use_deny_cache) deny_cache.Insert(g.sc[i].key, g.sc[i].cost, now, out[i]);
+        } else if (denied) {
+          out[i].remaining = std::min(out[i].limit, out[i].remaining + g.sc[i].cost);
+        }
+      }
+    }
+    if (g.too_big) {
+      for (std::size_t i = 0; i < g.n; ++i) {
+        const Check& c = g.checks[i];
+        if (c.cost <= c.policy->Capacity()) continue;
+        out[i].allowed = false;
+        out[i].remaining = 0;
+        out[i].retry_after = c.policy->window;
+      }
+    }
+    return Status::Ok();
+  }
+
+  // The store failed: each check follows its own failure mode. Fail-closed checks deny;
+  // fail-open checks allow; local-fallback checks are decided together by the
+  // in-process store, and only peeked when another check of the batch denies.
+  void OnStoreFailure(const Group& g, Micros now, std::span<Decision> out) {
+    bool closed = false, open = false;
+    StoreCheck fb[kMaxChecks];
+    std::size_t fb_index[kMaxChecks];
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < g.n; ++i) {
+      const Check& c = g.checks[i];
+      const Policy& p = *c.policy;
+      Decision& d = out[i];
+      const std::uint16_t idx = d.policy_index;
+      switch (p.failure_mode) {
+        case FailureMode::kFailClosed:
+          closed = true;
+          d = Decision{};
+          d.allowed = false;
+          d.limit = p.Capacity();
+          d.remaining = 0;
+          d.retry_after = std::min<Micros>(p.window, 1'000'000);
+          d.reset_after = d.retry_after;
+          d.source = DecisionSource::kFailClosed;
+          break;
+        case FailureMode::kLocalFallback: {
+          const Policy& fp = c.fallback != nullptr ? *c.fallback : p;
+          if (g.sc[i].cost <= fp.Capacity()) {
+            fb[n] = StoreCheck{&fp, g.sc[i].key, g.sc[i].cost};
+            fb_index[n++] = i;
+            break;
+          }
+          d = Decision{.allowed = false,
+                       .limit = fp.Capacity(),
+                       .retry_after = p.window,
+                       .source = DecisionSource::kLocalFallback};
+          closed = true;
+          break;
+        }
+        default:
+          open = true;
+          d = Decision{};
+          d.allowed = true;
+          d.limit = p.Capacity();
+          d.remaining = p.Capacity() - std::min(p.Capacity(), g.sc[i].cost);
+          d.source = DecisionSource::kFailOpen;
+          break;
+      }
+      d.policy_index = idx;
+    }
+    if (closed) Counters().fail_closed.fetch_add(1, std::memory_order_relaxed);
+    if (open) Counters().fail_open.fetch_add(1, std::memory_order_relaxed);
+    if (n == 0) return;
+    Counters().local_fallback.fetch_add(1, std::memory_order_relaxed);
+    if (closed) {
+      for (std::size_t k = 0; k < n; ++k) fb[k].cost = 0;
+    }
+    Decision fd[kMaxChecks];
+    Status s = fallback_store.Evaluate(std::span<const StoreCheck>(fb, n), now,
+                                       std::span<Decision>(fd, n));
+    for (std::size_t k = 0; k < n; ++k) {
+      Decision& d = out[fb_index[k]];
+      const std::uint16_t idx = d.policy_index;
+      if (s.ok()) {
+        d = fd[k];
+      } else {
+        d = Decision{.allowed = false, .limit = fb[k].policy->Capacity(), .retry_after = 1'000'000};
+      }
+      d.source = DecisionSource::kLocalFallback;
+      d.policy_index = idx;
+    }
+  }
+
+  static void ClearDecisions(std::span<Decision> out) {
+    for (Decision& d : out) {
+      const std::uint16_t idx = d.policy_index;
+      d = Decision{};
+      d.policy_index = idx;
+    }
+  }
+
+  Status EvaluateSync(std::span<const Check> checks, Micros now, std::span<Decision> out) {
+    Group g;
+    MakeGroup(checks, g);
+    if (FromDenyCache(g, now, out)) return Status::Ok();
+    // The store writes whole decisions: policy indices are restored after.
+    std::uint16_t idx[kMaxChecks];
+    for (std::size_t i = 0; i < g.n; ++i) idx[i] = out[i].policy_index;
+    ClearDecisions(out.first(g.n));
+    Status s = options.store->Evaluate(std::span<const StoreCheck>(g.sc, g.n), now, out.first(g.n));
+    for (std::size_t i = 0; i < g.n; ++i) out[i].policy_index = idx[i];
+    return AfterStore(g, s, now, out);
+  }
+
+  // Shadow rewrite, binding index and counters, once every group is decided.
+  std::size_t Finish(std::span<const Check> checks, std::span<Decision> out) {
+    bool shadowed = false;
+    for (std::size_t i = 0; i < checks.size(); ++i) {
+      if (!out[i].allowed && checks[i].policy->shadow) {
+        out[i].allowed = true;
+        out[i].shadow_denied = true;
+        out[i].retry_after = 0;
+        shadowed = true;
+      }
+    }
+    const std::size_t bind = BindingIndex(out.first(checks.size()));
+    Counters().decisions.fetch_add(1, std::memory_order_relaxed);
+    if (!out[bind].allowed) Counters().denied.fetch_add(1, std::memory_order_relaxed);
+    if (shadowed) Counters().shadow_denied.fetch_add(1, std::memory_order_relaxed);
+    return bind;
+  }
+
+  static Status Validate(std::span<const Check> checks, std::size_t out_size) {
+    if (checks.empty()) return Status::InvalidArgument("no checks given");
+    if (checks.size() > kMaxChecks) {
+      return Status::InvalidArgument("at most " + std::to_string(kMaxChecks) +
+                                     " checks per call (got " + std::to_string(checks.size()) +
+                                     ")");
+    }
+    if (out_size < checks.size()) {
+      return Status::InvalidArgument("per-check output has fewer slots than checks");
+    }
+    for (const Check& c : checks) {
+      if (c.policy == nullptr || c.key.empty()) {
+        return Status::InvalidArgument("a check has no policy or an empty key");
+      }
+    }
+    return Status::Ok();
+  }
+};
+
+Decider::Decider(Options options) {
+  if (!options.clock) options.clock = std::make_shared<SteadyEpochClock>();
+  impl_ = std::make_shared<Impl>(std::move(options));
+}
+
+Decider::~Decider() = default;
+
+Result<std::size_t> Decider::Decide(std::span<const Check> checks, std::span<Decision> out) {
+  if (Status s = Impl::Validate(checks, out.size()); !s.ok()) return s;
+  Impl& im = *impl_;
+  const Micros now = im.options.clock->Now();
+  // Shadow checks are decided in a batch of their own: a would-be denial by a shadow
+  // policy must not stop the enforced ones from being charged (nor the other way
+  // round). A request with no shadow policy, the usual case, is one batch.
+  std::size_t shadow_count = 0;
+  for (const Check& c : checks) shadow_count += c.policy->shadow ? 1 : 0;
+  if (shadow_count == 0 || shadow_count == checks.size()) {
+    if (Status s = im.EvaluateSync(checks, now, out); !s.ok()) return s;
+  } else {
+    Check grouped[kMaxChecks];
+    Decision decided[kMaxChecks];
+    std::size_t from[kMaxChecks];
+    std::size_t n = 0;
+    for (bool shadow : {false, true}) {
+      for (std::size_t i = 0; i < checks.size(); ++i) {
+        if (checks[i].policy->shadow != shadow) continue;
+        grouped[n] = checks[i];
+        decided[n] = out[i];
+        from[n++] = i;
+      }
+    }
+    const std::size_t enforced = checks.size() - shadow_count;
+    for (auto [first, count] :
+         {std::pair{std::size_t{0}, enforced}, std::pair{enforced, shadow_count}}) {
+      Status s = im.EvaluateSync(std::span<const Check>(grouped + first, count), now,
+                                 std::span<Decision>(decided + first, count));
+      if (!s.ok()) return s;
+    }
+    for (std::size_t k = 0; k < n; ++k) out[from[k]] = decided[k];
+  }
+  return im.Finish(checks, out);
+}
+
+namespace {
+
+// A batch in flight: owns copies of the keys and the checks, since the caller's
+// views end when DecideAsync returns and the store may answer later.
+struct Pending {
+  std::shared_ptr<Decider::Impl> impl;
+  std::string keys[kMaxChecks];
+  Check checks[kMaxChecks];      // in caller order, keys pointing into `keys`
+  Check grouped[kMaxChecks];     // enforced first, then shadow
+  std::size_t from[kMaxChecks];  // grouped index -> caller index
+  Decision decided[kMaxChecks];  // grouped order
+  std::size_t n = 0;
+  std::size_t enforced = 0;
+  Micros now = 0;
+  DoneCallback done;
+  Decider::Impl::Group group;
+};
+
+}  // namespace
+
+// Runs the group [first, first+count) of `p` asynchronously, then the next group, then
+// finishes. Each step owns `p` until it hands it on.
+static void RunGroup(std::shared_ptr<Pending> p, std::size_t first, std::size_t count);
+
+static void FinishPending(const std::shared_ptr<Pending>& p) {
+  Decision out[kMaxChecks];
+  for (std::size_t k = 0; k < p->n; ++k) out[p->from[k]] = p->decided[k];
+  const std::size_t bind =
+      p->impl->Finish(std::span<const Check>(p->checks, p->n), std::span<Decision>(out, p->n));
+  p->done(Status::Ok(), std::span<const Decision>(out, p->n), bind);
+}
+
+static void NextGroup(std::shared_ptr<Pending> p, std::size_t first, std::size_t count) {
+  const std::size_t end = first + count;
+  const std::size_t n = p->n;
+  if (end < n) {
+    RunGroup(std::move(p), end, n - end);
+  } else {
+    FinishPending(p);
+  }
+}
+
+static void RunGroup(std::shared_ptr<Pending> p, std::size_t first, std::size_t count) {
+  Decider::Impl& im = *p->impl;
+  auto& g = p->group;
+  Decider::Impl::MakeGroup(std::span<const Check>(p->grouped + first, count), g);
+  std::span<Decision> out(p->decided + first, count);
+  if (im.FromDenyCache(g, p->now, out)) {
+    NextGroup(std::move(p), first, count);
+    return;
+  }
+  Decider::Impl::ClearDecisions(out);
+  Store& store = *im.options.store;
+  const Micros now = p->now;
+  std::span<const StoreCheck> sc(g.sc, g.n);
+  store.EvaluateAsync(sc, now,
+                      [p, first, count](const Status& s, std::span<const Decision> d) mutable {
+                        std::span<Decision> out(p->decided + first, count);
+                        if (s.ok()) {
+                          for (std::size_t i = 0; i < count && i < d.size(); ++i) {
+                            const std::uint16_t idx = out[i].policy_index;
+                            out[i] = d[i];
+                            out[i].policy_index = idx;
+                          }
+                        }
+                        Status st = p->impl->AfterStore(p->group, s, p->now, out);
+                        if (!st.ok()) {
+                          p->done(st, {}, 0);
+                          return;
+                        }
+                        NextGroup(std::move(p), first, count);
+                      });
+}
+
+void Decider::DecideAsync(std::span<const Check> checks, DoneCallback done) {
+  if (Status s = Impl::Validate(checks, checks.size()); !s.ok()) {
+    done(s, {}, 0);
+    return;
+  }
+  auto p = std::make_shared<Pending>();
+  p->impl = impl_;
+  p->done = std::move(done);
+  p->n = checks.size();
+  p->now = impl_->options.clock->Now();
+  for (std::size_t i = 0; i < p->n; ++i) {
+    p->keys[i].assign(checks[i].key);
+    p->checks[i] = checks[i];
+    p->checks[i].key = p->keys[i];
+  }
+  std::size_t k = 0;
+  for (bool shadow : {false, true}) {
+    for (std::size_t i = 0; i < p->n; ++i) {
+      if (p->checks[i].policy->shadow != shadow) continue;
+      p->grouped[k] = p->checks[i];
+      p->decided[k] = Decision{};
+      p->decided[k].policy_index = static_cast<std::uint16_t>(i);
+      p->from[k++] = i;
+    }
+    if (!shadow) p->enforced = k;
+  }
+  if (p->enforced == 0 || p->enforced == p->n) {
+    RunGroup(std::move(p), 0, k);
+  } else {
+    const std::size_t enforced = p->enforced;
+    RunGroup(std::move(p), 0, enforced);
+  }
+}
+
+Status Decider::Reset(const Policy& policy, const Policy* fallback, std::string_view key) {
+  if (Status s = impl_->options.store->Reset(policy, key); !s.ok()) return s;
+  (void)impl_->fallback_store.Reset(fallback != nullptr ? *fallback : policy, key);
+  impl_->deny_cache.Erase(key);
+  return Status::Ok();
+}
+
+void Decider::ForgetDenial(std::string_view key) {
+  impl_->deny_cache.Erase(key);
+}
+
+LimiterStats Decider::Stats() const {
+  LimiterStats s;
+  for (const CounterStripe& c : impl_->stripes) {
+    s.decisions += c.decisions.load(std::memory_order_relaxed);
+    s.denied += c.denied.load(std::memory_order_relaxed);
+    s.shadow_denied += c.shadow_denied.load(std::memory_order_relaxed);
+    s.deny_cache_hits += c.deny_cache_hits.load(std::memory_order_relaxed);
+    s.store_errors += c.store_errors.load(std::memory_order_relaxed);
+    s.fail_open += c.fail_open.load(std::memory_order_relaxed);
+    s.fail_closed += c.fail_closed.load(std::memory_order_relaxed);
+    s.local_fallback += c.local_fallback.load(std::memory_order_relaxed);
+  }
+  return s;
+}
+
+std::size_t Decider::DenyCacheBytes() const {
+  return impl_->use_deny_cache ? impl_->deny_cache.bytes() : 0;
+}
+
+Store& Decider::store() const {
+  return *impl_->options.store;
+}
+const Clock& Decider::clock() const {
+  return *impl_->options.clock;
+}
+
+}  // namespace sluice::decide

@@ -1,0 +1,111 @@
+// The decision layer (design.md's `decide`): one batch of checks against a store,
+// with everything that is not an algorithm around it: the local deny cache, the
+// failure modes (fail-open, fail-closed, local fallback), shadow mode, the binding
+// decision and the counters. It knows policies only through the checks it is given,
+// so one Decider serves any number of policies: sluice::Limiter owns one for its
+// policies, sluiced's engine owns one for every rule and caller override it sees.
+//
+// Memory is fixed at construction: the deny cache is a byte budget, the local
+// fallback store has a key cap. Nothing grows with the number of distinct policies.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "sluice/clock.h"
+#include "sluice/decision.h"
+#include "sluice/limiter.h"
+#include "sluice/policy.h"
+#include "sluice/status.h"
+#include "sluice/store.h"
+
+namespace sluice::decide {
+
+// At most this many checks in one batch (one atomic store call; RedisStore takes 16).
+inline constexpr std::size_t kMaxChecks = 16;
+
+// One check of a batch. The pointers and the key must stay valid for the call (for
+// DecideAsync: until it returns; the Decider copies what it keeps).
+struct Check {
+  // A validated policy.
+  const Policy* policy = nullptr;
+  // The policy the in-process fallback uses when the store fails and the policy's
+  // failure mode is kLocalFallback (see FallbackPolicy). Null: `policy` itself.
+  const Policy* fallback = nullptr;
+  // The full store key (prefix, caller key and policy name).
+  std::string_view key;
+  // 0 peeks (nothing is consumed). A cost above the policy's capacity could never
+  // pass: that check is denied and the whole batch only peeked.
+  std::uint64_t cost = 1;
+};
+
+struct Options {
+  // Required.
+  std::shared_ptr<Store> store;
+  // Default: SteadyEpochClock.
+  std::shared_ptr<const Clock> clock;
+  // Deny locally a key known to be over its limit (only for Store::IsRemote() stores).
+  bool deny_cache = true;
+  // Byte budget of the deny cache (its slots are fixed-size; keys are kept as a
+  // 128-bit hash). Allocated lazily by the OS: untouched slots cost no RSS.
+  std::size_t deny_cache_bytes = std::size_t{4} << 20;
+  // Key cap of the in-process store used by kLocalFallback.
+  std::size_t fallback_max_keys = std::size_t{1} << 20;
+};
+
+// Called once with the outcome of DecideAsync: per-check decisions (valid during the
+// call) and the index of the binding one.
+using DoneCallback = std::function<void(const Status& status, std::span<const Decision> decisions,
+                                        std::size_t binding)>;
+
+// The policy the local fallback enforces for one of `fallback_divisor` servers.
+Policy FallbackPolicy(const Policy& p);
+
+// The binding decision of a batch: a denial with the longest retry_after, else the
+// one with the least remaining (the first on ties). `d` must not be empty.
+std::size_t BindingIndex(std::span<const Decision> d);
+
+// Thread-safe.
+class Decider {
+ public:
+  explicit Decider(Options options);
+  ~Decider();
+  Decider(const Decider&) = delete;
+  Decider& operator=(const Decider&) = delete;
+
+  // Decides `checks` (1..kMaxChecks) atomically: enforced checks are consumed all or
+  // none; shadow checks (policy->shadow) are decided in a batch of their own and always
+  // allowed (shadow_denied tells). A store failure follows each check's own failure
+  // mode. Writes one decision per check into `out` (policy_index is left as the
+  // caller set it) and returns the binding index. Errors: InvalidArgument only.
+  Result<std::size_t> Decide(std::span<const Check> checks, std::span<Decision> out);
+
+  // The same without blocking the calling thread on the store: `done` runs exactly
+  // once, inline or on the store's I/O thread. `checks` need to live only during the
+  // call. policy_index of the decisions is the check's index.
+  void DecideAsync(std::span<const Check> checks, DoneCallback done);
+
+  // Forgets `key` under `policy`: the store's state, the fallback's and the deny cache.
+  Status Reset(const Policy& policy, const Policy* fallback, std::string_view key);
+
+  // Drops a cached denial of `key` (e.g. after budget was refunded to it).
+  void ForgetDenial(std::string_view key);
+
+  LimiterStats Stats() const;
+  // Bytes the deny cache reserves (its fixed budget; 0 when disabled).
+  std::size_t DenyCacheBytes() const;
+  Store& store() const;
+  const Clock& clock() const;
+
+  // Internal (the asynchronous steps in decider.cc name it).
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::decide

@@ -1,0 +1,203 @@
+// The decision layer on its own: any policies per batch, a deny cache whose size is a
+// byte budget, each check's own failure mode, the asynchronous entry.
+#include "limiter/decider.h"
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sluice/memory_store.h"
+#include "test_util.h"
+
+namespace sluice::testing {
+namespace {
+
+// A remote-looking store that answers later: Evaluate runs at once on an inner
+// MemoryStore, the callback waits in a queue until the test runs it.
+class DeferredStore final : public Store {
+ public:
+  Status Evaluate(std::span<const StoreCheck> c, Micros now, std::span<Decision> out) override {
+    ++calls;
+    if (down) return Status::Unavailable("down (test)");
+    return inner.Evaluate(c, now, out);
+  }
+  void EvaluateAsync(std::span<const StoreCheck> c, Micros now, EvaluateCallback done) override {
+    std::vector<Decision> out(c.size());
+    Status s = Evaluate(c, now, out);
+    queue.push_back([s, out, done = std::move(done)] { done(s, out); });
+  }
+  Status Reset(const Policy& p, std::string_view k) override { return inner.Reset(p, k); }
+  bool IsRemote() const override { return true; }
+  // Runs queued callbacks (and the ones they queue) until none is left.
+  void Drain() {
+    while (!queue.empty()) {
+      auto f = std::move(queue.front());
+      queue.pop_front();
+      f();
+    }
+  }
+  MemoryStore inner;
+  std::deque<std::function<void()>> queue;
+  int calls = 0;
+  bool down = false;
+};
+
+decide::Decider MakeDecider(std::shared_ptr<Store> store, std::shared_ptr<const Clock> clock,
+                            std::size_t deny_bytes = 1 << 16) {
+  decide::Options o;
+  o.store = std::move(store);
+  o.clock = std::move(clock);
+  o.deny_cache_bytes = deny_bytes;
+  return decide::Decider(std::move(o));
+}
+
+TEST(Decider, AsyncAnswersLikeSyncWithShadowChecksInTheirOwnBatch) {
+  auto clock = std::make_shared<ManualClock>(kNoon);
+  auto sync_store = std::make_shared<MemoryStore>();
+  auto async_store = std::make_shared<DeferredStore>();
+  decide::Decider sync = MakeDecider(sync_store, clock);
+  decide::Decider async = MakeDecider(async_store, clock);
+  Policy enforced = Policy::FixedWindow("enforced", 3, std::chrono::minutes(1));
+  Policy shadow = Policy::FixedWindow("shadow", 1, std::chrono::minutes(1));
+  shadow.shadow = true;
+  for (int i = 0; i < 6; ++i) {
+    std::string k1 = "p:{a}:enforced", k2 = "p:{a}:shadow";
+    decide::Check checks[] = {{&enforced, nullptr, k1, 1}, {&shadow, nullptr, k2, 1}};
+    Decision want[2];
+    auto bind = sync.Decide(checks, want);
+    ASSERT_TRUE(bind.ok());
+    bool called = false;
+    async.DecideAsync(checks, [&](const Status& s, std::span<const Decision> d, std::size_t b) {
+      called = true;
+      ASSERT_TRUE(s.ok()) << s.message();
+      ASSERT_EQ(d.size(), 2u);
+      EXPECT_EQ(b, *bind);
+      for (int j = 0; j < 2; ++j) {
+        EXPECT_EQ(d[j].allowed, want[j].allowed) << i << "/" << j;
+        EXPECT_EQ(d[j].remaining, want[j].remaining) << i << "/" << j;
+        EXPECT_EQ(d[j].shadow_denied, want[j].shadow_denied) << i << "/" << j;
+      }
+    });
+    // The caller's keys are gone before the store answers.
+    k1.assign(k1.size(), 'x');
+    k2.assign(k2.size(), 'x');
+    // Once both keys are known denials (from the 5th request), the deny cache answers
+    // inline, without the store.
+    EXPECT_EQ(called, i >= 4) << i;
+    async_store->Drain();
+    EXPECT_TRUE(called);
+    // The shadow limit (1) never holds back the enforced one (3).
+    EXPECT_EQ(want[0].allowed, i < 3) << i;
+    EXPECT_TRUE(want[1].allowed);
+    EXPECT_EQ(want[1].shadow_denied, i >= 1) << i;
+  }
+  EXPECT_EQ(sync.Stats().decisions, 6u);
+  EXPECT_EQ(async.Stats().decisions, 6u);
+  EXPECT_EQ(async.Stats().denied, 3u);
+}
+
+TEST(Decider, DenyCacheIsAByteBudgetWhateverTheKeysAndPolicies) {
+  auto clock = std::make_shared<ManualClock>(kNoon);
+  auto store = std::make_shared<DeferredStore>();
+  decide::Decider d = MakeDecider(store, clock, 64 << 10);
+  const std::size_t bytes = d.DenyCacheBytes();
+  EXPECT_GT(bytes, 0u);
+  EXPECT_LE(bytes, std::size_t{64} << 10);
+  // 5000 distinct policies, each with a denied key: the budget does not move.
+  std::vector<Policy> ps;
+  ps.reserve(5000);
+  for (int i = 0; i < 5000; ++i) {
+    ps.push_back(Policy::FixedWindow("p" + std::to_string(i), 1, std::chrono::minutes(1)));
+  }
+  for (int i = 0; i < 5000; ++i) {
+    const std::string key = "x:{k}:p" + std::to_string(i);
+    decide::Check c{&ps[i], nullptr, key, 1};
+    Decision out[1];
+    ASSERT_TRUE(d.Decide({&c, 1}, out).ok());
+    ASSERT_TRUE(d.Decide({&c, 1}, out).ok());
+    EXPECT_FALSE(out[0].allowed);
+  }
+  EXPECT_EQ(d.DenyCacheBytes(), bytes);
+  // The cache still answers a known denial without the store.
+  const std::string key = "x:{k}:p4999";
+  decide::Check c{&ps[4999], nullptr, key, 1};
+  Decision out[1];
+  const int calls = store->calls;
+  ASSERT_TRUE(d.Decide({&c, 1}, out).ok());
+  EXPECT_FALSE(out[0].allowed);
+  EXPECT_EQ(out[0].source, DecisionSource::kDenyCache);
+  EXPECT_EQ(store->calls, calls);
+}
+
+TEST(Decider, StoreFailureFollowsEachChecksOwnMode) {
+  auto clock = std::make_shared<ManualClock>(kNoon);
+  auto store = std::make_shared<DeferredStore>();
+  store->down = true;
+  decide::Decider d = MakeDecider(store, clock);
+  Policy closed = Policy::FixedWindow("closed", 5, std::chrono::minutes(1));
+  closed.failure_mode = FailureMode::kFailClosed;
+  Policy open = Policy::FixedWindow("open", 5, std::chrono::minutes(1));
+  Policy local = Policy::FixedWindow("local", 4, std::chrono::minutes(1));
+  local.failure_mode = FailureMode::kLocalFallback;
+  local.fallback_divisor = 2;
+  const Policy local_fb = decide::FallbackPolicy(local);
+  EXPECT_EQ(local_fb.limit, 2u);
+  decide::Check checks[] = {{&closed, nullptr, "a:closed", 1}, {&open, nullptr, "a:open", 1}};
+  Decision out[2];
+  auto bind = d.Decide(checks, out);
+  ASSERT_TRUE(bind.ok());
+  EXPECT_FALSE(out[0].allowed);
+  EXPECT_EQ(out[0].source, DecisionSource::kFailClosed);
+  EXPECT_TRUE(out[1].allowed);
+  EXPECT_EQ(out[1].source, DecisionSource::kFailOpen);
+  EXPECT_EQ(*bind, 0u);
+  // A fail-closed denial leaves the local fallback's budget untouched (peeked only).
+  decide::Check with_local[] = {{&closed, nullptr, "b:closed", 1},
+                                {&local, &local_fb, "b:local", 1}};
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(d.Decide(with_local, out).ok());
+  EXPECT_EQ(out[1].source, DecisionSource::kLocalFallback);
+  EXPECT_EQ(out[1].remaining, 2u);
+  decide::Check only_local[] = {{&local, &local_fb, "b:local", 1}};
+  int ok = 0;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(d.Decide(only_local, out).ok());
+    ok += out[0].allowed;
+  }
+  EXPECT_EQ(ok, 2);
+}
+
+TEST(Decider, CostAboveCapacityDeniesThatCheckAndChargesNothing) {
+  auto clock = std::make_shared<ManualClock>(kNoon);
+  auto store = std::make_shared<MemoryStore>();
+  decide::Decider d = MakeDecider(store, clock);
+  Policy small = Policy::FixedWindow("small", 2, std::chrono::minutes(1));
+  Policy big = Policy::FixedWindow("big", 100, std::chrono::minutes(1));
+  decide::Check checks[] = {{&small, nullptr, "k:small", 5}, {&big, nullptr, "k:big", 5}};
+  Decision out[2];
+  auto bind = d.Decide(checks, out);
+  ASSERT_TRUE(bind.ok());
+  EXPECT_EQ(*bind, 0u);
+  EXPECT_FALSE(out[0].allowed);
+  EXPECT_EQ(out[0].remaining, 0u);
+  EXPECT_TRUE(out[1].allowed);
+  EXPECT_EQ(out[1].remaining, 100u);  // peeked: nothing charged
+}
+
+TEST(Decider, BatchesAreBounded) {
+  auto d = MakeDecider(std::make_shared<MemoryStore>(), std::make_shared<ManualClock>(kNoon));
+  Policy p = Policy::FixedWindow("p", 2, std::chrono::minutes(1));
+  std::vector<std::string> keys;
+  std::vector<decide::Check> checks;
+  for (std::size_t i = 0; i <= decide::kMaxChecks; ++i) keys.push_back("k" + std::to_string(i));
+  for (const std::string& k : keys) checks.push_back({&p, nullptr, k, 1});
+  std::vector<Decision> out(checks.size());
+  auto r = d.Decide(checks, out);
+  EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(d.Decide(std::span(checks).first(decide::kMaxChecks), out).ok());
+}
+
+}  // namespace
+}  // namespace sluice::testing
