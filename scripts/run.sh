@@ -4,10 +4,24 @@
 # Extra arguments go to sluiced, e.g. scripts/run.sh --http 127.0.0.1:9080
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh
-scripts/build.sh release
-cat <<'TRY'
-sluiced is starting (HTTP 127.0.0.1:8080, gRPC 127.0.0.1:8081; Ctrl-C stops it).
+# The curl lines below use the addresses the flags give (--http A:P, --http=A:P).
+http=127.0.0.1:8080
+grpc=127.0.0.1:8081
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case ${args[i]} in
+    --http) http=${args[i + 1]:-$http} ;;
+    --http=*) http=${args[i]#--http=} ;;
+    --grpc) grpc=${args[i + 1]:-$grpc} ;;
+    --grpc=*) grpc=${args[i]#--grpc=} ;;
+  esac
+done
+# A wildcard listen address is reached through loopback.
+url_host=${http%:*}
+case $url_host in 0.0.0.0 | "") url_host=127.0.0.1 ;; "[::]") url_host="[::1]" ;; esac
+base="http://$url_host:${http##*:}"
+banner=$(sed "s|http://127.0.0.1:8080|$base|g; s|@HTTP@|$http|; s|@GRPC@|$grpc|" <<'TRY'
+sluiced is starting (HTTP @HTTP@, gRPC @GRPC@; Ctrl-C stops it).
 Try it from another shell:
 
   # 10 requests a minute per client address: the 11th gets 429
@@ -23,4 +37,13 @@ Try it from another shell:
 
 docs/sluiced.md explains the configuration, each API, nginx and Envoy set-ups.
 TRY
+)
+# Tests: print the banner for these arguments, build nothing, start nothing.
+if [[ ${SLUICE_RUN_BANNER_ONLY:-} == 1 ]]; then
+  echo "$banner"
+  exit 0
+fi
+scripts/deps.sh
+scripts/build.sh release
+echo "$banner"
 exec build/release/src/service/sluiced --config examples/sluiced.yaml "$@"

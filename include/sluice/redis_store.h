@@ -22,8 +22,25 @@
 namespace sluice {
 
 struct RedisStoreOptions {
-  // redis://[user:password@]host:port[/db] or unix:///path/to/socket[?db=N].
+  // One of (docs/redis.md, "URLs"):
+  //   redis://[user:password@]host:port[/db]       unix:///path/to/socket[?db=N]
+  //   rediss://[user:password@]host:port[/db]      (TLS)
+  //   redis-cluster://[user:password@]host:port[,host:port...]
+  //   redis-sentinel://[user:password@]host:port[,host:port...]/MASTER_NAME[?db=N]
+  //   rediss-cluster://..., rediss-sentinel://...  (TLS)
+  // with optional query parameters tls_ca, tls_cert, tls_key, tls_sni, tls_insecure=1,
+  // sentinel_user, sentinel_password, db.
   std::string url = "redis://127.0.0.1:6379";
+  // The same settings as fields. A field that is set (non-empty, or true) wins over
+  // the URL's query parameter of the same name; the merged result is validated as a
+  // whole (e.g. tls_ca on a redis:// URL is InvalidArgument naming tls_ca).
+  std::string tls_ca;         // CA bundle (PEM) verifying the server; default: the system's
+  std::string tls_cert;       // client certificate (PEM) for mTLS; needs tls_key
+  std::string tls_key;        // its private key (PEM); needs tls_cert
+  std::string tls_sni;        // server name to send and verify; default: the URL's host
+  bool tls_insecure = false;  // skip certificate verification (tests, mismatched names)
+  std::string sentinel_user;  // ACL user on the sentinels (not on the data nodes)
+  std::string sentinel_password;
   // Bound on establishing a connection (also used by background reconnects).
   Micros connect_timeout = 1'000'000;
   // Every call returns within this deadline, whatever Redis does. A call that timed
@@ -92,8 +109,8 @@ class RedisStore final : public Store {
 };
 
 // Opens a store from a URL: "memory://" (or an empty string) for a new MemoryStore,
-// redis:// or unix:// for a RedisStore with default options. Errors as Create, or
-// InvalidArgument for any other scheme.
+// any Redis URL form (redis://, rediss://, unix://, redis-cluster://...) for a RedisStore with
+// default options. Errors as Create, or InvalidArgument for any other scheme.
 Result<std::shared_ptr<Store>> OpenStore(std::string_view url);
 
 }  // namespace sluice

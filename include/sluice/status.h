@@ -28,6 +28,8 @@ enum class ErrorCode {
   kNotFound,
   // A bug or an unexpected answer.
   kInternal,
+  // A feature this build does not provide (e.g. a Redis topology not supported yet).
+  kUnimplemented,
 };
 
 // Returns a stable lower-case name for `code`, e.g. "invalid_argument".
@@ -55,6 +57,7 @@ class Status {
   }
   static Status NotFound(std::string m) { return {ErrorCode::kNotFound, std::move(m)}; }
   static Status Internal(std::string m) { return {ErrorCode::kInternal, std::move(m)}; }
+  static Status Unimplemented(std::string m) { return {ErrorCode::kUnimplemented, std::move(m)}; }
 
   bool ok() const { return code_ == ErrorCode::kOk; }
   ErrorCode code() const { return code_; }

@@ -20,6 +20,8 @@ const char* ErrorCodeName(ErrorCode code) {
       return "not_found";
     case ErrorCode::kInternal:
       return "internal";
+    case ErrorCode::kUnimplemented:
+      return "unimplemented";
   }
   return "unknown";
 }

@@ -6,9 +6,11 @@
 #include <cstdio>
 #include <cstring>
 
-#include "redis/connection.h"
+#include "redis/router.h"
 #include "redis/scripts.h"
+#include "redis/standalone_router.h"
 #include "redis/url.h"
+#include "redis/waiter.h"
 #include "sluice/memory_store.h"
 
 namespace sluice {
@@ -19,34 +21,37 @@ constexpr std::size_t kMaxBatch = 16;
 // its clock, never drops state that the caller's clock still needs.
 constexpr long long kCallerTimeTtlPadMs = 3'600'000;
 
-bool StartsWith(const redisReply* r, std::string_view prefix) {
-  return r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with(prefix);
-}
-
 struct Batch {
   Status status;
   Decision decisions[kMaxBatch];
   std::size_t n = 0;
 };
 
-// What a call in flight needs to finish: the command and its script (kept for a
-// NOSCRIPT retry) and each check's capacity (Decision::limit).
+// What a call in flight needs to finish: each check's capacity (Decision::limit).
 struct Call {
-  std::string wire;
-  const redis::Script* script = nullptr;
   std::uint64_t capacity[kMaxBatch];
   std::size_t n = 0;
-  redis::Deadline deadline;
 };
+
+// Merges the RedisStoreOptions fields into the parsed URL: a field that is set wins.
+void MergeFields(const RedisStoreOptions& o, redis::Url* u) {
+  if (!o.tls_ca.empty()) u->tls.ca_file = o.tls_ca;
+  if (!o.tls_cert.empty()) u->tls.cert_file = o.tls_cert;
+  if (!o.tls_key.empty()) u->tls.key_file = o.tls_key;
+  if (!o.tls_sni.empty()) u->tls.sni = o.tls_sni;
+  if (o.tls_insecure) u->tls.insecure = true;
+  if (!o.sentinel_user.empty()) u->sentinel_user = o.sentinel_user;
+  if (!o.sentinel_password.empty()) u->sentinel_password = o.sentinel_password;
+}
 
 }  // namespace
 
 struct RedisStore::Impl {
   RedisStoreOptions options;
-  std::atomic<std::uint64_t> calls{0}, errors{0}, script_reloads{0};
+  std::atomic<std::uint64_t> calls{0}, errors{0};
   // Last, so it is destroyed first: its shutdown completes calls in flight, whose
   // callbacks still use the members above.
-  std::unique_ptr<redis::Client> client;
+  std::unique_ptr<redis::Router> router;
 
   void Warn(const std::string& message) const {
     if (options.on_warning) {
@@ -56,33 +61,35 @@ struct RedisStore::Impl {
     }
   }
 
-  void CheckMaxmemory();
-  // Sends the script (again, after NOSCRIPT, on the same connection) and hands the
-  // parsed outcome to `done`.
-  void Run(std::shared_ptr<Call> call, int attempt, EvaluateCallback done);
+  void CheckMaxmemory(redis::NodeClient& node);
+  // Sends one EVALSHA of `script` (loaded on NOSCRIPT by the router) and hands the
+  // parsed decisions (call->n of them) to `done`.
+  void Run(std::string_view routing_key, const redis::Script& script, std::string wire,
+           std::shared_ptr<Call> call, EvaluateCallback done);
 };
 
 // Eviction would silently forget counters (letting more requests through), so only
 // noeviction (writes fail instead, and the failure mode decides) is safe.
-void RedisStore::Impl::CheckMaxmemory() {
+void RedisStore::Impl::CheckMaxmemory(redis::NodeClient& node) {
   // Startup only: a generous bound, so a busy Redis does not produce a false warning.
   const redis::Deadline deadline =
       redis::DeadlineAfter(std::max<Micros>(options.connect_timeout, 2'000'000));
-  auto policy = client->Call(redis::EncodeCommand({"CONFIG", "GET", "maxmemory-policy"}), deadline);
+  auto policy =
+      node.Call({redis::EncodeCommand({"CONFIG", "GET", "maxmemory-policy"}), {}}, deadline);
   if (!policy.ok() || policy->is_error() || policy->elements.size() != 2) {
-    Warn("could not read maxmemory-policy from " + client->url().Describe() + " (" +
+    Warn("could not read maxmemory-policy from " + node.url().Describe() + " (" +
          (policy.ok() ? policy->str : policy.status().message()) +
          "); sluice needs it to be noeviction, or keys may be evicted and limits reset");
     return;
   }
   const std::string& value = policy->elements[1].str;
   if (value == "noeviction") return;
-  auto limit = client->Call(redis::EncodeCommand({"CONFIG", "GET", "maxmemory"}), deadline);
+  auto limit = node.Call({redis::EncodeCommand({"CONFIG", "GET", "maxmemory"}), {}}, deadline);
   if (limit.ok() && !limit->is_error() && limit->elements.size() == 2 &&
       limit->elements[1].str == "0") {
     return;  // no memory limit: nothing is ever evicted
   }
-  Warn("Redis at " + client->url().Describe() + " has maxmemory-policy " + value +
+  Warn("Redis at " + node.url().Describe() + " has maxmemory-policy " + value +
        ": when memory is full it may evict sluice's keys (all of them have a TTL, so "
        "volatile-* policies evict them too), which resets those limits. Use noeviction, "
        "or a Redis of its own for sluice");
@@ -99,38 +106,44 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
     return Status::InvalidArgument("RedisStoreOptions.connections must be 1-64 (got " +
                                    std::to_string(options.connections) + ")");
   }
-  auto url = redis::ParseUrl(options.url);
+  auto url = redis::ParseUrl(options.url, /*validate=*/false);
   if (!url.ok()) return url.status();
-  redis::ClientOptions co;
-  co.connect.url = *url;
-  co.connect.connect_timeout = options.connect_timeout;
-  co.connect.stall_timeout = std::max<Micros>(1'000'000, 4 * options.call_timeout);
-  co.connect.scripts = redis::AllScripts();
-  co.connections = options.connections;
-  auto client = redis::Client::Create(std::move(co));
-  if (!client.ok()) return client.status();
+  MergeFields(options, &*url);
+  if (Status s =
+          redis::Validate(*url, "bad Redis settings (URL '" + redis::MaskPasswords(options.url) +
+                                    "' with the RedisStoreOptions fields)");
+      !s.ok()) {
+    return s;
+  }
+  if (url->topology != redis::Topology::kStandalone || url->tls.enabled) {
+    return Status::Unimplemented(url->Scheme() +
+                                 " URLs are not supported by this build yet (use redis:// "
+                                 "or unix://)");
+  }
+  redis::NodeOptions no;
+  no.connect.handshake.url = *url;
+  no.connect.handshake.connect_timeout = options.connect_timeout;
+  no.connect.handshake.scripts = redis::AllScripts();
+  no.connect.stall_timeout = std::max<Micros>(1'000'000, 4 * options.call_timeout);
+  no.connections = options.connections;
+  auto router = redis::StandaloneRouter::Create(std::move(no));
+  if (!router.ok()) return router.status();
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
-  impl->client = std::move(*client);
-  impl->CheckMaxmemory();
+  impl->router = std::move(*router);
+  impl->router->ForEachPrimary([&](redis::NodeClient& node) { impl->CheckMaxmemory(node); });
   return std::shared_ptr<RedisStore>(new RedisStore(std::move(impl)));
 }
 
 RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RedisStore::~RedisStore() = default;
 
-void RedisStore::Impl::Run(std::shared_ptr<Call> call, int attempt, EvaluateCallback done) {
-  auto on_reply = [this, call, attempt, done](const Status& s, const redisReply* r) mutable {
+void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& script,
+                           std::string wire, std::shared_ptr<Call> call, EvaluateCallback done) {
+  auto on_reply = [this, call, done = std::move(done)](const Status& s, const redisReply* r) {
     if (!s.ok()) {
       errors.fetch_add(1, std::memory_order_relaxed);
       done(s, {});
-      return;
-    }
-    if (StartsWith(r, "NOSCRIPT") && attempt == 0 && redis::SteadyClock::now() < call->deadline) {
-      // Redis lost the script (restart, failover, SCRIPT FLUSH): load it and retry
-      // once. A call that timed out never gets here, so it is never retried.
-      script_reloads.fetch_add(1, std::memory_order_relaxed);
-      Run(std::move(call), 1, std::move(done));
       return;
     }
     if (r->type == REDIS_REPLY_ERROR) {
@@ -138,15 +151,15 @@ void RedisStore::Impl::Run(std::shared_ptr<Call> call, int attempt, EvaluateCall
       done(Status::Unavailable("Redis answered: " + std::string(r->str, r->len)), {});
       return;
     }
-    Batch b;
-    b.n = call->n;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 * b.n) {
+    Batch out;
+    out.n = call->n;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 * out.n) {
       errors.fetch_add(1, std::memory_order_relaxed);
       done(Status::Internal("unexpected reply to the decide script"), {});
       return;
     }
-    for (std::size_t i = 0; i < b.n; ++i) {
-      Decision& d = b.decisions[i];
+    for (std::size_t i = 0; i < out.n; ++i) {
+      Decision& d = out.decisions[i];
       const redisReply* const* e = r->element + 4 * i;
       d.allowed = e[0]->integer != 0;
       d.limit = call->capacity[i];
@@ -154,19 +167,10 @@ void RedisStore::Impl::Run(std::shared_ptr<Call> call, int attempt, EvaluateCall
       d.reset_after = e[2]->integer;
       d.retry_after = e[3]->integer;
     }
-    done(Status::Ok(), std::span<const Decision>(b.decisions, b.n));
+    done(Status::Ok(), std::span<const Decision>(out.decisions, out.n));
   };
-  if (attempt == 0) {
-    client->CallAsync(std::string(call->wire), call->deadline, std::move(on_reply));
-    return;
-  }
-  // SCRIPT LOAD and the retry are pipelined on one connection, so the load comes first.
-  std::string both = redis::EncodeCommand({"SCRIPT", "LOAD", call->script->source});
-  both += call->wire;
-  std::vector<redis::ReplyCallback> cbs;
-  cbs.push_back([](const Status&, const redisReply*) {});  // the EVALSHA reply tells
-  cbs.push_back(std::move(on_reply));
-  client->CallAsync(std::move(both), call->deadline, std::move(cbs));
+  router->Send(routing_key, redis::Command{std::move(wire), script.source},
+               redis::DeadlineAfter(options.call_timeout), std::move(on_reply));
 }
 
 namespace {
@@ -208,10 +212,11 @@ void RedisStore::EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
   // fraction of the batch script's CPU (lua/single_head.lua); both take the same
   // arguments and give the same reply.
   auto call = std::make_shared<Call>();
-  call->script = checks.size() == 1 ? &redis::SingleCheckScript(checks[0].policy->algorithm)
-                                    : &redis::BatchScript();
+  const redis::Script& script = checks.size() == 1
+                                    ? redis::SingleCheckScript(checks[0].policy->algorithm)
+                                    : redis::BatchScript();
   redis::CommandBuilder b(3 + nkeys + 2 + 6 * checks.size());
-  b.Add("EVALSHA").Add(call->script->sha).Add(static_cast<long long>(nkeys));
+  b.Add("EVALSHA").Add(script.sha).Add(static_cast<long long>(nkeys));
   std::string log_key;
   for (const StoreCheck& c : checks) {
     b.Add(c.key);
@@ -236,9 +241,9 @@ void RedisStore::EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
         .Add(static_cast<long long>(c.cost));
     call->capacity[call->n++] = p.Capacity();
   }
-  call->wire = b.Take();
-  call->deadline = redis::DeadlineAfter(impl_->options.call_timeout);
-  impl_->Run(std::move(call), 0, std::move(done));
+  // Every key of a batch shares the hash tag of the first one (sluice keys carry
+  // one), so the first key routes the whole script.
+  impl_->Run(checks[0].key, script, b.Take(), std::move(call), std::move(done));
 }
 
 Status RedisStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
@@ -282,9 +287,9 @@ void RedisStore::RefundAsync(std::span<const StoreCheck> checks, Micros now, Ref
     nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
   }
   auto call = std::make_shared<Call>();
-  call->script = &redis::BatchScript();
+  const redis::Script& script = redis::BatchScript();
   redis::CommandBuilder b(3 + nkeys + 2 + 6 * checks.size());
-  b.Add("EVALSHA").Add(call->script->sha).Add(static_cast<long long>(nkeys));
+  b.Add("EVALSHA").Add(script.sha).Add(static_cast<long long>(nkeys));
   std::string log_key;
   for (const StoreCheck& c : checks) {
     b.Add(c.key);
@@ -308,10 +313,8 @@ void RedisStore::RefundAsync(std::span<const StoreCheck> checks, Micros now, Ref
         .Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL)
         .Add(-static_cast<long long>(c.cost));
   }
-  call->wire = b.Take();
-  call->deadline = redis::DeadlineAfter(impl_->options.call_timeout);
   // call->n == 0: the reply must be an empty array.
-  impl_->Run(std::move(call), 0,
+  impl_->Run(checks[0].key, script, b.Take(), std::move(call),
              [done = std::move(done)](const Status& st, std::span<const Decision>) { done(st); });
 }
 
@@ -330,7 +333,8 @@ Status RedisStore::Reset(const Policy& policy, std::string_view key) {
   std::string wire = policy.algorithm == Algorithm::kSlidingWindowLog
                          ? redis::EncodeCommand({"DEL", key, std::string(key) + ":log"})
                          : redis::EncodeCommand({"DEL", key});
-  auto r = impl_->client->Call(std::move(wire), redis::DeadlineAfter(impl_->options.call_timeout));
+  auto r = impl_->router->Call(key, redis::Command{std::move(wire), {}},
+                               redis::DeadlineAfter(impl_->options.call_timeout));
   if (!r.ok()) return r.status();
   if (r->is_error()) return Status::Unavailable("Redis answered: " + r->str);
   return Status::Ok();
@@ -340,16 +344,17 @@ RedisStoreStats RedisStore::Stats() const {
   RedisStoreStats s;
   s.calls = impl_->calls.load(std::memory_order_relaxed);
   s.errors = impl_->errors.load(std::memory_order_relaxed);
-  s.script_reloads = impl_->script_reloads.load(std::memory_order_relaxed);
-  s.timeouts = impl_->client->stats().timeouts.load(std::memory_order_relaxed);
-  s.reconnects = impl_->client->stats().reconnects.load(std::memory_order_relaxed);
+  const redis::ConnectionStats& c = impl_->router->stats();
+  s.script_reloads = c.script_reloads.load(std::memory_order_relaxed);
+  s.timeouts = c.timeouts.load(std::memory_order_relaxed);
+  s.reconnects = c.reconnects.load(std::memory_order_relaxed);
   return s;
 }
 
 Result<std::shared_ptr<Store>> OpenStore(std::string_view url) {
   if (url.empty() || url == "memory://")
     return std::shared_ptr<Store>(std::make_shared<MemoryStore>());
-  if (url.starts_with("redis://") || url.starts_with("unix://")) {
+  if (url.starts_with("redis") || url.starts_with("unix://")) {
     RedisStoreOptions o;
     o.url = std::string(url);
     auto s = RedisStore::Create(std::move(o));
@@ -357,8 +362,9 @@ Result<std::shared_ptr<Store>> OpenStore(std::string_view url) {
     return std::shared_ptr<Store>(std::move(*s));
   }
   return Status::InvalidArgument("unknown store URL '" + std::string(url) +
-                                 "' (expected memory://, redis://host:port[/db] or "
-                                 "unix:///path/to/socket)");
+                                 "' (expected memory://, redis://host:port[/db], "
+                                 "unix:///path/to/socket, rediss://, redis-cluster:// or "
+                                 "redis-sentinel://)");
 }
 
 }  // namespace sluice

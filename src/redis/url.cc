@@ -5,23 +5,34 @@
 namespace sluice::redis {
 namespace {
 
-// The URL with any password replaced by "***", for error messages.
-std::string Masked(std::string_view text) {
-  const std::size_t scheme = text.find("://");
-  const std::size_t at = text.rfind('@');
-  if (scheme == std::string_view::npos || at == std::string_view::npos || at < scheme) {
-    return std::string(text);
+constexpr std::string_view kForms =
+    "expected redis://[user:password@]host:port[/db], rediss://..., unix:///path[?db=N], "
+    "redis-cluster://host:port[,host:port...], "
+    "redis-sentinel://host:port[,host:port...]/MASTER[?db=N] or rediss-cluster://, "
+    "rediss-sentinel://";
+
+}  // namespace
+
+std::string MaskPasswords(std::string_view text) {
+  std::string out(text);
+  const std::size_t scheme = out.find("://");
+  const std::size_t q = out.find('?');
+  const std::size_t at = out.rfind('@', q);
+  if (scheme != std::string::npos && at != std::string::npos && at > scheme) {
+    const std::size_t colon = out.find(':', scheme + 3);
+    if (colon != std::string::npos && colon < at) out.replace(colon + 1, at - colon - 1, "***");
   }
-  const std::size_t colon = text.find(':', scheme + 3);
-  if (colon == std::string_view::npos || colon > at) return std::string(text);
-  return std::string(text.substr(0, colon + 1)) + "***" + std::string(text.substr(at));
+  for (std::string_view key : {"sentinel_password="}) {
+    std::size_t p = out.find(key);
+    if (p == std::string::npos) continue;
+    p += key.size();
+    const std::size_t end = out.find('&', p);
+    out.replace(p, (end == std::string::npos ? out.size() : end) - p, "***");
+  }
+  return out;
 }
 
-Status Bad(std::string_view text, const std::string& why) {
-  return Status::InvalidArgument("bad Redis URL '" + Masked(text) + "': " + why +
-                                 " (expected redis://[user:password@]host:port[/db] or "
-                                 "unix:///path/to/socket[?db=N])");
-}
+namespace {
 
 bool ParseInt(std::string_view s, int min, int max, int* out) {
   if (s.empty()) return false;
@@ -32,7 +43,7 @@ bool ParseInt(std::string_view s, int min, int max, int* out) {
   return true;
 }
 
-// Decodes %XX escapes (user names and passwords may contain ':' or '@').
+// Decodes %XX escapes.
 bool PercentDecode(std::string_view in, std::string* out) {
   out->clear();
   for (std::size_t i = 0; i < in.size(); ++i) {
@@ -50,96 +61,271 @@ bool PercentDecode(std::string_view in, std::string* out) {
   return true;
 }
 
+// Parses "host[:port]" or "[v6][:port]".
+Status ParseHostPort(std::string_view hp, int default_port, HostPort* out) {
+  std::string_view host = hp, port;
+  if (hp.starts_with("[")) {
+    const std::size_t close = hp.find(']');
+    if (close == std::string_view::npos)
+      return Status::InvalidArgument("unterminated IPv6 address");
+    host = hp.substr(1, close - 1);
+    std::string_view after = hp.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return Status::InvalidArgument("junk after the IPv6 address");
+      port = after.substr(1);
+      if (port.empty()) return Status::InvalidArgument("empty port");
+    }
+  } else {
+    const std::size_t colon = hp.rfind(':');
+    if (colon != std::string_view::npos) {
+      host = hp.substr(0, colon);
+      port = hp.substr(colon + 1);
+      if (port.empty()) return Status::InvalidArgument("empty port");
+    }
+  }
+  if (host.empty()) return Status::InvalidArgument("missing host");
+  for (char c : host) {
+    if (c == '/' || c == '@' || c == '?' || c == ' ' || c == '[' || c == ']' || c == ',') {
+      return Status::InvalidArgument("invalid host '" + std::string(host) + "'");
+    }
+  }
+  out->host = std::string(host);
+  out->port = default_port;
+  if (!port.empty() && !ParseInt(port, 1, 65535, &out->port)) {
+    return Status::InvalidArgument("port '" + std::string(port) + "' is not a number in 1-65535");
+  }
+  return Status::Ok();
+}
+
+struct SchemeInfo {
+  std::string_view prefix;
+  Topology topology;
+  bool tls;
+};
+constexpr SchemeInfo kSchemes[] = {
+    {"redis://", Topology::kStandalone, false},
+    {"rediss://", Topology::kStandalone, true},
+    {"redis-cluster://", Topology::kCluster, false},
+    {"rediss-cluster://", Topology::kCluster, true},
+    {"redis-sentinel://", Topology::kSentinel, false},
+    {"rediss-sentinel://", Topology::kSentinel, true},
+};
+
 }  // namespace
+
+std::string HostPort::Describe() const {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+std::string Url::Scheme() const {
+  if (unix_socket) return "unix://";
+  for (const SchemeInfo& s : kSchemes) {
+    if (s.topology == topology && s.tls == tls.enabled) return std::string(s.prefix);
+  }
+  return "redis://";
+}
 
 std::string Url::Describe() const {
   if (unix_socket) return "unix://" + path + (db != 0 ? "?db=" + std::to_string(db) : "");
-  const bool v6 = host.find(':') != std::string::npos;
-  return "redis://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port) +
-         (db != 0 ? "/" + std::to_string(db) : "");
+  std::string out = Scheme();
+  if (endpoints.empty()) {
+    out += HostPort{host, port}.Describe();
+  } else {
+    for (std::size_t i = 0; i < endpoints.size(); ++i) {
+      if (i > 0) out += ',';
+      out += endpoints[i].Describe();
+    }
+  }
+  if (topology == Topology::kSentinel) {
+    out += "/" + master_name;
+    if (db != 0) out += "?db=" + std::to_string(db);
+  } else if (db != 0) {
+    out += "/" + std::to_string(db);
+  }
+  return out;
 }
 
-Result<Url> ParseUrl(std::string_view text) {
+Status Validate(const Url& u, std::string_view where) {
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument(std::string(where) + ": " + why);
+  };
+  if (!u.tls.enabled) {
+    const char* set = !u.tls.ca_file.empty()     ? "tls_ca"
+                      : !u.tls.cert_file.empty() ? "tls_cert"
+                      : !u.tls.key_file.empty()  ? "tls_key"
+                      : !u.tls.sni.empty()       ? "tls_sni"
+                      : u.tls.insecure           ? "tls_insecure"
+                                                 : nullptr;
+    if (set != nullptr) {
+      return bad(std::string(set) + " needs TLS: use rediss://, rediss-cluster:// or " +
+                 "rediss-sentinel://");
+    }
+  }
+  if (!u.tls.cert_file.empty() && u.tls.key_file.empty()) {
+    return bad("tls_cert needs tls_key (the client certificate's private key)");
+  }
+  if (u.tls.cert_file.empty() && !u.tls.key_file.empty()) {
+    return bad("tls_key needs tls_cert (the client certificate)");
+  }
+  if (u.topology == Topology::kSentinel && u.master_name.empty()) {
+    return bad("a sentinel URL needs the master name: redis-sentinel://host:port/MASTER_NAME");
+  }
+  if (u.topology == Topology::kCluster && u.db != 0) {
+    return bad("Redis Cluster has only database 0 (remove the /db or db=)");
+  }
+  if (u.topology != Topology::kSentinel &&
+      (!u.sentinel_user.empty() || !u.sentinel_password.empty())) {
+    return bad("sentinel_user and sentinel_password need a redis-sentinel:// URL");
+  }
+  if (!u.sentinel_user.empty() && u.sentinel_password.empty()) {
+    return bad("sentinel_user needs sentinel_password");
+  }
+  if (!u.user.empty() && u.password.empty()) return bad("user '" + u.user + "' needs a password");
+  if (u.unix_socket && u.tls.enabled) return bad("TLS over a unix socket is not supported");
+  return Status::Ok();
+}
+
+Result<Url> ParseUrl(std::string_view text, bool validate) {
+  const std::string masked = MaskPasswords(text);
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("bad Redis URL '" + masked + "': " + why + " (" +
+                                   std::string(kForms) + ")");
+  };
   Url u;
   std::string_view rest;
+  std::string_view query;
   if (text.starts_with("unix://")) {
     u.unix_socket = true;
     rest = text.substr(7);
-    const std::size_t q = rest.find('?');
-    std::string_view query;
-    if (q != std::string_view::npos) {
-      query = rest.substr(q + 1);
-      rest = rest.substr(0, q);
-    }
-    if (rest.empty() || rest.front() != '/') return Bad(text, "the socket path must be absolute");
-    u.path = std::string(rest);
-    if (!query.empty()) {
-      if (!query.starts_with("db=") || !ParseInt(query.substr(3), 0, 1 << 20, &u.db)) {
-        return Bad(text, "the only query parameter is db=N");
+  } else {
+    bool known = false;
+    for (const SchemeInfo& s : kSchemes) {
+      if (text.starts_with(s.prefix)) {
+        u.topology = s.topology;
+        u.tls.enabled = s.tls;
+        rest = text.substr(s.prefix.size());
+        known = true;
+        break;
       }
     }
-    return u;
+    if (!known) return bad("unknown scheme");
   }
-  if (!text.starts_with("redis://")) return Bad(text, "unknown scheme");
-  rest = text.substr(8);
-  // Credentials: everything up to the last '@' (passwords may contain '@' if escaped).
-  const std::size_t at = rest.rfind('@');
-  if (at != std::string_view::npos) {
-    const std::string_view cred = rest.substr(0, at);
-    rest = rest.substr(at + 1);
-    const std::size_t colon = cred.find(':');
-    std::string_view user = cred, pass;
-    if (colon != std::string_view::npos) {
-      user = cred.substr(0, colon);
-      pass = cred.substr(colon + 1);
-    } else {
-      // "redis://secret@host": a bare token is the password, as redis-cli reads it.
-      pass = cred;
-      user = {};
-    }
-    if (!PercentDecode(user, &u.user) || !PercentDecode(pass, &u.password)) {
-      return Bad(text, "malformed %-escape in the credentials");
-    }
-    if (u.password.empty()) return Bad(text, "empty password");
+  if (const std::size_t q = rest.find('?'); q != std::string_view::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
   }
-  std::string_view hostport = rest;
-  const std::size_t slash = rest.find('/');
-  if (slash != std::string_view::npos) {
-    hostport = rest.substr(0, slash);
-    const std::string_view db = rest.substr(slash + 1);
-    if (!db.empty() && !ParseInt(db, 0, 1 << 20, &u.db)) {
-      return Bad(text, "database '" + std::string(db) + "' is not a number");
-    }
-  }
-  std::string_view host = hostport, port;
-  if (hostport.starts_with("[")) {
-    const std::size_t close = hostport.find(']');
-    if (close == std::string_view::npos) return Bad(text, "unterminated IPv6 address");
-    host = hostport.substr(1, close - 1);
-    std::string_view after = hostport.substr(close + 1);
-    if (!after.empty()) {
-      if (after.front() != ':') return Bad(text, "junk after the IPv6 address");
-      port = after.substr(1);
-      if (port.empty()) return Bad(text, "empty port");
-    }
+
+  bool db_in_path = false;
+  if (u.unix_socket) {
+    if (rest.empty() || rest.front() != '/') return bad("the socket path must be absolute");
+    u.path = std::string(rest);
   } else {
-    const std::size_t colon = hostport.rfind(':');
-    if (colon != std::string_view::npos) {
-      host = hostport.substr(0, colon);
-      port = hostport.substr(colon + 1);
-      if (port.empty()) return Bad(text, "empty port");
+    // Credentials: everything up to the last '@' before the query.
+    const std::size_t at = rest.rfind('@');
+    if (at != std::string_view::npos) {
+      const std::string_view cred = rest.substr(0, at);
+      rest = rest.substr(at + 1);
+      const std::size_t colon = cred.find(':');
+      std::string_view user, pass = cred;  // "redis://secret@host": the password, as redis-cli
+      if (colon != std::string_view::npos) {
+        user = cred.substr(0, colon);
+        pass = cred.substr(colon + 1);
+      }
+      if (!PercentDecode(user, &u.user) || !PercentDecode(pass, &u.password)) {
+        return bad("malformed %-escape in the credentials");
+      }
+      if (u.password.empty()) return bad("empty password");
+    }
+    std::string_view hosts = rest, path;
+    if (const std::size_t slash = rest.find('/'); slash != std::string_view::npos) {
+      hosts = rest.substr(0, slash);
+      path = rest.substr(slash + 1);
+    }
+    const int default_port = u.topology == Topology::kSentinel ? 26379 : 6379;
+    while (true) {
+      const std::size_t comma = hosts.find(',');
+      HostPort hp;
+      if (Status s = ParseHostPort(hosts.substr(0, comma), default_port, &hp); !s.ok()) {
+        return bad(s.message());
+      }
+      u.endpoints.push_back(std::move(hp));
+      if (comma == std::string_view::npos) break;
+      hosts = hosts.substr(comma + 1);
+    }
+    if (u.topology == Topology::kStandalone && u.endpoints.size() > 1) {
+      return bad("one host only: for several nodes use redis-cluster:// or redis-sentinel://");
+    }
+    u.host = u.endpoints.front().host;
+    u.port = u.endpoints.front().port;
+    if (u.topology == Topology::kSentinel) {
+      if (!PercentDecode(path, &u.master_name) || u.master_name.find('/') != std::string::npos) {
+        return bad("malformed master name '" + std::string(path) + "'");
+      }
+    } else if (!path.empty()) {
+      if (!ParseInt(path, 0, 1 << 20, &u.db)) {
+        return bad("database '" + std::string(path) + "' is not a number");
+      }
+      db_in_path = true;
     }
   }
-  if (host.empty()) return Bad(text, "missing host");
-  for (char c : host) {
-    if (c == '/' || c == '@' || c == '?' || c == ' ' || c == '[' || c == ']') {
-      return Bad(text, "invalid host '" + std::string(host) + "'");
+
+  // Query parameters.
+  std::vector<std::string> seen;
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view param = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (param.empty()) continue;
+    const std::size_t eq = param.find('=');
+    const std::string name(param.substr(0, eq));
+    std::string value;
+    if (eq == std::string_view::npos) return bad("parameter '" + name + "' has no value");
+    if (!PercentDecode(param.substr(eq + 1), &value)) {
+      return bad("malformed %-escape in parameter '" + name + "'");
+    }
+    if (u.unix_socket && name != "db") {
+      return bad("unknown parameter '" + name + "': unix:// takes only db=N");
+    }
+    for (const std::string& s : seen) {
+      if (s == name) return bad("parameter '" + name + "' given twice");
+    }
+    seen.push_back(name);
+    if (name == "db") {
+      if (db_in_path) return bad("the database is given twice (/db and db=)");
+      if (!ParseInt(value, 0, 1 << 20, &u.db)) {
+        return bad("database '" + value + "' is not a number");
+      }
+    } else if (name == "tls_ca") {
+      u.tls.ca_file = value;
+    } else if (name == "tls_cert") {
+      u.tls.cert_file = value;
+    } else if (name == "tls_key") {
+      u.tls.key_file = value;
+    } else if (name == "tls_sni") {
+      u.tls.sni = value;
+    } else if (name == "tls_insecure") {
+      if (value != "1" && value != "0" && value != "true" && value != "false") {
+        return bad("tls_insecure must be 1 or 0 (got '" + value + "')");
+      }
+      u.tls.insecure = value == "1" || value == "true";
+    } else if (name == "sentinel_user") {
+      u.sentinel_user = value;
+    } else if (name == "sentinel_password") {
+      u.sentinel_password = value;
+    } else {
+      return bad("unknown parameter '" + name +
+                 "' (known: db, tls_ca, tls_cert, tls_key, tls_sni, tls_insecure, "
+                 "sentinel_user, sentinel_password)");
+    }
+    if ((name == "tls_ca" || name == "tls_cert" || name == "tls_key" || name == "tls_sni" ||
+         name.starts_with("sentinel_")) &&
+        value.empty()) {
+      return bad("parameter '" + name + "' is empty");
     }
   }
-  if (!port.empty() && !ParseInt(port, 1, 65535, &u.port)) {
-    return Bad(text, "port '" + std::string(port) + "' is not a number in 1-65535");
-  }
-  u.host = std::string(host);
+  if (!validate) return u;
+  if (Status s = Validate(u, "bad Redis URL '" + masked + "'"); !s.ok()) return s;
   return u;
 }
 

@@ -3,6 +3,9 @@
 
 #include <sys/stat.h>
 
+#include <chrono>
+#include <vector>
+
 #include "service/log.h"
 #include "sluice/memory_store.h"
 #ifdef SLUICED_HAVE_REDIS
@@ -23,6 +26,46 @@ Result<std::shared_ptr<Store>> OpenServiceStore(const std::string& url) {
                                  "memory:// (the default)");
 #endif
 }
+
+std::string MaskStoreUrl(const std::string& url) {
+  const std::size_t scheme = url.find("://");
+  if (scheme == std::string::npos) return url;
+  const std::size_t start = scheme + 3;
+  const std::size_t end = std::min(url.find_first_of("/?", start), url.size());
+  const std::size_t at = url.rfind('@', end == url.size() ? std::string::npos : end - 1);
+  std::string out = url;
+  if (at != std::string::npos && at >= start) {
+    const std::size_t colon = url.find(':', start);
+    // user:password@ keeps the user; a lone password@ is all secret.
+    const std::size_t from = colon != std::string::npos && colon < at ? colon + 1 : start;
+    out = url.substr(0, from) + "***" + url.substr(at);
+  }
+  // ?password=... in a query string.
+  for (const char* name : {"password=", "pass="}) {
+    for (std::size_t p = out.find(name); p != std::string::npos; p = out.find(name, p + 1)) {
+      if (p == 0 || (out[p - 1] != '?' && out[p - 1] != '&')) continue;
+      const std::size_t v = p + std::string(name).size();
+      const std::size_t e = std::min(out.find('&', v), out.size());
+      out.replace(v, e - v, "***");
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// An error message with the URL's password (if any) masked wherever it appears.
+std::string MaskIn(std::string message, const std::string& url) {
+  const std::string masked = MaskStoreUrl(url);
+  if (masked == url) return message;
+  for (std::size_t p = message.find(url); p != std::string::npos;
+       p = message.find(url, p + masked.size())) {
+    message.replace(p, url.size(), masked);
+  }
+  return message;
+}
+
+}  // namespace
 
 void Daemon::ApplyOverrides(Settings& s) const {
   if (options_.http) s.http = *options_.http;
@@ -58,7 +101,10 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   SetLogLevel(config->settings.log_level);
   d->store_url_ = config->settings.redis;
   auto store = OpenServiceStore(d->store_url_);
-  if (!store.ok()) return store.status();
+  if (!store.ok()) {
+    return Status(store.status().code(), MaskIn(store.status().message(), d->store_url_));
+  }
+  d->store_ = *store;
   auto engine = Engine::Create(*config, Engine::Options{*store, d->options_.clock});
   if (!engine.ok()) return engine.status();
   d->engine_ = std::move(*engine);
@@ -66,20 +112,63 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   d->http_addr_ = s.http;
   d->grpc_addr_ = s.grpc;
   d->started_ = s;
-  auto grpc = GrpcServer::Start(*d->engine_, s.grpc, s.max_body_bytes);
+  auto grpc = GrpcServer::Start(*d->engine_, s.grpc, s.max_body_bytes, d->options_.reuse_port);
   if (!grpc.ok()) return grpc.status();
   d->grpc_ = std::move(*grpc);
-  auto http = HttpServer::Start(*d->engine_, s.http, s.http_threads, s.max_body_bytes, &d->ready_);
+  HttpOptions ho = d->options_.http_options;
+  ho.max_body_bytes = s.max_body_bytes;
+  ho.reuse_port = d->options_.reuse_port;
+  auto http = HttpServer::Start(*d->engine_, s.http, ho, &d->ready_);
   if (!http.ok()) return http.status();
   d->http_ = std::move(*http);
-  d->ready_.store(true);
+  // The first probe runs before "started", so /readyz is right from the first request.
+  d->ProbeStore();
+  d->probe_ = std::thread([p = d.get()] {
+    std::unique_lock<std::mutex> lock(p->probe_mu_);
+    while (!p->probe_cv_.wait_for(lock, std::chrono::microseconds(p->options_.store_probe_interval),
+                                  [p] { return p->probe_stop_; })) {
+      lock.unlock();
+      p->ProbeStore();
+      lock.lock();
+    }
+  });
+  d->started_ok_.store(true);
   Log(LogLevel::kInfo, "started",
       {{"config", d->options_.config_file},
        {"domains", std::to_string(config->domains.size())},
-       {"store", d->store_url_.empty() ? "memory://" : d->store_url_},
+       {"store", d->store_url_.empty() ? "memory://" : MaskStoreUrl(d->store_url_)},
+       {"store_reachable", d->store_ok_.load() ? "true" : "false"},
        {"http", s.http.substr(0, s.http.rfind(':')) + ":" + std::to_string(d->http_port())},
        {"grpc", s.grpc.substr(0, s.grpc.rfind(':')) + ":" + std::to_string(d->grpc_port())}});
   return d;
+}
+
+// One peek (cost 0: nothing consumed) of a probe key: the store answers or it does not.
+void Daemon::ProbeStore() {
+  static const Policy probe = Policy::FixedWindow("sluiced_probe", 1, std::chrono::seconds(1));
+  const StoreCheck check{&probe, "sluiced:probe", 0};
+  Decision out[1];
+  const Status s = store_->Evaluate(std::span<const StoreCheck>(&check, 1), 0, out);
+  const bool ok = s.ok();
+  const bool was = store_ok_.exchange(ok);
+  if (ok != was && started_ok_.load()) {
+    if (ok) {
+      Log(LogLevel::kInfo, "store_reachable", {{"store", MaskStoreUrl(store_url_)}});
+    } else {
+      Log(LogLevel::kWarn, "store_unreachable",
+          {{"store", MaskStoreUrl(store_url_)},
+           {"error", MaskIn(s.message(), store_url_)},
+           {"decisions", "by each rule's failure_mode"}});
+    }
+  }
+  UpdateReady();
+}
+
+void Daemon::UpdateReady() {
+  const bool ready =
+      !draining_.load() && (store_ok_.load() || options_.ready_while_degraded) && http_ != nullptr;
+  ready_.store(ready);
+  if (grpc_) grpc_->SetServing(ready);
 }
 
 Daemon::~Daemon() {
@@ -121,14 +210,31 @@ void Daemon::ReloadIfChanged() {
   if (FileChanged()) (void)Reload("file_changed");
 }
 
+void Daemon::BeginDrain() {
+  if (draining_.exchange(true)) return;
+  UpdateReady();
+  Log(LogLevel::kInfo, "draining",
+      {{"period_ms", std::to_string(options_.drain_period / 1000)},
+       {"why", "/readyz 503 and gRPC health NOT_SERVING; requests still served"}});
+}
+
 void Daemon::Shutdown() {
   if (stopped_) return;
   stopped_ = true;
+  draining_.store(true);
   ready_.store(false);
-  Log(LogLevel::kInfo, "shutting_down", {{"why", "finishing requests in flight"}});
+  {
+    std::lock_guard<std::mutex> lock(probe_mu_);
+    probe_stop_ = true;
+  }
+  probe_cv_.notify_all();
+  if (probe_.joinable()) probe_.join();
+  // A start that failed half-way stops what it started, without claiming it was running.
+  const bool was_running = started_ok_.load();
+  if (was_running) Log(LogLevel::kInfo, "shutting_down", {{"why", "finishing requests in flight"}});
   if (grpc_) grpc_->Shutdown(5'000'000);
   if (http_) http_->Stop();
-  Log(LogLevel::kInfo, "stopped");
+  if (was_running) Log(LogLevel::kInfo, "stopped");
 }
 
 }  // namespace sluice::service

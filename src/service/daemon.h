@@ -3,9 +3,12 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "service/engine.h"
 #include "service/grpc_service.h"
@@ -23,7 +26,23 @@ struct DaemonOptions {
   std::optional<std::string> redis;
   // Tests: the clock every limiter uses (default SteadyEpochClock).
   std::shared_ptr<const Clock> clock;
+  // The HTTP front end (threads, timeouts, limits, backlog, connection cap).
+  // max_body_bytes comes from the settings.
+  HttpOptions http_options;
+  // SO_REUSEPORT on the HTTP and gRPC ports (several processes share a port).
+  bool reuse_port = false;
+  // After SIGTERM: how long /readyz answers 503 (and gRPC health NOT_SERVING) while
+  // requests are still served, so load balancers stop sending before sluiced stops.
+  Micros drain_period = 0;
+  // /readyz answers 200 while the store is unreachable (decisions then follow each
+  // rule's failure mode). Default: 503 until the store answers.
+  bool ready_while_degraded = false;
+  // How often the store's reachability is probed (one peek of a probe key).
+  Micros store_probe_interval = 1'000'000;
 };
+
+// `url` with any password replaced by "***" (redis://user:***@host:6379), for logs.
+std::string MaskStoreUrl(const std::string& url);
 
 // Opens the store a URL names: empty or memory:// for the embedded store, redis:// or
 // unix:// for Redis (when this build has the Redis store).
@@ -45,13 +64,21 @@ class Daemon {
   Status Reload(const char* reason);
   // Reloads when the file's mtime, size or inode changed since the last load.
   void ReloadIfChanged();
+  // SIGTERM's first step: /readyz 503 and gRPC health NOT_SERVING while requests are
+  // still served. The caller waits options.drain_period, then calls Shutdown().
+  void BeginDrain();
+  Micros drain_period() const { return options_.drain_period; }
   // Graceful stop: not ready, stop accepting, finish requests in flight.
   void Shutdown();
+  // Whether the last probe of the store succeeded.
+  bool store_reachable() const { return store_ok_.load(); }
 
  private:
   Daemon() = default;
   void ApplyOverrides(Settings& s) const;
   bool FileChanged();
+  void UpdateReady();
+  void ProbeStore();
 
   DaemonOptions options_;
   std::string store_url_;
@@ -60,7 +87,15 @@ class Daemon {
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<HttpServer> http_;
+  std::shared_ptr<Store> store_;
   std::atomic<bool> ready_{false};
+  std::atomic<bool> store_ok_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> started_ok_{false};
+  std::mutex probe_mu_;
+  std::condition_variable probe_cv_;
+  bool probe_stop_ = false;  // guarded by probe_mu_
+  std::thread probe_;
   struct FileId {
     long long mtime_ns = 0, size = 0, ino = 0;
     bool operator==(const FileId&) const = default;

@@ -3,6 +3,7 @@
 #include "service/grpc_service.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
 
@@ -11,8 +12,56 @@
 
 namespace sluice::service {
 
+namespace {
+
+// Well-formed UTF-8 (RFC 3629): shortest forms only, no surrogates, at most U+10FFFF.
+bool ValidUtf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* end = p + s.size();
+  while (p < end) {
+    const unsigned c = *p;
+    int n;
+    unsigned min;
+    if (c < 0x80) {
+      ++p;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      n = 1, min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2, min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3, min = 0x10000;
+    } else {
+      return false;
+    }
+    if (end - p <= n) return false;
+    unsigned cp = c & (0x3F >> n);
+    for (int i = 1; i <= n; ++i) {
+      if ((p[i] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    p += n + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
 Status DecideProto(Engine& engine, const pb::RateLimitRequest& request,
                    pb::RateLimitResponse* out) {
+  if (!ValidUtf8(request.domain())) return Status::InvalidArgument("domain is not valid UTF-8");
+  for (int i = 0; i < request.descriptors_size(); ++i) {
+    const auto& d = request.descriptors(i);
+    for (int j = 0; j < d.entries_size(); ++j) {
+      const bool key_ok = ValidUtf8(d.entries(j).key());
+      if (!key_ok || !ValidUtf8(d.entries(j).value())) {
+        return Status::InvalidArgument("descriptors[" + std::to_string(i) + "].entries[" +
+                                       std::to_string(j) + "]." + (key_ok ? "value" : "key") +
+                                       " is not valid UTF-8");
+      }
+    }
+  }
   RateLimitRequest req;
   req.domain = request.domain();
   req.hits_addend = request.hits_addend();
@@ -95,8 +144,7 @@ class RlsService final : public pb::RateLimitService::CallbackService {
       engine_.metrics().CountRequest(Api::kGrpc, s.code() == ErrorCode::kInvalidArgument
                                                      ? RequestOutcome::kInvalid
                                                      : RequestOutcome::kError);
-      Log(LogLevel::kWarn, "bad_request",
-          {{"api", "grpc"}, {"domain", request->domain()}, {"error", s.message()}});
+      Log(LogLevel::kWarn, "bad_request", {{"api", "grpc"}, {"error", s.message()}});
       reactor->Finish(grpc::Status(ToGrpc(s.code()), s.message()));
       return reactor;
     }
@@ -130,18 +178,32 @@ int GrpcServer::port() const {
 }
 
 Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine, const std::string& addr,
-                                                      std::size_t max_message_bytes) {
+                                                      std::size_t max_message_bytes,
+                                                      bool reuse_port) {
   auto impl = std::make_unique<Impl>();
   impl->service = std::make_unique<RlsService>(engine);
+  // Process-wide switch, read by every ServerBuilder built after it.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder b;
+  // gRPC sets SO_REUSEPORT by default: a second sluiced on the same port would start and
+  // silently take half the traffic (and half of every limit).
+  b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, reuse_port ? 1 : 0);
   b.AddListeningPort(addr, grpc::InsecureServerCredentials(), &impl->port);
   b.RegisterService(impl->service.get());
   b.SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
   impl->server = b.BuildAndStart();
   if (!impl->server || impl->port == 0) {
-    return Status::Unavailable("cannot listen for gRPC on " + addr);
+    return Status::Unavailable("cannot listen for gRPC on " + addr +
+                               " (is the port in use? --reuse-port shares it on purpose)");
   }
   return std::unique_ptr<GrpcServer>(new GrpcServer(std::move(impl)));
+}
+
+void GrpcServer::SetServing(bool serving) {
+  if (!impl_->server) return;
+  if (auto* h = impl_->server->GetHealthCheckService()) {
+    h->SetServingStatus(serving);
+  }
 }
 
 void GrpcServer::Shutdown(Micros grace) {

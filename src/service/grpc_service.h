@@ -13,18 +13,24 @@ namespace sluice::service {
 
 namespace pb = ::envoy::service::ratelimit::v3;
 
-// Decides a proto request with `engine` and fills `out`. InvalidArgument for bad input.
+// Decides a proto request with `engine` and fills `out`. InvalidArgument for bad input,
+// including a domain, key or value that is not UTF-8 (it names the field).
 Status DecideProto(Engine& engine, const pb::RateLimitRequest& request, pb::RateLimitResponse* out);
 
 // A running gRPC server with the RateLimitService.
 class GrpcServer {
  public:
-  // Listens on `addr` (ADDR:PORT; port 0 picks a free one). Requests larger than
-  // `max_message_bytes` are refused by gRPC with RESOURCE_EXHAUSTED.
+  // Listens on `addr` (ADDR:PORT; port 0 picks a free one). A port in use is an error
+  // unless `reuse_port` (SO_REUSEPORT: processes share the port and split its traffic).
+  // Requests larger than `max_message_bytes` are refused by gRPC with RESOURCE_EXHAUSTED.
+  // Serves grpc.health.v1.Health too, SERVING until SetServing(false).
   static Result<std::unique_ptr<GrpcServer>> Start(Engine& engine, const std::string& addr,
-                                                   std::size_t max_message_bytes);
+                                                   std::size_t max_message_bytes,
+                                                   bool reuse_port = false);
   ~GrpcServer();
   int port() const;
+  // What grpc.health.v1 answers for the server ("") and the RateLimitService.
+  void SetServing(bool serving);
   // Stops accepting calls and waits up to `grace` microseconds for calls in flight.
   void Shutdown(Micros grace);
 

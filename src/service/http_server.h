@@ -1,33 +1,71 @@
 // sluiced's HTTP API: POST /json (envoyproxy/ratelimit's JSON), /v1/check (scripts and
 // curl), /nginx/auth/<domain> (nginx auth_request), /metrics, /healthz, /readyz.
+//
+// Event-driven (Boost.Beast on Asio): a few I/O threads serve every connection, so slow or
+// idle clients cost a socket and a timer, never a thread. Decisions use the engine's
+// asynchronous path, so no thread waits on Redis either. Keep-alive and HTTP/1.1
+// pipelining (answers in request order); limits on the header section (431), the body
+// (413), the time to send one request and the time a keep-alive connection may sit idle;
+// a cap on open connections answered with 503 and a reason.
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "service/engine.h"
 #include "sluice/status.h"
 
 namespace sluice::service {
 
+struct HttpOptions {
+  // I/O threads; 0 means one per CPU core.
+  std::size_t io_threads = 0;
+  // listen(2) backlog; SOMAXCONN by default (the kernel caps it at net.core.somaxconn).
+  int backlog = 0;
+  // SO_REUSEPORT: lets several processes share the port (and split its traffic). Off by
+  // default so a second sluiced on a busy port is a startup error.
+  bool reuse_port = false;
+  // Open connections at most; one more is answered 503 and closed.
+  std::size_t max_connections = 10'000;
+  // The request line plus headers at most (431 beyond).
+  std::size_t max_header_bytes = 16 * 1024;
+  // The body at most (413 beyond).
+  std::size_t max_body_bytes = 64 * 1024;
+  // From a request's first byte to its last (header and body); the connection is closed
+  // when a client is slower.
+  Micros request_timeout = 10'000'000;
+  // How long a keep-alive connection may wait for its next request.
+  Micros idle_timeout = 60'000'000;
+};
+
+// Splits a query string ("a=1&b=%2F&b=x+y") into its pairs, in order, repeated names
+// kept, percent-escapes and '+' decoded. InvalidArgument names a bad escape.
+Result<std::vector<std::pair<std::string, std::string>>> ParseQuery(std::string_view query);
+
 class HttpServer {
  public:
-  // Binds `addr` (ADDR:PORT; port 0 picks a free one) and serves on `threads` workers.
-  // `ready` is reported by /readyz (it must outlive the server).
+  // Binds `addr` (ADDR:PORT; port 0 picks a free one) and serves. A port in use is an
+  // error (unless options.reuse_port). `ready` is reported by /readyz (it must outlive the
+  // server).
   static Result<std::unique_ptr<HttpServer>> Start(Engine& engine, const std::string& addr,
-                                                   std::size_t threads, std::size_t max_body_bytes,
+                                                   const HttpOptions& options,
                                                    const std::atomic<bool>* ready);
   ~HttpServer();
   int port() const;
-  // Stops accepting, lets requests in flight finish, joins the workers.
+  // Stops accepting, lets requests in flight finish (up to 5 s), closes idle connections,
+  // joins the threads. Idempotent.
   void Stop();
 
   struct Impl;
 
  private:
-  explicit HttpServer(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit HttpServer(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace sluice::service

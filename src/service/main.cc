@@ -3,11 +3,44 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 
 #include "service/daemon.h"
 #include "service/log.h"
+
+namespace {
+
+sluice::Micros Seconds(double s) {
+  return static_cast<sluice::Micros>(s * 1e6);
+}
+
+// Flags of the HTTP front end, the drain and readiness (docs/sluiced.md, "Operations").
+void AddServingFlags(CLI::App& app, sluice::service::DaemonOptions& o, double& request_timeout,
+                     double& idle_timeout, double& drain) {
+  auto& h = o.http_options;
+  app.add_option("--http-io-threads", h.io_threads, "HTTP I/O threads (default: one per core)");
+  app.add_option("--http-backlog", h.backlog, "listen(2) backlog (default SOMAXCONN)");
+  app.add_option("--http-max-connections", h.max_connections,
+                 "open HTTP connections at most; more are answered 503 (default 10000)");
+  app.add_option("--http-max-header-bytes", h.max_header_bytes,
+                 "request line + headers at most, 431 beyond (default 16384)");
+  app.add_option("--http-request-timeout", request_timeout,
+                 "seconds a client may take to send one request, header and body (default 10)");
+  app.add_option("--http-idle-timeout", idle_timeout,
+                 "seconds a keep-alive connection may wait for its next request (default 60)");
+  app.add_flag("--reuse-port", o.reuse_port,
+               "SO_REUSEPORT on the HTTP and gRPC ports: several sluiced share a port and split "
+               "its traffic (and every limit). Without it a busy port is a startup error");
+  app.add_option("--drain-period", drain,
+                 "seconds between SIGTERM and stopping: /readyz 503 and gRPC health NOT_SERVING "
+                 "while requests are still served (default 0; a second SIGTERM stops at once)");
+  app.add_flag("--ready-while-degraded", o.ready_while_degraded,
+               "/readyz 200 even while the store is unreachable (default: 503)");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using sluice::service::Daemon;
@@ -37,7 +70,12 @@ int main(int argc, char** argv) {
       "store URL: redis://[user:pass@]host:port[/db] or unix:///path to share limits between "
       "sluiced instances; memory:// for the embedded store (config: sluiced.redis; default "
       "memory://)");
+  double request_timeout = 10, idle_timeout = 60, drain = 0;
+  AddServingFlags(app, o, request_timeout, idle_timeout, drain);
   CLI11_PARSE(app, argc, argv);
+  o.http_options.request_timeout = Seconds(request_timeout);
+  o.http_options.idle_timeout = Seconds(idle_timeout);
+  o.drain_period = Seconds(drain);
   if (*http_opt) o.http = http;
   if (*grpc_opt) o.grpc = grpc;
   if (*redis_opt) o.redis = redis;
@@ -59,6 +97,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   Daemon& d = **daemon;
+  int stop_signal = 0;
   for (;;) {
     const sluice::Micros poll = d.settings().reload_poll;
     const sluice::Micros wait = poll > 0 ? poll : 1'000'000;
@@ -68,9 +107,32 @@ int main(int argc, char** argv) {
       (void)d.Reload("sighup");
     } else if (sig == SIGTERM || sig == SIGINT) {
       Log(LogLevel::kInfo, "signal", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+      stop_signal = sig;
       break;
     } else if (poll > 0) {
       d.ReloadIfChanged();
+    }
+  }
+  if (stop_signal == SIGTERM && d.drain_period() > 0) {
+    // Not ready, still serving, until the period ends or another SIGTERM/SIGINT.
+    d.BeginDrain();
+    const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(d.drain_period());
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
+                            end - std::chrono::steady_clock::now())
+                            .count();
+      if (left <= 0) break;
+      const long long wait = std::min<long long>(left, 1'000'000);
+      timespec ts{static_cast<time_t>(wait / 1'000'000),
+                  static_cast<long>(wait % 1'000'000) * 1000};
+      const int sig = sigtimedwait(&set, nullptr, &ts);
+      if (sig == SIGHUP) {
+        (void)d.Reload("sighup");
+      } else if (sig == SIGTERM || sig == SIGINT) {
+        Log(LogLevel::kInfo, "drain_cut_short",
+            {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+        break;
+      }
     }
   }
   d.Shutdown();

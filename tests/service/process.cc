@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -123,12 +124,17 @@ int FreePort() {
   return ntohs(a.sin_port);
 }
 
+std::string SluicedBinary() {
+  const char* env = std::getenv("SLUICED_TEST_BINARY");
+  return env != nullptr && *env != '\0' ? env : SLUICED_BINARY;
+}
+
 Sluiced StartSluiced(const std::string& config_file, const std::string& log_path,
                      const std::vector<std::string>& extra) {
   Sluiced s;
   s.log = log_path;
-  std::vector<std::string> argv = {SLUICED_BINARY, "--config", config_file,  "--http",
-                                   "127.0.0.1:0",  "--grpc",   "127.0.0.1:0"};
+  std::vector<std::string> argv = {SluicedBinary(), "--config", config_file,  "--http",
+                                   "127.0.0.1:0",   "--grpc",   "127.0.0.1:0"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   s.process = Process::Spawn(argv, log_path);
   if (!s.process) return s;

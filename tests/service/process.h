@@ -53,6 +53,10 @@ bool WaitFor(const std::function<bool()>& cond,
 // A loopback TCP port that was free a moment ago.
 int FreePort();
 
+// The sluiced binary under test: $SLUICED_TEST_BINARY when set (to run these tests
+// against another build, e.g. to see a test fail before a fix), else this build's.
+std::string SluicedBinary();
+
 // A sluiced child process on ports it picked itself (parsed from its "started" log line).
 struct Sluiced {
   std::unique_ptr<Process> process;

@@ -1,0 +1,125 @@
+#include "redis/handshake.h"
+
+#include "redis/resp.h"
+
+namespace sluice::redis {
+
+Result<ReplyPtr> RoundTrip(Transport& t, std::string_view wire, Deadline deadline,
+                           const std::string& where, const char* step, std::size_t max_bytes) {
+  auto timed_out = [&] {
+    return Status::Unavailable(where + " did not answer " + step + " in time (the handshake " +
+                               "is bounded by connect_timeout)");
+  };
+  std::size_t off = 0;
+  while (off < wire.size()) {
+    std::size_t n = 0;
+    switch (t.Write(wire.data() + off, wire.size() - off, &n)) {
+      case IoResult::kOk:
+        off += n;
+        continue;
+      case IoResult::kWouldBlock:
+        if (!PollUntil(t.fd(), t.PollEvents(true), deadline)) return timed_out();
+        continue;
+      default:
+        return Status::Unavailable(where + ": " + step + " failed: " + t.error());
+    }
+  }
+  ReaderPtr reader(redisReaderCreate());
+  if (!reader) return Status::Internal("out of memory");
+  std::size_t received = 0;
+  char buf[4096];
+  for (;;) {
+    void* r = nullptr;
+    if (redisReaderGetReply(reader.get(), &r) != REDIS_OK) {
+      return Status::Unavailable(where + " did not answer like a Redis server (" + step +
+                                 "): " + reader->errstr);
+    }
+    if (r != nullptr) return ReplyPtr(static_cast<redisReply*>(r));
+    std::size_t n = 0;
+    switch (t.Read(buf, sizeof(buf), &n)) {
+      case IoResult::kOk:
+        received += n;
+        if (received > max_bytes) {
+          return Status::Unavailable(where + " sent more than " + std::to_string(max_bytes) +
+                                     " bytes in reply to " + step + " (is it a Redis server?)");
+        }
+        if (redisReaderFeed(reader.get(), buf, n) != REDIS_OK) {
+          return Status::Unavailable(where + " did not answer like a Redis server (" + step + ")");
+        }
+        continue;
+      case IoResult::kWouldBlock:
+        if (!t.HasBuffered() && !PollUntil(t.fd(), t.PollEvents(false), deadline)) {
+          return timed_out();
+        }
+        continue;
+      case IoResult::kClosed:
+        return Status::Unavailable(where + " closed the connection during " + step +
+                                   " (is it a Redis server?)");
+      default:
+        return Status::Unavailable(where + ": " + step + " failed: " + t.error());
+    }
+  }
+}
+
+Result<std::unique_ptr<Transport>> ConnectAndHandshake(const HandshakeOptions& o) {
+  const Url& u = o.url;
+  const std::string where = u.Describe();
+  const Deadline deadline = DeadlineAfter(o.connect_timeout);
+  auto t = Connect(u, deadline);
+  if (!t.ok()) {
+    if (MicrosUntil(deadline) <= 0) {
+      return Status::Unavailable("cannot connect to " + where + ": timed out after " +
+                                 std::to_string(o.connect_timeout / 1000) + " ms");
+    }
+    return t.status();
+  }
+  Transport& tr = **t;
+  auto text = [](const ReplyPtr& r) { return std::string(r->str, r->len); };
+
+  if (!u.password.empty()) {
+    auto r = RoundTrip(tr,
+                       u.user.empty() ? EncodeCommand({"AUTH", u.password})
+                                      : EncodeCommand({"AUTH", u.user, u.password}),
+                       deadline, where, "AUTH");
+    if (!r.ok()) return r.status();
+    if ((*r)->type == REDIS_REPLY_ERROR) {
+      return Status::InvalidArgument("authentication to " + where + " failed: " + text(*r));
+    }
+  }
+  {
+    auto r = RoundTrip(tr, EncodeCommand({"PING"}), deadline, where, "PING");
+    if (!r.ok()) return r.status();
+    if ((*r)->type == REDIS_REPLY_ERROR) {
+      const std::string e = text(*r);
+      if (e.starts_with("NOAUTH")) {
+        return Status::InvalidArgument(where +
+                                       " requires a password: give it in the URL, "
+                                       "redis://[user:]password@host:port");
+      }
+      return Status::Unavailable(where + " refused PING: " + e);
+    }
+    if ((*r)->type != REDIS_REPLY_STATUS || text(*r) != "PONG") {
+      return Status::Unavailable(where + " did not answer PING like a Redis server");
+    }
+  }
+  if (u.db != 0) {
+    const std::string db = std::to_string(u.db);
+    auto r = RoundTrip(tr, EncodeCommand({"SELECT", db}), deadline, where, "SELECT");
+    if (!r.ok()) return r.status();
+    if ((*r)->type == REDIS_REPLY_ERROR) {
+      return Status::InvalidArgument("cannot select database " + db + " on " + where + ": " +
+                                     text(*r));
+    }
+  }
+  for (const std::string& script : o.scripts) {
+    auto r =
+        RoundTrip(tr, EncodeCommand({"SCRIPT", "LOAD", script}), deadline, where, "SCRIPT LOAD");
+    if (!r.ok()) return r.status();
+    if ((*r)->type == REDIS_REPLY_ERROR) {
+      return Status::Unavailable("SCRIPT LOAD on " + where + " failed: " + text(*r));
+    }
+  }
+  return std::move(*t);
+}
+
+}  // namespace sluice::redis

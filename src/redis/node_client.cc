@@ -1,0 +1,95 @@
+#include "redis/node_client.h"
+
+#include <algorithm>
+
+#include "redis/waiter.h"
+
+namespace sluice::redis {
+
+Result<std::unique_ptr<NodeClient>> NodeClient::Create(NodeOptions options,
+                                                       std::shared_ptr<ConnectionStats> stats) {
+  const int n = std::max(1, options.connections);
+  std::unique_ptr<NodeClient> c(new NodeClient(std::move(options), std::move(stats)));
+  for (int i = 0; i < n; ++i) {
+    auto conn = Connection::Open(c->options_.connect, c->stats_);
+    if (!conn.ok()) return conn.status();
+    c->conns_.push_back(std::move(*conn));
+  }
+  return c;
+}
+
+bool NodeClient::connected() const {
+  for (const auto& c : conns_) {
+    if (c->connected()) return true;
+  }
+  return false;
+}
+
+Connection& NodeClient::Pick() {
+  const std::size_t n = conns_.size();
+  const std::size_t start = next_.fetch_add(1, std::memory_order_relaxed);
+  for (std::size_t k = 0; k < n; ++k) {
+    Connection& c = *conns_[(start + k) % n];
+    if (c.connected()) return c;
+  }
+  return *conns_[start % n];  // all down: it fails the call at once
+}
+
+void NodeClient::SendPipeline(std::string wire, Deadline deadline,
+                              std::vector<ReplyCallback> callbacks) {
+  Pick().Submit(std::move(wire), deadline, std::move(callbacks));
+}
+
+void NodeClient::Send(Command command, Deadline deadline, ReplyCallback done) {
+  if (command.script.empty()) {
+    Pick().Submit(std::move(command.wire), deadline, std::move(done));
+    return;
+  }
+  // Keep the command for a resend after NOSCRIPT (it proves the script did not run;
+  // a call that timed out or lost its connection never gets here, so it is never
+  // resent).
+  auto wire = std::make_shared<std::string>(std::move(command.wire));
+  const std::string_view script = command.script;
+  auto on_reply = [this, wire, script, deadline, done = std::move(done)](
+                      const Status& s, const redisReply* r) mutable {
+    if (!s.ok() || Classify(r) != ErrorKind::kNoScript || SteadyClock::now() >= deadline) {
+      done(s, r);
+      return;
+    }
+    // This server lost the script (restart, failover, SCRIPT FLUSH): load it and
+    // resend, pipelined on one connection so the load comes first.
+    stats_->script_reloads.fetch_add(1, std::memory_order_relaxed);
+    std::string both = EncodeCommand({"SCRIPT", "LOAD", script});
+    both += *wire;
+    std::vector<ReplyCallback> cbs;
+    cbs.push_back([](const Status&, const redisReply*) {});  // the resend's reply tells
+    cbs.push_back(std::move(done));
+    Pick().Submit(std::move(both), deadline, std::move(cbs));
+  };
+  Pick().Submit(std::string(*wire), deadline, std::move(on_reply));
+}
+
+Result<Reply> NodeClient::Call(Command command, Deadline deadline) {
+  return CallBlocking([&](ReplyCallback cb) { Send(std::move(command), deadline, std::move(cb)); },
+                      deadline);
+}
+
+Result<Reply> CallBlocking(const std::function<void(ReplyCallback)>& send, Deadline deadline) {
+  struct Out {
+    Status status;
+    Reply reply;
+  };
+  auto w = std::make_shared<Waiter<Out>>();
+  send([w](const Status& s, const redisReply* r) {
+    w->Complete([&](Out& o) {
+      o.status = s;
+      if (r != nullptr) o.reply = Reply::From(*r);
+    });
+  });
+  if (!w->Wait(deadline))
+    return Status::DeadlineExceeded("Redis did not answer before the deadline");
+  if (!w->value().status.ok()) return w->value().status;
+  return std::move(w->value().reply);
+}
+
+}  // namespace sluice::redis

@@ -1,0 +1,87 @@
+#include "redis/reply.h"
+
+#include <charconv>
+
+namespace sluice::redis {
+namespace {
+
+bool FirstWordIs(std::string_view text, std::string_view word) {
+  return text.starts_with(word) && (text.size() == word.size() || text[word.size()] == ' ');
+}
+
+bool ToInt(std::string_view s, int min, int max, int* out) {
+  if (s.empty()) return false;
+  int v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || v < min || v > max) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+Reply Reply::From(const redisReply& r) {
+  Reply out;
+  out.type = r.type;
+  out.integer = r.integer;
+  if (r.str != nullptr) out.str.assign(r.str, r.len);
+  out.elements.reserve(r.elements);
+  for (std::size_t i = 0; i < r.elements; ++i) out.elements.push_back(From(*r.element[i]));
+  return out;
+}
+
+ErrorKind ClassifyError(std::string_view e) {
+  if (FirstWordIs(e, "MOVED")) return ErrorKind::kMoved;
+  if (FirstWordIs(e, "ASK")) return ErrorKind::kAsk;
+  if (FirstWordIs(e, "TRYAGAIN")) return ErrorKind::kTryAgain;
+  if (FirstWordIs(e, "CLUSTERDOWN")) return ErrorKind::kClusterDown;
+  if (FirstWordIs(e, "NOSCRIPT")) return ErrorKind::kNoScript;
+  if (FirstWordIs(e, "READONLY")) return ErrorKind::kReadOnly;
+  if (FirstWordIs(e, "LOADING")) return ErrorKind::kLoading;
+  return ErrorKind::kOther;
+}
+
+ErrorKind Classify(const redisReply* r) {
+  if (r == nullptr || r->type != REDIS_REPLY_ERROR) return ErrorKind::kNone;
+  return ClassifyError(std::string_view(r->str, r->len));
+}
+
+ErrorKind Classify(const Reply& r) {
+  return r.is_error() ? ClassifyError(r.str) : ErrorKind::kNone;
+}
+
+bool ProvesNotRun(ErrorKind k) {
+  switch (k) {
+    case ErrorKind::kMoved:
+    case ErrorKind::kAsk:
+    case ErrorKind::kTryAgain:
+    case ErrorKind::kClusterDown:
+    case ErrorKind::kNoScript:
+    case ErrorKind::kReadOnly:
+    case ErrorKind::kLoading:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool ParseRedirect(std::string_view e, Redirect* out) {
+  Redirect r;
+  r.kind = ClassifyError(e);
+  if (r.kind != ErrorKind::kMoved && r.kind != ErrorKind::kAsk) return false;
+  e.remove_prefix(r.kind == ErrorKind::kMoved ? 6 : 4);
+  const std::size_t space = e.find(' ');
+  if (space == std::string_view::npos) return false;
+  if (!ToInt(e.substr(0, space), 0, 16383, &r.slot)) return false;
+  std::string_view addr = e.substr(space + 1);
+  const std::size_t colon = addr.rfind(':');
+  if (colon == std::string_view::npos) return false;
+  std::string_view host = addr.substr(0, colon);
+  if (host.starts_with('[') && host.ends_with(']')) host = host.substr(1, host.size() - 2);
+  if (!ToInt(addr.substr(colon + 1), 1, 65535, &r.port)) return false;
+  r.host = std::string(host);
+  *out = std::move(r);
+  return true;
+}
+
+}  // namespace sluice::redis

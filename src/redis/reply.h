@@ -1,0 +1,71 @@
+// Internal: Redis replies. hiredis's redisReader parses them (a redisReply lives only
+// during a callback); Reply is an owned copy for blocking callers. The Classify
+// helpers read the error replies a router acts on.
+#pragma once
+
+#include <hiredis/hiredis.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice::redis {
+
+struct ReplyDeleter {
+  void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+struct ReaderDeleter {
+  void operator()(redisReader* r) const { redisReaderFree(r); }
+};
+struct ContextDeleter {  // for test helpers that still talk to Redis with hiredis's API
+  void operator()(redisContext* c) const { redisFree(c); }
+};
+using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
+using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
+using ContextPtr = std::unique_ptr<redisContext, ContextDeleter>;
+
+// An owned copy of a reply, for blocking callers.
+struct Reply {
+  int type = REDIS_REPLY_NIL;
+  long long integer = 0;
+  std::string str;  // string, status and error replies
+  std::vector<Reply> elements;
+
+  static Reply From(const redisReply& r);
+  bool is_error() const { return type == REDIS_REPLY_ERROR; }
+};
+
+// The error replies sluice acts on. Everything else is kOther (or kNone: not an error).
+enum class ErrorKind {
+  kNone,         // not an error reply
+  kMoved,        // MOVED slot host:port — the slot lives elsewhere (cluster)
+  kAsk,          // ASK slot host:port — this one command goes to host:port after ASKING
+  kTryAgain,     // TRYAGAIN — a multi-key command during a slot migration
+  kClusterDown,  // CLUSTERDOWN — the cluster cannot serve the slot right now
+  kNoScript,     // NOSCRIPT — EVALSHA of a script this node has not loaded
+  kReadOnly,     // READONLY — a replica (e.g. a demoted primary) refused a write
+  kLoading,      // LOADING — the server is loading its dataset
+  kOther,
+};
+
+ErrorKind ClassifyError(std::string_view error_text);
+ErrorKind Classify(const redisReply* r);  // null: kNone
+ErrorKind Classify(const Reply& r);
+
+// True for the errors that prove the command was not executed, so sending it again
+// (elsewhere, or after a script load) cannot apply it twice: MOVED, ASK, TRYAGAIN,
+// CLUSTERDOWN, NOSCRIPT, LOADING. READONLY also proves it (the write was refused).
+bool ProvesNotRun(ErrorKind kind);
+
+// The target of a MOVED or ASK reply ("MOVED 3999 127.0.0.1:6381").
+struct Redirect {
+  ErrorKind kind = ErrorKind::kNone;  // kMoved or kAsk
+  int slot = -1;
+  std::string host;  // brackets of an IPv6 literal removed; may be empty ("MOVED 1 :6380")
+  int port = 0;
+};
+// False when `error_text` is not a well-formed MOVED/ASK reply.
+bool ParseRedirect(std::string_view error_text, Redirect* out);
+
+}  // namespace sluice::redis
