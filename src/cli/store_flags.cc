@@ -72,7 +72,7 @@ Result<OpenedStore> OpenStoreFromFlags(const StoreFlags& flags, bool* usage_erro
     out.store = std::make_shared<MemoryStore>();
     return out;
   }
-  if (!flags.url.starts_with("redis://") && !flags.url.starts_with("unix://")) {
+  if (!flags.url.starts_with("redis") && !flags.url.starts_with("unix://")) {
     return Status::InvalidArgument("unknown store URL '" + flags.url +
                                    "' (expected redis://host:port[/db], unix:///path/to/socket "
                                    "or memory://)");

@@ -181,36 +181,4 @@ Result<SlotMap> ParseClusterSlots(const Reply& reply, std::string_view fallback_
   return map;
 }
 
-std::optional<Redirect> ParseRedirect(std::string_view error, std::string_view fallback_host) {
-  Redirect r;
-  if (error.starts_with("MOVED ")) {
-    r.kind = Redirect::kMoved;
-    error.remove_prefix(6);
-  } else if (error.starts_with("ASK ")) {
-    r.kind = Redirect::kAsk;
-    error.remove_prefix(4);
-  } else {
-    return std::nullopt;
-  }
-  const std::size_t space = error.find(' ');
-  if (space == std::string_view::npos) return std::nullopt;
-  long long slot = 0;
-  if (!ParseInt(error.substr(0, space), slot) || slot < 0 || slot >= kClusterSlots) {
-    return std::nullopt;
-  }
-  r.slot = static_cast<int>(slot);
-  std::string_view addr = error.substr(space + 1);
-  const std::size_t colon = addr.rfind(':');
-  if (colon == std::string_view::npos) return std::nullopt;
-  long long port = 0;
-  if (!ParseInt(addr.substr(colon + 1), port) || port <= 0 || port > 65535) return std::nullopt;
-  std::string_view host = addr.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  r.target.host = host.empty() ? std::string(fallback_host) : std::string(host);
-  r.target.port = static_cast<int>(port);
-  return r;
-}
-
 }  // namespace sluice::redis

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "redis/connection.h"
+#include "redis/reply.h"
 #include "sluice/status.h"
 
 namespace sluice::redis {
@@ -67,17 +67,5 @@ Result<SlotMap> ParseClusterShards(const Reply& reply, std::string_view fallback
 
 // Parses a CLUSTER SLOTS reply: [[start, end, [ip, port, id...], replicas...]...].
 Result<SlotMap> ParseClusterSlots(const Reply& reply, std::string_view fallback_host);
-
-// A MOVED or ASK redirect: "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381".
-struct Redirect {
-  enum Kind { kMoved, kAsk } kind = kMoved;
-  int slot = 0;
-  Endpoint target;
-};
-
-// The redirect in an error reply's text, or nullopt when it is not one (or malformed).
-// An empty host (Redis announces ":port" when it does not know its address) becomes
-// `fallback_host`.
-std::optional<Redirect> ParseRedirect(std::string_view error, std::string_view fallback_host);
 
 }  // namespace sluice::redis

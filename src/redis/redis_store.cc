@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "redis/cluster_router.h"
+#include "redis/cross_slot.h"
 #include "redis/router.h"
 #include "redis/scripts.h"
 #include "redis/standalone_router.h"
@@ -48,7 +50,8 @@ void MergeFields(const RedisStoreOptions& o, redis::Url* u) {
 
 struct RedisStore::Impl {
   RedisStoreOptions options;
-  std::atomic<std::uint64_t> calls{0}, errors{0};
+  std::atomic<std::uint64_t> calls{0}, errors{0}, cross_slot_refunds{0};
+  bool cluster = false;  // keys may live in different slots
   // Last, so it is destroyed first: its shutdown completes calls in flight, whose
   // callbacks still use the members above.
   std::unique_ptr<redis::Router> router;
@@ -62,10 +65,8 @@ struct RedisStore::Impl {
   }
 
   void CheckMaxmemory(redis::NodeClient& node);
-  // Sends one EVALSHA of `script` (loaded on NOSCRIPT by the router) and hands the
-  // parsed decisions (call->n of them) to `done`.
-  void Run(std::string_view routing_key, const redis::Script& script, std::string wire,
-           std::shared_ptr<Call> call, EvaluateCallback done);
+  void SendBatch(std::span<const StoreCheck> checks, Micros now, bool refund,
+                 redis::Deadline deadline, EvaluateCallback done);
 };
 
 // Eviction would silently forget counters (letting more requests through), so only
@@ -115,7 +116,7 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
       !s.ok()) {
     return s;
   }
-  if (url->topology != redis::Topology::kStandalone || url->tls.enabled) {
+  if (url->topology == redis::Topology::kSentinel || url->tls.enabled) {
     return Status::Unimplemented(url->Scheme() +
                                  " URLs are not supported by this build yet (use redis:// "
                                  "or unix://)");
@@ -126,11 +127,20 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
   no.connect.handshake.scripts = redis::AllScripts();
   no.connect.stall_timeout = std::max<Micros>(1'000'000, 4 * options.call_timeout);
   no.connections = options.connections;
-  auto router = redis::StandaloneRouter::Create(std::move(no));
-  if (!router.ok()) return router.status();
+  std::unique_ptr<redis::Router> router;
+  if (url->topology == redis::Topology::kCluster) {
+    auto cluster = redis::ClusterRouter::Create(std::move(no));
+    if (!cluster.ok()) return cluster.status();
+    router = std::move(*cluster);
+  } else {
+    auto standalone = redis::StandaloneRouter::Create(std::move(no));
+    if (!standalone.ok()) return standalone.status();
+    router = std::move(*standalone);
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
-  impl->router = std::move(*router);
+  impl->router = std::move(router);
+  impl->cluster = url->topology == redis::Topology::kCluster;
   impl->router->ForEachPrimary([&](redis::NodeClient& node) { impl->CheckMaxmemory(node); });
   return std::shared_ptr<RedisStore>(new RedisStore(std::move(impl)));
 }
@@ -138,8 +148,70 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
 RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RedisStore::~RedisStore() = default;
 
-void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& script,
-                           std::string wire, std::shared_ptr<Call> call, EvaluateCallback done) {
+namespace {
+
+Status ValidateChecks(std::span<const StoreCheck> checks) {
+  if (checks.size() > kMaxBatch) {
+    return Status::InvalidArgument("at most 16 limits can be checked at once");
+  }
+  for (const StoreCheck& c : checks) {
+    if (c.policy == nullptr) return Status::InvalidArgument("a check has no policy");
+    if (c.key.empty()) return Status::InvalidArgument("a check has an empty key");
+    if (c.cost > c.policy->Capacity()) {
+      return Status::InvalidArgument("cost " + std::to_string(c.cost) + " exceeds the capacity " +
+                                     std::to_string(c.policy->Capacity()) + " of policy '" +
+                                     c.policy->name + "': such a request could never pass");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// One script call for checks that all live in one hash slot: the algorithm's lean
+// one-check script for one check, the batch script otherwise; a refund is the batch
+// script with every cost negated (lua/dispatch.lua) and an empty reply.
+void RedisStore::Impl::SendBatch(std::span<const StoreCheck> checks, Micros now, bool refund,
+                                 redis::Deadline deadline, EvaluateCallback done) {
+  calls.fetch_add(1, std::memory_order_relaxed);
+  std::size_t nkeys = 0;
+  for (const StoreCheck& c : checks) {
+    nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
+  }
+  // One check (the common call) runs its algorithm's lean script, which costs Redis a
+  // fraction of the batch script's CPU (lua/single_head.lua); both take the same
+  // arguments and give the same reply.
+  auto call = std::make_shared<Call>();
+  const redis::Script& script = checks.size() == 1 && !refund
+                                    ? redis::SingleCheckScript(checks[0].policy->algorithm)
+                                    : redis::BatchScript();
+  redis::CommandBuilder b(3 + nkeys + 2 + 6 * checks.size());
+  b.Add("EVALSHA").Add(script.sha).Add(static_cast<long long>(nkeys));
+  std::string log_key;
+  for (const StoreCheck& c : checks) {
+    b.Add(c.key);
+    if (c.policy->algorithm == Algorithm::kSlidingWindowLog) {
+      log_key.assign(c.key);
+      log_key.append(":log");
+      b.Add(log_key);
+    }
+  }
+  if (options.use_caller_time) {
+    b.Add(static_cast<long long>(now)).Add(kCallerTimeTtlPadMs);
+  } else {
+    b.Add("").Add(0LL);
+  }
+  for (const StoreCheck& c : checks) {
+    const Policy& p = *c.policy;
+    const long long cost = static_cast<long long>(c.cost);
+    b.Add(static_cast<long long>(p.algorithm))
+        .Add(static_cast<long long>(p.limit))
+        .Add(static_cast<long long>(p.window))
+        .Add(static_cast<long long>(p.Capacity()))
+        .Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL)
+        .Add(refund ? -cost : cost);
+    if (!refund) call->capacity[call->n++] = p.Capacity();
+  }
   auto on_reply = [this, call, done = std::move(done)](const Status& s, const redisReply* r) {
     if (!s.ok()) {
       errors.fetch_add(1, std::memory_order_relaxed);
@@ -169,29 +241,11 @@ void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& sc
     }
     done(Status::Ok(), std::span<const Decision>(out.decisions, out.n));
   };
-  router->Send(routing_key, redis::Command{std::move(wire), script.source},
-               redis::DeadlineAfter(options.call_timeout), std::move(on_reply));
+  // Every key of a batch shares one hash slot (the caller split it by slot), so the
+  // first key routes the whole script.
+  router->Send(checks[0].key, redis::Command{b.Take(), script.source}, deadline,
+               std::move(on_reply));
 }
-
-namespace {
-
-Status ValidateChecks(std::span<const StoreCheck> checks) {
-  if (checks.size() > kMaxBatch) {
-    return Status::InvalidArgument("at most 16 limits can be checked at once");
-  }
-  for (const StoreCheck& c : checks) {
-    if (c.policy == nullptr) return Status::InvalidArgument("a check has no policy");
-    if (c.key.empty()) return Status::InvalidArgument("a check has an empty key");
-    if (c.cost > c.policy->Capacity()) {
-      return Status::InvalidArgument("cost " + std::to_string(c.cost) + " exceeds the capacity " +
-                                     std::to_string(c.policy->Capacity()) + " of policy '" +
-                                     c.policy->name + "': such a request could never pass");
-    }
-  }
-  return Status::Ok();
-}
-
-}  // namespace
 
 void RedisStore::EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
                                EvaluateCallback done) {
@@ -203,47 +257,25 @@ void RedisStore::EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
     done(Status::Ok(), {});
     return;
   }
-  impl_->calls.fetch_add(1, std::memory_order_relaxed);
-  std::size_t nkeys = 0;
-  for (const StoreCheck& c : checks) {
-    nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
+  const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
+  if (!impl_->cluster || checks.size() == 1 || redis::CountSlots(checks) == 1) {
+    impl_->SendBatch(checks, now, /*refund=*/false, deadline, std::move(done));
+    return;
   }
-  // One check (the common call) runs its algorithm's lean script, which costs Redis a
-  // fraction of the batch script's CPU (lua/single_head.lua); both take the same
-  // arguments and give the same reply.
-  auto call = std::make_shared<Call>();
-  const redis::Script& script = checks.size() == 1
-                                    ? redis::SingleCheckScript(checks[0].policy->algorithm)
-                                    : redis::BatchScript();
-  redis::CommandBuilder b(3 + nkeys + 2 + 6 * checks.size());
-  b.Add("EVALSHA").Add(script.sha).Add(static_cast<long long>(nkeys));
-  std::string log_key;
-  for (const StoreCheck& c : checks) {
-    b.Add(c.key);
-    if (c.policy->algorithm == Algorithm::kSlidingWindowLog) {
-      log_key.assign(c.key);
-      log_key.append(":log");
-      b.Add(log_key);
-    }
-  }
-  if (impl_->options.use_caller_time) {
-    b.Add(static_cast<long long>(now)).Add(kCallerTimeTtlPadMs);
-  } else {
-    b.Add("").Add(0LL);
-  }
-  for (const StoreCheck& c : checks) {
-    const Policy& p = *c.policy;
-    b.Add(static_cast<long long>(p.algorithm))
-        .Add(static_cast<long long>(p.limit))
-        .Add(static_cast<long long>(p.window))
-        .Add(static_cast<long long>(p.Capacity()))
-        .Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL)
-        .Add(static_cast<long long>(c.cost));
-    call->capacity[call->n++] = p.Capacity();
-  }
-  // Every key of a batch shares the hash tag of the first one (sluice keys carry
-  // one), so the first key routes the whole script.
-  impl_->Run(checks[0].key, script, b.Take(), std::move(call), std::move(done));
+  // Keys in several slots (a cluster): reserve per slot, refund if any slot denies.
+  Impl* impl = impl_.get();
+  redis::EvaluateAcrossSlots(
+      checks, deadline,
+      [impl, now](std::span<const StoreCheck> c, redis::Deadline d, EvaluateCallback cb) {
+        impl->SendBatch(c, now, false, d, std::move(cb));
+      },
+      [impl, now](std::span<const StoreCheck> c, redis::Deadline d, RefundCallback cb) {
+        impl->cross_slot_refunds.fetch_add(1, std::memory_order_relaxed);
+        impl->SendBatch(
+            c, now, true, d,
+            [cb = std::move(cb)](const Status& s, std::span<const Decision>) { cb(s); });
+      },
+      std::move(done));
 }
 
 Status RedisStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
@@ -281,41 +313,18 @@ void RedisStore::RefundAsync(std::span<const StoreCheck> checks, Micros now, Ref
     done(s);
     return;
   }
-  impl_->calls.fetch_add(1, std::memory_order_relaxed);
-  std::size_t nkeys = 0;
-  for (const StoreCheck& c : checks) {
-    nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
+  const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
+  auto send = [impl = impl_.get(), now](std::span<const StoreCheck> c, redis::Deadline d,
+                                        RefundCallback cb) {
+    impl->SendBatch(c, now, true, d,
+                    [cb = std::move(cb)](const Status& st, std::span<const Decision>) { cb(st); });
+  };
+  if (!impl_->cluster || redis::CountSlots(checks) == 1) {
+    send(checks, deadline, std::move(done));
+    return;
   }
-  auto call = std::make_shared<Call>();
-  const redis::Script& script = redis::BatchScript();
-  redis::CommandBuilder b(3 + nkeys + 2 + 6 * checks.size());
-  b.Add("EVALSHA").Add(script.sha).Add(static_cast<long long>(nkeys));
-  std::string log_key;
-  for (const StoreCheck& c : checks) {
-    b.Add(c.key);
-    if (c.policy->algorithm == Algorithm::kSlidingWindowLog) {
-      log_key.assign(c.key);
-      log_key.append(":log");
-      b.Add(log_key);
-    }
-  }
-  if (impl_->options.use_caller_time) {
-    b.Add(static_cast<long long>(now)).Add(kCallerTimeTtlPadMs);
-  } else {
-    b.Add("").Add(0LL);
-  }
-  for (const StoreCheck& c : checks) {
-    const Policy& p = *c.policy;
-    b.Add(static_cast<long long>(p.algorithm))
-        .Add(static_cast<long long>(p.limit))
-        .Add(static_cast<long long>(p.window))
-        .Add(static_cast<long long>(p.Capacity()))
-        .Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL)
-        .Add(-static_cast<long long>(c.cost));
-  }
-  // call->n == 0: the reply must be an empty array.
-  impl_->Run(checks[0].key, script, b.Take(), std::move(call),
-             [done = std::move(done)](const Status& st, std::span<const Decision>) { done(st); });
+  // Keys in several slots: one refund script per slot (atomic per slot only).
+  redis::RefundAcrossSlots(checks, deadline, send, std::move(done));
 }
 
 Status RedisStore::Refund(std::span<const StoreCheck> checks, Micros now) {
@@ -348,6 +357,11 @@ RedisStoreStats RedisStore::Stats() const {
   s.script_reloads = c.script_reloads.load(std::memory_order_relaxed);
   s.timeouts = c.timeouts.load(std::memory_order_relaxed);
   s.reconnects = c.reconnects.load(std::memory_order_relaxed);
+  s.moved = c.moved.load(std::memory_order_relaxed);
+  s.ask = c.ask.load(std::memory_order_relaxed);
+  s.cluster_retries = c.cluster_retries.load(std::memory_order_relaxed);
+  s.topology_refreshes = c.topology_refreshes.load(std::memory_order_relaxed);
+  s.cross_slot_refunds = impl_->cross_slot_refunds.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -4,21 +4,13 @@
 
 #include "redis/cluster_slots.h"
 #include "redis_cluster.h"
+#include "shared_cluster.h"
 
 namespace sluice::testing {
 namespace {
 
-RedisCluster* SharedCluster() {
-  static Result<std::unique_ptr<RedisCluster>> cluster = RedisCluster::Start();
-  if (!cluster.ok()) {
-    ADD_FAILURE() << "cannot start a Redis Cluster: " << cluster.status().ToString();
-    return nullptr;
-  }
-  return cluster->get();
-}
-
 TEST(ClusterFixtureTest, StartsThreePrimariesWithOneReplicaEach) {
-  RedisCluster* c = SharedCluster();
+  RedisCluster* c = SharedTestCluster();
   ASSERT_NE(c, nullptr);
   auto nodes = c->Nodes();
   ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
@@ -42,7 +34,7 @@ TEST(ClusterFixtureTest, StartsThreePrimariesWithOneReplicaEach) {
 
 // The parsers read what the real cluster sends, and agree with CLUSTER SLOTS.
 TEST(ClusterFixtureTest, SlotMapFromRealShardsAndSlotsReplies) {
-  RedisCluster* c = SharedCluster();
+  RedisCluster* c = SharedTestCluster();
   ASSERT_NE(c, nullptr);
   auto shards = c->Command(0, {"CLUSTER", "SHARDS"});
   auto slots = c->Command(0, {"CLUSTER", "SLOTS"});

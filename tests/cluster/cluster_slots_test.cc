@@ -72,41 +72,6 @@ TEST(KeySlotTest, MatchesRedisClusterKeyslot) {
   }
 }
 
-TEST(RedirectTest, MovedAndAsk) {
-  auto m = ParseRedirect("MOVED 3999 127.0.0.1:6381", "seed");
-  ASSERT_TRUE(m.has_value());
-  EXPECT_EQ(m->kind, Redirect::kMoved);
-  EXPECT_EQ(m->slot, 3999);
-  EXPECT_EQ(m->target, (Endpoint{"127.0.0.1", 6381}));
-
-  auto a = ParseRedirect("ASK 0 10.0.0.7:7000", "seed");
-  ASSERT_TRUE(a.has_value());
-  EXPECT_EQ(a->kind, Redirect::kAsk);
-  EXPECT_EQ(a->slot, 0);
-  EXPECT_EQ(a->target, (Endpoint{"10.0.0.7", 7000}));
-
-  auto v6 = ParseRedirect("MOVED 16383 [::1]:7001", "seed");
-  ASSERT_TRUE(v6.has_value());
-  EXPECT_EQ(v6->target, (Endpoint{"::1", 7001}));
-  EXPECT_EQ(v6->target.ToString(), "[::1]:7001");
-
-  // Redis answers ":port" when it does not know its own address: use the seed's.
-  auto unknown = ParseRedirect("MOVED 12 :7002", "10.1.1.1");
-  ASSERT_TRUE(unknown.has_value());
-  EXPECT_EQ(unknown->target, (Endpoint{"10.1.1.1", 7002}));
-}
-
-TEST(RedirectTest, NotARedirect) {
-  EXPECT_FALSE(ParseRedirect("NOSCRIPT No matching script", "h").has_value());
-  EXPECT_FALSE(ParseRedirect("TRYAGAIN Multiple keys request during rehashing", "h"));
-  EXPECT_FALSE(ParseRedirect("MOVED", "h").has_value());
-  EXPECT_FALSE(ParseRedirect("MOVED 16384 1.2.3.4:5", "h").has_value());
-  EXPECT_FALSE(ParseRedirect("MOVED -1 1.2.3.4:5", "h").has_value());
-  EXPECT_FALSE(ParseRedirect("MOVED 1 1.2.3.4", "h").has_value());
-  EXPECT_FALSE(ParseRedirect("MOVED 1 1.2.3.4:0", "h").has_value());
-  EXPECT_FALSE(ParseRedirect("MOVED x 1.2.3.4:5", "h").has_value());
-}
-
 Reply Str(std::string s) {
   Reply r;
   r.type = REDIS_REPLY_STRING;
