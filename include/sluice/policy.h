@@ -69,7 +69,10 @@ struct Policy {
   // Token bucket capacity / GCRA burst. 0 means "same as limit". Ignored by window
   // algorithms.
   std::uint64_t burst = 0;
-  // Token bucket only: tokens in a bucket seen for the first time. Default: full.
+  // Token bucket only: tokens in a new bucket. Default: full. Below the capacity, a
+  // bucket is new when it has no state or has stayed full for a whole window, and a
+  // request on a new bucket starts it even when denied (docs/algorithms.md), so that
+  // dropping a key's state never changes a decision.
   std::optional<std::uint64_t> initial_tokens;
   // What to do when the store fails.
   FailureMode failure_mode = FailureMode::kFailOpen;

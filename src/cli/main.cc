@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "cli/commands.h"
+#include "sluice_version.h"
 
 namespace {
 
@@ -27,6 +28,7 @@ void Usage(std::FILE* out) {
   std::fprintf(out, "usage: sluice <command> [flags]\n\ncommands:\n");
   for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
   std::fprintf(out, "\n'sluice <command> --help' describes a command's flags.\n");
+  std::fprintf(out, "'sluice --version' prints the version.\n");
 }
 
 }  // namespace
@@ -41,6 +43,10 @@ int main(int argc, char** argv) {
   const std::string_view cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     Usage(stdout);
+    return 0;
+  }
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("sluice %s\n", SLUICE_VERSION);
     return 0;
   }
   for (const Command& c : kCommands) {

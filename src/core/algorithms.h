@@ -67,8 +67,17 @@ struct TokenBucketState {
   double tokens = 0;
   Micros last = 0;
 };
+// `fresh` or a state that is new again (TokenBucketIsNew) starts at initial_tokens.
 Decision TokenBucket(const Policy& p, const TokenBucketState& in, bool fresh, Micros now,
                      std::uint64_t cost, TokenBucketState* out, Micros* expires);
+// True when initial_tokens is below the capacity: then a request (cost > 0) on a new
+// bucket starts it even when it is not committed (denied, or another check of its
+// batch denied), with the state TokenBucketStart gives. Stores write that state.
+bool TokenBucketStartsOnDenial(const Policy& p);
+// True when a stored state is "new" again at `now` (token_bucket.cc): at its expiry.
+bool TokenBucketIsNew(const Policy& p, const TokenBucketState& in, Micros now);
+// The state of a bucket started at `now` (initial_tokens, or full) and its expiry.
+void TokenBucketStart(const Policy& p, Micros now, TokenBucketState* out, Micros* expires);
 // Refills to max(now, last) as a decision does, then adds `cost` tokens, capped at the
 // capacity.
 void TokenBucketRefund(const Policy& p, const TokenBucketState& in, Micros now, std::uint64_t cost,

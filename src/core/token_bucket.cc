@@ -5,6 +5,18 @@
 //   tokens = min(burst, tokens + (t - last) * rate)     rate = limit / window (double)
 //   allowed <=> tokens + eps >= max(cost, 1)
 // A new bucket starts with `initial_tokens` (default: full).
+//
+// With initial_tokens below the capacity, "new" has to mean the same thing whether or
+// not a store has kept the key's state (dropping a state must change no decision), so
+// it is part of the algorithm:
+//  - a bucket is new when it has no state, or when it has been full for a whole
+//    window: at last + (time to refill) + window. That is also when its state expires,
+//    so a store that dropped it decides exactly as one that kept it;
+//  - a request (cost > 0) on a new bucket starts it, allowed or not: the store writes
+//    the started state even for a denial (TokenBucketStart), so that the bucket
+//    refills from the first request on instead of restarting at every call.
+// Without initial_tokens (or with a full one) a new bucket is simply full, which is
+// what a dropped full state decides anyway: the state expires once full, as before.
 #include <algorithm>
 #include <cmath>
 
@@ -12,13 +24,47 @@
 
 namespace sluice::core {
 
+namespace {
+
+// Microseconds until `tokens` is back to `capacity` at `rate`: 0 when full.
+Micros TimeToFull(double tokens, double capacity, double rate) {
+  return tokens + kEpsilon >= capacity ? 0
+                                       : static_cast<Micros>(std::ceil((capacity - tokens) / rate));
+}
+
+// When a state is back to "new" (see above): once full without initial_tokens, after a
+// further window with them.
+Micros NewAgainAt(const Policy& p, Micros t, Micros to_full) {
+  return TokenBucketStartsOnDenial(p) ? t + to_full + p.window : t + to_full;
+}
+
+}  // namespace
+
+bool TokenBucketStartsOnDenial(const Policy& p) {
+  return p.initial_tokens.has_value() && *p.initial_tokens < p.Capacity();
+}
+
+bool TokenBucketIsNew(const Policy& p, const TokenBucketState& in, Micros now) {
+  const double capacity = static_cast<double>(p.Capacity());
+  const double rate = static_cast<double>(p.limit) / static_cast<double>(p.window);
+  return NewAgainAt(p, in.last, TimeToFull(in.tokens, capacity, rate)) <= now;
+}
+
+void TokenBucketStart(const Policy& p, Micros now, TokenBucketState* out, Micros* expires) {
+  const double capacity = static_cast<double>(p.Capacity());
+  const double rate = static_cast<double>(p.limit) / static_cast<double>(p.window);
+  out->tokens = p.initial_tokens ? static_cast<double>(*p.initial_tokens) : capacity;
+  out->last = now;
+  *expires = NewAgainAt(p, now, TimeToFull(out->tokens, capacity, rate));
+}
+
 Decision TokenBucket(const Policy& p, const TokenBucketState& in, bool fresh, Micros now,
                      std::uint64_t cost, TokenBucketState* out, Micros* expires) {
   const double capacity = static_cast<double>(p.Capacity());
   const double rate = static_cast<double>(p.limit) / static_cast<double>(p.window);
   double tokens;
   Micros t;
-  if (fresh) {
+  if (fresh || TokenBucketIsNew(p, in, now)) {
     tokens = p.initial_tokens ? static_cast<double>(*p.initial_tokens) : capacity;
     t = now;
   } else {
@@ -37,12 +83,10 @@ Decision TokenBucket(const Policy& p, const TokenBucketState& in, bool fresh, Mi
   }
   const double whole = std::floor(tokens + kEpsilon);
   d.remaining = static_cast<std::uint64_t>(std::max(0.0, whole));
-  d.reset_after = tokens + kEpsilon >= capacity
-                      ? 0
-                      : static_cast<Micros>(std::ceil((capacity - tokens) / rate));
+  d.reset_after = TimeToFull(tokens, capacity, rate);
   out->tokens = tokens;
   out->last = t;
-  *expires = t + d.reset_after;
+  *expires = NewAgainAt(p, t, d.reset_after);
   return d;
 }
 
@@ -53,12 +97,9 @@ void TokenBucketRefund(const Policy& p, const TokenBucketState& in, Micros now, 
   const Micros t = std::max(now, in.last);
   double tokens = std::min(capacity, in.tokens + static_cast<double>(t - in.last) * rate);
   tokens = std::min(capacity, tokens + static_cast<double>(cost));
-  const Micros reset = tokens + kEpsilon >= capacity
-                           ? 0
-                           : static_cast<Micros>(std::ceil((capacity - tokens) / rate));
   out->tokens = tokens;
   out->last = t;
-  *expires = t + reset;
+  *expires = NewAgainAt(p, t, TimeToFull(tokens, capacity, rate));
 }
 
 }  // namespace sluice::core

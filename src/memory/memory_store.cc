@@ -500,7 +500,30 @@ Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
     consumes = consumes || c.cost > 0;
   }
 
-  if (!all_allowed || !consumes) return Status::Ok();
+  if (!all_allowed || !consumes) {
+    // A token bucket with initial_tokens below its capacity starts at its first
+    // request, allowed or not (core/token_bucket.cc), so that it refills from then on.
+    for (std::size_t i = 0; i < checks.size(); ++i) {
+      const StoreCheck& c = checks[i];
+      const Policy& p = *c.policy;
+      if (p.algorithm != Algorithm::kTokenBucket || c.cost == 0 ||
+          !core::TokenBucketStartsOnDenial(p)) {
+        continue;
+      }
+      Shard& shard = impl_->shards[shard_ids[i]];
+      Slot* s = shard.table.Find(hashes[i], c.key);
+      if (s != nullptr && s->expires > now) continue;  // started already
+      if (s == nullptr) {
+        // At the key cap the bucket is not started: the request was denied anyway,
+        // and the next one starts it.
+        if (!impl_->Reserve(shard, now)) continue;
+        s = shard.table.Insert(hashes[i], c.key, p.algorithm);
+      }
+      core::TokenBucketStart(p, now, &s->state.bucket, &s->expires);
+      shard.table.NoteExpiry(s->expires);
+    }
+    return Status::Ok();
+  }
 
   // Commit: reserve room for missing keys first (may hit the cap: then nothing is
   // consumed, and the reservations are returned). A known key that has expired may

@@ -8,6 +8,7 @@
 #include <ctime>
 
 #include "service/daemon.h"
+#include "service/launch.h"
 #include "service/log.h"
 
 namespace {
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
       "memory://)");
   double request_timeout = 10, idle_timeout = 60, drain = 0;
   AddServingFlags(app, o, request_timeout, idle_timeout, drain);
+  auto launch = sluice::service::Launch::Attach(app, argc, argv);  // env, --check-config
   CLI11_PARSE(app, argc, argv);
   o.http_options.request_timeout = Seconds(request_timeout);
   o.http_options.idle_timeout = Seconds(idle_timeout);
@@ -79,6 +81,7 @@ int main(int argc, char** argv) {
   if (*http_opt) o.http = http;
   if (*grpc_opt) o.grpc = grpc;
   if (*redis_opt) o.redis = redis;
+  if (const int rc = launch->Finish(o); rc >= 0) return rc;
 
   // Signals are taken synchronously by this thread only; every server thread inherits
   // the blocked mask.
@@ -98,6 +101,7 @@ int main(int argc, char** argv) {
   }
   Daemon& d = **daemon;
   int stop_signal = 0;
+  sluice::service::NotifyServiceManager("READY=1\nSTATUS=serving");  // Type=notify
   for (;;) {
     const sluice::Micros poll = d.settings().reload_poll;
     const sluice::Micros wait = poll > 0 ? poll : 1'000'000;
@@ -113,6 +117,7 @@ int main(int argc, char** argv) {
       d.ReloadIfChanged();
     }
   }
+  sluice::service::NotifyServiceManager("STOPPING=1");
   if (stop_signal == SIGTERM && d.drain_period() > 0) {
     // Not ready, still serving, until the period ends or another SIGTERM/SIGINT.
     d.BeginDrain();

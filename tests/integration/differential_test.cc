@@ -4,6 +4,7 @@
 // in lockstep: any difference in arithmetic, rounding or state handling shows up.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <sstream>
 
@@ -204,6 +205,117 @@ TEST_F(Differential, TimeJumpingBackAndForth) {
     }
   }
   EXPECT_EQ(compared, 60 * 150);
+}
+
+bool SameDecision(const Decision& a, const Decision& b) {
+  return a.allowed == b.allowed && a.remaining == b.remaining && a.reset_after == b.reset_after &&
+         a.retry_after == b.retry_after && a.limit == b.limit;
+}
+
+// Deletes every key of `keys` whose state says it has expired by `now`: Redis's expiry
+// at the earliest moment it may happen (caller-time mode pads TTLs, so Redis itself
+// would not drop them). Word states: one byte of algorithm, then `expires` as a
+// little-endian double; the sliding log's: "1 <expires> ...".
+void DropExpired(RedisServer& server, const std::vector<std::string>& keys, Micros now) {
+  for (const std::string& key : keys) {
+    auto raw = server.Command({"GET", key});
+    ASSERT_TRUE(raw.ok());
+    const std::string& v = raw->str;
+    if (v.empty()) continue;
+    double expires = 0;
+    if (v.size() >= 9 && v[0] >= 0 && v[0] <= 4) {
+      std::memcpy(&expires, v.data() + 1, sizeof(double));
+    } else if (v.starts_with("1 ")) {
+      expires = std::stod(v.substr(2));
+    } else {
+      ADD_FAILURE() << "unknown state layout in " << key;
+      continue;
+    }
+    if (expires <= static_cast<double>(now)) {
+      ASSERT_TRUE(server.Command({"DEL", key, key + ":log"}).ok());
+    }
+  }
+}
+
+// Issue #11, item 1: expiry never changes a decision. Three stores see the same
+// requests: a reference that keeps every state forever and decides from it however old
+// (src/core on the stored state), MemoryStore (which treats a state past its expiry as
+// fresh and sweeps it), and Redis with every expired key deleted as soon as it may be.
+// Token buckets with initial_tokens below their capacity are the case that used to
+// differ (a refilled, dropped bucket restarted at initial_tokens).
+TEST_F(Differential, DroppedStatesDecideLikeKeptOnes) {
+  RedisServer* server = SharedRedis();
+  ASSERT_NE(server, nullptr);
+  int compared = 0;
+  for (std::uint64_t seed = 300; seed < 306; ++seed) {
+    std::mt19937_64 rng(seed);
+    ReferenceStore kept(/*drop_expired=*/false);
+    MemoryStore memory;
+    std::vector<Policy> policies;
+    for (int i = 0; i < 6; ++i) {
+      Policy p = RandomPolicy(rng, i);
+      if (i < 3) {  // half of them: token buckets that start below full
+        p.algorithm = Algorithm::kTokenBucket;
+        p.limit = std::max<std::uint64_t>(p.limit, 2);
+        p.window = std::min<Micros>(p.window, 60'000'000);
+        p.burst = rng() % 2 ? 0 : p.limit + rng() % (p.limit + 1);
+        p.initial_tokens = rng() % p.Capacity();
+      }
+      policies.push_back(p);
+    }
+    std::vector<std::string> all_keys;
+    const char* names[] = {"a", "b"};
+    for (const char* n : names) {
+      for (const Policy& p : policies) {
+        all_keys.push_back(*StoreKey("drop" + std::to_string(seed), n, p.name));
+      }
+    }
+    Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
+    for (int step = 0; step < 600; ++step) {
+      const Policy& tp = policies[rng() % policies.size()];
+      switch (rng() % 4) {
+        case 0:
+          now += static_cast<Micros>(rng() % (tp.window / tp.limit + 1));
+          break;
+        case 1:  // around "full" and "full for a whole window"
+          now += static_cast<Micros>(rng() % (3 * static_cast<std::uint64_t>(tp.window)));
+          break;
+        default:
+          break;
+      }
+      const std::size_t n = 1 + rng() % 3;
+      StoreCheck checks[3];
+      std::size_t used = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t pi = rng() % policies.size();
+        const std::string& key = all_keys[(rng() % 2) * policies.size() + pi];
+        bool dup = false;
+        for (std::size_t j = 0; j < used; ++j) dup = dup || checks[j].key == key;
+        if (dup) continue;
+        checks[used++] = StoreCheck{&policies[pi], key, RandomCost(rng, policies[pi])};
+      }
+      const std::span<const StoreCheck> batch(checks, used);
+      const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step);
+      Decision k[3], m[3], r[3];
+      ASSERT_TRUE(kept.Evaluate(batch, now, k).ok());
+      ASSERT_TRUE(memory.Evaluate(batch, now, m).ok());
+      ASSERT_TRUE(redis_->Evaluate(batch, now, r).ok());
+      for (std::size_t i = 0; i < used; ++i) {
+        ASSERT_TRUE(SameDecision(k[i], m[i]) && SameDecision(k[i], r[i]))
+            << where << " check " << i << " " << Describe(*checks[i].policy)
+            << " cost=" << checks[i].cost << "\n  kept:   allowed=" << k[i].allowed
+            << " remaining=" << k[i].remaining << " reset_after=" << k[i].reset_after
+            << " retry_after=" << k[i].retry_after << "\n  memory: allowed=" << m[i].allowed
+            << " remaining=" << m[i].remaining << " reset_after=" << m[i].reset_after
+            << " retry_after=" << m[i].retry_after << "\n  redis:  allowed=" << r[i].allowed
+            << " remaining=" << r[i].remaining << " reset_after=" << r[i].reset_after
+            << " retry_after=" << r[i].retry_after;
+      }
+      DropExpired(*server, all_keys, now);
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 6 * 600);
 }
 
 // Refunds on Redis's own clock (the production mode), through the Limiter: every

@@ -237,6 +237,8 @@ TEST(RedisSetup, TheDocumentedAclUserIsEnough) {
                                  "+get",
                                  "+set",
                                  "+zadd",
+                                 "+zrem",
+                                 "+zcard",
                                  "+zrange",
                                  "+zrangebyscore",
                                  "+zremrangebyscore",
@@ -263,6 +265,9 @@ TEST(RedisSetup, TheDocumentedAclUserIsEnough) {
     for (const Decision& x : per) EXPECT_EQ(x.source, DecisionSource::kStore);
     EXPECT_EQ(d->allowed, i < 2);
   }
+  // Refunds use the same commands (and ZREM for the sliding log).
+  ASSERT_TRUE(limiter->Refund("user:1").ok());
+  EXPECT_TRUE(limiter->Acquire("user:1")->allowed);
   ASSERT_TRUE(limiter->Reset("user:1").ok());
   EXPECT_TRUE(limiter->Acquire("user:1")->allowed);
 }

@@ -47,8 +47,15 @@ class DequeLog final : public core::SlidingLog {
 
 // The store's contract, written as plainly as possible: one entry per key, never
 // dropped (an expired word state is "fresh"; an expired log is all out of window).
+//
+// With `drop_expired` false it keeps every state and decides from it however old it is
+// (fresh only when a key was never written): the store in which nothing ever expires.
+// The algorithms promise that expiry changes no decision, so both modes, MemoryStore
+// and the Redis scripts must all agree.
 class ReferenceStore final : public Store {
  public:
+  explicit ReferenceStore(bool drop_expired = true) : drop_expired_(drop_expired) {}
+
   Status Evaluate(std::span<const StoreCheck> checks, Micros now,
                   std::span<Decision> out) override {
     struct Pending {
@@ -76,7 +83,7 @@ class ReferenceStore final : public Store {
         DequeLog& log = e ? e->log : scratch;
         out[i] = core::SlidingWindowLog(p, log, now, c.cost, false, &n.expires);
       } else {
-        const bool fresh = e == nullptr || e->expires <= now;
+        const bool fresh = e == nullptr || (drop_expired_ && e->expires <= now);
         Entry empty;
         const Entry& in = e ? *e : empty;
         switch (p.algorithm) {
@@ -100,7 +107,24 @@ class ReferenceStore final : public Store {
       all_allowed = all_allowed && out[i].allowed;
       consumes = consumes || c.cost > 0;
     }
-    if (!all_allowed || !consumes) return Status::Ok();
+    if (!all_allowed || !consumes) {
+      // A token bucket with initial_tokens below its capacity starts at its first
+      // request, allowed or not (src/core/token_bucket.cc).
+      for (std::size_t i = 0; i < checks.size(); ++i) {
+        const StoreCheck& c = checks[i];
+        const Policy& p = *c.policy;
+        if (p.algorithm != Algorithm::kTokenBucket || c.cost == 0 ||
+            !core::TokenBucketStartsOnDenial(p)) {
+          continue;
+        }
+        auto it = entries_.find(std::string(c.key));
+        if (it != entries_.end() && !core::TokenBucketIsNew(p, it->second.bucket, now)) continue;
+        Entry& e = entries_[std::string(c.key)];
+        e.algorithm = p.algorithm;
+        core::TokenBucketStart(p, now, &e.bucket, &e.expires);
+      }
+      return Status::Ok();
+    }
     for (std::size_t i = 0; i < checks.size(); ++i) {
       const StoreCheck& c = checks[i];
       if (c.cost == 0) continue;
@@ -174,6 +198,7 @@ class ReferenceStore final : public Store {
     DequeLog log;
     Micros expires = 0;
   };
+  bool drop_expired_;
   std::map<std::string, Entry> entries_;
 };
 

@@ -372,6 +372,44 @@ TEST(TokenBucket, InitialTokens) {
   EXPECT_EQ(h.TakeN(10), 2);
 }
 
+// Issue #11, item 1: a new key denied because initial_tokens < cost still starts its
+// bucket, which refills from then on (before: every call restarted at 0 tokens).
+TEST(TokenBucket, InitialTokensBelowTheCostStillRefill) {
+  Policy p = Policy::TokenBucket("b", 10, 10, std::chrono::seconds(1));
+  p.initial_tokens = 0;
+  Harness h({p});
+  int allowed = 0;
+  for (int i = 0; i < 15; ++i) {
+    allowed += h.Take().allowed ? 1 : 0;
+    h.clock->Advance(200'000);
+  }
+  EXPECT_EQ(allowed, 14);
+}
+
+// Issue #11, item 1: a bucket that refilled to full is full, whether or not the store
+// dropped its state meanwhile (before: it restarted at initial_tokens).
+TEST(TokenBucket, ARefilledBucketStaysFullWhenItsStateIsDropped) {
+  Policy p = Policy::TokenBucket("b", 10, 10, std::chrono::seconds(1));
+  p.initial_tokens = 1;
+  Harness h({p});
+  ASSERT_TRUE(h.Take().allowed);
+  h.clock->Advance(1'500'000);  // full again after 1 s
+  EXPECT_EQ(h.TakeN(11), 10);
+}
+
+// What "new" means with initial_tokens below the capacity: a bucket that has stayed
+// full for a whole window starts over with initial_tokens (docs/algorithms.md).
+TEST(TokenBucket, ABucketFullForAWholeWindowStartsOver) {
+  Policy p = Policy::TokenBucket("b", 10, 10, std::chrono::seconds(1));
+  p.initial_tokens = 2;
+  Harness h({p});
+  EXPECT_EQ(h.TakeN(3), 2);
+  h.clock->Advance(1'000'000 + 1'000'000 - 1);  // full after 1 s, for 1 s less 1 us
+  EXPECT_EQ(h.TakeN(11), 10);
+  h.clock->Advance(1'000'000 + 1'000'000);  // full again at +1 s, for a whole window
+  EXPECT_EQ(h.TakeN(3), 2);
+}
+
 TEST(TokenBucket, CostTakesThatManyTokens) {
   Harness h({Policy::TokenBucket("b", 10, 1, std::chrono::seconds(1))});
   EXPECT_TRUE(h.Take("k", 7).allowed);

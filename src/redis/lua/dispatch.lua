@@ -44,6 +44,14 @@ if all and consumes then
   for _, c in ipairs(checks) do
     if c.cost > 0 then COMMIT[c.alg](c, now) end
   end
+else
+  -- Not committed: a new token bucket with initial tokens below its capacity starts
+  -- anyway (token_bucket.lua's c.start; src/core/token_bucket.cc).
+  for _, c in ipairs(checks) do
+    if c.start and c.cost > 0 then
+      redis.call('SET', c.key, c.start, 'PX', int(ttl_ms(c.start_expires, now)))
+    end
+  end
 end
 flush_logs()
 return out

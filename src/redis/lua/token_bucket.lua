@@ -3,11 +3,22 @@
 DECIDE[3] = function(c, now)
   local capacity = c.cap
   local rate = c.limit / c.window
+  -- With initial tokens below the capacity a bucket is new again only after a whole
+  -- window at full, and a request starts a new one even if it is not committed
+  -- (c.start, written by dispatch.lua; token_bucket.cc).
+  local keep = 0
+  if c.init >= 0 and c.init < capacity then keep = c.window end
   local tokens, t
   local found, stokens, slast = load(c, now)
   if not found then
     if c.init >= 0 then tokens = c.init else tokens = capacity end
     t = now
+    if keep > 0 then
+      local reset0 = 0
+      if not (tokens + EPS >= capacity) then reset0 = ceil((capacity - tokens) / rate) end
+      c.start_expires = t + reset0 + keep
+      c.start = struct.pack('<Bddd', 3, c.start_expires, tokens, t)
+    end
   else
     t = max(now, slast)
     tokens = min(capacity, stokens + (t - slast) * rate)
@@ -23,7 +34,7 @@ DECIDE[3] = function(c, now)
   local remaining = max(0, floor(tokens + EPS))
   local reset = 0
   if not (tokens + EPS >= capacity) then reset = ceil((capacity - tokens) / rate) end
-  c.expires = t + reset
+  c.expires = t + reset + keep
   c.state = struct.pack('<Bddd', 3, c.expires, tokens, t)
   return allowed, remaining, reset, retry
 end
@@ -41,6 +52,7 @@ REFUND[3] = function(c, now, cost)
   local reset = 0
   if not (tokens + EPS >= capacity) then reset = ceil((capacity - tokens) / rate) end
   c.expires = t + reset
+  if c.init >= 0 and c.init < capacity then c.expires = c.expires + c.window end
   c.state = struct.pack('<Bddd', 3, c.expires, tokens, t)
   store_word(c, now)
 end
