@@ -268,6 +268,8 @@ Outcome Drill(RedisCluster& c, const char* name, std::vector<std::string> cold, 
   const Status s = fault();
   const auto took = std::chrono::duration_cast<milliseconds>(steady_clock::now() - t0);
   EXPECT_TRUE(s.ok()) << s.ToString();
+  // Decisions after the fault (the streaks below may predate it).
+  EXPECT_TRUE(load.WaitStoreDecisions(2000, kRecoveryBound)) << "no decisions after the fault";
   EXPECT_TRUE(load.WaitAllFromStore(200, kRecoveryBound))
       << "decisions did not come from the store again";
   Outcome o = load.Finish();

@@ -6,7 +6,7 @@
 
 #include <random>
 
-#include "redis_server.h"
+#include "shared_cluster.h"
 #include "sluice/key.h"
 
 namespace sluice::redis {
@@ -48,8 +48,8 @@ TEST(KeySlotTest, SluiceKeysOfOneCallerShareASlot) {
 
 // Every slot computed here must be the one Redis computes.
 TEST(KeySlotTest, MatchesRedisClusterKeyslot) {
-  auto server = sluice::testing::RedisServer::Start({.args = {"--cluster-enabled", "yes"}});
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  sluice::testing::RedisCluster* cluster = sluice::testing::SharedTestCluster();
+  ASSERT_NE(cluster, nullptr);
   std::mt19937 rng(20261201);
   std::vector<std::string> keys = {"foo", "{a}b", "a{}b", "{{}}", "x{y", "}{z}", "{", "}"};
   const std::string alphabet = "ab{}:%\x01\xff";
@@ -65,7 +65,7 @@ TEST(KeySlotTest, MatchesRedisClusterKeyslot) {
     keys.push_back(*k);
   }
   for (const std::string& k : keys) {
-    auto r = (*server)->Command({"CLUSTER", "KEYSLOT", k});
+    auto r = cluster->Command(0, {"CLUSTER", "KEYSLOT", k});
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     ASSERT_FALSE(r->is_error()) << r->str;
     EXPECT_EQ(KeySlot(k), r->integer) << "key '" << k << "'";
