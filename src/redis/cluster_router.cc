@@ -39,6 +39,7 @@ Result<std::unique_ptr<ClusterRouter>> ClusterRouter::Create(NodeOptions options
 }
 
 ClusterRouter::~ClusterRouter() {
+  closing_.store(true, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -51,12 +52,18 @@ ClusterRouter::~ClusterRouter() {
     retry.call->done(Status::Unavailable("the Redis client is shutting down"), nullptr);
   }
   timers_.clear();
-  // Closing the nodes fails their calls in flight; OnReply then only calls `done`.
-  std::lock_guard<std::mutex> lock(nodes_mu_);
-  for (auto& n : owned_nodes_) {
-    n->client.store(nullptr, std::memory_order_release);
-    n->owned.reset();
+  // Closing the nodes fails their calls in flight; OnReply then only calls `done`
+  // (closing_). Destroyed outside the lock: an I/O thread being joined may still be
+  // in a callback that looks a node up.
+  std::vector<std::unique_ptr<NodeClient>> clients;
+  {
+    std::lock_guard<std::mutex> lock(nodes_mu_);
+    for (auto& n : owned_nodes_) {
+      n->client.store(nullptr, std::memory_order_release);
+      clients.push_back(std::move(n->owned));
+    }
   }
+  clients.clear();
 }
 
 std::string ClusterRouter::Describe() const {
@@ -348,7 +355,8 @@ void ClusterRouter::OnReply(const std::shared_ptr<Call>& call, int node, const S
       call->done(s, r);
       return;
   }
-  if (call->redirects >= kMaxRedirects || SteadyClock::now() >= call->deadline) {
+  if (call->redirects >= kMaxRedirects || SteadyClock::now() >= call->deadline ||
+      closing_.load(std::memory_order_acquire)) {
     call->done(s, r);
     return;
   }

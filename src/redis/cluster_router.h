@@ -127,7 +127,9 @@ class ClusterRouter final : public Router {
   std::vector<std::unique_ptr<Node>> owned_nodes_;
   std::array<std::atomic<std::uint16_t>, kClusterSlots> owner_;
 
-  std::atomic<std::uint64_t> unreachable_{0};  // the rest lives in stats_
+  std::atomic<std::uint64_t> unreachable_{0};
+  std::atomic<bool> closing_{
+      false};  // the destructor runs: resend nothing  // the rest lives in stats_
 
   std::mutex mu_;  // the two background threads' state
   std::condition_variable refresh_cv_, timer_cv_;
