@@ -91,7 +91,10 @@ rows="$tmp/rows.txt"
     keys_args="1 $key"
     [[ $id == 1 ]] && keys_args="2 $key $key:log"
     args="\"\" 0 $id 1000 1000000 1000 -1 1"
-    echo "$name before ($ref)|EVALSHA $(load "$ref_script") $keys_args $args"
+    # REF's own one-check script when it has one (REF after the lean scripts).
+    before="$ref_script"
+    [[ -f "$tmp/ref.kSingle$name.lua" ]] && before="$tmp/ref.kSingle$name.lua"
+    echo "$name before ($ref)|EVALSHA $(load "$before") $keys_args $args"
     echo "$name after: batch script|EVALSHA $(load "$tmp/new.kBatchScript.lua") $keys_args $args"
     echo "$name after: one-check script|EVALSHA $(load "$tmp/new.kSingle$name.lua") $keys_args $args"
   done

@@ -12,7 +12,7 @@
 #    unprivileged user with no_new_privs, on loopback ports; one GET /v1/check with curl;
 #    SIGTERM. Not under systemd: there is no init system here, so the unit's sandboxing
 #    is not exercised (tests/package/systemd_unit_test.sh checks it offline).
-# 4. reinstall: an edited conffile is kept
+# 4. upgrade to the same build packed as a newer version: an edited conffile is kept
 # 5. apt-get remove: nothing is left but the conffiles; apt-get purge: nothing at all
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -99,11 +99,20 @@ pid=""
 [[ $rc -eq 0 ]] || { cat "$log" >&2; fail "sluiced exited $rc after SIGTERM"; }
 grep -q 'event=stopped' "$log" || fail "no 'stopped' log line"
 
-step "reinstall keeps an edited conffile"
+step "upgrade to a newer version keeps an edited conffile"
+# The same package with a higher version: dpkg runs the upgrade path (prerm upgrade,
+# postinst configure OLD_VERSION) and must keep the operator's edit.
+next_version="$version+upgradetest"
+dpkg-deb -R "$deb" "$work/next"
+sed -i "s/^Version: .*/Version: $next_version/" "$work/next/DEBIAN/control"
+next_deb="$work/sluice_next.deb"
+dpkg-deb -b "$work/next" "$next_deb" >/dev/null
 echo "# edited by package_install_test" >>/etc/sluice/sluiced.yaml
-apt-get install --reinstall "${apt_opts[@]}" "$deb"
+apt-get install "${apt_opts[@]}" "$next_deb"
+[[ $(dpkg-query -W -f='${Version}' sluice) == "$next_version" ]] || fail "not upgraded"
 grep -q 'edited by package_install_test' /etc/sluice/sluiced.yaml ||
-  fail "the reinstall overwrote the edited /etc/sluice/sluiced.yaml"
+  fail "the upgrade overwrote the edited /etc/sluice/sluiced.yaml"
+sluiced --check-config /etc/sluice/sluiced.yaml >/dev/null || fail "config invalid after upgrade"
 
 step "apt-get remove sluice: only the conffiles stay"
 mapfile -t conffiles < <(dpkg-query -W -f='${Conffiles}\n' sluice | awk 'NF {print $1}')

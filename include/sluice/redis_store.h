@@ -52,6 +52,11 @@ struct RedisStoreOptions {
   // While a connection is down, calls on it fail at once (kUnavailable): nothing is
   // queued to replay later.
   int connections = 2;
+  // True: Create fails unless every connection can be established now. False
+  // (degraded start, e.g. a daemon that must come up while Redis is down): Create
+  // validates the options and returns at once; connections are made in the
+  // background and calls fail with kUnavailable until one is up.
+  bool require_connection = true;
   // Tests only: scripts use the `now` the caller passes instead of Redis's TIME, so a
   // request sequence can be replayed identically against MemoryStore. TTLs are then
   // padded by an hour, since Redis expires keys on its own clock.
@@ -65,7 +70,7 @@ struct RedisStoreOptions {
 struct RedisStoreStats {
   std::uint64_t calls = 0;           // evaluations sent (batches, not checks)
   std::uint64_t errors = 0;          // evaluations that failed (timeouts included)
-  std::uint64_t timeouts = 0;        // commands whose deadline passed first
+  std::uint64_t timeouts = 0;        // evaluations and refunds a caller saw time out
   std::uint64_t script_reloads = 0;  // NOSCRIPT answered and the script loaded again
   std::uint64_t reconnects = 0;      // connections re-established after a loss
   // Redis Cluster only (0 otherwise):
@@ -92,10 +97,13 @@ class RedisStore final : public Store {
   // checks, a cost above the policy's capacity), DeadlineExceeded (the script may
   // have run), Unavailable (not connected, or Redis answered an error such as OOM).
   Status Evaluate(std::span<const StoreCheck> checks, Micros now, std::span<Decision> out) override;
-  // Non-blocking: queues the script and returns; `done` is called exactly once, on an
-  // internal I/O thread (or inline on an immediate failure), by call_timeout at the
-  // latest. It must not block. This is the API for load generators: thousands of
-  // calls in flight share the connections' pipelines.
+  // Non-blocking: queues the script and returns; `done` is called exactly once, by
+  // call_timeout at the latest, on an internal thread: a connection's I/O thread
+  // (replies, timeouts, a lost connection) or the store's completion thread (failures
+  // known at once, e.g. not connected). Never on the calling thread — except invalid
+  // input (InvalidArgument), reported inline — so `done` may call EvaluateAsync again
+  // without starving reconnection. It must not block. This is the API for load
+  // generators: thousands of calls in flight share the connections' pipelines.
   void EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
                      EvaluateCallback done) override;
   // Store::Refund as one script call (atomic), blocking, bounded by call_timeout;

@@ -11,29 +11,57 @@
 namespace sluice::redis {
 
 Result<std::unique_ptr<Connection>> Connection::Open(const ConnectOptions& options,
-                                                     std::shared_ptr<ConnectionStats> stats) {
+                                                     std::shared_ptr<ConnectionStats> stats,
+                                                     std::shared_ptr<CompletionQueue> completions) {
   auto t = ConnectAndHandshake(options.handshake);
   if (!t.ok()) return t.status();
-  std::unique_ptr<Connection> c(new Connection(options, std::move(stats), std::move(*t)));
-  if (c->wake_fd_ < 0) return Status::Internal("eventfd failed: " + std::string(strerror(errno)));
+  std::unique_ptr<Connection> c(
+      new Connection(options, std::move(stats), std::move(completions), std::move(*t)));
+  if (c->wake_fd_ < 0 || c->stop_fd_ < 0) {
+    return Status::Internal("eventfd failed: " + std::string(strerror(errno)));
+  }
   c->connected_.store(true, std::memory_order_release);
+  c->ever_connected_ = true;
+  c->thread_ = std::thread([p = c.get()] { p->Run(); });
+  return c;
+}
+
+std::unique_ptr<Connection> Connection::Start(const ConnectOptions& options,
+                                              std::shared_ptr<ConnectionStats> stats,
+                                              std::shared_ptr<CompletionQueue> completions) {
+  std::unique_ptr<Connection> c(
+      new Connection(options, std::move(stats), std::move(completions), nullptr));
+  c->last_error_ = "connecting in the background";
   c->thread_ = std::thread([p = c.get()] { p->Run(); });
   return c;
 }
 
 Connection::Connection(ConnectOptions options, std::shared_ptr<ConnectionStats> stats,
+                       std::shared_ptr<CompletionQueue> completions,
                        std::unique_ptr<Transport> transport)
-    : options_(std::move(options)), stats_(std::move(stats)), transport_(std::move(transport)) {
+    : options_(std::move(options)),
+      stats_(std::move(stats)),
+      completions_(std::move(completions)),
+      transport_(std::move(transport)) {
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
 
 Connection::~Connection() {
+  Shutdown();
+  if (wake_fd_ >= 0) close(wake_fd_);
+  if (stop_fd_ >= 0) close(stop_fd_);
+}
+
+void Connection::Shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
   Wake();
+  const std::uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(stop_fd_, &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
   // Anything queued after the thread stopped.
   std::vector<Queued> left;
@@ -45,7 +73,6 @@ Connection::~Connection() {
   for (Queued& q : left) {
     for (ReplyCallback& cb : q.callbacks) cb(s, nullptr);
   }
-  if (wake_fd_ >= 0) close(wake_fd_);
 }
 
 std::string Connection::last_error() const {
@@ -73,8 +100,8 @@ void Connection::Submit(std::string wire, Deadline deadline, std::vector<ReplyCa
                                     : "not connected to " + options_.url().Describe() +
                                           (last_error_.empty() ? "" : ": " + last_error_);
       lock.unlock();
-      const Status s = Status::Unavailable(why);
-      for (ReplyCallback& cb : callbacks) cb(s, nullptr);
+      // Never inline: see "Where callbacks run" in connection.h.
+      completions_->Fail(std::move(callbacks), Status::Unavailable(why));
       return;
     }
     queue_.push_back(Queued{std::move(wire), deadline, std::move(callbacks)});
@@ -84,6 +111,9 @@ void Connection::Submit(std::string wire, Deadline deadline, std::vector<ReplyCa
 }
 
 void Connection::Run() {
+  // Reconnects skip the scripts: the server keeps them, and NOSCRIPT reloads them.
+  HandshakeOptions reconnect = options_.handshake;
+  reconnect.scripts.clear();
   Micros backoff = 0;  // the first reconnect is immediate (e.g. after CLIENT KILL)
   for (;;) {
     if (transport_) {
@@ -99,10 +129,11 @@ void Connection::Run() {
       std::unique_lock<std::mutex> lock(mu_);
       if (cv_.wait_for(lock, std::chrono::microseconds(backoff), [&] { return stop_; })) return;
     }
-    auto t = ConnectAndHandshake(options_.handshake);
+    auto t = ConnectAndHandshake(reconnect, stop_fd_);
     if (t.ok()) {
       transport_ = std::move(*t);
-      stats_->reconnects.fetch_add(1, std::memory_order_relaxed);
+      if (ever_connected_) stats_->reconnects.fetch_add(1, std::memory_order_relaxed);
+      ever_connected_ = true;
       std::lock_guard<std::mutex> lock(mu_);
       connected_.store(true, std::memory_order_release);
       continue;

@@ -9,6 +9,16 @@
 // have run). There is no offline queue: while a connection is down, calls fail at once
 // and the I/O thread reconnects in the background with backoff.
 //
+// Where callbacks run: replies, timeouts and a lost connection on the I/O thread;
+// immediate failures (not connected, shutting down) on the CompletionQueue's thread.
+// Never on the submitting thread, so a callback may submit again without starving
+// anything: reconnection runs on the I/O thread whatever callbacks do.
+//
+// Scripts: only the first connect (Open) runs HandshakeOptions::scripts; a reconnect
+// is just connect + AUTH/SELECT/PING (one round trip each), so a killed connection is
+// back in well under a millisecond on loopback. The server keeps its script cache
+// across connections; when it did lose it, NodeClient answers NOSCRIPT.
+//
 // Bounds: the whole (re)connect handshake by connect_timeout; a reply by
 // kMaxReplyBytes (a larger one, or an endless stream, breaks the connection); an
 // unanswered command by its deadline, and the connection itself by stall_timeout past
@@ -26,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "redis/completion_queue.h"
 #include "redis/deadline.h"
 #include "redis/handshake.h"
 #include "redis/reply.h"
@@ -43,10 +54,9 @@ namespace sluice::redis {
 // client allocate per connection.
 inline constexpr std::size_t kMaxReplyBytes = 8 * 1024 * 1024;
 
-// Called exactly once. `reply` is non-null iff `status` is ok (it may be an error
-// reply); it is valid only during the call. Runs on a connection's I/O thread, or on
-// the submitting thread when the call fails at once; it must not block.
-using ReplyCallback = std::function<void(const Status& status, const redisReply* reply)>;
+// ReplyCallback (completion_queue.h) is called exactly once. `reply` is non-null iff
+// `status` is ok (it may be an error reply); it is valid only during the call. It runs
+// on an I/O thread or the completion thread (see above) and must not block.
 
 struct ConnectOptions {
   HandshakeOptions handshake;
@@ -75,9 +85,19 @@ class Connection {
  public:
   // Connects now (ConnectAndHandshake); fails if that fails.
   static Result<std::unique_ptr<Connection>> Open(const ConnectOptions& options,
-                                                  std::shared_ptr<ConnectionStats> stats);
-  // Fails every queued command with kUnavailable and joins the I/O thread.
+                                                  std::shared_ptr<ConnectionStats> stats,
+                                                  std::shared_ptr<CompletionQueue> completions);
+  // Starts disconnected: the I/O thread connects in the background (calls fail with
+  // kUnavailable until it succeeds). For a client that must start while Redis is down.
+  static std::unique_ptr<Connection> Start(const ConnectOptions& options,
+                                           std::shared_ptr<ConnectionStats> stats,
+                                           std::shared_ptr<CompletionQueue> completions);
+  // Fails every queued command with kUnavailable and joins the I/O thread; a
+  // (re)connect in progress is abandoned at once.
   ~Connection();
+  // The destructor's work, for an owner that must stop every connection before it
+  // destroys any (callbacks may still submit to the others). Idempotent.
+  void Shutdown();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
@@ -103,7 +123,7 @@ class Connection {
   };
 
   Connection(ConnectOptions options, std::shared_ptr<ConnectionStats> stats,
-             std::unique_ptr<Transport> transport);
+             std::shared_ptr<CompletionQueue> completions, std::unique_ptr<Transport> transport);
   void Run();
   // Drives the transport until it breaks or Stop; returns the reason it broke.
   std::string Serve();
@@ -111,8 +131,10 @@ class Connection {
 
   const ConnectOptions options_;
   std::shared_ptr<ConnectionStats> stats_;
+  std::shared_ptr<CompletionQueue> completions_;
   std::unique_ptr<Transport> transport_;  // owned by the I/O thread while connected
   int wake_fd_ = -1;
+  int stop_fd_ = -1;  // readable once the destructor runs: aborts a (re)connect
 
   mutable std::mutex mu_;
   std::condition_variable cv_;  // for backoff sleeps
@@ -121,6 +143,7 @@ class Connection {
   bool stop_ = false;
   std::string last_error_;
   std::atomic<bool> connected_{false};
+  bool ever_connected_ = false;  // I/O thread only
   std::thread thread_;
 };
 

@@ -5,7 +5,8 @@
 namespace sluice::redis {
 
 Result<ReplyPtr> RoundTrip(Transport& t, std::string_view wire, Deadline deadline,
-                           const std::string& where, const char* step, std::size_t max_bytes) {
+                           const std::string& where, const char* step, std::size_t max_bytes,
+                           int cancel_fd) {
   auto timed_out = [&] {
     return Status::Unavailable(where + " did not answer " + step + " in time (the handshake " +
                                "is bounded by connect_timeout)");
@@ -18,7 +19,7 @@ Result<ReplyPtr> RoundTrip(Transport& t, std::string_view wire, Deadline deadlin
         off += n;
         continue;
       case IoResult::kWouldBlock:
-        if (!PollUntil(t.fd(), t.PollEvents(true), deadline)) return timed_out();
+        if (!PollUntil(t.fd(), t.PollEvents(true), deadline, cancel_fd)) return timed_out();
         continue;
       default:
         return Status::Unavailable(where + ": " + step + " failed: " + t.error());
@@ -48,7 +49,7 @@ Result<ReplyPtr> RoundTrip(Transport& t, std::string_view wire, Deadline deadlin
         }
         continue;
       case IoResult::kWouldBlock:
-        if (!t.HasBuffered() && !PollUntil(t.fd(), t.PollEvents(false), deadline)) {
+        if (!t.HasBuffered() && !PollUntil(t.fd(), t.PollEvents(false), deadline, cancel_fd)) {
           return timed_out();
         }
         continue;
@@ -61,11 +62,11 @@ Result<ReplyPtr> RoundTrip(Transport& t, std::string_view wire, Deadline deadlin
   }
 }
 
-Result<std::unique_ptr<Transport>> ConnectAndHandshake(const HandshakeOptions& o) {
+Result<std::unique_ptr<Transport>> ConnectAndHandshake(const HandshakeOptions& o, int cancel_fd) {
   const Url& u = o.url;
   const std::string where = u.Describe();
   const Deadline deadline = DeadlineAfter(o.connect_timeout);
-  auto t = Connect(u, deadline);
+  auto t = Connect(u, deadline, cancel_fd);
   if (!t.ok()) {
     if (MicrosUntil(deadline) <= 0) {
       return Status::Unavailable("cannot connect to " + where + ": timed out after " +
@@ -80,14 +81,15 @@ Result<std::unique_ptr<Transport>> ConnectAndHandshake(const HandshakeOptions& o
     auto r = RoundTrip(tr,
                        u.user.empty() ? EncodeCommand({"AUTH", u.password})
                                       : EncodeCommand({"AUTH", u.user, u.password}),
-                       deadline, where, "AUTH");
+                       deadline, where, "AUTH", kMaxHandshakeReplyBytes, cancel_fd);
     if (!r.ok()) return r.status();
     if ((*r)->type == REDIS_REPLY_ERROR) {
       return Status::InvalidArgument("authentication to " + where + " failed: " + text(*r));
     }
   }
   {
-    auto r = RoundTrip(tr, EncodeCommand({"PING"}), deadline, where, "PING");
+    auto r = RoundTrip(tr, EncodeCommand({"PING"}), deadline, where, "PING",
+                       kMaxHandshakeReplyBytes, cancel_fd);
     if (!r.ok()) return r.status();
     if ((*r)->type == REDIS_REPLY_ERROR) {
       const std::string e = text(*r);
@@ -104,7 +106,8 @@ Result<std::unique_ptr<Transport>> ConnectAndHandshake(const HandshakeOptions& o
   }
   if (u.db != 0) {
     const std::string db = std::to_string(u.db);
-    auto r = RoundTrip(tr, EncodeCommand({"SELECT", db}), deadline, where, "SELECT");
+    auto r = RoundTrip(tr, EncodeCommand({"SELECT", db}), deadline, where, "SELECT",
+                       kMaxHandshakeReplyBytes, cancel_fd);
     if (!r.ok()) return r.status();
     if ((*r)->type == REDIS_REPLY_ERROR) {
       return Status::InvalidArgument("cannot select database " + db + " on " + where + ": " +

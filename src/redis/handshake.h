@@ -32,12 +32,14 @@ struct HandshakeOptions {
 // Connects and prepares a connection. The error names what failed: refused, timed
 // out, wrong password (InvalidArgument), a bad database (InvalidArgument), a peer that
 // does not speak Redis, a SCRIPT LOAD the server refused.
-Result<std::unique_ptr<Transport>> ConnectAndHandshake(const HandshakeOptions& options);
+// `cancel_fd` (if >= 0) aborts every wait as soon as it is readable.
+Result<std::unique_ptr<Transport>> ConnectAndHandshake(const HandshakeOptions& options,
+                                                       int cancel_fd = -1);
 
 // One blocking round trip on `t` by `deadline`: writes `wire` (one command), reads
 // exactly one reply (at most `max_bytes` of it). `step` names the command in errors.
 Result<ReplyPtr> RoundTrip(Transport& t, std::string_view wire, Deadline deadline,
                            const std::string& where, const char* step,
-                           std::size_t max_bytes = kMaxHandshakeReplyBytes);
+                           std::size_t max_bytes = kMaxHandshakeReplyBytes, int cancel_fd = -1);
 
 }  // namespace sluice::redis

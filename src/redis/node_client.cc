@@ -10,12 +10,23 @@ Result<std::unique_ptr<NodeClient>> NodeClient::Create(NodeOptions options,
                                                        std::shared_ptr<ConnectionStats> stats) {
   const int n = std::max(1, options.connections);
   std::unique_ptr<NodeClient> c(new NodeClient(std::move(options), std::move(stats)));
+  c->completions_ =
+      c->options_.completions ? c->options_.completions : std::make_shared<CompletionQueue>();
   for (int i = 0; i < n; ++i) {
-    auto conn = Connection::Open(c->options_.connect, c->stats_);
+    if (!c->options_.connect_now) {
+      c->conns_.push_back(Connection::Start(c->options_.connect, c->stats_, c->completions_));
+      continue;
+    }
+    auto conn = Connection::Open(c->options_.connect, c->stats_, c->completions_);
     if (!conn.ok()) return conn.status();
     c->conns_.push_back(std::move(*conn));
   }
   return c;
+}
+
+NodeClient::~NodeClient() {
+  for (auto& c : conns_) c->Shutdown();
+  completions_.reset();  // the last reference (unless shared) drains and joins
 }
 
 bool NodeClient::connected() const {

@@ -21,6 +21,12 @@ namespace sluice::redis {
 struct NodeOptions {
   ConnectOptions connect;
   int connections = 2;
+  // False: Create returns at once with every connection connecting in the background
+  // (calls fail with kUnavailable until one is up). True: Create connects them all.
+  bool connect_now = true;
+  // Where immediate failures are delivered; null: the node makes its own. A router
+  // may share one across its nodes.
+  std::shared_ptr<CompletionQueue> completions;
 };
 
 // One command for a node. `script`, when set, is the source of the script `wire`
@@ -32,6 +38,8 @@ struct Command {
 
 class NodeClient {
  public:
+  // Stops every connection, then delivers pending failures, then frees them.
+  ~NodeClient();
   // Opens every connection; fails with the first connection's error.
   static Result<std::unique_ptr<NodeClient>> Create(NodeOptions options,
                                                     std::shared_ptr<ConnectionStats> stats);
@@ -56,6 +64,7 @@ class NodeClient {
 
   NodeOptions options_;
   std::shared_ptr<ConnectionStats> stats_;
+  std::shared_ptr<CompletionQueue> completions_;
   std::vector<std::unique_ptr<Connection>> conns_;
   std::atomic<std::uint64_t> next_{0};
 };

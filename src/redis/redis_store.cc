@@ -33,6 +33,10 @@ struct Batch {
 struct Call {
   std::uint64_t capacity[kMaxBatch];
   std::size_t n = 0;
+  // Set by whoever counts this call's timeout first: the reply callback (the I/O
+  // thread's deadline passed) or a blocking caller whose wait ended first. Each
+  // timeout a caller sees is counted exactly once.
+  std::atomic<bool> timeout_counted{false};
 };
 
 // Merges the RedisStoreOptions fields into the parsed URL: a field that is set wins.
@@ -50,8 +54,8 @@ void MergeFields(const RedisStoreOptions& o, redis::Url* u) {
 
 struct RedisStore::Impl {
   RedisStoreOptions options;
-  std::atomic<std::uint64_t> calls{0}, errors{0}, cross_slot_refunds{0};
-  bool cluster = false;  // keys may live in different slots
+  std::atomic<std::uint64_t> calls{0}, errors{0}, timeouts{0}, cross_slot_refunds{0};
+  bool cluster = false;  // keys may live in different hash slots
   // Last, so it is destroyed first: its shutdown completes calls in flight, whose
   // callbacks still use the members above.
   std::unique_ptr<redis::Router> router;
@@ -65,8 +69,21 @@ struct RedisStore::Impl {
   }
 
   void CheckMaxmemory(redis::NodeClient& node);
-  void SendBatch(std::span<const StoreCheck> checks, Micros now, bool refund,
-                 redis::Deadline deadline, EvaluateCallback done);
+  void CountTimeout(Call& call) {
+    if (!call.timeout_counted.exchange(true, std::memory_order_acq_rel)) {
+      timeouts.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  // EvaluateAsync with the deadline given; returns the call (null if it failed at
+  // once) so that a blocking caller can count its own timeout.
+  std::shared_ptr<Call> Evaluate(std::span<const StoreCheck> checks, Micros now,
+                                 redis::Deadline deadline, EvaluateCallback done);
+  std::shared_ptr<Call> Refund(std::span<const StoreCheck> checks, Micros now,
+                               redis::Deadline deadline, RefundCallback done);
+  // Sends one EVALSHA of `script` (loaded on NOSCRIPT by the router) and hands the
+  // parsed decisions (call->n of them) to `done`.
+  void Run(std::string_view routing_key, const redis::Script& script, std::string wire,
+           std::shared_ptr<Call> call, redis::Deadline deadline, EvaluateCallback done);
 };
 
 // Eviction would silently forget counters (letting more requests through), so only
@@ -127,6 +144,7 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
   no.connect.handshake.scripts = redis::AllScripts();
   no.connect.stall_timeout = std::max<Micros>(1'000'000, 4 * options.call_timeout);
   no.connections = options.connections;
+  no.connect_now = options.require_connection;
   std::unique_ptr<redis::Router> router;
   if (url->topology == redis::Topology::kCluster) {
     auto cluster = redis::ClusterRouter::Create(std::move(no));
@@ -148,73 +166,13 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
 RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RedisStore::~RedisStore() = default;
 
-namespace {
-
-Status ValidateChecks(std::span<const StoreCheck> checks) {
-  if (checks.size() > kMaxBatch) {
-    return Status::InvalidArgument("at most 16 limits can be checked at once");
-  }
-  for (const StoreCheck& c : checks) {
-    if (c.policy == nullptr) return Status::InvalidArgument("a check has no policy");
-    if (c.key.empty()) return Status::InvalidArgument("a check has an empty key");
-    if (c.cost > c.policy->Capacity()) {
-      return Status::InvalidArgument("cost " + std::to_string(c.cost) + " exceeds the capacity " +
-                                     std::to_string(c.policy->Capacity()) + " of policy '" +
-                                     c.policy->name + "': such a request could never pass");
-    }
-  }
-  return Status::Ok();
-}
-
-}  // namespace
-
-// One script call for checks that all live in one hash slot: the algorithm's lean
-// one-check script for one check, the batch script otherwise; a refund is the batch
-// script with every cost negated (lua/dispatch.lua) and an empty reply.
-void RedisStore::Impl::SendBatch(std::span<const StoreCheck> checks, Micros now, bool refund,
-                                 redis::Deadline deadline, EvaluateCallback done) {
-  calls.fetch_add(1, std::memory_order_relaxed);
-  std::size_t nkeys = 0;
-  for (const StoreCheck& c : checks) {
-    nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
-  }
-  // One check (the common call) runs its algorithm's lean script, which costs Redis a
-  // fraction of the batch script's CPU (lua/single_head.lua); both take the same
-  // arguments and give the same reply.
-  auto call = std::make_shared<Call>();
-  const redis::Script& script = checks.size() == 1 && !refund
-                                    ? redis::SingleCheckScript(checks[0].policy->algorithm)
-                                    : redis::BatchScript();
-  redis::CommandBuilder b(3 + nkeys + 2 + 6 * checks.size());
-  b.Add("EVALSHA").Add(script.sha).Add(static_cast<long long>(nkeys));
-  std::string log_key;
-  for (const StoreCheck& c : checks) {
-    b.Add(c.key);
-    if (c.policy->algorithm == Algorithm::kSlidingWindowLog) {
-      log_key.assign(c.key);
-      log_key.append(":log");
-      b.Add(log_key);
-    }
-  }
-  if (options.use_caller_time) {
-    b.Add(static_cast<long long>(now)).Add(kCallerTimeTtlPadMs);
-  } else {
-    b.Add("").Add(0LL);
-  }
-  for (const StoreCheck& c : checks) {
-    const Policy& p = *c.policy;
-    const long long cost = static_cast<long long>(c.cost);
-    b.Add(static_cast<long long>(p.algorithm))
-        .Add(static_cast<long long>(p.limit))
-        .Add(static_cast<long long>(p.window))
-        .Add(static_cast<long long>(p.Capacity()))
-        .Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL)
-        .Add(refund ? -cost : cost);
-    if (!refund) call->capacity[call->n++] = p.Capacity();
-  }
+void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& script,
+                           std::string wire, std::shared_ptr<Call> call, redis::Deadline deadline,
+                           EvaluateCallback done) {
   auto on_reply = [this, call, done = std::move(done)](const Status& s, const redisReply* r) {
     if (!s.ok()) {
       errors.fetch_add(1, std::memory_order_relaxed);
+      if (s.code() == ErrorCode::kDeadlineExceeded) CountTimeout(*call);
       done(s, {});
       return;
     }
@@ -241,56 +199,122 @@ void RedisStore::Impl::SendBatch(std::span<const StoreCheck> checks, Micros now,
     }
     done(Status::Ok(), std::span<const Decision>(out.decisions, out.n));
   };
-  // Every key of a batch shares one hash slot (the caller split it by slot), so the
-  // first key routes the whole script.
-  router->Send(checks[0].key, redis::Command{b.Take(), script.source}, deadline,
+  router->Send(routing_key, redis::Command{std::move(wire), script.source}, deadline,
                std::move(on_reply));
 }
 
+namespace {
+
+Status ValidateChecks(std::span<const StoreCheck> checks) {
+  if (checks.size() > kMaxBatch) {
+    return Status::InvalidArgument("at most 16 limits can be checked at once");
+  }
+  for (const StoreCheck& c : checks) {
+    if (c.policy == nullptr) return Status::InvalidArgument("a check has no policy");
+    if (c.key.empty()) return Status::InvalidArgument("a check has an empty key");
+    if (c.cost > c.policy->Capacity()) {
+      return Status::InvalidArgument("cost " + std::to_string(c.cost) + " exceeds the capacity " +
+                                     std::to_string(c.policy->Capacity()) + " of policy '" +
+                                     c.policy->name + "': such a request could never pass");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 void RedisStore::EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
                                EvaluateCallback done) {
+  impl_->Evaluate(checks, now, redis::DeadlineAfter(impl_->options.call_timeout), std::move(done));
+}
+
+std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> checks, Micros now,
+                                                 redis::Deadline deadline, EvaluateCallback done) {
+  RedisStore::Impl* impl_ = this;
   if (Status s = ValidateChecks(checks); !s.ok()) {
     done(s, {});
-    return;
+    return nullptr;
   }
   if (checks.empty()) {
     done(Status::Ok(), {});
-    return;
+    return nullptr;
   }
-  const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
-  if (!impl_->cluster || checks.size() == 1 || redis::CountSlots(checks) == 1) {
-    impl_->SendBatch(checks, now, /*refund=*/false, deadline, std::move(done));
-    return;
+  if (cluster && checks.size() > 1 && redis::CountSlots(checks) > 1) {
+    // Keys in several hash slots: reserve per slot, refund if any slot denies
+    // (redis/cross_slot.h). Each slot's part comes back here as a one-slot batch.
+    redis::EvaluateAcrossSlots(
+        checks, deadline,
+        [this, now](std::span<const StoreCheck> c, redis::Deadline d, EvaluateCallback cb) {
+          Evaluate(c, now, d, std::move(cb));
+        },
+        [this, now](std::span<const StoreCheck> c, redis::Deadline d, RefundCallback cb) {
+          cross_slot_refunds.fetch_add(1, std::memory_order_relaxed);
+          Refund(c, now, d, std::move(cb));
+        },
+        std::move(done));
+    return nullptr;
   }
-  // Keys in several slots (a cluster): reserve per slot, refund if any slot denies.
-  Impl* impl = impl_.get();
-  redis::EvaluateAcrossSlots(
-      checks, deadline,
-      [impl, now](std::span<const StoreCheck> c, redis::Deadline d, EvaluateCallback cb) {
-        impl->SendBatch(c, now, false, d, std::move(cb));
-      },
-      [impl, now](std::span<const StoreCheck> c, redis::Deadline d, RefundCallback cb) {
-        impl->cross_slot_refunds.fetch_add(1, std::memory_order_relaxed);
-        impl->SendBatch(
-            c, now, true, d,
-            [cb = std::move(cb)](const Status& s, std::span<const Decision>) { cb(s); });
-      },
-      std::move(done));
+  impl_->calls.fetch_add(1, std::memory_order_relaxed);
+  std::size_t nkeys = 0;
+  for (const StoreCheck& c : checks) {
+    nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
+  }
+  // One check (the common call) runs its algorithm's lean script, which costs Redis a
+  // fraction of the batch script's CPU (lua/single_head.lua); both take the same
+  // arguments and give the same reply.
+  auto call = std::make_shared<Call>();
+  const redis::Script& script = checks.size() == 1
+                                    ? redis::SingleCheckScript(checks[0].policy->algorithm)
+                                    : redis::BatchScript();
+  redis::CommandBuilder b(3 + nkeys + 2 + 6 * checks.size());
+  b.Add("EVALSHA").Add(script.sha).Add(static_cast<long long>(nkeys));
+  std::string log_key;
+  for (const StoreCheck& c : checks) {
+    b.Add(c.key);
+    if (c.policy->algorithm == Algorithm::kSlidingWindowLog) {
+      log_key.assign(c.key);
+      log_key.append(":log");
+      b.Add(log_key);
+    }
+  }
+  if (impl_->options.use_caller_time) {
+    b.Add(static_cast<long long>(now)).Add(kCallerTimeTtlPadMs);
+  } else {
+    b.Add("").Add(0LL);
+  }
+  for (const StoreCheck& c : checks) {
+    const Policy& p = *c.policy;
+    b.Add(static_cast<long long>(p.algorithm))
+        .Add(static_cast<long long>(p.limit))
+        .Add(static_cast<long long>(p.window))
+        .Add(static_cast<long long>(p.Capacity()))
+        .Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL)
+        .Add(static_cast<long long>(c.cost));
+    call->capacity[call->n++] = p.Capacity();
+  }
+  // Every key of a batch shares the hash tag of the first one (sluice keys carry
+  // one), so the first key routes the whole script.
+  impl_->Run(checks[0].key, script, b.Take(), call, deadline, std::move(done));
+  return call;
 }
 
 Status RedisStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
                             std::span<Decision> out) {
   if (out.size() < checks.size()) return Status::InvalidArgument("output span too small");
+  // The wait and the I/O thread share one deadline; whichever ends the call first
+  // counts its timeout (Call::timeout_counted).
   const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
   auto w = std::make_shared<redis::Waiter<Batch>>();
-  EvaluateAsync(checks, now, [w](const Status& s, std::span<const Decision> d) {
-    w->Complete([&](Batch& b) {
-      b.status = s;
-      b.n = d.size();
-      std::copy(d.begin(), d.end(), b.decisions);
-    });
-  });
+  auto call =
+      impl_->Evaluate(checks, now, deadline, [w](const Status& s, std::span<const Decision> d) {
+        w->Complete([&](Batch& b) {
+          b.status = s;
+          b.n = d.size();
+          std::copy(d.begin(), d.end(), b.decisions);
+        });
+      });
   if (!w->Wait(deadline)) {
+    if (call) impl_->CountTimeout(*call);
     return Status::DeadlineExceeded("Redis did not answer within " +
                                     std::to_string(impl_->options.call_timeout / 1000) + " ms");
   }
@@ -303,6 +327,12 @@ Status RedisStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
 // A refund is the batch script with every cost negated (lua/dispatch.lua), even for one
 // check: refunds are rare, and the one-check scripts stay lean. The reply is empty.
 void RedisStore::RefundAsync(std::span<const StoreCheck> checks, Micros now, RefundCallback done) {
+  impl_->Refund(checks, now, redis::DeadlineAfter(impl_->options.call_timeout), std::move(done));
+}
+
+std::shared_ptr<Call> RedisStore::Impl::Refund(std::span<const StoreCheck> checks, Micros now,
+                                               redis::Deadline deadline, RefundCallback done) {
+  RedisStore::Impl* impl_ = this;
   Status s = ValidateChecks(checks);
   for (const StoreCheck& c : checks) {
     if (s.ok() && c.cost == 0) {
@@ -311,27 +341,63 @@ void RedisStore::RefundAsync(std::span<const StoreCheck> checks, Micros now, Ref
   }
   if (!s.ok() || checks.empty()) {
     done(s);
-    return;
+    return nullptr;
   }
-  const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
-  auto send = [impl = impl_.get(), now](std::span<const StoreCheck> c, redis::Deadline d,
-                                        RefundCallback cb) {
-    impl->SendBatch(c, now, true, d,
-                    [cb = std::move(cb)](const Status& st, std::span<const Decision>) { cb(st); });
-  };
-  if (!impl_->cluster || redis::CountSlots(checks) == 1) {
-    send(checks, deadline, std::move(done));
-    return;
+  if (cluster && checks.size() > 1 && redis::CountSlots(checks) > 1) {
+    // Keys in several slots: one refund script per slot (atomic per slot only).
+    redis::RefundAcrossSlots(
+        checks, deadline,
+        [this, now](std::span<const StoreCheck> c, redis::Deadline d, RefundCallback cb) {
+          Refund(c, now, d, std::move(cb));
+        },
+        std::move(done));
+    return nullptr;
   }
-  // Keys in several slots: one refund script per slot (atomic per slot only).
-  redis::RefundAcrossSlots(checks, deadline, send, std::move(done));
+  impl_->calls.fetch_add(1, std::memory_order_relaxed);
+  std::size_t nkeys = 0;
+  for (const StoreCheck& c : checks) {
+    nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
+  }
+  auto call = std::make_shared<Call>();
+  const redis::Script& script = redis::BatchScript();
+  redis::CommandBuilder b(3 + nkeys + 2 + 6 * checks.size());
+  b.Add("EVALSHA").Add(script.sha).Add(static_cast<long long>(nkeys));
+  std::string log_key;
+  for (const StoreCheck& c : checks) {
+    b.Add(c.key);
+    if (c.policy->algorithm == Algorithm::kSlidingWindowLog) {
+      log_key.assign(c.key);
+      log_key.append(":log");
+      b.Add(log_key);
+    }
+  }
+  if (impl_->options.use_caller_time) {
+    b.Add(static_cast<long long>(now)).Add(kCallerTimeTtlPadMs);
+  } else {
+    b.Add("").Add(0LL);
+  }
+  for (const StoreCheck& c : checks) {
+    const Policy& p = *c.policy;
+    b.Add(static_cast<long long>(p.algorithm))
+        .Add(static_cast<long long>(p.limit))
+        .Add(static_cast<long long>(p.window))
+        .Add(static_cast<long long>(p.Capacity()))
+        .Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL)
+        .Add(-static_cast<long long>(c.cost));
+  }
+  // call->n == 0: the reply must be an empty array.
+  impl_->Run(checks[0].key, script, b.Take(), call, deadline,
+             [done = std::move(done)](const Status& st, std::span<const Decision>) { done(st); });
+  return call;
 }
 
 Status RedisStore::Refund(std::span<const StoreCheck> checks, Micros now) {
   const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
   auto w = std::make_shared<redis::Waiter<Status>>();
-  RefundAsync(checks, now, [w](const Status& s) { w->Complete([&](Status& out) { out = s; }); });
+  auto call = impl_->Refund(checks, now, deadline,
+                            [w](const Status& s) { w->Complete([&](Status& out) { out = s; }); });
   if (!w->Wait(deadline)) {
+    if (call) impl_->CountTimeout(*call);
     return Status::DeadlineExceeded("Redis did not answer within " +
                                     std::to_string(impl_->options.call_timeout / 1000) + " ms");
   }
@@ -355,7 +421,7 @@ RedisStoreStats RedisStore::Stats() const {
   s.errors = impl_->errors.load(std::memory_order_relaxed);
   const redis::ConnectionStats& c = impl_->router->stats();
   s.script_reloads = c.script_reloads.load(std::memory_order_relaxed);
-  s.timeouts = c.timeouts.load(std::memory_order_relaxed);
+  s.timeouts = impl_->timeouts.load(std::memory_order_relaxed);
   s.reconnects = c.reconnects.load(std::memory_order_relaxed);
   s.moved = c.moved.load(std::memory_order_relaxed);
   s.ask = c.ask.load(std::memory_order_relaxed);

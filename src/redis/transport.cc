@@ -26,7 +26,7 @@ std::string Where(const Url& u) {
 
 // Connects one non-blocking socket to `addr` by `deadline`. Returns the fd or -1 with
 // *error set.
-int ConnectOne(int family, const sockaddr* addr, socklen_t len, Deadline deadline,
+int ConnectOne(int family, const sockaddr* addr, socklen_t len, Deadline deadline, int cancel_fd,
                std::string* error) {
   const int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
@@ -43,7 +43,7 @@ int ConnectOne(int family, const sockaddr* addr, socklen_t len, Deadline deadlin
     return -1;
   }
   if (rc < 0) {
-    if (!PollUntil(fd, POLLOUT, deadline)) {
+    if (!PollUntil(fd, POLLOUT, deadline, cancel_fd)) {
       *error = "timed out";
       close(fd);
       return -1;
@@ -99,19 +99,20 @@ IoResult Transport::Write(const char* buf, std::size_t n, std::size_t* wrote) {
   }
 }
 
-bool PollUntil(int fd, short events, Deadline deadline) {
+bool PollUntil(int fd, short events, Deadline deadline, int cancel_fd) {
   for (;;) {
     const Micros left = MicrosUntil(deadline);
     if (left <= 0) return false;
-    pollfd p{fd, events, 0};
+    pollfd p[2] = {{fd, events, 0}, {cancel_fd, POLLIN, 0}};
     const int ms = static_cast<int>(std::min<Micros>((left + 999) / 1000, 1'000'000));
-    const int rc = poll(&p, 1, ms);
+    const int rc = poll(p, cancel_fd >= 0 ? 2 : 1, ms);
+    if (rc > 0 && cancel_fd >= 0 && (p[1].revents & POLLIN)) return false;
     if (rc > 0) return true;
     if (rc < 0 && errno != EINTR) return true;
   }
 }
 
-Result<std::unique_ptr<Transport>> Connect(const Url& u, Deadline deadline) {
+Result<std::unique_ptr<Transport>> Connect(const Url& u, Deadline deadline, int cancel_fd) {
   std::string error;
   if (u.unix_socket) {
     sockaddr_un addr{};
@@ -120,8 +121,8 @@ Result<std::unique_ptr<Transport>> Connect(const Url& u, Deadline deadline) {
       return Status::InvalidArgument("unix socket path too long: " + u.path);
     }
     std::memcpy(addr.sun_path, u.path.c_str(), u.path.size() + 1);
-    const int fd =
-        ConnectOne(AF_UNIX, reinterpret_cast<sockaddr*>(&addr), sizeof(addr), deadline, &error);
+    const int fd = ConnectOne(AF_UNIX, reinterpret_cast<sockaddr*>(&addr), sizeof(addr), deadline,
+                              cancel_fd, &error);
     if (fd < 0) return Status::Unavailable("cannot connect to " + Where(u) + ": " + error);
     return std::unique_ptr<Transport>(new SocketTransport(fd));
   }
@@ -138,7 +139,7 @@ Result<std::unique_ptr<Transport>> Connect(const Url& u, Deadline deadline) {
   }
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(found, freeaddrinfo);
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = ConnectOne(a->ai_family, a->ai_addr, a->ai_addrlen, deadline, &error);
+    const int fd = ConnectOne(a->ai_family, a->ai_addr, a->ai_addrlen, deadline, cancel_fd, &error);
     if (fd >= 0) return std::unique_ptr<Transport>(new SocketTransport(fd));
     if (MicrosUntil(deadline) <= 0) break;
   }

@@ -53,11 +53,14 @@ class Transport {
 
 // Connects to `url`'s first endpoint (or unix socket) by `deadline`. Errors are
 // Unavailable and name the endpoint: refused, unreachable, timed out, unknown host.
-// Host names are resolved with getaddrinfo (numeric addresses without a lookup).
-Result<std::unique_ptr<Transport>> Connect(const Url& url, Deadline deadline);
+// Host names are resolved with getaddrinfo (numeric addresses without a lookup; a
+// name lookup is the one step not bounded by the deadline). `cancel_fd`, when >= 0,
+// aborts the wait as soon as it becomes readable (a destructor's stop signal).
+Result<std::unique_ptr<Transport>> Connect(const Url& url, Deadline deadline, int cancel_fd = -1);
 
-// Waits until `fd` is ready for `events` or `deadline` passes. False on timeout;
-// true when ready (or on a poll error, which the next I/O call reports).
-bool PollUntil(int fd, short events, Deadline deadline);
+// Waits until `fd` is ready for `events`, `deadline` passes or `cancel_fd` (if >= 0)
+// is readable. False on timeout or cancel; true when ready (or on a poll error, which
+// the next I/O call reports).
+bool PollUntil(int fd, short events, Deadline deadline, int cancel_fd = -1);
 
 }  // namespace sluice::redis

@@ -113,7 +113,24 @@ class Loader {
       } else if (k == "shadow_mode") {
         s.shadow_mode = Bool(v, "shadow_mode");
       } else if (k == "response_headers") {
-        s.response_headers = Bool(v, "response_headers");
+        const std::string h = v.IsScalar() ? v.Scalar() : std::string();
+        if (h == "x_ratelimit") {
+          s.response_headers = Settings::Headers::kXRateLimit;
+        } else if (h == "ratelimit") {
+          s.response_headers = Settings::Headers::kRateLimit;
+        } else if (h == "draft10") {
+          s.response_headers = Settings::Headers::kDraft10;
+        } else if (h == "none") {
+          s.response_headers = Settings::Headers::kNone;
+        } else if (h == "true" || h == "false" || h == "yes" || h == "no") {
+          s.response_headers = Bool(v, "response_headers") ? Settings::Headers::kXRateLimit
+                                                           : Settings::Headers::kNone;
+        } else {
+          Fail(v,
+               "response_headers must be x_ratelimit, ratelimit, draft10, none, true or false "
+               "(got '" +
+                   h + "')");
+        }
       } else if (k == "near_limit_ratio") {
         double r = -1;
         try {
@@ -158,8 +175,8 @@ class Loader {
 
   RateLimitSpec ParseRateLimit(const YAML::Node& n, const Settings& s) {
     CheckKeys(n, "rate_limit",
-              {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst",
-               "failure_mode", "fallback_divisor", "policy"});
+              {"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces",
+               "algorithm", "burst", "failure_mode", "fallback_divisor", "policy"});
     RateLimitSpec r;
     r.line = Line(n);
     r.algorithm = s.default_algorithm;
@@ -169,17 +186,16 @@ class Loader {
       const std::string unit = Str(u, "unit");
       std::string lower;
       for (char c : unit) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      if (lower == "second") {
-        r.unit = Unit::kSecond;
-      } else if (lower == "minute") {
-        r.unit = Unit::kMinute;
-      } else if (lower == "hour") {
-        r.unit = Unit::kHour;
-      } else if (lower == "day") {
-        r.unit = Unit::kDay;
-      } else {
-        Fail(u, "unit must be second, minute, hour or day (got '" + unit + "')");
+      for (int i = 1; i <= 7; ++i) {
+        if (lower == UnitName(static_cast<Unit>(i))) r.unit = static_cast<Unit>(i);
       }
+      if (r.unit == Unit::kUnknown) {
+        Fail(u, "unit must be second, minute, hour, day, week, month or year (got '" + unit + "')");
+      }
+    }
+    if (const YAML::Node m = n["unit_multiplier"]) {
+      r.unit_multiplier = static_cast<std::uint32_t>(Uint(m, "unit_multiplier", 1'000'000));
+      if (r.unit_multiplier == 0) Fail(m, "unit_multiplier must be at least 1");
     }
     if (const YAML::Node q = n["requests_per_unit"]) {
       r.requests_per_unit = static_cast<std::uint32_t>(
@@ -195,8 +211,10 @@ class Loader {
         if (name.empty()) Fail(item, "replaces item needs a non-empty name");
         r.replaces.push_back(name);
       }
-      if (!r.replaces.empty() && r.name.empty()) {
-        Fail(rep, "a rate_limit with replaces needs a name");
+      // envoyproxy/ratelimit: a rule without a name may replace others (its README's
+      // own example), but a rule may not replace itself.
+      for (const std::string& name : r.replaces) {
+        if (name == r.name) Fail(rep, "rate_limit '" + name + "' replaces itself");
       }
     }
     if (const YAML::Node a = n["algorithm"]) {
@@ -226,12 +244,14 @@ class Loader {
       if (Status st = ValidatePolicy(probe); !st.ok()) Fail(p, st.message());
     }
     if (r.unlimited) {
-      if (n["unit"] || n["requests_per_unit"]) {
-        Fail(n, "an unlimited rate_limit must not set unit or requests_per_unit");
+      if (n["unit"] || n["requests_per_unit"] || n["unit_multiplier"]) {
+        Fail(n, "an unlimited rate_limit must not set unit, requests_per_unit or unit_multiplier");
       }
       return r;
     }
-    if (r.unit == Unit::kUnknown) Fail(n, "rate_limit needs a unit (second, minute, hour or day)");
+    if (r.unit == Unit::kUnknown) {
+      Fail(n, "rate_limit needs a unit (second, minute, hour, day, week, month or year)");
+    }
     if (!n["requests_per_unit"]) Fail(n, "rate_limit needs requests_per_unit");
     if (r.requests_per_unit == 0) {
       Fail(n["requests_per_unit"],
@@ -246,7 +266,7 @@ class Loader {
     p.name = "probe";
     p.algorithm = r.algorithm;
     p.limit = r.requests_per_unit;
-    p.window = UnitMicros(r.unit);
+    p.window = UnitMicros(r.unit) * r.unit_multiplier;
     p.burst = r.burst;
     p.failure_mode = r.failure_mode;
     p.fallback_divisor = r.fallback_divisor;
@@ -260,9 +280,14 @@ class Loader {
   }
 
   DescriptorSpec ParseDescriptor(const YAML::Node& n, const Settings& s, int depth) {
-    if (depth > 16) Fail(n, "descriptors are nested more than 16 levels deep");
+    // A level deeper than a request may have entries could never match.
+    if (static_cast<std::size_t>(depth) >= s.max_entries) {
+      Fail(n, "descriptors are nested more than max_entries (" + std::to_string(s.max_entries) +
+                  ") levels deep: no request could reach this one");
+    }
     CheckKeys(n, "descriptor",
-              {"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric"});
+              {"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric",
+               "quota_mode", "share_threshold", "value_to_metric", "metadata"});
     DescriptorSpec d;
     d.line = Line(n);
     if (!n["key"]) Fail(n, "descriptor needs a key");
@@ -278,6 +303,15 @@ class Loader {
     }
     if (n["shadow_mode"]) d.shadow_mode = Bool(n["shadow_mode"], "shadow_mode");
     if (n["detailed_metric"]) d.detailed_metric = Bool(n["detailed_metric"], "detailed_metric");
+    if (n["quota_mode"]) d.quota_mode = Bool(n["quota_mode"], "quota_mode");
+    if (n["value_to_metric"]) d.value_to_metric = Bool(n["value_to_metric"], "value_to_metric");
+    if (n["share_threshold"]) {
+      d.share_threshold = Bool(n["share_threshold"], "share_threshold");
+      if (d.share_threshold && d.value.find('*') == std::string::npos) {
+        Fail(n["share_threshold"], "share_threshold applies only to a value with '*'");
+      }
+    }
+    // `metadata`: free-form, for tools reading the file; loaded and ignored.
     if (const YAML::Node c = n["descriptors"]) d.descriptors = ParseDescriptors(c, s, depth + 1);
     return d;
   }
@@ -311,6 +345,26 @@ class Loader {
     return d;
   }
 
+  // yaml-cpp keeps every pair of a mapping, and lookups find the first: a key given
+  // twice would silently ignore the second value. Rejects that in every mapping.
+  void CheckDuplicateKeys(const YAML::Node& n) {
+    if (n.IsMap()) {
+      std::map<std::string, int> seen;
+      for (const auto& kv : n) {
+        if (kv.first.IsScalar()) {
+          auto [it, fresh] = seen.emplace(kv.first.Scalar(), Line(kv.first));
+          if (!fresh) {
+            Fail(kv.first, "duplicate key '" + kv.first.Scalar() + "' (first on line " +
+                               std::to_string(it->second) + ")");
+          }
+        }
+        CheckDuplicateKeys(kv.second);
+      }
+    } else if (n.IsSequence()) {
+      for (const auto& item : n) CheckDuplicateKeys(item);
+    }
+  }
+
   Config Parse(const std::string& text) {
     std::vector<YAML::Node> docs;
     try {
@@ -318,6 +372,7 @@ class Loader {
     } catch (const YAML::ParserException& e) {
       FailAt(e.mark.line + 1, "invalid YAML: " + e.msg);
     }
+    for (const YAML::Node& doc : docs) CheckDuplicateKeys(doc);
     Config c;
     c.file = file_;
     // Settings first: they hold the defaults for every rate_limit, wherever they appear.
@@ -407,9 +462,19 @@ const char* UnitName(Unit u) {
       return "hour";
     case Unit::kDay:
       return "day";
+    case Unit::kWeek:
+      return "week";
+    case Unit::kMonth:
+      return "month";
+    case Unit::kYear:
+      return "year";
     default:
       return "unknown";
   }
+}
+
+bool ValidUnit(int unit) {
+  return unit >= 1 && unit <= 7;
 }
 
 Micros UnitMicros(Unit u) {
@@ -422,6 +487,12 @@ Micros UnitMicros(Unit u) {
       return 3'600'000'000;
     case Unit::kDay:
       return 86'400'000'000;
+    case Unit::kWeek:
+      return 7 * 86'400'000'000LL;
+    case Unit::kMonth:
+      return 30 * 86'400'000'000LL;
+    case Unit::kYear:
+      return 365 * 86'400'000'000LL;
     default:
       return 0;
   }
@@ -453,13 +524,65 @@ Result<Config> ParseConfig(const std::string& text, const std::string& file) {
   }
 }
 
-Result<Config> LoadConfig(const std::string& file) {
+namespace {
+
+Result<std::string> ReadFile(const std::string& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) return Status::InvalidArgument(file + ": cannot open the config file");
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) return Status::InvalidArgument(file + ": cannot read the config file");
-  return ParseConfig(ss.str(), file);
+  return ss.str();
+}
+
+}  // namespace
+
+Result<Config> LoadConfig(const std::string& file) {
+  auto text = ReadFile(file);
+  if (!text.ok()) return text.status();
+  return ParseConfig(*text, file);
+}
+
+ConfigFileWatcher::ConfigFileWatcher(std::string file, Micros settle)
+    : file_(std::move(file)), settle_(settle) {
+  MarkLoaded();
+}
+
+void ConfigFileWatcher::MarkLoaded() {
+  auto text = ReadFile(file_);
+  loaded_ = text.ok() ? std::move(*text) : std::string();
+  has_pending_ = false;
+}
+
+Result<Config> ConfigFileWatcher::Poll(Micros now) {
+  auto text = ReadFile(file_);
+  if (!text.ok()) {
+    // A file briefly missing (replaced by rename) is not a change to load.
+    return Status::NotFound("config file unreadable; keeping the running config");
+  }
+  if (*text == loaded_) {
+    has_pending_ = false;
+    return Status::NotFound("unchanged");
+  }
+  if (!has_pending_ || *text != pending_) {
+    // New content: wait until it stays the same for `settle`.
+    pending_ = std::move(*text);
+    pending_since_ = now;
+    has_pending_ = true;
+    pending_reported_ = false;
+    return Status::NotFound("changed; waiting for the file to settle");
+  }
+  if (now - pending_since_ < settle_) return Status::NotFound("waiting for the file to settle");
+  auto config = ParseConfig(pending_, file_);
+  if (!config.ok()) {
+    // Stable but invalid: reported once; the next change starts over.
+    if (pending_reported_) return Status::NotFound("unchanged invalid config");
+    pending_reported_ = true;
+    return config.status();
+  }
+  loaded_ = pending_;
+  has_pending_ = false;
+  return config;
 }
 
 }  // namespace sluice::service

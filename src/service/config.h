@@ -14,19 +14,34 @@
 
 namespace sluice::service {
 
-// The time units of envoyproxy/ratelimit, with the numbers Envoy's RateLimit.Unit uses.
-enum class Unit : int { kUnknown = 0, kSecond = 1, kMinute = 2, kHour = 3, kDay = 4 };
+// The time units of envoyproxy/ratelimit, with the numbers Envoy's RateLimit.Unit uses
+// (WEEK is 7 in newer Envoy APIs). A month is 30 days and a year 365, as in
+// envoyproxy/ratelimit: fixed lengths, not calendar ones.
+enum class Unit : int {
+  kUnknown = 0,
+  kSecond = 1,
+  kMinute = 2,
+  kHour = 3,
+  kDay = 4,
+  kMonth = 5,
+  kYear = 6,
+  kWeek = 7
+};
 
-// "second", "minute", "hour", "day".
+// "second", "minute", "hour", "day", "month", "year", "week".
 const char* UnitName(Unit u);
 // The unit's length in microseconds (0 for kUnknown).
 Micros UnitMicros(Unit u);
+// True for a known unit number (1-7).
+bool ValidUnit(int unit);
 
 // A `rate_limit:` block.
 struct RateLimitSpec {
   bool unlimited = false;
   Unit unit = Unit::kUnknown;
   std::uint32_t requests_per_unit = 0;
+  // `unit_multiplier`: the window is this many units (e.g. 30 with `second`).
+  std::uint32_t unit_multiplier = 1;
   // `name`: reported in responses (current_limit.name) and used by `replaces`.
   std::string name;
   // Names of limits this one replaces when both match one request.
@@ -53,6 +68,13 @@ struct DescriptorSpec {
   RateLimitSpec rate_limit;
   bool shadow_mode = false;
   bool detailed_metric = false;
+  // `quota_mode`: over the limit is reported (metrics, status) but answered OK.
+  bool quota_mode = false;
+  // `share_threshold`: every value matching this wildcard value shares one counter
+  // (default: one counter per value).
+  bool share_threshold = false;
+  // `value_to_metric`: the request's value joins this descriptor's metric label.
+  bool value_to_metric = false;
   std::vector<DescriptorSpec> descriptors;
   int line = 0;
 };
@@ -78,8 +100,20 @@ struct Settings {
   FailureMode default_failure_mode = FailureMode::kFailOpen;
   // Every limit in shadow mode: decide, report and count, but always answer OK.
   bool shadow_mode = false;
-  // Add x-ratelimit-* headers to responses.
-  bool response_headers = true;
+  // Rate-limit headers in responses (HTTP answers, gRPC response_headers_to_add).
+  // YAML: true (= x_ratelimit), false (= none) or one of the names below.
+  enum class Headers {
+    kNone,
+    // X-RateLimit-Limit / -Remaining / -Reset (+ Retry-After when over), limit followed
+    // by every descriptor's quota policy as Envoy's draft-03 headers do.
+    kXRateLimit,
+    // The same without the X- prefix: RateLimit-Limit / -Remaining / -Reset.
+    kRateLimit,
+    // IETF draft-ietf-httpapi-ratelimit-headers-10: RateLimit-Policy and RateLimit,
+    // one item per limited descriptor.
+    kDraft10,
+  };
+  Headers response_headers = Headers::kXRateLimit;
   // A decision with less than (1 - ratio) of the limit left counts as "near limit".
   double near_limit_ratio = 0.8;
   // How often the config file is checked for changes (0 disables polling; SIGHUP works).
@@ -106,6 +140,36 @@ Result<Config> ParseConfig(const std::string& text, const std::string& file);
 
 // Reads and parses `file`.
 Result<Config> LoadConfig(const std::string& file);
+
+// Watches a config file for changes that are complete. Editors and deploy tools often
+// write a file in place in several steps; a reload between two steps would load a
+// half-written config (which may well parse). A change is handed out only once the
+// file's bytes have stayed the same for `settle` and they parse; the caller keeps its
+// running config otherwise. Not thread-safe (one poller).
+class ConfigFileWatcher {
+ public:
+  // The file's current content counts as loaded.
+  ConfigFileWatcher(std::string file, Micros settle);
+
+  // Called at each poll with a monotonic `now`. Returns a parsed config when the file
+  // changed since the last config handed out and its content has not changed for
+  // `settle`; an error when such stable content does not parse (reported once per
+  // content); nullopt-like NotFound when there is nothing to load yet.
+  Result<Config> Poll(Micros now);
+
+  // Marks the file's current content as loaded (after a reload done another way, e.g.
+  // SIGHUP).
+  void MarkLoaded();
+
+ private:
+  std::string file_;
+  Micros settle_;
+  std::string loaded_;   // content of the last config handed out
+  std::string pending_;  // content seen changed, waiting to settle
+  Micros pending_since_ = 0;
+  bool has_pending_ = false;
+  bool pending_reported_ = false;
+};
 
 // Checks "ADDR:PORT" ("[::1]:8080" for IPv6); port 0 means "pick a free one".
 Status ValidateListenAddress(const std::string& addr);

@@ -95,6 +95,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     }
   }
   d->FileChanged();
+  d->watcher_ = std::make_unique<ConfigFileWatcher>(d->options_.config_file, kConfigSettle);
   auto config = LoadConfig(d->options_.config_file);
   if (!config.ok()) return config.status();
   d->ApplyOverrides(config->settings);
@@ -176,7 +177,11 @@ Daemon::~Daemon() {
 }
 
 Status Daemon::Reload(const char* reason) {
-  auto config = LoadConfig(options_.config_file);
+  if (watcher_) watcher_->MarkLoaded();
+  return Apply(LoadConfig(options_.config_file), reason);
+}
+
+Status Daemon::Apply(Result<Config> config, const char* reason) {
   if (!config.ok()) {
     engine_->metrics().CountReload(false);
     Log(LogLevel::kError, "config_rejected",
@@ -207,7 +212,15 @@ Status Daemon::Reload(const char* reason) {
 }
 
 void Daemon::ReloadIfChanged() {
-  if (FileChanged()) (void)Reload("file_changed");
+  if (!watcher_) {
+    watcher_ = std::make_unique<ConfigFileWatcher>(options_.config_file, kConfigSettle);
+  }
+  const Micros now = std::chrono::duration_cast<std::chrono::microseconds>(
+                         std::chrono::steady_clock::now().time_since_epoch())
+                         .count();
+  auto config = watcher_->Poll(now);
+  if (config.status().code() == ErrorCode::kNotFound) return;
+  (void)Apply(std::move(config), "file_changed");
 }
 
 void Daemon::BeginDrain() {

@@ -62,8 +62,11 @@ class Daemon {
   // Re-reads the config file. On error the running configuration stays and the error
   // (FILE:LINE: why) is logged and returned.
   Status Reload(const char* reason);
-  // Reloads when the file's mtime, size or inode changed since the last load.
+  // Reloads when the file's content changed and then stayed the same for
+  // kConfigSettle (a file written in place in several steps is never loaded
+  // half-written); an invalid config is logged once and the running one stays.
   void ReloadIfChanged();
+  static constexpr Micros kConfigSettle = 1'000'000;
   // SIGTERM's first step: /readyz 503 and gRPC health NOT_SERVING while requests are
   // still served. The caller waits options.drain_period, then calls Shutdown().
   void BeginDrain();
@@ -77,6 +80,7 @@ class Daemon {
   Daemon() = default;
   void ApplyOverrides(Settings& s) const;
   bool FileChanged();
+  Status Apply(Result<Config> config, const char* reason);
   void UpdateReady();
   void ProbeStore();
 
@@ -101,6 +105,7 @@ class Daemon {
     bool operator==(const FileId&) const = default;
   };
   FileId file_id_;
+  std::unique_ptr<ConfigFileWatcher> watcher_;
   bool stopped_ = false;
 };
 

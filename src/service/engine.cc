@@ -16,6 +16,8 @@ namespace sluice::service {
 namespace {
 
 constexpr std::size_t kMaxChecks = decide::kMaxChecks;
+// Entries per descriptor the matcher records a path for (settings.max_entries' bound).
+constexpr std::size_t kMaxEntries = 64;
 
 std::uint64_t Fnv(std::string_view s, std::uint64_t seed) {
   std::uint64_t h = seed;
@@ -63,6 +65,61 @@ class TimedStore final : public Store {
 std::string CeilSeconds(Micros us) {
   if (us <= 0) return "0";
   return std::to_string((us + 999'999) / 1'000'000);
+}
+
+// The policy name a header names a descriptor by: its rule's name, else its index.
+std::string HeaderPolicyName(const DescriptorStatus& st, std::size_t i) {
+  std::string name = st.name.empty() ? "d" + std::to_string(i) : st.name;
+  // A structured-field string: escape '"' and '\\', drop what it cannot hold.
+  std::string out;
+  for (char c : name) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u > 0x7e) continue;
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+// Headers for every limited descriptor; `binding` indexes the binding one. See the
+// header table in docs/sluiced.md.
+void AppendHeaders(Settings::Headers mode, const std::vector<DescriptorStatus>& statuses,
+                   std::size_t binding, std::vector<std::pair<std::string, std::string>>& h) {
+  const DescriptorStatus& b = statuses[binding];
+  const bool over = b.code == Code::kOverLimit;
+  if (mode == Settings::Headers::kDraft10) {
+    std::string policy, state;
+    for (std::size_t i = 0; i < statuses.size(); ++i) {
+      const DescriptorStatus& st = statuses[i];
+      if (!st.has_limit) continue;
+      const std::string name = "\"" + HeaderPolicyName(st, i) + "\"";
+      if (!policy.empty()) policy += ", ";
+      policy += name + ";q=" + std::to_string(st.capacity) + ";w=" + CeilSeconds(st.window);
+      if (!state.empty()) state += ", ";
+      state += name + ";r=" + std::to_string(st.limit_remaining) +
+               ";t=" + CeilSeconds(st.duration_until_reset);
+    }
+    h.emplace_back("ratelimit-policy", policy);
+    h.emplace_back("ratelimit", state);
+  } else {
+    const std::string prefix =
+        mode == Settings::Headers::kRateLimit ? "ratelimit-" : "x-ratelimit-";
+    // The binding limit; with several limited descriptors, then every descriptor's quota
+    // policy (Envoy's draft-03 form). One descriptor: the plain number.
+    std::string limit = std::to_string(b.capacity);
+    std::size_t limited = 0;
+    for (const DescriptorStatus& st : statuses) limited += st.has_limit ? 1 : 0;
+    for (std::size_t i = 0; limited > 1 && i < statuses.size(); ++i) {
+      const DescriptorStatus& st = statuses[i];
+      if (!st.has_limit) continue;
+      limit += ", " + std::to_string(st.capacity) + ";w=" + CeilSeconds(st.window);
+      if (!st.name.empty()) limit += ";name=\"" + HeaderPolicyName(st, i) + "\"";
+    }
+    h.emplace_back(prefix + "limit", limit);
+    h.emplace_back(prefix + "remaining", std::to_string(b.limit_remaining));
+    h.emplace_back(prefix + "reset", CeilSeconds(b.duration_until_reset));
+  }
+  if (over) h.emplace_back("retry-after", CeilSeconds(b.retry_after));
 }
 
 }  // namespace
@@ -192,6 +249,10 @@ std::string Engine::RenderMetrics() const {
   return out;
 }
 
+std::string Engine::DumpConfig() const {
+  return std::atomic_load(&snapshot_)->rules->Dump();
+}
+
 Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitResponse* resp,
                        bool* decide) {
   *decide = false;
@@ -211,9 +272,6 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
   }
   for (std::size_t i = 0; i < n; ++i) {
     const DescriptorRequest& d = req.descriptors[i];
-    if (d.entries.empty()) {
-      return Status::InvalidArgument("descriptor " + std::to_string(i) + " has no entries");
-    }
     if (d.entries.size() > settings.max_entries) {
       return Status::InvalidArgument("descriptor " + std::to_string(i) + " has " +
                                      std::to_string(d.entries.size()) + " entries (at most " +
@@ -230,9 +288,10 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
         return Status::InvalidArgument("descriptor " + std::to_string(i) +
                                        ": limit override needs requests_per_unit > 0");
       }
-      if (d.override_unit < 1 || d.override_unit > 4) {
-        return Status::InvalidArgument("descriptor " + std::to_string(i) +
-                                       ": limit override unit must be SECOND, MINUTE, HOUR or DAY");
+      if (!ValidUnit(d.override_unit)) {
+        return Status::InvalidArgument(
+            "descriptor " + std::to_string(i) +
+            ": limit override unit must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR");
       }
     }
   }
@@ -249,9 +308,12 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
 
   // 1. Match every descriptor to a rule; a caller's override makes a rule of its own
   // (no state is kept per override).
+  const Node* path[kMaxEntries];
   for (std::size_t i = 0; i < n; ++i) {
     const DescriptorRequest& d = req.descriptors[i];
     p.check[i] = -1;
+    p.rule[i] = nullptr;
+    if (d.entries.empty()) continue;  // envoyproxy/ratelimit: no entries, no limit (OK)
     if (d.has_override) {
       Status s = rules.OverrideRule(req.domain, d.override_requests_per_unit, d.override_unit,
                                     p.overrides[i]);
@@ -278,10 +340,19 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
     const Rule* r = p.rule[i];
     if (r == nullptr) continue;
     const DescriptorRequest& d = req.descriptors[i];
+    // The nodes each entry landed on: share_threshold and value_to_metric are per level.
+    const bool matched_tree = !d.has_override && d.entries.size() <= kMaxEntries;
+    if (matched_tree) RuleSet::Match(*root, d.entries, path);
     p.counters[i] = r->counters;
-    if (r->detailed_metric) {
+    bool value_to_metric = false;
+    for (std::size_t k = 0; matched_tree && k < d.entries.size(); ++k) {
+      value_to_metric = value_to_metric || path[k]->value_to_metric;
+    }
+    if (r->detailed_metric || value_to_metric) {
       std::string label = r->path;
-      for (const Entry& e : d.entries) {
+      for (std::size_t k = 0; k < d.entries.size(); ++k) {
+        if (!r->detailed_metric && !path[k]->value_to_metric) continue;
+        const Entry& e = d.entries[k];
         label += "|";
         label.append(e.key);
         label += "=";
@@ -294,11 +365,17 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
         d.has_hits_addend ? d.hits_addend : (req.hits_addend ? req.hits_addend : 1);
     key.clear();
     AppendEscaped(key, req.domain);
-    for (const Entry& e : d.entries) {
+    for (std::size_t k = 0; k < d.entries.size(); ++k) {
+      const Entry& e = d.entries[k];
       key.push_back(':');
       AppendEscaped(key, e.key);
       key.push_back(':');
-      AppendEscaped(key, e.value);
+      // share_threshold: the pattern, not the value, so matching values share a counter.
+      if (matched_tree && !path[k]->shared_pattern.empty()) {
+        AppendEscaped(key, path[k]->shared_pattern);
+      } else {
+        AppendEscaped(key, e.value);
+      }
     }
     if (key.size() > kMaxKeyBytes) {
       char buf[48];
@@ -354,14 +431,21 @@ void Engine::Finish(const Prepared& p, std::span<const Decision> decisions,
     st.requests_per_unit = r->requests_per_unit;
     st.unit = r->unit;
     st.name = r->name;
-    st.limit_remaining = static_cast<std::uint32_t>(
-        std::min<std::uint64_t>(d.remaining, std::numeric_limits<std::uint32_t>::max()));
+    // OVER_LIMIT reports 0 remaining, as envoyproxy/ratelimit does (a denial for a cost
+    // above what remains leaves some units, but none for this request).
+    st.limit_remaining = d.allowed ? static_cast<std::uint32_t>(std::min<std::uint64_t>(
+                                         d.remaining, std::numeric_limits<std::uint32_t>::max()))
+                                   : 0;
+    st.capacity = r->policy.Capacity();
+    st.window = r->policy.window;
     st.duration_until_reset = d.reset_after;
     st.retry_after = d.retry_after;
     st.code = d.allowed ? Code::kOk : Code::kOverLimit;
     if (!d.allowed) {
       if (c != nullptr) c->over_limit.fetch_add(1, std::memory_order_relaxed);
       resp->overall_code = Code::kOverLimit;
+    } else if (d.shadow_denied && r->quota_mode) {
+      if (c != nullptr) c->quota_over_limit.fetch_add(1, std::memory_order_relaxed);
     } else if (d.shadow_denied) {
       if (c != nullptr) c->shadow_over_limit.fetch_add(1, std::memory_order_relaxed);
     } else if (c != nullptr) {
@@ -376,14 +460,10 @@ void Engine::Finish(const Prepared& p, std::span<const Decision> decisions,
     per[m].remaining = st.limit_remaining;
     desc_of[m++] = i;
   }
-  if (settings.response_headers && m > 0) {
-    const DescriptorStatus& b =
-        resp->statuses[desc_of[decide::BindingIndex(std::span<const Decision>(per, m))]];
-    auto& h = resp->response_headers;
-    h.emplace_back("x-ratelimit-limit", std::to_string(b.requests_per_unit));
-    h.emplace_back("x-ratelimit-remaining", std::to_string(b.limit_remaining));
-    h.emplace_back("x-ratelimit-reset", CeilSeconds(b.duration_until_reset));
-    if (b.code == Code::kOverLimit) h.emplace_back("retry-after", CeilSeconds(b.retry_after));
+  if (settings.response_headers != Settings::Headers::kNone && m > 0) {
+    AppendHeaders(settings.response_headers, resp->statuses,
+                  desc_of[decide::BindingIndex(std::span<const Decision>(per, m))],
+                  resp->response_headers);
   }
 }
 

@@ -57,6 +57,10 @@ struct DescriptorStatus {
   Unit unit = Unit::kUnknown;
   std::string name;
   std::uint32_t limit_remaining = 0;
+  // What the headers call the limit: the policy's capacity (requests_per_unit for the
+  // window algorithms, the burst for token_bucket/gcra), and its window.
+  std::uint64_t capacity = 0;
+  Micros window = 0;
   Micros duration_until_reset = 0;
   Micros retry_after = 0;
 };
@@ -116,6 +120,8 @@ class Engine {
   EngineStats Stats() const;
   // Prometheus text of every sluiced series.
   std::string RenderMetrics() const;
+  // The rules of the current config, one per line (GET /rlconfig; RuleSet::Dump).
+  std::string DumpConfig() const;
 
   struct Snapshot;
   struct Prepared;

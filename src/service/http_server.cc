@@ -460,7 +460,7 @@ void HttpServer::Impl::Handle(const Request& req, Respond respond) {
       return get || post ? Nginx(req, path.substr(kNginx.size()), respond)
                          : respond(not_allowed("GET, POST"));
     }
-    if (path == "/metrics" || path == "/healthz" || path == "/readyz") {
+    if (path == "/metrics" || path == "/healthz" || path == "/readyz" || path == "/rlconfig") {
       if (!get) return respond(not_allowed("GET"));
       Reply r;
       r.content_type = "text/plain";
@@ -469,6 +469,8 @@ void HttpServer::Impl::Handle(const Request& req, Respond respond) {
         r.body = engine.RenderMetrics();
       } else if (path == "/healthz") {
         r.body = "ok\n";
+      } else if (path == "/rlconfig") {
+        r.body = engine.DumpConfig();
       } else {
         const bool ok = ready == nullptr || ready->load();
         r.status = ok ? 200 : 503;
@@ -551,7 +553,9 @@ void HttpServer::Impl::Check(const Request& req, std::string_view query, Respond
     if (h->empty() || *end != '\0' || (*h)[0] == '-' || v > 0xffffffffULL) {
       return invalid("hits must be an integer in 0..4294967295 (got '" + *h + "')");
     }
-    r.hits_addend = static_cast<std::uint32_t>(v);
+    // The descriptor's own cost, so that hits=0 peeks (a request-level 0 would mean 1).
+    r.descriptors[0].has_hits_addend = true;
+    r.descriptors[0].hits_addend = v;
   }
   engine.ShouldRateLimitAsync(r, [this, respond, invalid](const Status& s, RateLimitResponse& out) {
     if (!s.ok()) return invalid(s.message());

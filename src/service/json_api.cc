@@ -58,19 +58,19 @@ Status ReadString(const json& v, const std::string& where, std::string_view* out
 
 Status ReadUnit(const json& v, const std::string& where, int* out) {
   static constexpr const char* kNames[] = {"UNKNOWN", "SECOND", "MINUTE", "HOUR",
-                                           "DAY",     "MONTH",  "YEAR"};
+                                           "DAY",     "MONTH",  "YEAR",   "WEEK"};
   if (v.is_string()) {
     const std::string& s = v.get_ref<const std::string&>();
-    for (int i = 0; i < 7; ++i) {
+    for (int i = 0; i < 8; ++i) {
       if (s == kNames[i]) {
         *out = i;
         return Status::Ok();
       }
     }
-    return Bad(where, "must be SECOND, MINUTE, HOUR or DAY (got \"" + s + "\")");
+    return Bad(where, "must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR (got \"" + s + "\")");
   }
   std::uint64_t n = 0;
-  if (Status s = ReadUint(v, where, 6, &n); !s.ok()) return s;
+  if (Status s = ReadUint(v, where, 7, &n); !s.ok()) return s;
   *out = static_cast<int>(n);
   return Status::Ok();
 }
@@ -175,6 +175,12 @@ const char* UnitEnumName(Unit u) {
       return "\"HOUR\"";
     case Unit::kDay:
       return "\"DAY\"";
+    case Unit::kWeek:
+      return "\"WEEK\"";
+    case Unit::kMonth:
+      return "\"MONTH\"";
+    case Unit::kYear:
+      return "\"YEAR\"";
     default:
       return "\"UNKNOWN\"";
   }
@@ -206,7 +212,8 @@ Status ParseJsonRequest(std::string_view body, std::size_t max_descriptors, Json
     try {
       const json unused = json::parse(body);
       (void)unused;
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
+      // parse_error, and out_of_range for a number no double holds ("1e400").
       why = e.what();
       const std::size_t p = why.find("] ");
       if (p != std::string::npos) why = why.substr(p + 2);

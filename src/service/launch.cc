@@ -247,16 +247,40 @@ std::unique_ptr<Launch> Launch::Attach(CLI::App& app, int argc, char** argv) {
                  "read the Redis password from FILE (one line) instead of the URL, so it stays "
                  "out of process listings and unit files")
       ->type_name("FILE");
-  for (CLI::Option* opt : app.get_options()) {
-    const auto& names = opt->get_lnames();
-    if (names.empty()) continue;
-    const std::string& n = names.front();
-    if (n == "help" || n == "version" || n == "check-config") continue;
-    if (opt->get_envname().empty()) opt->envname(EnvName(n));
-  }
-  // --config is required unless --check-config names the file; checked after parsing.
-  if (CLI::Option* c = app.get_option_no_throw("--config")) c->required(false);
+  // Just before parsing, when main() has declared every flag (before or after Attach).
+  app.preparse_callback([&app](std::size_t) {
+    for (CLI::Option* opt : app.get_options()) {
+      const auto& names = opt->get_lnames();
+      if (names.empty()) continue;
+      const std::string& n = names.front();
+      if (n == "help" || n == "version" || n == "check-config") continue;
+      if (opt->get_envname().empty()) opt->envname(EnvName(n));
+    }
+    // --config is required unless --check-config names the file; checked after parsing.
+    if (CLI::Option* c = app.get_option_no_throw("--config")) c->required(false);
+  });
   app.parse_complete_callback([self, &app] { self->Validate(app); });
+  // A command-line error may come from a variable set long ago in a unit or an
+  // EnvironmentFile: name the variables that supplied values (not their values, which
+  // may be secrets).
+  app.failure_message([self](const CLI::App* a, const CLI::Error& e) {
+    std::string msg = CLI::FailureMessage::simple(a, e);
+    std::string from_env;
+    for (const CLI::Option* opt : a->get_options()) {
+      const std::string& env = opt->get_envname();
+      const char* v = env.empty() ? nullptr : std::getenv(env.c_str());
+      if (v == nullptr || v[0] == '\0') continue;
+      if (self->Source(opt->get_lnames().empty()
+                           ? std::vector<std::string>{}
+                           : std::vector<std::string>{"--" + opt->get_lnames().front()},
+                       env) != env) {
+        continue;  // the flag was given: the variable was not used
+      }
+      from_env += (from_env.empty() ? "" : ", ") + env;
+    }
+    if (!from_env.empty()) msg += "Values from the environment: " + from_env + "\n";
+    return msg;
+  });
   return l;
 }
 

@@ -50,7 +50,7 @@ int CheckConfig(const DaemonOptions& options, const std::string& password_file, 
                 std::FILE* err);
 
 // Tells the service manager about a state change (sd_notify(3)'s protocol, without
-// libsystemd): sends `state` ("READY=1", "STOPPING=1", ...) as one datagram to the
+// libsystemd): sends `state` ("READY=1", ...) as one datagram to the
 // AF_UNIX socket named by $NOTIFY_SOCKET (a path, or "@name" for the abstract
 // namespace). Does nothing when the variable is unset; returns false only when it is
 // set and the message could not be sent. With the unit's Type=notify, systemd counts
@@ -60,7 +60,7 @@ bool NotifyServiceManager(std::string_view state);
 // The launch flags of one sluiced process, attached to main()'s parser.
 class Launch {
  public:
-  // Call after main() declared its flags and before parsing. Adds --version,
+  // Call before parsing (main()'s flags may be declared before or after). Adds --version,
   // --check-config FILE and --redis-password-file FILE; gives every long flag --foo-bar
   // (but --help, --version and --check-config) the environment variable SLUICED_FOO_BAR,
   // read when the flag is absent; makes --config optional when --check-config names the

@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
       "sluiced"};
   DaemonOptions o;
   std::string http, grpc, redis;
+  auto launch = sluice::service::Launch::Attach(app, argc, argv);  // env, --check-config
   app.add_option("-c,--config", o.config_file,
                  "YAML config (envoyproxy/ratelimit format plus a 'sluiced:' settings block)")
       ->required();
@@ -73,7 +74,6 @@ int main(int argc, char** argv) {
       "memory://)");
   double request_timeout = 10, idle_timeout = 60, drain = 0;
   AddServingFlags(app, o, request_timeout, idle_timeout, drain);
-  auto launch = sluice::service::Launch::Attach(app, argc, argv);  // env, --check-config
   CLI11_PARSE(app, argc, argv);
   o.http_options.request_timeout = Seconds(request_timeout);
   o.http_options.idle_timeout = Seconds(idle_timeout);
@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   auto daemon = Daemon::Start(std::move(o));
+  if (daemon.ok()) sluice::service::NotifyServiceManager("READY=1\nSTATUS=serving");
   if (!daemon.ok()) {
     Log(LogLevel::kError, "start_failed", {{"error", daemon.status().message()}});
     std::fprintf(stderr, "sluiced: %s\n", daemon.status().message().c_str());
@@ -101,7 +102,6 @@ int main(int argc, char** argv) {
   }
   Daemon& d = **daemon;
   int stop_signal = 0;
-  sluice::service::NotifyServiceManager("READY=1\nSTATUS=serving");  // Type=notify
   for (;;) {
     const sluice::Micros poll = d.settings().reload_poll;
     const sluice::Micros wait = poll > 0 ? poll : 1'000'000;
@@ -117,7 +117,6 @@ int main(int argc, char** argv) {
       d.ReloadIfChanged();
     }
   }
-  sluice::service::NotifyServiceManager("STOPPING=1");
   if (stop_signal == SIGTERM && d.drain_period() > 0) {
     // Not ready, still serving, until the period ends or another SIGTERM/SIGINT.
     d.BeginDrain();

@@ -20,6 +20,8 @@ struct DescriptorCounters {
   std::atomic<std::uint64_t> over_limit{0};
   std::atomic<std::uint64_t> near_limit{0};
   std::atomic<std::uint64_t> shadow_over_limit{0};
+  // quota_mode limits over their limit (answered OK).
+  std::atomic<std::uint64_t> quota_over_limit{0};
   std::atomic<std::uint64_t> unlimited{0};
 };
 
@@ -63,7 +65,8 @@ class Metrics {
 void AppendMetricLine(std::string& out, std::string_view name, std::string_view labels,
                       std::uint64_t v);
 
-// Escapes a Prometheus label value (backslash, double quote, newline).
+// Escapes a Prometheus label value (backslash, double quote, newline) and replaces each
+// byte that is not part of valid UTF-8 with U+FFFD, so a scrape always parses.
 std::string EscapeLabel(std::string_view v);
 
 }  // namespace sluice::service

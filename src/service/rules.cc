@@ -1,6 +1,9 @@
 // Compiling a Config into descriptor trees and matching request descriptors to rules.
 #include "service/rules.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include "limiter/decider.h"
 
 namespace sluice::service {
@@ -30,11 +33,11 @@ Status RuleSet::FinishRule(Rule& r, const std::string& policy_name, Algorithm al
   Policy& p = r.policy;
   p.algorithm = algorithm;
   p.limit = r.requests_per_unit;
-  p.window = UnitMicros(r.unit);
+  p.window = UnitMicros(r.unit) * r.unit_multiplier;
   p.burst = burst;
   p.failure_mode = failure;
   p.fallback_divisor = divisor;
-  p.shadow = shadow || config_.settings.shadow_mode;
+  p.shadow = shadow || r.quota_mode || config_.settings.shadow_mode;
   // The name carries every parameter that shapes the stored state, so a changed limit
   // starts afresh while an unchanged one keeps its counters across reloads.
   const std::string params = std::string(AlgorithmCode(algorithm)) + "." + std::to_string(p.limit) +
@@ -61,15 +64,16 @@ Status RuleSet::AddDescriptors(const std::string& domain, Node& node,
     const std::string path = parent.empty() ? part : parent + "." + part;
     if (!d.has_value) {
       node.any.emplace(d.key, std::move(child));
-    } else if (!d.value.empty() && d.value.back() == '*') {
-      node.wildcard.push_back(
-          Node::Wildcard{d.key, d.value.substr(0, d.value.size() - 1), std::move(child)});
+    } else if (d.value.find('*') != std::string::npos) {
+      node.wildcard.push_back(Node::Wildcard{d.key, d.value, std::move(child)});
+      if (d.share_threshold) c->shared_pattern = d.value;
     } else {
       node.exact.emplace(d.key + '\0' + d.value, std::move(child));
     }
     if (d.has_rate_limit) {
       auto rule = std::make_unique<Rule>();
       const RateLimitSpec& s = d.rate_limit;
+      rule->domain = domain;
       rule->path = path;
       rule->unlimited = s.unlimited;
       rule->detailed_metric = d.detailed_metric;
@@ -77,6 +81,8 @@ Status RuleSet::AddDescriptors(const std::string& domain, Node& node,
       rule->replaces = s.replaces;
       rule->unit = s.unit;
       rule->requests_per_unit = s.requests_per_unit;
+      rule->unit_multiplier = s.unit_multiplier;
+      rule->quota_mode = d.quota_mode;
       rule->counters = metrics_->Descriptor(domain, rule->path);
       if (Status st = FinishRule(*rule, s.policy, s.algorithm, s.burst, s.failure_mode,
                                  s.fallback_divisor, d.shadow_mode);
@@ -85,6 +91,7 @@ Status RuleSet::AddDescriptors(const std::string& domain, Node& node,
                                        st.message());
       }
       c->rule = rule.get();
+      c->value_to_metric = d.value_to_metric;
       rules_.push_back(std::move(rule));
     }
     if (Status st = AddDescriptors(domain, *c, d.descriptors, path); !st.ok()) return st;
@@ -109,7 +116,29 @@ const Node* RuleSet::Domain(std::string_view domain) const {
   return it == domains_.end() ? nullptr : &it->second;
 }
 
-const Rule* RuleSet::Match(const Node& root, std::span<const Entry> entries) {
+bool RuleSet::GlobMatch(std::string_view pattern, std::string_view value) {
+  // Iterative glob with backtracking to the last '*': linear in practice, never
+  // exponential.
+  std::size_t p = 0, v = 0, star = std::string_view::npos, mark = 0;
+  while (v < value.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = v;
+    } else if (p < pattern.size() && pattern[p] == value[v]) {
+      ++p;
+      ++v;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      v = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+const Rule* RuleSet::Match(const Node& root, std::span<const Entry> entries, const Node** path) {
   thread_local std::string probe;
   const Node* level = &root;
   for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -123,7 +152,7 @@ const Rule* RuleSet::Match(const Node& root, std::span<const Entry> entries) {
     }
     if (next == nullptr) {
       for (const Node::Wildcard& w : level->wildcard) {
-        if (w.key == e.key && e.value.substr(0, w.prefix.size()) == w.prefix) {
+        if (w.key == e.key && GlobMatch(w.pattern, e.value)) {
           next = w.node.get();
           break;
         }
@@ -133,11 +162,43 @@ const Rule* RuleSet::Match(const Node& root, std::span<const Entry> entries) {
       if (auto it = level->any.find(e.key); it != level->any.end()) next = it->second.get();
     }
     if (next == nullptr) return nullptr;
+    if (path != nullptr) path[i] = next;
     if (i + 1 == entries.size()) return next->rule;
     if (!next->HasChildren()) return nullptr;
     level = next;
   }
   return nullptr;
+}
+
+std::string RuleSet::Dump() const {
+  std::vector<std::string> lines;
+  for (const auto& r : rules_) {
+    std::string unit = UnitName(r->unit);
+    for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    std::string line = r->domain + "." + r->path + ": ";
+    if (r->unlimited) {
+      line += "unlimited=true";
+    } else {
+      line += "unit=" + unit + " requests_per_unit=" + std::to_string(r->requests_per_unit);
+      if (r->unit_multiplier != 1) line += " unit_multiplier=" + std::to_string(r->unit_multiplier);
+    }
+    line +=
+        std::string(", shadow_mode: ") + (r->policy.shadow && !r->quota_mode ? "true" : "false");
+    if (r->quota_mode) line += ", quota_mode: true";
+    if (!r->name.empty()) line += ", name: " + r->name;
+    for (const std::string& n : r->replaces) line += ", replaces: " + n;
+    if (!r->unlimited) {
+      line += std::string(", algorithm: ") + AlgorithmName(r->policy.algorithm) +
+              ", capacity: " + std::to_string(r->policy.Capacity()) +
+              ", failure_mode: " + FailureModeName(r->policy.failure_mode) +
+              ", policy: " + r->policy.name;
+    }
+    lines.push_back(std::move(line));
+  }
+  std::sort(lines.begin(), lines.end());
+  std::string out;
+  for (const std::string& l : lines) out += l + "\n";
+  return out;
 }
 
 Status RuleSet::OverrideRule(std::string_view domain, std::uint32_t requests_per_unit, int unit,
@@ -149,6 +210,8 @@ Status RuleSet::OverrideRule(std::string_view domain, std::uint32_t requests_per
   out.replaces.clear();
   out.unit = static_cast<Unit>(unit);
   out.requests_per_unit = requests_per_unit;
+  out.unit_multiplier = 1;
+  out.quota_mode = false;
   auto it = override_counters_.find(domain);
   out.counters = it == override_counters_.end() ? nullptr : it->second;
   const Settings& s = config_.settings;

@@ -29,6 +29,7 @@ struct Entry {
 
 // A configured limit (a descriptor with a rate_limit block), or a caller override.
 struct Rule {
+  std::string domain;
   std::string path;  // metric label, e.g. "remote_address" or "path_/login.remote_address"
   bool unlimited = false;
   bool detailed_metric = false;
@@ -36,6 +37,10 @@ struct Rule {
   std::vector<std::string> replaces;
   Unit unit = Unit::kUnknown;
   std::uint32_t requests_per_unit = 0;
+  std::uint32_t unit_multiplier = 1;
+  // quota_mode: over the limit is counted and reported, but answered OK (the policy is
+  // decided apart from the enforced ones, like shadow mode).
+  bool quota_mode = false;
   // The sluice policy; its name carries every parameter that shapes the stored state.
   Policy policy;
   // What the local fallback enforces when the store fails (decide::FallbackPolicy).
@@ -54,13 +59,19 @@ using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>
 struct Node {
   StringMap<std::unique_ptr<Node>> exact;  // key + '\0' + value
   StringMap<std::unique_ptr<Node>> any;    // key
+  // A value with '*' in it: each '*' matches any run of bytes (also none).
   struct Wildcard {
     std::string key;
-    std::string prefix;
+    std::string pattern;
     std::unique_ptr<Node> node;
   };
   std::vector<Wildcard> wildcard;
   Rule* rule = nullptr;
+  // share_threshold: every value matching this node's pattern shares one counter,
+  // keyed by the pattern (empty: one counter per value).
+  std::string shared_pattern;
+  // value_to_metric: the request's value at this level joins the metric label.
+  bool value_to_metric = false;
   bool HasChildren() const { return !exact.empty() || !any.empty() || !wildcard.empty(); }
 };
 
@@ -75,9 +86,15 @@ class RuleSet {
   const Node* Domain(std::string_view domain) const;
 
   // envoyproxy/ratelimit's walk: at each level the entry matches "key_value" exactly,
-  // else a "value*" prefix, else a key-only descriptor; the limit applies when the last
-  // entry lands on a descriptor with a rate_limit. Null: no limit applies.
-  static const Rule* Match(const Node& root, std::span<const Entry> entries);
+  // else a value pattern with '*' (in configuration order), else a key-only
+  // descriptor; the limit applies when the last entry lands on a descriptor with a
+  // rate_limit. Null: no limit applies. `path`, when given (entries.size() slots),
+  // receives the node each entry landed on.
+  static const Rule* Match(const Node& root, std::span<const Entry> entries,
+                           const Node** path = nullptr);
+
+  // True when `value` matches `pattern`, where each '*' matches any run of bytes.
+  static bool GlobMatch(std::string_view pattern, std::string_view value);
 
   // Fills `out` with the rule for a caller's override (requests_per_unit per `unit`,
   // Envoy's RateLimitUnit number) in `domain`, built from the settings' defaults. No
@@ -85,6 +102,11 @@ class RuleSet {
   // in the store.
   Status OverrideRule(std::string_view domain, std::uint32_t requests_per_unit, int unit,
                       Rule& out) const;
+
+  // The loaded rules, one line each in envoyproxy/ratelimit's /rlconfig form
+  // ("DOMAIN.PATH: unit=MINUTE requests_per_unit=10, shadow_mode: false") followed by
+  // sluice's own fields, sorted.
+  std::string Dump() const;
 
   const Config& config() const { return config_; }
   std::size_t rule_count() const { return rules_.size(); }

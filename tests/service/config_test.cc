@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+
+#include "service/daemon.h"
+
 namespace sluice::service {
 namespace {
 
@@ -111,7 +116,8 @@ sluiced:
 TEST(Config, UnknownFieldsAreErrorsWithLine) {
   EXPECT_EQ(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limt:\n      unit: second\n"),
             "test.yaml:4: unknown field 'rate_limt' in descriptor (allowed: key, value, "
-            "rate_limit, descriptors, shadow_mode, detailed_metric)");
+            "rate_limit, descriptors, shadow_mode, detailed_metric, quota_mode, share_threshold, "
+            "value_to_metric, metadata)");
   EXPECT_NE(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
                     "      requests_per_unit: 1\n      burts: 3\n")
                 .find("test.yaml:7: unknown field 'burts' in rate_limit"),
@@ -132,7 +138,8 @@ TEST(Config, InvalidYamlNamesTheLine) {
 TEST(Config, BadValuesAreNamed) {
   EXPECT_NE(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, "
                     "requests_per_unit: 1}\n")
-                .find("test.yaml:4: unit must be second, minute, hour or day (got 'fortnight')"),
+                .find("test.yaml:4: unit must be second, minute, hour, day, week, month or year "
+                      "(got 'fortnight')"),
             std::string::npos);
   EXPECT_NE(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n")
                 .find("test.yaml:4: rate_limit needs requests_per_unit"),
@@ -172,6 +179,147 @@ TEST(Config, DuplicatesAreErrors) {
                     "requests_per_unit: 1, policy: p}\n  - key: j\n    rate_limit: {unit: second, "
                     "requests_per_unit: 2, policy: p}\n")
                 .find("policy 'p' is defined with different parameters"),
+            std::string::npos);
+}
+
+// Defect 13: a YAML mapping with the same key twice was accepted, first one winning
+// (`requests_per_unit: 5` then `500` gave 5). It is an error naming both lines.
+TEST(Config, DuplicateYamlKeysAreErrorsWithLine) {
+  EXPECT_EQ(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
+                    "      requests_per_unit: 5\n      requests_per_unit: 500\n"),
+            "test.yaml:7: duplicate key 'requests_per_unit' (first on line 6)");
+  EXPECT_EQ(ErrorOf("domain: a\ndomain: b\n"),
+            "test.yaml:2: duplicate key 'domain' (first on line 1)");
+  EXPECT_EQ(ErrorOf("sluiced:\n  nginx_headers: {X-A: a, X-A: b}\ndomain: a\n"),
+            "test.yaml:2: duplicate key 'X-A' (first on line 2)");
+  EXPECT_EQ(ErrorOf("domain: a\ndescriptors:\n  - {key: k, key: j}\n"),
+            "test.yaml:3: duplicate key 'key' (first on line 3)");
+}
+
+// Defect 12: a config written in place in two steps was loaded half-written (for 400 ms
+// every client got 429). The watcher hands out a change only once the bytes have stayed
+// the same for the settle time, and only if they parse.
+TEST(Config, WatcherNeverHandsOutAHalfWrittenFile) {
+  const std::string file = ::testing::TempDir() + "/sluiced_watch_test.yaml";
+  auto write = [&](const std::string& text) {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out << text;
+  };
+  const std::string full =
+      "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+      "requests_per_unit: 500}\n";
+  write(full);
+  const Micros settle = 1'000'000;
+  ConfigFileWatcher w(file, settle);
+  Micros now = 1'000'000'000;
+  EXPECT_EQ(w.Poll(now).status().code(), ErrorCode::kNotFound);  // unchanged
+  // Step one of an in-place write: a prefix that parses (the limit reads 5).
+  const std::string half = full.substr(0, full.find("500") + 1) + "}\n";
+  ASSERT_TRUE(ParseConfig(half, file).ok());
+  write(half);
+  EXPECT_EQ(w.Poll(now += 100'000).status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(w.Poll(now += 400'000).status().code(), ErrorCode::kNotFound);
+  // Step two, before the first one settled.
+  const std::string next =
+      "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+      "requests_per_unit: 600}\n";
+  write(next);
+  EXPECT_EQ(w.Poll(now += 400'000).status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(w.Poll(now += settle - 1).status().code(), ErrorCode::kNotFound);
+  auto c = w.Poll(now += 1);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->domains[0].descriptors[0].rate_limit.requests_per_unit, 600u);
+  EXPECT_EQ(w.Poll(now += settle).status().code(), ErrorCode::kNotFound);  // loaded once
+  // Stable but invalid: an error once (the caller keeps its config), then quiet.
+  write("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n");
+  EXPECT_EQ(w.Poll(now += 1).status().code(), ErrorCode::kNotFound);
+  auto bad = w.Poll(now += settle);
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find(file + ":4:"), std::string::npos) << bad.status().message();
+  EXPECT_EQ(w.Poll(now += settle).status().code(), ErrorCode::kNotFound);
+  // Written back as it was loaded: nothing to do.
+  write(next);
+  EXPECT_EQ(w.Poll(now += settle).status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(w.Poll(now += settle).status().code(), ErrorCode::kNotFound);
+  std::remove(file.c_str());
+}
+
+// Defect 12 through the daemon: a poll that sees the first step of an in-place write
+// must not load it (before, any change of mtime/size was loaded at once).
+TEST(Config, DaemonDoesNotLoadAFileTheMomentItChanges) {
+  const std::string file = ::testing::TempDir() + "/sluiced_watch_daemon.yaml";
+  auto write = [&](const std::string& text) {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out << text;
+  };
+  write(
+      "sluiced: {reload_poll: 0, log_level: error}\ndomain: a\ndescriptors:\n  - key: k\n"
+      "    rate_limit: {unit: second, requests_per_unit: 500}\n");
+  DaemonOptions o;
+  o.config_file = file;
+  o.http = "127.0.0.1:0";
+  o.grpc = "127.0.0.1:0";
+  auto d = Daemon::Start(o);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  const std::uint64_t generation = (*d)->engine().Stats().generation;
+  // Step one of two: a prefix that parses, with limit 5.
+  write(
+      "sluiced: {reload_poll: 0, log_level: error}\ndomain: a\ndescriptors:\n  - key: k\n"
+      "    rate_limit: {unit: second, requests_per_unit: 5}\n");
+  (*d)->ReloadIfChanged();
+  EXPECT_EQ((*d)->engine().Stats().generation, generation);
+  // An explicit reload (SIGHUP) still loads at once.
+  ASSERT_TRUE((*d)->Reload("test").ok());
+  EXPECT_EQ((*d)->engine().Stats().generation, generation + 1);
+  (*d)->Shutdown();
+  std::remove(file.c_str());
+}
+
+// What envoyproxy/ratelimit accepts loads; what it rejects is rejected.
+TEST(Config, EnvoyRatelimitParity) {
+  auto c = ParseConfig(R"(
+domain: a
+descriptors:
+  - key: k
+    rate_limit: {unit: month, requests_per_unit: 10, replaces: [{name: other}]}
+  - key: y
+    rate_limit: {unit: YEAR, requests_per_unit: 10, name: other}
+  - key: d
+    rate_limit: {unit: day, requests_per_unit: 10, unit_multiplier: 2}
+  - key: f
+    value: "files/*"
+    share_threshold: true
+    value_to_metric: true
+    quota_mode: true
+    metadata: {anything: [1, 2]}
+    rate_limit: {unit: week, requests_per_unit: 1}
+)",
+                       "test.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->domains[0].descriptors[0].rate_limit.unit, Unit::kMonth);
+  EXPECT_EQ(c->domains[0].descriptors[1].rate_limit.unit, Unit::kYear);
+  EXPECT_EQ(c->domains[0].descriptors[2].rate_limit.unit_multiplier, 2u);
+  EXPECT_TRUE(c->domains[0].descriptors[3].share_threshold);
+  // sluice's policies cap a window at 366 days: a longer one is refused with its reason
+  // (envoyproxy/ratelimit would accept it; see docs/sluiced.md).
+  EXPECT_NE(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, "
+                    "requests_per_unit: 1, unit_multiplier: 2}\n")
+                .find("window must be at most 366 days"),
+            std::string::npos);
+  EXPECT_EQ(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+                    "requests_per_unit: 1, name: me, replaces: [{name: me}]}\n"),
+            "test.yaml:4: rate_limit 'me' replaces itself");
+  EXPECT_NE(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    share_threshold: true\n")
+                .find("share_threshold applies only to a value with '*'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+                    "requests_per_unit: 1, unit_multiplier: 0}\n")
+                .find("unit_multiplier must be at least 1"),
+            std::string::npos);
+  // A tree deeper than a request may be (max_entries) could never match.
+  EXPECT_NE(ErrorOf("sluiced: {max_entries: 2}\ndomain: a\ndescriptors:\n  - key: a\n"
+                    "    descriptors:\n      - key: b\n        descriptors:\n          - key: c\n")
+                .find("test.yaml:8: descriptors are nested more than max_entries (2)"),
             std::string::npos);
 }
 

@@ -172,7 +172,9 @@ TEST_F(DaemonTest, GrpcUnknownDomainAndInvalidRequests) {
   pb::RateLimitRequest no_entries;
   no_entries.set_domain("rl");
   no_entries.add_descriptors();
-  EXPECT_EQ(Call(no_entries, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // envoyproxy/ratelimit answers a descriptor without entries OK (no limit applies).
+  EXPECT_EQ(Call(no_entries, &resp).error_code(), grpc::StatusCode::OK);
+  EXPECT_EQ(resp.overall_code(), pb::RateLimitResponse::OK);
 
   pb::RateLimitRequest huge;
   huge.set_domain("rl");
@@ -229,6 +231,14 @@ TEST_F(DaemonTest, HttpCheckEndpoint) {
   r = c.Get("/v1/check?domain=rl&key=a&value=b&hits=-1");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
+  // hits=0 peeks: it reports without charging (it used to count as 1).
+  for (int i = 0; i < 3; ++i) {
+    r = c.Get("/v1/check?domain=rl&key=remote_address&value=9.9.9.9&hits=0");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << i;
+    EXPECT_EQ(r->get_header_value("X-RateLimit-Remaining"), "3") << i;
+  }
+  EXPECT_EQ(Check("remote_address", "9.9.9.9"), 200);
   EXPECT_EQ(c.Get("/healthz")->status, 200);
   EXPECT_EQ(c.Get("/readyz")->status, 200);
 }
@@ -394,13 +404,13 @@ descriptors:
 TEST(DaemonStartup, InvalidConfigFailsWithFileAndLine) {
   TempDir dir;
   const std::string config = dir.File("bad.yaml");
-  WriteFile(
-      config,
-      "domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: week, requests_per_unit: 1}\n");
+  WriteFile(config,
+            "domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, "
+            "requests_per_unit: 1}\n");
   auto p = Process::Spawn({SLUICED_BINARY, "--config", config}, dir.File("log"));
   ASSERT_TRUE(p);
   EXPECT_EQ(p->Wait(std::chrono::seconds(10)), 1);
-  EXPECT_NE(ReadFile(dir.File("log")).find(config + ":4: unit must be second, minute, hour or day"),
+  EXPECT_NE(ReadFile(dir.File("log")).find(config + ":4: unit must be second, minute, hour, day"),
             std::string::npos)
       << ReadFile(dir.File("log"));
 }

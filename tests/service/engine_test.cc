@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 
+#include <algorithm>
 #include <atomic>
+#include <map>
 #include <thread>
 
 #include "sluice/memory_store.h"
@@ -198,8 +200,12 @@ TEST_F(EngineTest, BadRequestsAreInvalidArgument) {
   Status s = Try("web", {}, 0, &r);
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "descriptors must not be empty");
+  // A descriptor with no entries limits nothing: OK, as Envoy expects.
   s = Try("web", {D{}}, 0, &r);
-  EXPECT_EQ(s.message(), "descriptor 0 has no entries");
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(r.overall_code, Code::kOk);
+  ASSERT_EQ(r.statuses.size(), 1u);
+  EXPECT_FALSE(r.statuses[0].has_limit);
   s = Try("", {{{{"a", "b"}}}}, 0, &r);
   EXPECT_EQ(s.message(), "domain must not be empty");
   s = Try("web", std::vector<D>(17, D{{{"a", "b"}}}), 0, &r);
@@ -370,8 +376,11 @@ descriptors:
   std::atomic<bool> done{false};
   std::thread reloader([&] {
     // The same limits again and again: each reload swaps in a new snapshot, and the
-    // budget must carry over every time.
-    while (!done.load()) ASSERT_TRUE(Reload(config).ok());
+    // budget must carry over every time. At least one reload, however fast the
+    // workers are (they used to finish first on a loaded machine).
+    do {
+      ASSERT_TRUE(Reload(config).ok());
+    } while (!done.load());
   });
   std::vector<std::thread> workers;
   for (int t = 0; t < 8; ++t) {
@@ -436,6 +445,48 @@ descriptors:
                    "outcome=\"over_limit\"} 1"),
             std::string::npos)
       << m;
+}
+
+// True when `s` is valid UTF-8 (RFC 3629), checked independently of the code under test.
+bool ValidUtf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    std::uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+    for (std::size_t k = 1; k < n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b >> 6) != 2) return false;
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    const std::uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n;
+  }
+  return true;
+}
+
+// Defect 5: a client-chosen value with invalid UTF-8 under detailed_metric reached
+// /metrics as it was, and Prometheus rejects every scrape after that.
+TEST_F(EngineTest, InvalidUtf8ValuesNeverReachMetricsAsInvalidUtf8) {
+  Load(R"(
+domain: d
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+)");
+  for (const std::string v :
+       {std::string("\xff\xfe"), std::string("a\xc3("), std::string("\xed\xa0\x80"),
+        std::string("\xf0\x9f\x98"), std::string("caf\xc3\xa9")}) {
+    Passes("d", {{{"user", v}}}, 1);
+  }
+  const std::string m = engine->RenderMetrics();
+  EXPECT_TRUE(ValidUtf8(m));
+  // Valid UTF-8 is kept as it is; each invalid byte becomes U+FFFD.
+  EXPECT_NE(m.find("descriptor=\"user|user=caf\xc3\xa9\""), std::string::npos) << m;
+  EXPECT_NE(m.find("descriptor=\"user|user=\xef\xbf\xbd\xef\xbf\xbd\""), std::string::npos) << m;
 }
 
 TEST_F(EngineTest, MetricsByDomainDescriptorOutcomeAndNearLimit) {
@@ -592,6 +643,148 @@ TEST_F(EngineTest, UnchargedDescriptorReportsWhatRemains) {
   EXPECT_EQ(r.statuses[0].code, Code::kOverLimit);
   EXPECT_EQ(r.statuses[1].code, Code::kOk);
   EXPECT_EQ(r.statuses[1].limit_remaining, 2u);
+}
+
+// envoyproxy/ratelimit parity: its README's `replaces` on an unnamed rule, units week /
+// month / year and unit_multiplier, '*' anywhere in a value, share_threshold,
+// value_to_metric and quota_mode; OVER_LIMIT reports 0 remaining.
+TEST_F(EngineTest, EnvoyRatelimitParity) {
+  Load(R"(
+domain: web
+descriptors:
+  - key: key1
+    value: value1
+    descriptors:
+      - key: subkey1
+        rate_limit:
+          requests_per_unit: 300
+          unit: second
+          replaces:
+            - name: limit2
+  - key: key2
+    value: value2
+    descriptors:
+      - key: subkey2
+        rate_limit:
+          name: limit2
+          requests_per_unit: 1
+          unit: minute
+  - key: weekly
+    rate_limit: {unit: week, requests_per_unit: 2}
+  - key: window
+    rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 1}
+  - key: path
+    value: /api/*/items*
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: file
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: tenant
+    value_to_metric: true
+    metadata: {owner: team-a}
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: soft
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+)");
+  // The unnamed rule replaces limit2 when both match.
+  for (int i = 0; i < 3; ++i) {
+    RateLimitResponse r = Ask("web", {D{{{"key1", "value1"}, {"subkey1", "x"}}},
+                                      D{{{"key2", "value2"}, {"subkey2", "y"}}}});
+    EXPECT_EQ(r.overall_code, Code::kOk) << i;
+    EXPECT_FALSE(r.statuses[1].has_limit);
+  }
+  // week: 2 per week; month/year also load (config_test).
+  EXPECT_EQ(Passes("web", D{{{"weekly", "a"}}}, 3), 2);
+  clock->Advance(6 * 86400 * kSec);
+  EXPECT_EQ(Passes("web", D{{{"weekly", "a"}}}, 1), 0);
+  // unit_multiplier: a 30-second window.
+  EXPECT_EQ(Passes("web", D{{{"window", "a"}}}, 2), 1);
+  RateLimitResponse over = Ask("web", {D{{{"window", "a"}}}});
+  EXPECT_EQ(over.statuses[0].code, Code::kOverLimit);
+  EXPECT_EQ(over.statuses[0].limit_remaining, 0u);
+  EXPECT_LE(over.statuses[0].duration_until_reset, 30 * kSec);
+  clock->Advance(30 * kSec);
+  EXPECT_EQ(Passes("web", D{{{"window", "a"}}}, 1), 1);
+  // '*' anywhere: each value has its own counter unless share_threshold.
+  EXPECT_EQ(Passes("web", D{{{"path", "/api/v1/items"}}}, 2), 1);
+  EXPECT_EQ(Passes("web", D{{{"path", "/api/v2/items/7"}}}, 2), 1);
+  EXPECT_FALSE(Ask("web", {D{{{"path", "/api/v1/users"}}}}).statuses[0].has_limit);
+  EXPECT_EQ(Passes("web", D{{{"file", "files/a.pdf"}}}, 1), 1);
+  EXPECT_EQ(Passes("web", D{{{"file", "files/b.csv"}}}, 2), 1);  // shares the 2 per hour
+  // quota_mode: over the limit is answered OK and counted apart.
+  EXPECT_EQ(Passes("web", D{{{"soft", "s"}}}, 3), 3);
+  Passes("web", D{{{"tenant", "acme"}}}, 1);
+  const std::string m = engine->RenderMetrics();
+  EXPECT_NE(m.find("descriptor=\"soft\",outcome=\"quota_over_limit\"} 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("descriptor=\"tenant|tenant=acme\",outcome=\"ok\"} 1"), std::string::npos) << m;
+}
+
+TEST_F(EngineTest, OverrideUnitsWeekMonthYear) {
+  Load(kMatching);
+  for (int unit : {5, 6, 7}) {
+    RateLimitRequest req;
+    req.domain = "web";
+    DescriptorRequest d;
+    d.entries.push_back(Entry{"u", std::to_string(unit)});
+    d.has_override = true;
+    d.override_requests_per_unit = 1;
+    d.override_unit = unit;
+    req.descriptors.push_back(d);
+    RateLimitResponse r;
+    ASSERT_TRUE(engine->ShouldRateLimit(req, &r).ok()) << unit;
+    EXPECT_EQ(static_cast<int>(r.statuses[0].unit), unit);
+    ASSERT_TRUE(engine->ShouldRateLimit(req, &r).ok());
+    EXPECT_EQ(r.overall_code, Code::kOverLimit) << unit;
+  }
+}
+
+// Headers: the limit is what remaining counts down from (a token bucket's burst, not its
+// rate), every limited descriptor is covered, and the three formats are selectable.
+TEST_F(EngineTest, ResponseHeadersInEveryFormat) {
+  const std::string rules = R"(
+domain: web
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: token_bucket, burst: 20, name: per_user}
+  - key: ip
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+)";
+  auto headers = [&](const std::string& mode) {
+    Load("sluiced: {response_headers: " + mode + "}\n---\n" + rules);
+    // Fresh keys per format: the store keeps its counters across loads.
+    RateLimitResponse r = Ask("web", {D{{{"user", mode}}}, D{{{"ip", mode}}}});
+    std::map<std::string, std::string> h(r.response_headers.begin(), r.response_headers.end());
+    return h;
+  };
+  auto x = headers("x_ratelimit");
+  EXPECT_EQ(x["x-ratelimit-limit"], "20, 20;w=60;name=\"per_user\", 1000;w=3600");
+  EXPECT_EQ(x["x-ratelimit-remaining"], "19");
+  auto plain = headers("ratelimit");
+  EXPECT_EQ(plain["ratelimit-remaining"], "19");
+  EXPECT_EQ(plain.count("x-ratelimit-remaining"), 0u);
+  auto d10 = headers("draft10");
+  EXPECT_EQ(d10["ratelimit-policy"], "\"per_user\";q=20;w=60, \"d1\";q=1000;w=3600");
+  EXPECT_EQ(d10["ratelimit"].rfind("\"per_user\";r=19;t=", 0), 0u) << d10["ratelimit"];
+  EXPECT_NE(d10["ratelimit"].find(", \"d1\";r=999;t=3600"), std::string::npos) << d10["ratelimit"];
+  EXPECT_TRUE(headers("none").empty());
+  EXPECT_TRUE(headers("false").empty());
+}
+
+// GET /rlconfig serves this: every loaded rule, envoyproxy/ratelimit's line form first.
+TEST_F(EngineTest, DumpConfigListsEveryRule) {
+  Load(kMatching);
+  const std::string d = engine->DumpConfig();
+  EXPECT_NE(d.find("web.remote_address: unit=MINUTE requests_per_unit=3, shadow_mode: false, "
+                   "algorithm: fixed_window"),
+            std::string::npos)
+      << d;
+  EXPECT_NE(d.find("web.path_/login.user: unit=HOUR requests_per_unit=4, shadow_mode: false, "
+                   "name: login_per_user"),
+            std::string::npos)
+      << d;
+  EXPECT_EQ(std::count(d.begin(), d.end(), '\n'), 5);
 }
 
 }  // namespace

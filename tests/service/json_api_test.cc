@@ -57,8 +57,11 @@ TEST(JsonApi, ErrorsNameTheProblem) {
             "descriptors[0].entries[0].key must be a string");
   EXPECT_EQ(err(R"({"descriptors":[{"entries":[{"key":"a","colour":"red"}]}]})"),
             "descriptors[0].entries[0] has an unknown field \"colour\"");
-  EXPECT_EQ(err(R"({"descriptors":[{"limit":{"unit":"WEEK"}}]})"),
-            "descriptors[0].limit.unit must be SECOND, MINUTE, HOUR or DAY (got \"WEEK\")");
+  EXPECT_EQ(err(R"({"descriptors":[{"limit":{"unit":"FORTNIGHT"}}]})"),
+            "descriptors[0].limit.unit must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR "
+            "(got \"FORTNIGHT\")");
+  EXPECT_EQ(err(R"({"descriptors":[{"limit":{"unit":8}}]})"),
+            "descriptors[0].limit.unit is larger than 7");
   std::string many = R"({"descriptors":[)";
   for (int i = 0; i < 17; ++i) many += std::string(i ? "," : "") + "{}";
   EXPECT_EQ(err(many + "]}"), "too many descriptors: 17 (at most 16)");
@@ -93,6 +96,20 @@ TEST(JsonApi, RendersLikeProtobufJson) {
       R"("responseHeadersToAdd":[{"key":"retry-after","value":"2"}]})"
       "\n");
   EXPECT_EQ(RenderJsonResponse(RateLimitResponse{}), "{\"overallCode\":\"OK\"}\n");
+}
+
+// Defect 7: a number too large for a double (1e400) anywhere threw out of the parser
+// (HTTP 500 "internal error", not counted); it is bad input with a reason.
+TEST(JsonApi, NumberOverflowIsInvalidArgumentWithAReason) {
+  for (const char* body :
+       {R"({"domain":"d","descriptors":[{"entries":[{"key":"a"}]}],"x":1e400})",
+        R"({"domain":"d","hits_addend":1e400,"descriptors":[]})", R"([-1e400])"}) {
+    JsonRequest j;
+    Status s = Status::Ok();
+    EXPECT_NO_THROW(s = Parse(body, &j)) << body;
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << body;
+    EXPECT_NE(s.message().find("1e400"), std::string::npos) << s.message();
+  }
 }
 
 }  // namespace

@@ -170,7 +170,8 @@ TEST_F(NginxTest, ApiKeyLimitFromAHeader) {
   r = c.Get("/a", key);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 429);
-  EXPECT_EQ(r->get_header_value("X-RateLimit-Limit"), "1");
+  // The binding limit (the key's 1/day), then both descriptors' limits and windows.
+  EXPECT_EQ(r->get_header_value("X-RateLimit-Limit"), "1, 1;w=86400, 3;w=3600");
   // The denied request consumed nothing of the address's budget (all or nothing): two
   // more requests without the key pass.
   EXPECT_EQ(c.Get("/b")->status, 200);

@@ -1,36 +1,29 @@
--- Fixed window (algorithm 0), mirrors src/core/fixed_window.cc.
+-- Fixed window (algorithm 0), mirrors src/core/fixed_window.cc. The one source of its
+-- decision: embed_lua.cmake puts it in the batch script's DECIDE[0] and in the
+-- one-check script (see single_head.lua for the locals it reads and sets).
 -- State: struct.pack('<Bddd', 0, expires, window_start, count).
-DECIDE[0] = function(c, now)
-  local w = c.window
-  local ws = floor_to(now, w)
-  local count = 0
-  local found, sws, scount = load(c, now)
-  if found and sws >= ws then
+local r = math.fmod(now, w) -- floor_to(now, w), exact below 2^53, now may be negative
+if r < 0 then r = r + w end
+local ws = now - r
+local count = 0
+if raw and #raw == 25 and string.byte(raw) == 0 then
+  local _, e, sws, scount = struct.unpack('<Bddd', raw)
+  -- back to full (expires <= now) counts as fresh, like absent or another algorithm's
+  if e > now and sws >= ws then
     ws = sws -- same window, or the clock went back: keep the stored one
     count = scount
   end
-  local t = max(now, ws)
-  local need = max(c.cost, 1)
-  local allowed = count + need <= c.limit
-  local retry = 0
-  if allowed then
-    count = count + c.cost
-  else
-    retry = ws + w - t
-  end
-  local reset = 0
-  if count > 0 then reset = ws + w - t end
-  c.expires = ws + w
-  c.state = struct.pack('<Bddd', 0, c.expires, ws, count)
-  return allowed, c.limit - count, reset, retry
 end
-COMMIT[0] = store_word
--- Refund: the current window's count goes down by cost (not below 0); a state of an
--- earlier window is left alone (src/core FixedWindowRefund).
-REFUND[0] = function(c, now, cost)
-  local found, sws, scount = load(c, now)
-  if not found or sws < floor_to(now, c.window) then return end
-  c.expires = sws + c.window
-  c.state = struct.pack('<Bddd', 0, c.expires, sws, scount - min(scount, cost))
-  store_word(c, now)
+local t = max(now, ws)
+allowed = count + need <= limit
+retry = 0
+if allowed then
+  count = count + cost
+else
+  retry = ws + w - t
 end
+reset = 0
+if count > 0 then reset = ws + w - t end
+remaining = limit - count
+expires = ws + w
+if allowed and cost > 0 then state = struct.pack('<Bddd', 0, expires, ws, count) end

@@ -1,35 +1,23 @@
--- GCRA (algorithm 4), mirrors src/core/gcra.cc.
+-- GCRA (algorithm 4), mirrors src/core/gcra.cc. The one source of its decision (see
+-- fixed_window.lua).
 -- State: struct.pack('<Bdd', 4, expires, tat) (tat: theoretical arrival time, us).
-DECIDE[4] = function(c, now)
-  local interval = c.window / c.limit
-  local tau = interval * c.cap
-  local t = now
-  local found, stat = load(c, now)
-  local tat = t
-  if found then tat = max(stat, t) end
-  local need = max(c.cost, 1)
-  local new_tat = tat + need * interval
-  local allowed = new_tat - t <= tau + EPS * interval
-  local retry = 0
-  if allowed then
-    if c.cost > 0 then tat = new_tat end
-  else
-    retry = max(1, ceil(new_tat - tau - t))
-  end
-  local remaining = max(0, floor((tau - (tat - t)) / interval + EPS))
-  local reset = ceil(tat - t)
-  c.expires = ceil(tat)
-  c.state = struct.pack('<Bdd', 4, c.expires, tat)
-  return allowed, remaining, reset, retry
+local interval = w / limit
+local tau = interval * cap
+local t = now
+local tat = t
+if raw and #raw == 17 and string.byte(raw) == 4 then
+  local _, e, stat = struct.unpack('<Bdd', raw)
+  if e > now then tat = max(stat, t) end
 end
-COMMIT[4] = store_word
--- Refund: the TAT moves back by cost emission intervals, never below now
--- (src/core GcraRefund).
-REFUND[4] = function(c, now, cost)
-  local found, stat = load(c, now)
-  if not found then return end
-  local tat = max(now, stat - cost * (c.window / c.limit))
-  c.expires = ceil(tat)
-  c.state = struct.pack('<Bdd', 4, c.expires, tat)
-  store_word(c, now)
+local new_tat = tat + need * interval
+allowed = new_tat - t <= tau + EPS * interval
+retry = 0
+if allowed then
+  if cost > 0 then tat = new_tat end
+else
+  retry = max(1, ceil(new_tat - tau - t))
 end
+remaining = max(0, floor((tau - (tat - t)) / interval + EPS))
+reset = ceil(tat - t)
+expires = ceil(tat)
+if allowed and cost > 0 then state = struct.pack('<Bdd', 4, expires, tat) end

@@ -1,10 +1,12 @@
 -- sluice: one script decides a batch of limit checks atomically.
 --
--- Built at build time by concatenating clock.lua, prelude.lua, one file per algorithm
--- and dispatch.lua (src/redis/embed_lua.cmake). Each algorithm file defines
+-- Built at build time by concatenating clock.lua, prelude.lua, one part per algorithm,
+-- refunds.lua and dispatch.lua (src/redis/embed_lua.cmake). Each algorithm has
 -- DECIDE[id](c, now), which reads the check's state and returns the decision
 -- (allowed, remaining, reset_after, retry_after) without consuming anything, and
--- COMMIT[id](c, now), which writes what DECIDE computed. dispatch.lua decides every
+-- COMMIT[id](c, now), which writes what DECIDE computed. For the O(1) algorithms both
+-- are generated around the algorithm's one decision body (<algorithm>.lua, shared with
+-- its one-check script); the sliding log's file defines them itself. dispatch.lua decides every
 -- check first and commits all of them only if all allow (all or nothing).
 -- REFUND[id](c, now, cost) gives cost back to an existing state (Store::Refund; a call
 -- sends every check's cost negated, and then nothing is decided).

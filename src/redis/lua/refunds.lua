@@ -1,0 +1,53 @@
+-- Refunds of the O(1) algorithms (batch script only: a refund is one call of the batch
+-- script, see dispatch.lua), each mirroring src/core's <Algorithm>Refund. The sliding
+-- log's is in sliding_window_log.lua.
+
+-- Refund: the current window's count goes down by cost (not below 0); a state of an
+-- earlier window is left alone (src/core FixedWindowRefund).
+REFUND[0] = function(c, now, cost)
+  local found, sws, scount = load(c, now)
+  if not found or sws < floor_to(now, c.window) then return end
+  c.expires = sws + c.window
+  c.state = struct.pack('<Bddd', 0, c.expires, sws, scount - min(scount, cost))
+  store_word(c, now)
+end
+
+-- Refund: the current window's count goes down by cost (not below 0); once the
+-- window has rolled over, nothing changes (src/core SlidingWindowCounterRefund).
+REFUND[2] = function(c, now, cost)
+  local found, sws, scurr, sprev = load(c, now)
+  if not found or sws < floor_to(now, c.window) then return end
+  local curr = scurr - min(scurr, cost)
+  if curr > 0 then c.expires = sws + 2 * c.window else c.expires = sws + c.window end
+  c.state = struct.pack('<Bdddd', 2, c.expires, sws, curr, sprev)
+  store_word(c, now)
+end
+
+-- Refund: refill as a decision does, then add cost tokens, capped at the capacity
+-- (src/core TokenBucketRefund).
+REFUND[3] = function(c, now, cost)
+  local found, stokens, slast = load(c, now)
+  if not found then return end
+  local capacity = c.cap
+  local rate = c.limit / c.window
+  local t = max(now, slast)
+  local tokens = min(capacity, stokens + (t - slast) * rate)
+  tokens = min(capacity, tokens + cost)
+  local reset = 0
+  if not (tokens + EPS >= capacity) then reset = ceil((capacity - tokens) / rate) end
+  c.expires = t + reset
+  if c.init >= 0 and c.init < capacity then c.expires = c.expires + c.window end
+  c.state = struct.pack('<Bddd', 3, c.expires, tokens, t)
+  store_word(c, now)
+end
+
+-- Refund: the TAT moves back by cost emission intervals, never below now
+-- (src/core GcraRefund).
+REFUND[4] = function(c, now, cost)
+  local found, stat = load(c, now)
+  if not found then return end
+  local tat = max(now, stat - cost * (c.window / c.limit))
+  c.expires = ceil(tat)
+  c.state = struct.pack('<Bdd', 4, c.expires, tat)
+  store_word(c, now)
+end
