@@ -73,6 +73,12 @@ struct RedisStoreStats {
   std::uint64_t timeouts = 0;        // evaluations and refunds a caller saw time out
   std::uint64_t script_reloads = 0;  // NOSCRIPT answered and the script loaded again
   std::uint64_t reconnects = 0;      // connections re-established after a loss
+  // Redis Cluster only (0 otherwise):
+  std::uint64_t moved = 0;               // MOVED redirects followed (slot patched, resent)
+  std::uint64_t ask = 0;                 // ASK redirects followed (ASKING + resent)
+  std::uint64_t cluster_retries = 0;     // resent after TRYAGAIN/CLUSTERDOWN/LOADING/READONLY
+  std::uint64_t topology_refreshes = 0;  // slot map reads (startup, MOVED, failover)
+  std::uint64_t cross_slot_refunds = 0;  // slots refunded: another slot of the batch denied
 };
 
 // Thread-safe. Decisions never throw.

@@ -73,6 +73,11 @@ struct ConnectionStats {
   std::atomic<std::uint64_t> reconnects{0};
   std::atomic<std::uint64_t> disconnects{0};
   std::atomic<std::uint64_t> script_reloads{0};
+  // Cluster routing (cluster_router.h).
+  std::atomic<std::uint64_t> moved{0};
+  std::atomic<std::uint64_t> ask{0};
+  std::atomic<std::uint64_t> cluster_retries{0};
+  std::atomic<std::uint64_t> topology_refreshes{0};
 };
 
 // One socket and its I/O thread. Thread-safe.

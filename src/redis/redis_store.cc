@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "redis/cluster_router.h"
+#include "redis/cross_slot.h"
 #include "redis/router.h"
 #include "redis/scripts.h"
 #include "redis/sentinel_router.h"
@@ -53,7 +55,8 @@ void MergeFields(const RedisStoreOptions& o, redis::Url* u) {
 
 struct RedisStore::Impl {
   RedisStoreOptions options;
-  std::atomic<std::uint64_t> calls{0}, errors{0}, timeouts{0};
+  std::atomic<std::uint64_t> calls{0}, errors{0}, timeouts{0}, cross_slot_refunds{0};
+  bool cluster = false;  // keys may live in different hash slots
   // Last, so it is destroyed first: its shutdown completes calls in flight, whose
   // callbacks still use the members above.
   std::unique_ptr<redis::Router> router;
@@ -149,10 +152,11 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
       !s.ok()) {
     return s;
   }
-  if (url->topology == redis::Topology::kCluster) {
-    return Status::Unimplemented(url->Scheme() +
-                                 " URLs are not supported by this build yet (use redis://, "
-                                 "unix:// or redis-sentinel://)");
+  if (url->topology == redis::Topology::kCluster && url->tls.enabled) {
+    return Status::Unimplemented(
+        url->Scheme() +
+        " URLs are not supported by this build yet: TLS to a cluster is untested "
+        "(use redis-cluster://, or rediss:// to one endpoint)");
   }
   redis::NodeOptions no;
   no.connect.handshake.url = *url;
@@ -175,6 +179,10 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
     auto sentinel = redis::SentinelRouter::Create(std::move(so));
     if (!sentinel.ok()) return sentinel.status();
     router = std::move(*sentinel);
+  } else if (url->topology == redis::Topology::kCluster) {
+    auto cluster = redis::ClusterRouter::Create(std::move(no));
+    if (!cluster.ok()) return cluster.status();
+    router = std::move(*cluster);
   } else {
     auto standalone = redis::StandaloneRouter::Create(std::move(no));
     if (!standalone.ok()) return standalone.status();
@@ -188,6 +196,7 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
     if (Status s = impl->CheckEvalsha(node, url->user); !s.ok() && usable.ok()) usable = s;
   });
   if (!usable.ok()) return usable;
+  impl->cluster = url->topology == redis::Topology::kCluster;
   impl->router->ForEachPrimary([&](redis::NodeClient& node) { impl->CheckMaxmemory(node); });
   return std::shared_ptr<RedisStore>(new RedisStore(std::move(impl)));
 }
@@ -266,6 +275,21 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
   }
   if (checks.empty()) {
     done(Status::Ok(), {});
+    return nullptr;
+  }
+  if (cluster && checks.size() > 1 && redis::CountSlots(checks) > 1) {
+    // Keys in several hash slots: reserve per slot, refund if any slot denies
+    // (redis/cross_slot.h). Each slot's part comes back here as a one-slot batch.
+    redis::EvaluateAcrossSlots(
+        checks, deadline,
+        [this, now](std::span<const StoreCheck> c, redis::Deadline d, EvaluateCallback cb) {
+          Evaluate(c, now, d, std::move(cb));
+        },
+        [this, now](std::span<const StoreCheck> c, redis::Deadline d, RefundCallback cb) {
+          cross_slot_refunds.fetch_add(1, std::memory_order_relaxed);
+          Refund(c, now, d, std::move(cb));
+        },
+        std::move(done));
     return nullptr;
   }
   impl_->calls.fetch_add(1, std::memory_order_relaxed);
@@ -357,6 +381,16 @@ std::shared_ptr<Call> RedisStore::Impl::Refund(std::span<const StoreCheck> check
     done(s);
     return nullptr;
   }
+  if (cluster && checks.size() > 1 && redis::CountSlots(checks) > 1) {
+    // Keys in several slots: one refund script per slot (atomic per slot only).
+    redis::RefundAcrossSlots(
+        checks, deadline,
+        [this, now](std::span<const StoreCheck> c, redis::Deadline d, RefundCallback cb) {
+          Refund(c, now, d, std::move(cb));
+        },
+        std::move(done));
+    return nullptr;
+  }
   impl_->calls.fetch_add(1, std::memory_order_relaxed);
   std::size_t nkeys = 0;
   for (const StoreCheck& c : checks) {
@@ -427,6 +461,11 @@ RedisStoreStats RedisStore::Stats() const {
   s.script_reloads = c.script_reloads.load(std::memory_order_relaxed);
   s.timeouts = impl_->timeouts.load(std::memory_order_relaxed);
   s.reconnects = c.reconnects.load(std::memory_order_relaxed);
+  s.moved = c.moved.load(std::memory_order_relaxed);
+  s.ask = c.ask.load(std::memory_order_relaxed);
+  s.cluster_retries = c.cluster_retries.load(std::memory_order_relaxed);
+  s.topology_refreshes = c.topology_refreshes.load(std::memory_order_relaxed);
+  s.cross_slot_refunds = impl_->cross_slot_refunds.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -21,9 +21,8 @@ struct Counts {
 };
 
 TEST(Concurrency, ManyProcessesAndThreadsNeverExceedTheLimit) {
-  RedisServer* server = SharedRedis();
-  ASSERT_NE(server, nullptr);
-  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+  auto url = FlushedRedisUrl();  // a single server, or the cluster (tests/cluster)
+  ASSERT_TRUE(url.ok()) << url.status().ToString();
   constexpr int kProcesses = 4;
   constexpr int kThreads = 8;
   constexpr int kDurationMs = 2500;
@@ -31,7 +30,7 @@ TEST(Concurrency, ManyProcessesAndThreadsNeverExceedTheLimit) {
   const auto start = std::chrono::system_clock::now();
   std::vector<FILE*> pipes;
   for (int i = 0; i < kProcesses; ++i) {
-    const std::string cmd = std::string(SLUICE_LOAD_HELPER) + " '" + server->Url() + "' " +
+    const std::string cmd = std::string(SLUICE_LOAD_HELPER) + " '" + *url + "' " +
                             std::to_string(kDurationMs) + " " + std::to_string(kThreads);
     FILE* f = popen(cmd.c_str(), "r");
     ASSERT_NE(f, nullptr) << cmd;

@@ -117,7 +117,7 @@ TEST_F(Differential, MixedBatchesWithTimeMovingForward) {
   int refunds = 0;
   for (std::uint64_t seed = 1; seed <= 6; ++seed) {
     std::mt19937_64 rng(seed);
-    MemoryStore memory;
+    DifferentialMemoryStore memory;  // on a cluster: split by slot (store_backends.h)
     std::vector<Policy> policies;
     for (int i = 0; i < 8; ++i) policies.push_back(RandomPolicy(rng, i));
     const char* keys[] = {"alice", "bob", "{carol}"};

@@ -3,6 +3,10 @@
 // before each test). Redis runs in caller-time mode so a ManualClock drives both.
 // A test binary can run the shared suites on another topology by defining
 // SLUICE_SUITE_BACKENDS / SLUICE_DIFFERENTIAL_BACKEND (the sentinel suites do).
+//
+// Compiled with SLUICE_TESTS_ON_CLUSTER (tests/cluster), "Redis" is a local 6-node
+// Redis Cluster instead (redis_cluster.h), started once per binary: the same suites
+// then hold the cluster router to the same behaviour.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,6 +14,8 @@
 #include <memory>
 
 #include "redis_sentinel.h"
+#include "redis/cross_slot.h"
+#include "redis_cluster.h"
 #include "redis_server.h"
 #include "sluice/limiter.h"
 #include "sluice/memory_store.h"
@@ -31,20 +37,95 @@ inline RedisServer* SharedRedis() {
   return server->get();
 }
 
+#ifdef SLUICE_TESTS_ON_CLUSTER
+// One cluster for the whole test binary; a failure to start fails every test using it.
+inline RedisCluster* SharedCluster() {
+  static Result<std::unique_ptr<RedisCluster>> cluster = RedisCluster::Start();
+  if (!cluster.ok()) {
+    ADD_FAILURE() << "cannot start a Redis Cluster: " << cluster.status().ToString();
+    return nullptr;
+  }
+  return cluster->get();
+}
+
+// The URL of the Redis under test, emptied (every primary flushed).
+inline Result<std::string> FlushedRedisUrl() {
+  RedisCluster* cluster = SharedCluster();
+  if (cluster == nullptr) return Status::Unavailable("no cluster");
+  if (Status s = cluster->FlushAll(); !s.ok()) return s;
+  return cluster->Url();
+}
+inline constexpr const char* kRedisBackendName = "cluster";
+
+// The differential reference on a cluster: a MemoryStore that evaluates a batch
+// spanning hash slots exactly as RedisStore must on a cluster (redis/cross_slot.h):
+// one atomic evaluation per slot, and a refund of the slots that consumed when another
+// slot denied. Single-slot batches go straight to the MemoryStore.
+class SlotSplitMemoryStore final : public Store {
+ public:
+  Status Evaluate(std::span<const StoreCheck> checks, Micros now,
+                  std::span<Decision> out) override {
+    if (redis::CountSlots(checks) <= 1) return memory_.Evaluate(checks, now, out);
+    Status result = Status::Internal("no answer");
+    redis::EvaluateAcrossSlots(
+        checks, redis::DeadlineAfter(60'000'000),
+        [&](std::span<const StoreCheck> c, redis::Deadline, EvaluateCallback cb) {
+          memory_.EvaluateAsync(c, now, std::move(cb));
+        },
+        [&](std::span<const StoreCheck> c, redis::Deadline, RefundCallback cb) {
+          memory_.RefundAsync(c, now, std::move(cb));
+        },
+        [&](const Status& s, std::span<const Decision> d) {  // inline: MemoryStore is
+          result = s;
+          std::copy(d.begin(), d.end(), out.begin());
+        });
+    return result;
+  }
+  Status Refund(std::span<const StoreCheck> checks, Micros now) override {
+    if (redis::CountSlots(checks) <= 1) return memory_.Refund(checks, now);
+    Status result = Status::Internal("no answer");
+    redis::RefundAcrossSlots(
+        checks, redis::DeadlineAfter(60'000'000),
+        [&](std::span<const StoreCheck> c, redis::Deadline, RefundCallback cb) {
+          memory_.RefundAsync(c, now, std::move(cb));
+        },
+        [&](const Status& s) { result = s; });
+    return result;
+  }
+  Status Reset(const Policy& policy, std::string_view key) override {
+    return memory_.Reset(policy, key);
+  }
+
+ private:
+  MemoryStore memory_;
+};
+using DifferentialMemoryStore = SlotSplitMemoryStore;
+#else
+// What the differential test compares Redis with.
+using DifferentialMemoryStore = MemoryStore;
+inline Result<std::string> FlushedRedisUrl() {
+  RedisServer* server = SharedRedis();
+  if (server == nullptr) return Status::Unavailable("no redis-server");
+  auto flushed = server->Command({"FLUSHALL"});
+  if (!flushed.ok()) return flushed.status();
+  return server->Url();
+}
+inline constexpr const char* kRedisBackendName = "redis";
+#endif
+
 struct MemoryBackend {
   static constexpr const char* kName = "memory";
   static std::shared_ptr<Store> Make() { return std::make_shared<MemoryStore>(); }
 };
 
 struct RedisBackend {
-  static constexpr const char* kName = "redis";
+  static constexpr const char* kName = kRedisBackendName;
   static std::shared_ptr<Store> Make() {
-    RedisServer* server = SharedRedis();
-    if (server == nullptr) return nullptr;
-    auto flushed = server->Command({"FLUSHALL"});
-    EXPECT_TRUE(flushed.ok()) << flushed.status().ToString();
+    auto url = FlushedRedisUrl();
+    EXPECT_TRUE(url.ok()) << url.status().ToString();
+    if (!url.ok()) return nullptr;
     RedisStoreOptions o;
-    o.url = server->Url();
+    o.url = *url;
     o.use_caller_time = true;
     o.call_timeout = 5'000'000;  // tests assert behaviour, not speed
     o.on_warning = [](std::string_view) {};

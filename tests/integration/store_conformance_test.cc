@@ -37,7 +37,11 @@ class StoreConformance : public ::testing::Test {
   std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>(kNoon);
 };
 
+#ifdef SLUICE_TESTS_ON_CLUSTER
+using Backends = ::testing::Types<RedisBackend>;  // the cluster (tests/cluster)
+#else
 using Backends = ::testing::Types<SLUICE_SUITE_BACKENDS>;
+#endif
 struct BackendName {
   template <typename T>
   static std::string GetName(int) {
