@@ -54,8 +54,10 @@ struct RedisStoreOptions {
   int connections = 2;
   // True: Create fails unless every connection can be established now. False
   // (degraded start, e.g. a daemon that must come up while Redis is down): Create
-  // validates the options and returns at once; connections are made in the
-  // background and calls fail with kUnavailable until one is up.
+  // validates the options and tries one connection; if the server is unreachable it
+  // returns anyway, connections are made in the background and calls fail with
+  // kUnavailable until one is up. A server that answers but refuses (wrong password,
+  // bad database) is still Create's error: waiting would not fix it.
   bool require_connection = true;
   // Tests only: scripts use the `now` the caller passes instead of Redis's TIME, so a
   // request sequence can be replayed identically against MemoryStore. TTLs are then

@@ -12,13 +12,23 @@ Result<std::unique_ptr<NodeClient>> NodeClient::Create(NodeOptions options,
   std::unique_ptr<NodeClient> c(new NodeClient(std::move(options), std::move(stats)));
   c->completions_ =
       c->options_.completions ? c->options_.completions : std::make_shared<CompletionQueue>();
+  // Without connect_now the first connection is still tried once: a server that is up
+  // is used at once, and one that answers but refuses us (a wrong password, a bad
+  // database: InvalidArgument) is a configuration error, not an outage to wait out.
+  // Only an unreachable server (kUnavailable) leaves every connection to the background.
+  bool eager = c->options_.connect_now;
   for (int i = 0; i < n; ++i) {
-    if (!c->options_.connect_now) {
+    if (!eager && i > 0) {
       c->conns_.push_back(Connection::Start(c->options_.connect, c->stats_, c->completions_));
       continue;
     }
     auto conn = Connection::Open(c->options_.connect, c->stats_, c->completions_);
-    if (!conn.ok()) return conn.status();
+    if (!conn.ok()) {
+      if (eager || conn.status().code() != ErrorCode::kUnavailable) return conn.status();
+      c->conns_.push_back(Connection::Start(c->options_.connect, c->stats_, c->completions_));
+      continue;
+    }
+    eager = true;  // the server is up: connect the others now too
     c->conns_.push_back(std::move(*conn));
   }
   return c;

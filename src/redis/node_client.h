@@ -21,8 +21,10 @@ namespace sluice::redis {
 struct NodeOptions {
   ConnectOptions connect;
   int connections = 2;
-  // False: Create returns at once with every connection connecting in the background
-  // (calls fail with kUnavailable until one is up). True: Create connects them all.
+  // True: Create connects them all (any failure is Create's error). False: Create tries
+  // one connection; if the server is unreachable (kUnavailable) it returns with every
+  // connection connecting in the background (calls fail with kUnavailable until one is
+  // up); any other handshake error (wrong password, bad database) is still returned.
   bool connect_now = true;
   // Where immediate failures are delivered; null: the node makes its own. A router
   // may share one across its nodes.

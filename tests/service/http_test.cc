@@ -544,7 +544,7 @@ TEST_F(HttpFrontEnd, ReadyzFollowsTheStore) {
 // it becomes ready once Redis is up (reconnecting in the background).
 // DISABLED_ until client-m2 (RedisStoreOptions::require_connection) is on main: without it
 // an unreachable Redis is still a start error. Enable by dropping the prefix.
-TEST_F(HttpFrontEnd, DISABLED_StartsDegradedWhileRedisIsDown) {
+TEST_F(HttpFrontEnd, StartsDegradedWhileRedisIsDown) {
   auto redis = RedisServer::Start();
   ASSERT_TRUE(redis.ok()) << redis.status().ToString();
   (*redis)->Stop();  // the port is refused until Restart

@@ -68,18 +68,24 @@ TEST(SluicedRedis, TwoProcessesShareOneLimit) {
   EXPECT_NE(m->body.find("sluiced_store_errors_total 2"), std::string::npos);
 }
 
-TEST(SluicedRedis, UnreachableRedisAtStartIsAClearError) {
+// An unreachable Redis at start is an outage (sluiced starts degraded: see
+// HttpFrontEnd.StartsDegradedWhileRedisIsDown); a Redis that answers and refuses the
+// password is a configuration error, which waiting would not fix: a clear start failure
+// that never prints the password.
+TEST(SluicedRedis, WrongPasswordAtStartIsAClearError) {
+  auto redis = RedisServer::Start({.password = "right-secret"});
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
   TempDir dir;
   WriteFile(dir.File("sluiced.yaml"), kConfig);
-  const int port = FreePort();
-  auto p = Process::Spawn(
-      {SLUICED_BINARY, "--config", dir.File("sluiced.yaml"), "--http", "127.0.0.1:0", "--grpc",
-       "127.0.0.1:0", "--redis", "redis://127.0.0.1:" + std::to_string(port)},
-      dir.File("log"));
+  auto p = Process::Spawn({SLUICED_BINARY, "--config", dir.File("sluiced.yaml"), "--http",
+                           "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--redis",
+                           "redis://:wrong-secret@127.0.0.1:" + std::to_string((*redis)->port())},
+                          dir.File("log"));
   ASSERT_TRUE(p);
   EXPECT_EQ(p->Wait(std::chrono::seconds(15)), 1);
-  EXPECT_NE(ReadFile(dir.File("log")).find("event=start_failed"), std::string::npos)
-      << ReadFile(dir.File("log"));
+  const std::string log = ReadFile(dir.File("log"));
+  EXPECT_NE(log.find("event=start_failed"), std::string::npos) << log;
+  EXPECT_EQ(log.find("wrong-secret"), std::string::npos) << log;
 }
 
 }  // namespace
