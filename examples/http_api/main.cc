@@ -71,6 +71,7 @@ std::string Describe(const sluice::Policy& p) {
 int main(int argc, char** argv) {
   std::string listen = "127.0.0.1:8080";
   std::string redis_url;
+  int redis_timeout_ms = 0;
   std::string limit = "100/min";
   std::string algorithm = "sliding_window_counter";
   std::string login_limit = "5/min";
@@ -106,6 +107,9 @@ int main(int argc, char** argv) {
   app.add_option("--redis", redis_url,
                  "share the limits through Redis at this URL (redis://host:port[/db]) instead of "
                  "the in-process store");
+  app.add_option("--redis-timeout-ms", redis_timeout_ms,
+                 "deadline of each Redis call (default 50); past it --failure-mode decides")
+      ->check(CLI::Range(1, 60'000));
   app.add_option("--limit", limit, "the 'api' policy's rate, e.g. 100/min, 10/s, 5000/h")
       ->capture_default_str();
   app.add_option("--algorithm", algorithm,
@@ -177,7 +181,10 @@ int main(int argc, char** argv) {
   lo.policies = {api, login};
   if (!redis_url.empty()) {
 #ifdef SLUICE_HTTP_API_HAVE_REDIS
-    auto store = sluice::OpenStore(redis_url);
+    sluice::RedisStoreOptions ro;
+    ro.url = redis_url;
+    if (redis_timeout_ms > 0) ro.call_timeout = redis_timeout_ms * 1000LL;
+    auto store = sluice::RedisStore::Create(std::move(ro));
     if (!store.ok()) return fail("--redis", store.status());
     lo.store = *store;
 #else

@@ -27,7 +27,7 @@ void AllowDegradedStart(Options& o) {
 }  // namespace
 #endif
 
-Result<std::shared_ptr<Store>> OpenServiceStore(const std::string& url) {
+Result<std::shared_ptr<Store>> OpenServiceStore(const std::string& url, Micros redis_timeout) {
   if (url.empty() || url == "memory://") {
     return std::shared_ptr<Store>(std::make_shared<MemoryStore>());
   }
@@ -35,6 +35,7 @@ Result<std::shared_ptr<Store>> OpenServiceStore(const std::string& url) {
   if (url.starts_with("redis") || url.starts_with("unix://")) {
     RedisStoreOptions o;
     o.url = url;
+    if (redis_timeout > 0) o.call_timeout = redis_timeout;
     AllowDegradedStart(o);
     auto s = RedisStore::Create(std::move(o));
     if (!s.ok()) return s.status();
@@ -42,6 +43,7 @@ Result<std::shared_ptr<Store>> OpenServiceStore(const std::string& url) {
   }
   return OpenStore(url);
 #else
+  (void)redis_timeout;
   return Status::InvalidArgument("store '" + url +
                                  "': this sluiced was built without the Redis store; use "
                                  "memory:// (the default)");
@@ -122,7 +124,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   d->ApplyOverrides(config->settings);
   SetLogLevel(config->settings.log_level);
   d->store_url_ = config->settings.redis;
-  auto store = OpenServiceStore(d->store_url_);
+  auto store = OpenServiceStore(d->store_url_, d->options_.redis_timeout);
   if (!store.ok()) {
     return Status(store.status().code(), MaskIn(store.status().message(), d->store_url_));
   }

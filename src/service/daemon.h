@@ -41,6 +41,9 @@ struct DaemonOptions {
   bool bench_empty_grpc = false;
   // How often the store's reachability is probed (one peek of a probe key).
   Micros store_probe_interval = 1'000'000;
+  // Deadline of each Redis call (RedisStoreOptions::call_timeout); 0: the store's
+  // default (50 ms). Past it, the rule's failure mode decides.
+  Micros redis_timeout = 0;
 };
 
 // `url` with any password replaced by "***" (redis://user:***@host:6379), for logs.
@@ -48,7 +51,7 @@ std::string MaskStoreUrl(const std::string& url);
 
 // Opens the store a URL names: empty or memory:// for the embedded store, redis:// or
 // unix:// for Redis (when this build has the Redis store).
-Result<std::shared_ptr<Store>> OpenServiceStore(const std::string& url);
+Result<std::shared_ptr<Store>> OpenServiceStore(const std::string& url, Micros redis_timeout = 0);
 
 class Daemon {
  public:

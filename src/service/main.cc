@@ -19,7 +19,7 @@ sluice::Micros Seconds(double s) {
 
 // Flags of the HTTP front end, the drain and readiness (docs/sluiced.md, "Operations").
 void AddServingFlags(CLI::App& app, sluice::service::DaemonOptions& o, double& request_timeout,
-                     double& idle_timeout, double& drain) {
+                     double& idle_timeout, double& drain, int& redis_timeout_ms) {
   auto& h = o.http_options;
   app.add_option("--http-io-threads", h.io_threads, "HTTP I/O threads (default: one per core)");
   app.add_option("--http-backlog", h.backlog, "listen(2) backlog (default SOMAXCONN)");
@@ -37,6 +37,10 @@ void AddServingFlags(CLI::App& app, sluice::service::DaemonOptions& o, double& r
   app.add_option("--drain-period", drain,
                  "seconds between SIGTERM and stopping: /readyz 503 and gRPC health NOT_SERVING "
                  "while requests are still served (default 0; a second SIGTERM stops at once)");
+  app.add_option("--redis-timeout-ms", redis_timeout_ms,
+                 "deadline of each Redis call in milliseconds; past it the rule's failure mode "
+                 "decides (default 50)")
+      ->check(CLI::Range(1, 60'000));
   app.add_flag("--ready-while-degraded", o.ready_while_degraded,
                "/readyz 200 even while the store is unreachable (default: 503)");
   // Benchmarks only (bench/sluiced/run.sh): hidden from --help.
@@ -75,11 +79,13 @@ int main(int argc, char** argv) {
       "sluiced instances; memory:// for the embedded store (config: sluiced.redis; default "
       "memory://)");
   double request_timeout = 10, idle_timeout = 60, drain = 0;
-  AddServingFlags(app, o, request_timeout, idle_timeout, drain);
+  int redis_timeout_ms = 0;
+  AddServingFlags(app, o, request_timeout, idle_timeout, drain, redis_timeout_ms);
   CLI11_PARSE(app, argc, argv);
   o.http_options.request_timeout = Seconds(request_timeout);
   o.http_options.idle_timeout = Seconds(idle_timeout);
   o.drain_period = Seconds(drain);
+  o.redis_timeout = static_cast<sluice::Micros>(redis_timeout_ms) * 1000;
   if (*http_opt) o.http = http;
   if (*grpc_opt) o.grpc = grpc;
   if (*redis_opt) o.redis = redis;

@@ -33,10 +33,10 @@ TEST(SluicedRedis, TwoProcessesShareOneLimit) {
   ASSERT_TRUE(redis.ok()) << redis.status().ToString();
   TempDir dir;
   WriteFile(dir.File("sluiced.yaml"), kConfig);
-  Sluiced a =
-      StartSluiced(dir.File("sluiced.yaml"), dir.File("a.log"), {"--redis", (*redis)->Url()});
-  Sluiced b =
-      StartSluiced(dir.File("sluiced.yaml"), dir.File("b.log"), {"--redis", (*redis)->Url()});
+  Sluiced a = StartSluiced(dir.File("sluiced.yaml"), dir.File("a.log"),
+                           {"--redis", (*redis)->Url(), "--redis-timeout-ms", "5000"});
+  Sluiced b = StartSluiced(dir.File("sluiced.yaml"), dir.File("b.log"),
+                           {"--redis", (*redis)->Url(), "--redis-timeout-ms", "5000"});
   ASSERT_GT(a.http_port, 0);
   ASSERT_GT(b.http_port, 0);
   EXPECT_NE(a.LogText().find("store=redis://"), std::string::npos);
