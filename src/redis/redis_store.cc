@@ -201,6 +201,50 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
   return std::shared_ptr<RedisStore>(new RedisStore(std::move(impl)));
 }
 
+namespace {
+
+// EVALSHA of `script` over `checks`: KEYS are each check's key (and a sliding log's
+// ":log" key), ARGV the clock mode and six numbers per check. A refund negates every
+// cost (lua/dispatch.lua) and expects an empty reply; a decision records each check's
+// capacity in `call` (Decision::limit).
+std::string EncodeEval(const redis::Script& script, std::span<const StoreCheck> checks, Micros now,
+                       bool use_caller_time, bool refund, Call& call) {
+  std::size_t nkeys = 0;
+  for (const StoreCheck& c : checks) {
+    nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
+  }
+  redis::CommandBuilder b(3 + nkeys + 2 + 6 * checks.size());
+  b.Add("EVALSHA").Add(script.sha).Add(static_cast<long long>(nkeys));
+  std::string log_key;
+  for (const StoreCheck& c : checks) {
+    b.Add(c.key);
+    if (c.policy->algorithm == Algorithm::kSlidingWindowLog) {
+      log_key.assign(c.key);
+      log_key.append(":log");
+      b.Add(log_key);
+    }
+  }
+  if (use_caller_time) {
+    b.Add(static_cast<long long>(now)).Add(kCallerTimeTtlPadMs);
+  } else {
+    b.Add("").Add(0LL);
+  }
+  for (const StoreCheck& c : checks) {
+    const Policy& p = *c.policy;
+    const long long cost = static_cast<long long>(c.cost);
+    b.Add(static_cast<long long>(p.algorithm))
+        .Add(static_cast<long long>(p.limit))
+        .Add(static_cast<long long>(p.window))
+        .Add(static_cast<long long>(p.Capacity()))
+        .Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL)
+        .Add(refund ? -cost : cost);
+    if (!refund) call.capacity[call.n++] = p.Capacity();
+  }
+  return b.Take();
+}
+
+}  // namespace
+
 RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RedisStore::~RedisStore() = default;
 
@@ -293,10 +337,6 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
     return nullptr;
   }
   impl_->calls.fetch_add(1, std::memory_order_relaxed);
-  std::size_t nkeys = 0;
-  for (const StoreCheck& c : checks) {
-    nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
-  }
   // One check (the common call) runs its algorithm's lean script, which costs Redis a
   // fraction of the batch script's CPU (lua/single_head.lua); both take the same
   // arguments and give the same reply.
@@ -304,35 +344,11 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
   const redis::Script& script = checks.size() == 1
                                     ? redis::SingleCheckScript(checks[0].policy->algorithm)
                                     : redis::BatchScript();
-  redis::CommandBuilder b(3 + nkeys + 2 + 6 * checks.size());
-  b.Add("EVALSHA").Add(script.sha).Add(static_cast<long long>(nkeys));
-  std::string log_key;
-  for (const StoreCheck& c : checks) {
-    b.Add(c.key);
-    if (c.policy->algorithm == Algorithm::kSlidingWindowLog) {
-      log_key.assign(c.key);
-      log_key.append(":log");
-      b.Add(log_key);
-    }
-  }
-  if (impl_->options.use_caller_time) {
-    b.Add(static_cast<long long>(now)).Add(kCallerTimeTtlPadMs);
-  } else {
-    b.Add("").Add(0LL);
-  }
-  for (const StoreCheck& c : checks) {
-    const Policy& p = *c.policy;
-    b.Add(static_cast<long long>(p.algorithm))
-        .Add(static_cast<long long>(p.limit))
-        .Add(static_cast<long long>(p.window))
-        .Add(static_cast<long long>(p.Capacity()))
-        .Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL)
-        .Add(static_cast<long long>(c.cost));
-    call->capacity[call->n++] = p.Capacity();
-  }
+  std::string wire = EncodeEval(script, checks, now, impl_->options.use_caller_time,
+                                /*refund=*/false, *call);
   // Every key of a batch shares the hash tag of the first one (sluice keys carry
   // one), so the first key routes the whole script.
-  impl_->Run(checks[0].key, script, b.Take(), call, deadline, std::move(done));
+  impl_->Run(checks[0].key, script, std::move(wire), call, deadline, std::move(done));
   return call;
 }
 
@@ -392,39 +408,12 @@ std::shared_ptr<Call> RedisStore::Impl::Refund(std::span<const StoreCheck> check
     return nullptr;
   }
   impl_->calls.fetch_add(1, std::memory_order_relaxed);
-  std::size_t nkeys = 0;
-  for (const StoreCheck& c : checks) {
-    nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
-  }
   auto call = std::make_shared<Call>();
   const redis::Script& script = redis::BatchScript();
-  redis::CommandBuilder b(3 + nkeys + 2 + 6 * checks.size());
-  b.Add("EVALSHA").Add(script.sha).Add(static_cast<long long>(nkeys));
-  std::string log_key;
-  for (const StoreCheck& c : checks) {
-    b.Add(c.key);
-    if (c.policy->algorithm == Algorithm::kSlidingWindowLog) {
-      log_key.assign(c.key);
-      log_key.append(":log");
-      b.Add(log_key);
-    }
-  }
-  if (impl_->options.use_caller_time) {
-    b.Add(static_cast<long long>(now)).Add(kCallerTimeTtlPadMs);
-  } else {
-    b.Add("").Add(0LL);
-  }
-  for (const StoreCheck& c : checks) {
-    const Policy& p = *c.policy;
-    b.Add(static_cast<long long>(p.algorithm))
-        .Add(static_cast<long long>(p.limit))
-        .Add(static_cast<long long>(p.window))
-        .Add(static_cast<long long>(p.Capacity()))
-        .Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL)
-        .Add(-static_cast<long long>(c.cost));
-  }
+  std::string wire = EncodeEval(script, checks, now, impl_->options.use_caller_time,
+                                /*refund=*/true, *call);
   // call->n == 0: the reply must be an empty array.
-  impl_->Run(checks[0].key, script, b.Take(), call, deadline,
+  impl_->Run(checks[0].key, script, std::move(wire), call, deadline,
              [done = std::move(done)](const Status& st, std::span<const Decision>) { done(st); });
   return call;
 }
