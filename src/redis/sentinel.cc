@@ -106,7 +106,10 @@ Result<HostPort> AskSentinels(const SentinelOptions& o, Micros budget) {
   return answered ? Status::InvalidArgument(what) : Status::Unavailable(what);
 }
 
-std::optional<std::pair<std::string, HostPort>> ParseSwitchMaster(std::string_view payload) {
+namespace {
+
+// The space-separated words of a sentinel event's payload.
+std::vector<std::string_view> SplitWords(std::string_view payload) {
   std::vector<std::string_view> parts;
   std::size_t start = 0;
   while (start < payload.size()) {
@@ -115,6 +118,13 @@ std::optional<std::pair<std::string, HostPort>> ParseSwitchMaster(std::string_vi
     if (end > start) parts.push_back(payload.substr(start, end - start));
     start = end + 1;
   }
+  return parts;
+}
+
+}  // namespace
+
+std::optional<std::pair<std::string, HostPort>> ParseSwitchMaster(std::string_view payload) {
+  const std::vector<std::string_view> parts = SplitWords(payload);
   if (parts.size() != 5) return std::nullopt;
   int port = 0;
   auto [end, ec] = std::from_chars(parts[4].data(), parts[4].data() + parts[4].size(), port);
@@ -125,14 +135,7 @@ std::optional<std::pair<std::string, HostPort>> ParseSwitchMaster(std::string_vi
 }
 
 std::optional<std::pair<std::string, HostPort>> ParsePromotion(std::string_view payload) {
-  std::vector<std::string_view> parts;
-  std::size_t start = 0;
-  while (start < payload.size()) {
-    std::size_t end = payload.find(' ', start);
-    if (end == std::string_view::npos) end = payload.size();
-    if (end > start) parts.push_back(payload.substr(start, end - start));
-    start = end + 1;
-  }
+  const std::vector<std::string_view> parts = SplitWords(payload);
   if (parts.size() != 8 || parts[0] != "slave" || parts[4] != "@") return std::nullopt;
   int port = 0;
   auto [end, ec] = std::from_chars(parts[3].data(), parts[3].data() + parts[3].size(), port);
