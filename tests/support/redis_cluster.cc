@@ -27,22 +27,6 @@ using Clock = std::chrono::steady_clock;
 // event to subscribe to, so the waits poll its state, always under a bound.
 constexpr std::chrono::milliseconds kPoll{50};
 
-Result<int> FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return Status::Internal(std::string("socket: ") + strerror(errno));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    close(fd);
-    return Status::Internal(std::string("bind 127.0.0.1:0: ") + strerror(errno));
-  }
-  close(fd);
-  return static_cast<int>(ntohs(a.sin_port));
-}
-
 std::vector<std::string> Split(std::string_view s, char sep) {
   std::vector<std::string> out;
   std::size_t start = 0;
@@ -186,7 +170,7 @@ Result<std::unique_ptr<RedisCluster>> RedisCluster::Start(RedisClusterOptions op
     for (int attempt = 0; attempt < 3 && node == nullptr; ++attempt) {
       // The bus port is chosen explicitly: port + 10000 (the default) may be taken
       // or beyond 65535 for an ephemeral port.
-      auto bus = FreePort();
+      auto bus = FreeLoopbackPort();
       if (!bus.ok()) return bus.status();
       RedisServerOptions so;
       so.args = {"--cluster-enabled", "yes", "--cluster-port", std::to_string(*bus),

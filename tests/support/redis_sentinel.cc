@@ -25,22 +25,6 @@ using std::chrono::milliseconds;
 // Polling a real process for a state change, not waiting for time to pass.
 constexpr auto kPoll = milliseconds(50);
 
-Result<int> FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return Status::Internal(std::string("socket: ") + strerror(errno));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    close(fd);
-    return Status::Internal(std::string("bind 127.0.0.1:0: ") + strerror(errno));
-  }
-  close(fd);
-  return static_cast<int>(ntohs(a.sin_port));
-}
-
 // One command on a fresh connection to 127.0.0.1:port (AUTH first when `password`).
 Result<redis::Reply> CommandAt(int port, const std::string& password,
                                const std::vector<std::string>& args) {
@@ -145,7 +129,7 @@ Status RedisSentinelGroup::LaunchSentinel(int index) {
   const std::string& name = options_.master_name;
   Status last;
   for (int attempt = 0; attempt < 3; ++attempt) {  // the free port may be taken meanwhile
-    auto port = FreePort();
+    auto port = FreeLoopbackPort();
     if (!port.ok()) return port.status();
     sentinel_port_[index] = *port;
     // Sentinel rewrites its configuration file, so it gets one of its own.

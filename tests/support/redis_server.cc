@@ -18,23 +18,6 @@
 namespace sluice::testing {
 namespace {
 
-Result<int> FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return Status::Internal(std::string("socket: ") + strerror(errno));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof(a);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    close(fd);
-    return Status::Internal(std::string("bind 127.0.0.1:0: ") + strerror(errno));
-  }
-  close(fd);
-  return static_cast<int>(ntohs(a.sin_port));
-}
-
 bool BinaryExists(const std::string& name) {
   if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0;
   const char* path = std::getenv("PATH");
@@ -53,6 +36,23 @@ bool BinaryExists(const std::string& name) {
 
 }  // namespace
 
+Result<int> FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return Status::Internal(std::string("socket: ") + strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    close(fd);
+    return Status::Internal(std::string("bind 127.0.0.1:0: ") + strerror(errno));
+  }
+  close(fd);
+  return static_cast<int>(ntohs(a.sin_port));
+}
+
 Result<std::unique_ptr<RedisServer>> RedisServer::Start(RedisServerOptions options) {
   if (!BinaryExists(options.binary)) {
     return Status::NotFound("'" + options.binary +
@@ -66,7 +66,7 @@ Result<std::unique_ptr<RedisServer>> RedisServer::Start(RedisServerOptions optio
   s->dir_ = tmpl;
   Status last;
   for (int attempt = 0; attempt < 3; ++attempt) {  // the free port may be taken meanwhile
-    auto port = FreePort();
+    auto port = FreeLoopbackPort();
     if (!port.ok()) return port.status();
     s->port_ = *port;
     last = s->Launch();

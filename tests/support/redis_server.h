@@ -35,6 +35,10 @@ struct RedisServerOptions {
   int start_timeout_ms = 10'000;
 };
 
+// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it back,
+// close). Every server the test support starts listens on one.
+Result<int> FreeLoopbackPort();
+
 class RedisServer {
  public:
   // Picks a free port (bind 127.0.0.1:0), starts redis-server with --port P --save ''
