@@ -265,19 +265,10 @@ void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& sc
     }
     Batch out;
     out.n = call->n;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 * out.n) {
+    if (Status d = redis::DecodeDecisions(*r, out.n, call->capacity, out.decisions); !d.ok()) {
       errors.fetch_add(1, std::memory_order_relaxed);
-      done(Status::Internal("unexpected reply to the decide script"), {});
+      done(d, {});
       return;
-    }
-    for (std::size_t i = 0; i < out.n; ++i) {
-      Decision& d = out.decisions[i];
-      const redisReply* const* e = r->element + 4 * i;
-      d.allowed = e[0]->integer != 0;
-      d.limit = call->capacity[i];
-      d.remaining = static_cast<std::uint64_t>(std::max<long long>(0, e[1]->integer));
-      d.reset_after = e[2]->integer;
-      d.retry_after = e[3]->integer;
     }
     done(Status::Ok(), std::span<const Decision>(out.decisions, out.n));
   };

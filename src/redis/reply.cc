@@ -1,5 +1,6 @@
 #include "redis/reply.h"
 
+#include <algorithm>
 #include <charconv>
 
 namespace sluice::redis {
@@ -82,6 +83,34 @@ bool ParseRedirect(std::string_view e, Redirect* out) {
   r.host = std::string(host);
   *out = std::move(r);
   return true;
+}
+
+Status DecodeDecisions(const redisReply& r, std::size_t n, const std::uint64_t* capacity,
+                       Decision* out) {
+  if (r.type != REDIS_REPLY_ARRAY || r.elements != 4 * n) {
+    return Status::Internal("unexpected reply to the decide script: expected an array of " +
+                            std::to_string(4 * n) + " integers");
+  }
+  for (std::size_t i = 0; i < 4 * n; ++i) {
+    if (r.element[i] == nullptr || r.element[i]->type != REDIS_REPLY_INTEGER) {
+      return Status::Internal("unexpected reply to the decide script: element " +
+                              std::to_string(i) + " is not an integer");
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const redisReply* const* e = r.element + 4 * i;
+    if (e[0]->integer != 0 && e[0]->integer != 1) {
+      return Status::Internal("unexpected reply to the decide script: check " + std::to_string(i) +
+                              " is neither allowed (1) nor denied (0)");
+    }
+    Decision& d = out[i];
+    d.allowed = e[0]->integer != 0;
+    d.limit = capacity[i];
+    d.remaining = static_cast<std::uint64_t>(std::max<long long>(0, e[1]->integer));
+    d.reset_after = e[2]->integer;
+    d.retry_after = e[3]->integer;
+  }
+  return Status::Ok();
 }
 
 }  // namespace sluice::redis

@@ -10,6 +10,9 @@
 #include <string_view>
 #include <vector>
 
+#include "sluice/decision.h"
+#include "sluice/status.h"
+
 namespace sluice::redis {
 
 struct ReplyDeleter {
@@ -67,5 +70,12 @@ struct Redirect {
 };
 // False when `error_text` is not a well-formed MOVED/ASK reply.
 bool ParseRedirect(std::string_view error_text, Redirect* out);
+
+// Decodes the decide scripts' reply for `n` checks: an array of 4 integers per check
+// (allowed, remaining, reset_after, retry_after); `capacity[i]` becomes Decision::limit.
+// Anything else (another shape, a non-integer, `allowed` not 0 or 1) is kInternal naming
+// what was wrong: a wrong reply never becomes a decision.
+Status DecodeDecisions(const redisReply& r, std::size_t n, const std::uint64_t* capacity,
+                       Decision* out);
 
 }  // namespace sluice::redis

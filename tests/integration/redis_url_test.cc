@@ -215,5 +215,43 @@ TEST(RedisReply, ParsesRedirects) {
   }
 }
 
+// The decide scripts answer 4 integers per check; a reply of another shape (a hostile
+// or confused peer, a script of another version) must never become a decision.
+redis::ReplyPtr ReadOne(std::string_view wire) {
+  redis::ReaderPtr reader(redisReaderCreate());
+  EXPECT_EQ(redisReaderFeed(reader.get(), wire.data(), wire.size()), REDIS_OK);
+  void* r = nullptr;
+  EXPECT_EQ(redisReaderGetReply(reader.get(), &r), REDIS_OK);
+  return redis::ReplyPtr(static_cast<redisReply*>(r));
+}
+
+TEST(RedisReply, DecideRepliesDecodeOnlyFromFourIntegersPerCheck) {
+  const std::uint64_t capacity[2] = {10, 20};
+  Decision out[2];
+  auto good = ReadOne("*8\r\n:1\r\n:9\r\n:1000\r\n:0\r\n:0\r\n:0\r\n:5\r\n:7\r\n");
+  ASSERT_TRUE(good);
+  ASSERT_TRUE(redis::DecodeDecisions(*good, 2, capacity, out).ok());
+  EXPECT_TRUE(out[0].allowed);
+  EXPECT_EQ(out[0].limit, 10u);
+  EXPECT_EQ(out[0].remaining, 9u);
+  EXPECT_FALSE(out[1].allowed);
+  EXPECT_EQ(out[1].limit, 20u);
+  EXPECT_EQ(out[1].retry_after, 7);
+
+  for (std::string_view bad : {
+           "*4\r\n:1\r\n$1\r\nx\r\n:0\r\n:0\r\n",  // a string where a count goes
+           "*4\r\n:1\r\n$-1\r\n:0\r\n:0\r\n",      // nil
+           "*4\r\n:2\r\n:1\r\n:0\r\n:0\r\n",       // allowed is 0 or 1
+           "*3\r\n:1\r\n:1\r\n:0\r\n",             // too short
+           "+OK\r\n",                              // not an array
+       }) {
+    auto r = ReadOne(bad);
+    ASSERT_TRUE(r) << bad;
+    Status s = redis::DecodeDecisions(*r, 1, capacity, out);
+    EXPECT_EQ(s.code(), ErrorCode::kInternal) << bad;
+    EXPECT_NE(s.message().find("decide script"), std::string::npos) << s.message();
+  }
+}
+
 }  // namespace
 }  // namespace sluice::testing
