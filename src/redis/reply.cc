@@ -70,7 +70,10 @@ bool ParseRedirect(std::string_view e, Redirect* out) {
   Redirect r;
   r.kind = ClassifyError(e);
   if (r.kind != ErrorKind::kMoved && r.kind != ErrorKind::kAsk) return false;
-  e.remove_prefix(r.kind == ErrorKind::kMoved ? 6 : 4);
+  // "MOVED " / "ASK " and then something: a bare "MOVED" has nothing to parse.
+  const std::size_t prefix = r.kind == ErrorKind::kMoved ? 6 : 4;
+  if (e.size() <= prefix) return false;
+  e.remove_prefix(prefix);
   const std::size_t space = e.find(' ');
   if (space == std::string_view::npos) return false;
   if (!ToInt(e.substr(0, space), 0, 16383, &r.slot)) return false;

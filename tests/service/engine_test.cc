@@ -727,7 +727,9 @@ TEST_F(EngineTest, OverrideUnitsWeekMonthYear) {
     RateLimitRequest req;
     req.domain = "web";
     DescriptorRequest d;
-    d.entries.push_back(Entry{"u", std::to_string(unit)});
+    // Entry holds views: the value must outlive the request.
+    const std::string value = std::to_string(unit);
+    d.entries.push_back(Entry{"u", value});
     d.has_override = true;
     d.override_requests_per_unit = 1;
     d.override_unit = unit;
