@@ -158,9 +158,12 @@ static_assert(sizeof(HeapKey) <= kInlineKey);
 struct alignas(64) Slot {
   Micros expires;
   State state;
+  // The key's bytes, or a HeapKey. At an 8-byte offset, so that a HeapKey's pointer is
+  // an aligned word: LeakSanitizer (which scans aligned words) then sees the heap key
+  // as reachable instead of leaked.
+  char key[kInlineKey];
   std::uint8_t tag;      // 0: empty; else TagOf(the algorithm `state` belongs to)
   std::uint8_t key_len;  // <= kInlineKey, or kHeapKey
-  char key[kInlineKey];  // the key's bytes, or a HeapKey
 
   bool empty() const { return tag == 0; }
   HeapKey Heap() const {
@@ -198,6 +201,7 @@ struct alignas(64) Slot {
   }
 };
 static_assert(sizeof(Slot) == 64);
+static_assert(offsetof(Slot, key) % alignof(char*) == 0);
 
 class Table {
  public:

@@ -196,6 +196,18 @@ TEST(Config, DuplicateYamlKeysAreErrorsWithLine) {
             "test.yaml:3: duplicate key 'key' (first on line 3)");
 }
 
+// The config fuzzer found a 14-byte file with NUL bytes on which yaml-cpp 0.7 loops
+// forever; YAML forbids such control characters, so they are an error naming the line.
+TEST(Config, ControlCharactersAreErrorsWithLine) {
+  EXPECT_EQ(ErrorOf(std::string(", S=t\0auet\0\0\0\0", 14)),
+            "test.yaml:1: control character 0x00 is not allowed in YAML");
+  EXPECT_EQ(ErrorOf("domain: a\ndescriptors:\x07\n"),
+            "test.yaml:2: control character 0x07 is not allowed in YAML");
+  // Tabs and CRLF line ends stay allowed.
+  auto crlf = ParseConfig("domain: a\r\ndescriptors:\r\n  - key: k\t\r\n", "test.yaml");
+  EXPECT_TRUE(crlf.ok()) << crlf.status().ToString();
+}
+
 // Defect 12: a config written in place in two steps was loaded half-written (for 400 ms
 // every client got 429). The watcher hands out a change only once the bytes have stayed
 // the same for the settle time, and only if they parse.

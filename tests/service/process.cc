@@ -10,10 +10,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -52,8 +54,38 @@ Process::~Process() {
   }
 }
 
+namespace {
+
+// True when every thread of `pid` is stopped ('T' or 't' in /proc/PID/task/*/stat).
+bool AllThreadsStopped(pid_t pid) {
+  std::error_code ec;
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  bool any = false;
+  for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
+    std::ifstream f(t.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const std::size_t paren = stat.rfind(')');
+    if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+    const char state = stat[paren + 2];
+    if (state != 'T' && state != 't') return false;
+    any = true;
+  }
+  return !ec && any;
+}
+
+}  // namespace
+
 void Process::Signal(int sig) const {
-  if (!reaped_) ::kill(pid_, sig);
+  if (reaped_) return;
+  ::kill(pid_, sig);
+  if (sig != SIGSTOP) return;
+  // A stop is delivered to each thread when it next runs: on a loaded machine a thread
+  // can still answer a request after kill() returned. Wait for the event (every thread
+  // stopped), bounded.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!AllThreadsStopped(pid_) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 bool Process::running() {

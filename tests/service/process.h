@@ -21,6 +21,7 @@ class Process {
                                         const std::string& log_path);
   ~Process();
   pid_t pid() const { return pid_; }
+  // Sends `sig`. For SIGSTOP, returns once every thread is stopped (bounded by 10 s).
   void Signal(int sig) const;
   // Waits for exit up to `timeout`; returns the exit code, 128+signal, or -1 on timeout.
   int Wait(std::chrono::milliseconds timeout);
