@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "service/utf8.h"
+
 namespace sluice::service {
 namespace {
 
@@ -518,6 +520,23 @@ Result<Config> ParseConfig(const std::string& text, const std::string& file) {
   // YAML allows no C0 control characters but tab, LF and CR (YAML 1.2, 5.1), and
   // yaml-cpp 0.7 loops without end, allocating, on some inputs with a NUL byte (found by
   // the config fuzzer): such bytes are refused before yaml-cpp sees them.
+  // yaml-cpp 0.7 also loops forever on some bytes that are not UTF-8 (0xFF...); a
+  // config is UTF-8 text (YAML 1.2, 5.2), so anything else is refused, line by line
+  // (no byte of a multi-byte sequence is a newline).
+  {
+    int n = 1;
+    std::size_t begin = 0;
+    while (begin <= text.size()) {
+      std::size_t end = text.find('\n', begin);
+      if (end == std::string::npos) end = text.size();
+      if (!ValidUtf8(std::string_view(text).substr(begin, end - begin))) {
+        return Status::InvalidArgument(file + ":" + std::to_string(n) +
+                                       ": not UTF-8 text (a config file must be UTF-8)");
+      }
+      begin = end + 1;
+      ++n;
+    }
+  }
   int line = 1;
   for (const char ch : text) {
     const auto c = static_cast<unsigned char>(ch);

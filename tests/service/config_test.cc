@@ -203,6 +203,9 @@ TEST(Config, ControlCharactersAreErrorsWithLine) {
             "test.yaml:1: control character 0x00 is not allowed in YAML");
   EXPECT_EQ(ErrorOf("domain: a\ndescriptors:\x07\n"),
             "test.yaml:2: control character 0x07 is not allowed in YAML");
+  // Bytes that are not UTF-8 (yaml-cpp 0.7 also loops on some of them).
+  EXPECT_EQ(ErrorOf("domain: a\n#\xff\xff\xff\xff x\n"),
+            "test.yaml:2: not UTF-8 text (a config file must be UTF-8)");
   // Tabs and CRLF line ends stay allowed.
   auto crlf = ParseConfig("domain: a\r\ndescriptors:\r\n  - key: k\t\r\n", "test.yaml");
   EXPECT_TRUE(crlf.ok()) << crlf.status().ToString();

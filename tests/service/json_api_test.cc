@@ -112,5 +112,19 @@ TEST(JsonApi, NumberOverflowIsInvalidArgumentWithAReason) {
   }
 }
 
+// The json_request fuzzer: a count that fits a double but not a uint64 (2.2e40) was cast
+// anyway (undefined behaviour; UBSan stopped it), and a 20-digit decimal string wrapped.
+TEST(JsonApi, CountsBeyondUint64AreOutOfRange) {
+  for (
+      const char* body :
+      {R"({"domain":"api","hits_addend":22222222222222222222222222222222222222223,"descriptors":[]})",
+       R"({"domain":"api","hits_addend":"99999999999999999999","descriptors":[]})"}) {
+    JsonRequest j;
+    Status s = Parse(body, &j);
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << body;
+    EXPECT_NE(s.message().find("out of range"), std::string::npos) << s.message();
+  }
+}
+
 }  // namespace
 }  // namespace sluice::service
