@@ -13,6 +13,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-30}
 shift || true
+# FUZZ_SEED fixes libFuzzer's mutation sequence (CI uses 1, so a run explores the same
+# inputs as the last run here, as far as its speed takes it); 0: a new seed each run.
+seed=${FUZZ_SEED:-0}
 if [[ ${FUZZ_BUILD:-1} != 0 ]]; then  # FUZZ_BUILD=0: run what build/fuzz already has
   scripts/deps.sh
   cmake --preset fuzz >/dev/null
@@ -38,7 +41,7 @@ for t in "${targets[@]}"; do
   rc=0
   # -max_total_time bounds the run; -timeout flags one input taking over 10 s as a
   # hang; -rss_limit_mb bounds memory (2 GB: the machine is shared).
-  "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  "$bin" -seed="$seed" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$artifacts/" "$work" "tests/fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
