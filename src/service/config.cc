@@ -371,7 +371,30 @@ class Loader {
   Config Parse(const std::string& text) {
     std::vector<YAML::Node> docs;
     try {
-      docs = YAML::LoadAll(text);
+      // Not YAML::LoadAll: yaml-cpp 0.7's LoadAll loops forever on some inputs (a lone
+      // "," found by the config fuzzer) where Load does not. Documents are split at
+      // their "---" lines here and loaded one by one, each padded with the newlines
+      // before it so that error lines stay the file's.
+      std::size_t begin = 0, pad = 0, line_no = 0, pos = 0;
+      std::string part;
+      auto flush = [&](std::size_t end) {
+        part.assign(pad, '\n');
+        part.append(text, begin, end - begin);
+        docs.push_back(YAML::Load(part));
+      };
+      while (pos <= text.size()) {
+        std::size_t eol = text.find('\n', pos);
+        if (eol == std::string::npos) eol = text.size();
+        const std::string_view l(text.data() + pos, eol - pos);
+        if (pos > begin && (l == "---" || l.starts_with("--- ") || l == "---\r")) {
+          flush(pos);
+          begin = pos;
+          pad = line_no;
+        }
+        pos = eol + 1;
+        ++line_no;
+      }
+      flush(text.size());
     } catch (const YAML::ParserException& e) {
       FailAt(e.mark.line + 1, "invalid YAML: " + e.msg);
     }
