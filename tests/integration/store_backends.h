@@ -13,9 +13,9 @@
 
 #include <memory>
 
-#include "redis_sentinel.h"
 #include "redis/cross_slot.h"
 #include "redis_cluster.h"
+#include "redis_sentinel.h"
 #include "redis_server.h"
 #include "sluice/limiter.h"
 #include "sluice/memory_store.h"
