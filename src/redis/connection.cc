@@ -150,7 +150,7 @@ void Connection::Run() {
 std::string Connection::Serve() {
   Transport& t = *transport_;
   const int fd = t.fd();
-  ReaderPtr reader(redisReaderCreate());
+  ReaderPtr reader = NewReader();
   std::deque<Pending> inflight;
   std::string out;  // bytes not yet written
   std::size_t out_off = 0;
@@ -253,7 +253,7 @@ std::string Connection::Serve() {
       for (;;) {
         void* r = nullptr;
         if (redisReaderGetReply(reader.get(), &r) != REDIS_OK) {
-          broken = std::string("protocol error: ") + reader->errstr;
+          broken = "protocol error: " + ReaderErrorText(*reader);
           break;
         }
         if (r == nullptr) break;

@@ -29,7 +29,7 @@ Result<ReplyPtr> RoundTrip(Transport& t, std::string_view wire, Deadline deadlin
         return Status::Unavailable(where + ": " + step + " failed: " + t.error());
     }
   }
-  ReaderPtr reader(redisReaderCreate());
+  ReaderPtr reader = NewReader();
   if (!reader) return Status::Internal("out of memory");
   std::size_t received = 0;
   char buf[4096];
@@ -37,7 +37,7 @@ Result<ReplyPtr> RoundTrip(Transport& t, std::string_view wire, Deadline deadlin
     void* r = nullptr;
     if (redisReaderGetReply(reader.get(), &r) != REDIS_OK) {
       return Status::Unavailable(where + " did not answer like a Redis server (" + step +
-                                 "): " + reader->errstr);
+                                 "): " + ReaderErrorText(*reader));
     }
     if (r != nullptr) return ReplyPtr(static_cast<redisReply*>(r));
     std::size_t n = 0;

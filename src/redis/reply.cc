@@ -19,7 +19,45 @@ bool ToInt(std::string_view s, int min, int max, int* out) {
   return true;
 }
 
+// hiredis's own object functions (static in hiredis.c, reachable through a reader).
+const redisReplyObjectFunctions& DefaultFunctions() {
+  static const redisReplyObjectFunctions fn = [] {
+    redisReader* r = redisReaderCreate();
+    redisReplyObjectFunctions copy = *r->fn;
+    redisReaderFree(r);
+    return copy;
+  }();
+  return fn;
+}
+
+void* CreateBoundedArray(const redisReadTask* task, int elements) {
+  if (elements < 0 || elements > kMaxReplyElements) return nullptr;  // the reader's error
+  return DefaultFunctions().createArray(task, elements);
+}
+
+const redisReplyObjectFunctions& BoundedFunctions() {
+  static const redisReplyObjectFunctions fn = [] {
+    redisReplyObjectFunctions f = DefaultFunctions();
+    f.createArray = CreateBoundedArray;
+    return f;
+  }();
+  return fn;
+}
+
 }  // namespace
+
+ReaderPtr NewReader() {
+  // The functions table is only read by the reader, never written.
+  return ReaderPtr(
+      redisReaderCreateWithFunctions(const_cast<redisReplyObjectFunctions*>(&BoundedFunctions())));
+}
+
+std::string ReaderErrorText(const redisReader& r) {
+  if (r.err == REDIS_ERR_OOM) {
+    return "an array reply declared more than " + std::to_string(kMaxReplyElements) + " elements";
+  }
+  return r.errstr;
+}
 
 Reply Reply::From(const redisReply& r) {
   Reply out;

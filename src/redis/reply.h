@@ -28,6 +28,23 @@ using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
 using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
 using ContextPtr = std::unique_ptr<redisContext, ContextDeleter>;
 
+// The most elements one array reply may declare. hiredis 0.14 allocates the element
+// pointers as soon as it reads an array's header ("*N"), before any element arrives,
+// so one hostile or corrupt header could make it allocate gigabytes; every element
+// needs at least 3 bytes on the wire, so no reply within kMaxReplyBytes
+// (connection.h's 8 MB) can have more than this.
+inline constexpr int kMaxReplyElements = (8 * 1024 * 1024) / 3;
+
+// A RESP reader that refuses an array header declaring more than kMaxReplyElements
+// elements (or a negative count other than the nil array): the reader then fails
+// with an error (REDIS_ERR, "Out of memory"), which breaks the connection like any
+// protocol error. Every reply sluice reads goes through one of these.
+ReaderPtr NewReader();
+
+// What a failed NewReader() reader says, for an error message: hiredis's text, except
+// for a refused array header, which hiredis reports as "Out of memory".
+std::string ReaderErrorText(const redisReader& r);
+
 // An owned copy of a reply, for blocking callers.
 struct Reply {
   int type = REDIS_REPLY_NIL;

@@ -203,7 +203,7 @@ void SwitchWatcher::Watch(const HostPort& sentinel) {
   // Re-resolving covers a switch announced while we were not listening.
   on_change_(std::nullopt);
 
-  ReaderPtr reader(redisReaderCreate());
+  ReaderPtr reader = NewReader();
   if (!reader) return;
   // A sentinel that stops answering (paused, cut off) is detected by PINGs: any bytes
   // count as a sign of life; none for 3 intervals and we move to the next sentinel.

@@ -164,6 +164,43 @@ TEST(ClientDrills, AnEndlessReplyBreaksTheConnection) {
   EXPECT_LT(sent.load(), 32LL << 20) << "the client stopped reading long before 32 MB";
 }
 
+// Found by the redis_reply fuzzer: an array header alone ("*2000000000") made hiredis
+// allocate 16 GB of element pointers before any element arrived. The connection now
+// refuses it as a protocol error, allocating nothing.
+TEST(ClientDrills, AHugeArrayHeaderBreaksTheConnectionWithoutAllocating) {
+  FakePeer liar([](int fd, const std::atomic<bool>& stop) {
+    std::string in;
+    char buf[4096];
+    bool ponged = false;
+    while (!stop) {
+      const ssize_t r = read(fd, buf, sizeof(buf));
+      if (r <= 0) return;
+      in.append(buf, static_cast<std::size_t>(r));
+      if (!ponged && in.find("PING") != std::string::npos) {
+        ponged = true;
+        in.clear();
+        if (send(fd, "+PONG\r\n", 7, MSG_NOSIGNAL) != 7) return;
+        continue;
+      }
+      if (ponged && !in.empty()) {
+        const std::string head = "*2000000000\r\n";
+        [[maybe_unused]] ssize_t w = send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+        // Keep the connection open: the client must break it, not the peer.
+        while (!stop && read(fd, buf, sizeof(buf)) > 0) {
+        }
+        return;
+      }
+    }
+  });
+  RedisStoreOptions o;
+  o.url = liar.Url();
+  o.connect_timeout = 10'000'000;
+  auto s = RedisStore::Create(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("declared more than"), std::string::npos)
+      << s.status().ToString();
+}
+
 // Item 3: ~RedisStore returns at once while a background reconnect waits on a server
 // that accepts but never answers (connect_timeout 30 s).
 TEST(ClientDrills, DestructorReturnsPromptlyDuringAStuckReconnect) {

@@ -218,11 +218,34 @@ TEST(RedisReply, ParsesRedirects) {
 // The decide scripts answer 4 integers per check; a reply of another shape (a hostile
 // or confused peer, a script of another version) must never become a decision.
 redis::ReplyPtr ReadOne(std::string_view wire) {
-  redis::ReaderPtr reader(redisReaderCreate());
+  redis::ReaderPtr reader = redis::NewReader();
   EXPECT_EQ(redisReaderFeed(reader.get(), wire.data(), wire.size()), REDIS_OK);
   void* r = nullptr;
   EXPECT_EQ(redisReaderGetReply(reader.get(), &r), REDIS_OK);
   return redis::ReplyPtr(static_cast<redisReply*>(r));
+}
+
+// Found by the redis_reply fuzzer: hiredis allocates an array's element pointers when
+// it reads the header, so "*810000500" alone made it calloc 6.5 GB. sluice's reader
+// refuses a header no reply within the size cap could fill, before allocating.
+TEST(RedisReply, AnArrayHeaderBeyondTheReplyCapIsAnErrorNotAnAllocation) {
+  for (std::string_view wire : {"*810000500\r\n", "*2796204\r\n", "*2147483647\r\n"}) {
+    redis::ReaderPtr reader = redis::NewReader();
+    ASSERT_EQ(redisReaderFeed(reader.get(), wire.data(), wire.size()), REDIS_OK);
+    void* r = nullptr;
+    EXPECT_EQ(redisReaderGetReply(reader.get(), &r), REDIS_ERR) << wire;
+    EXPECT_EQ(r, nullptr);
+  }
+  // At the bound and below, arrays still parse (their elements arrive later).
+  redis::ReaderPtr reader = redis::NewReader();
+  const std::string header = "*" + std::to_string(redis::kMaxReplyElements) + "\r\n";
+  ASSERT_EQ(redisReaderFeed(reader.get(), header.data(), header.size()), REDIS_OK);
+  void* r = nullptr;
+  EXPECT_EQ(redisReaderGetReply(reader.get(), &r), REDIS_OK);
+  EXPECT_EQ(r, nullptr) << "waiting for the elements";
+  auto nil = ReadOne("*-1\r\n");
+  ASSERT_TRUE(nil);
+  EXPECT_EQ(nil->type, REDIS_REPLY_NIL);
 }
 
 TEST(RedisReply, DecideRepliesDecodeOnlyFromFourIntegersPerCheck) {
