@@ -59,6 +59,12 @@ struct RedisStoreOptions {
   // kUnavailable until one is up. A server that answers but refuses (wrong password,
   // bad database) is still Create's error: waiting would not fix it.
   bool require_connection = true;
+  // Coalescing (docs/redis.md, "Coalesced calls"): the decisions queued on one
+  // connection at the same moment (concurrent callers) are sent as ONE script call of
+  // up to this many callers' batches, each still decided all or nothing and answered
+  // on its own, each caller keeping its own deadline. On Redis Cluster only batches
+  // of one hash slot share a call. 1 turns it off (one script call per decision). 2-256.
+  int coalesce = 32;
   // Tests only: scripts use the `now` the caller passes instead of Redis's TIME, so a
   // request sequence can be replayed identically against MemoryStore. TTLs are then
   // padded by an hour, since Redis expires keys on its own clock.
@@ -81,6 +87,11 @@ struct RedisStoreStats {
   std::uint64_t cluster_retries = 0;     // resent after TRYAGAIN/CLUSTERDOWN/LOADING/READONLY
   std::uint64_t topology_refreshes = 0;  // slot map reads (startup, MOVED, failover)
   std::uint64_t cross_slot_refunds = 0;  // slots refunded: another slot of the batch denied
+  // Coalescing (RedisStoreOptions::coalesce): script calls that carried several
+  // evaluations, and how many evaluations (of `calls`) they carried. Script calls sent
+  // = calls - coalesced_evaluations + coalesced_calls.
+  std::uint64_t coalesced_calls = 0;
+  std::uint64_t coalesced_evaluations = 0;
 };
 
 // Thread-safe. Decisions never throw.

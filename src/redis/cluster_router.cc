@@ -271,6 +271,7 @@ void ClusterRouter::Send(std::string_view routing_key, Command command, Deadline
   call->slot = KeySlot(routing_key);
   call->wire = std::move(command.wire);
   call->script = command.script;
+  call->coalesce = command.coalesce;
   call->deadline = deadline;
   call->done = std::move(done);
   const int node = owner_[static_cast<std::size_t>(call->slot)].load(std::memory_order_acquire);
@@ -297,7 +298,9 @@ void ClusterRouter::Dispatch(std::shared_ptr<Call> call, int node, bool asking) 
     OnReply(call, node, s, r);
   };
   if (!asking) {
-    c->Send(Command{call->wire, call->script}, call->deadline, std::move(on_reply));
+    // Only calls of one slot share a merged call (CoalesceInfo::slot), which a MOVED
+    // then redirects as a whole: each caller's call is resent on its own.
+    c->Send(Command{call->wire, call->script, call->coalesce}, call->deadline, std::move(on_reply));
     return;
   }
   // ASKING lets the next command on this connection touch the importing slot. The

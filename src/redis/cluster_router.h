@@ -90,6 +90,7 @@ class ClusterRouter final : public Router {
     int slot = 0;
     std::string wire;
     std::string_view script;
+    CoalesceInfo coalesce;
     Deadline deadline;
     ReplyCallback done;
     int redirects = 0;

@@ -91,6 +91,126 @@ void Connection::Submit(std::string wire, Deadline deadline, ReplyCallback callb
   Submit(std::move(wire), deadline, std::move(cbs));
 }
 
+void Connection::Submit(std::string wire, Deadline deadline, ReplyCallback callback,
+                        CoalesceInfo coalesce) {
+  std::vector<ReplyCallback> cbs;
+  cbs.push_back(std::move(callback));
+  bool wake = false, queued = false;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!stop_ && connected_.load(std::memory_order_relaxed)) {
+      queue_.push_back(Queued{std::move(wire), deadline, std::move(cbs), std::move(coalesce)});
+      queued = true;
+      if (!wake_pending_) wake = wake_pending_ = true;
+    }
+  }
+  if (!queued) {  // fails it as any other command
+    Submit(std::move(wire), deadline, std::move(cbs));
+    return;
+  }
+  if (wake) Wake();
+}
+
+namespace {
+
+void AppendBulk(std::string& out, std::string_view arg) {
+  out.push_back('$');
+  out.append(std::to_string(arg.size()));
+  out.append("\r\n");
+  out.append(arg);
+  out.append("\r\n");
+}
+
+}  // namespace
+
+void Connection::Emit(std::vector<Queued>& batch, std::string& out, std::deque<Pending>& inflight) {
+  // Mergeable calls, by (target, slot), in the order they were queued.
+  std::vector<std::vector<Queued*>> lanes;
+  for (Queued& q : batch) {
+    if (q.coalesce.target != nullptr && q.coalesce.target->max_groups > 1) {
+      bool placed = false;
+      for (auto& lane : lanes) {
+        const CoalesceInfo& f = lane.front()->coalesce;
+        if (f.target == q.coalesce.target && f.slot == q.coalesce.slot) {
+          lane.push_back(&q);
+          placed = true;
+          break;
+        }
+      }
+      if (!placed) lanes.push_back({&q});
+      continue;
+    }
+    out.append(q.wire);
+    for (ReplyCallback& cb : q.callbacks) inflight.push_back(Pending{q.deadline, std::move(cb)});
+  }
+  for (auto& lane : lanes) {
+    const CoalesceTarget& target = *lane.front()->coalesce.target;
+    for (std::size_t from = 0; from < lane.size(); from += target.max_groups) {
+      const std::size_t to = std::min(lane.size(), from + target.max_groups);
+      if (to - from == 1) {  // alone: its own (leaner) script
+        Queued& q = *lane[from];
+        out.append(q.wire);
+        inflight.push_back(Pending{q.deadline, std::move(q.callbacks.front())});
+        continue;
+      }
+      auto m = std::make_shared<Merged>();
+      m->target = &target;
+      std::size_t nkeys = 0, argc = 3 + 1;  // EVALSHA sha nkeys; ARGV[1] ""
+      for (std::size_t i = from; i < to; ++i) {
+        const CoalesceInfo& c = lane[i]->coalesce;
+        nkeys += c.nkeys;
+        argc += c.nkeys + c.nargs;
+      }
+      std::string& w = m->wire;
+      w.push_back('*');
+      w.append(std::to_string(argc));
+      w.append("\r\n");
+      AppendBulk(w, "EVALSHA");
+      AppendBulk(w, target.sha);
+      AppendBulk(w, std::to_string(nkeys));
+      for (std::size_t i = from; i < to; ++i) {
+        const CoalesceInfo& c = lane[i]->coalesce;
+        w.append(lane[i]->wire, c.keys_begin, c.keys_end - c.keys_begin);
+      }
+      AppendBulk(w, "");
+      Deadline last = lane[from]->deadline;
+      for (std::size_t i = from; i < to; ++i) {
+        Queued& q = *lane[i];
+        w.append(q.coalesce.args);
+        last = std::max(last, q.deadline);
+        m->groups.push_back(Group{q.deadline, std::move(q.callbacks.front())});
+      }
+      stats_->coalesced_calls.fetch_add(1, std::memory_order_relaxed);
+      stats_->coalesced_groups.fetch_add(to - from, std::memory_order_relaxed);
+      out.append(w);
+      Pending p{last, nullptr};
+      p.merged = std::move(m);
+      inflight.push_back(std::move(p));
+    }
+  }
+}
+
+void Connection::DeliverMerged(Merged& m, const Status& s, const redisReply* r) {
+  const bool split = s.ok() && r->type == REDIS_REPLY_ARRAY && r->elements == m.groups.size();
+  const bool whole = !s.ok() || r->type == REDIS_REPLY_ERROR;
+  const Status bad =
+      Status::Internal("unexpected reply to a coalesced call: expected an array of " +
+                       std::to_string(m.groups.size()) + " groups");
+  for (std::size_t i = 0; i < m.groups.size(); ++i) {
+    Group& g = m.groups[i];
+    if (g.done) continue;
+    g.done = true;
+    if (split) {
+      g.callback(s, r->element[i]);
+    } else if (whole) {
+      g.callback(s, r);
+    } else {
+      g.callback(bad, nullptr);
+    }
+    g.callback = nullptr;
+  }
+}
+
 void Connection::Submit(std::string wire, Deadline deadline, std::vector<ReplyCallback> callbacks) {
   bool wake = false;
   {
@@ -173,11 +293,10 @@ std::string Connection::Serve() {
         stats_->timeouts.fetch_add(q.callbacks.size(), std::memory_order_relaxed);
         const Status s = Status::DeadlineExceeded("Redis call timed out before it was sent");
         for (ReplyCallback& cb : q.callbacks) cb(s, nullptr);
-        continue;
       }
-      out.append(q.wire);
-      for (ReplyCallback& cb : q.callbacks) inflight.push_back(Pending{q.deadline, std::move(cb)});
     }
+    std::erase_if(batch, [now](const Queued& q) { return q.deadline <= now; });
+    Emit(batch, out, inflight);
     batch.clear();
 
     // 2. Write as much as the transport takes.
@@ -208,7 +327,14 @@ std::string Connection::Serve() {
     } else {
       Deadline next = now + std::chrono::seconds(1);
       for (const Pending& p : inflight) {
-        if (!p.done) next = std::min(next, p.deadline);
+        if (p.done) continue;
+        if (!p.merged) {
+          next = std::min(next, p.deadline);
+          continue;
+        }
+        for (const Group& g : p.merged->groups) {
+          if (!g.done) next = std::min(next, g.deadline);
+        }
       }
       if (!inflight.empty()) {
         next = std::min(
@@ -265,7 +391,24 @@ std::string Connection::Serve() {
         }
         Pending p = std::move(inflight.front());
         inflight.pop_front();
-        if (!p.done) p.callback(Status::Ok(), reply.get());
+        if (p.done) continue;
+        if (!p.merged) {
+          p.callback(Status::Ok(), reply.get());
+          continue;
+        }
+        Merged& m = *p.merged;
+        if (!m.reloaded && Classify(reply.get()) == ErrorKind::kNoScript) {
+          // Nothing ran: load the grouped script on this connection and send the call
+          // again, once, behind the load (the callers' deadlines still hold).
+          m.reloaded = true;
+          stats_->script_reloads.fetch_add(1, std::memory_order_relaxed);
+          out.append(EncodeCommand({"SCRIPT", "LOAD", m.target->source}));
+          out.append(m.wire);
+          inflight.push_back(Pending{p.deadline, [](const Status&, const redisReply*) {}});
+          inflight.push_back(std::move(p));
+          continue;
+        }
+        DeliverMerged(m, Status::Ok(), reply.get());
       }
       if (broken.empty() && reply_bytes > kMaxReplyBytes) {
         broken = "a reply exceeded " + std::to_string(kMaxReplyBytes >> 20) +
@@ -276,6 +419,22 @@ std::string Connection::Serve() {
     // 5. Time out overdue callers; declare the connection broken if it stalls.
     now = SteadyClock::now();
     for (Pending& p : inflight) {
+      if (p.merged && !p.done) {
+        bool left = false;
+        for (Group& g : p.merged->groups) {
+          if (g.done) continue;
+          if (g.deadline > now) {
+            left = true;
+            continue;
+          }
+          g.done = true;
+          stats_->timeouts.fetch_add(1, std::memory_order_relaxed);
+          g.callback(Status::DeadlineExceeded("Redis did not answer before the deadline"), nullptr);
+          g.callback = nullptr;
+        }
+        p.done = !left;
+        continue;
+      }
       if (!p.done && p.deadline <= now) {
         p.done = true;
         stats_->timeouts.fetch_add(1, std::memory_order_relaxed);
@@ -304,7 +463,12 @@ std::string Connection::Serve() {
           : Status::Unavailable("connection to " + options_.url().Describe() + " lost (" + broken +
                                 "); a command in flight may have run");
   for (Pending& p : inflight) {
-    if (!p.done) p.callback(s, nullptr);
+    if (p.done) continue;
+    if (p.merged) {
+      DeliverMerged(*p.merged, s, nullptr);
+    } else {
+      p.callback(s, nullptr);
+    }
   }
   for (Queued& q : left) {
     for (ReplyCallback& cb : q.callbacks) cb(s, nullptr);

@@ -73,11 +73,46 @@ struct ConnectionStats {
   std::atomic<std::uint64_t> reconnects{0};
   std::atomic<std::uint64_t> disconnects{0};
   std::atomic<std::uint64_t> script_reloads{0};
+  // Coalescing: merged calls sent, and the groups (callers' calls) they carried.
+  std::atomic<std::uint64_t> coalesced_calls{0};
+  std::atomic<std::uint64_t> coalesced_groups{0};
   // Cluster routing (cluster_router.h).
   std::atomic<std::uint64_t> moved{0};
   std::atomic<std::uint64_t> ask{0};
   std::atomic<std::uint64_t> cluster_retries{0};
   std::atomic<std::uint64_t> topology_refreshes{0};
+};
+
+// Coalescing (docs/redis.md, "Coalesced calls"): a script call may be marked as one
+// group that can share ONE call of a grouped script with the other groups queued on the
+// same connection when the I/O thread takes its queue. The I/O thread builds the merged
+// EVALSHA from each call's KEYS (a byte range of its own wire) and its group arguments,
+// hands each caller its group's part of the reply, times out each caller at its own
+// deadline, and fails every caller of a merged call that may have run (timeout, lost
+// connection): a merged call is never resent, except after NOSCRIPT (which proves
+// nothing ran), once, after loading the grouped script on this connection. A call that
+// is alone in the queue is sent as it is (its own, leaner script).
+//
+// The grouped script's contract (lua/coalesced.lua): KEYS are every group's keys in
+// order; ARGV[1] is ""; then each group's arguments, group after group. It replies with
+// one element per group, in order.
+struct CoalesceTarget {
+  std::string_view sha;     // the grouped script's SHA1 (static storage)
+  std::string_view source;  // its source, loaded on NOSCRIPT
+  std::size_t max_groups;   // at most this many groups in one call (>= 2)
+};
+
+// What a call says about itself to be merged.
+struct CoalesceInfo {
+  const CoalesceTarget* target = nullptr;  // null: not mergeable
+  int slot = 0;  // only calls with the same target and slot share a call (Redis Cluster)
+  // The byte range of the call's KEYS in its wire (RESP bulk strings), and their count.
+  std::uint32_t keys_begin = 0, keys_end = 0;
+  std::uint32_t nkeys = 0;
+  // The group's arguments in the grouped script's layout (RESP bulk strings), and their
+  // count.
+  std::string args;
+  std::uint32_t nargs = 0;
 };
 
 // One socket and its I/O thread. Thread-safe.
@@ -105,21 +140,39 @@ class Connection {
   // While disconnected, every callback is called at once with kUnavailable.
   void Submit(std::string wire, Deadline deadline, std::vector<ReplyCallback> callbacks);
   void Submit(std::string wire, Deadline deadline, ReplyCallback callback);
+  // One script call that may be merged with others (CoalesceInfo); `callback` gets its
+  // own reply, or its group's element of a merged call's reply (or the merged call's
+  // error reply, e.g. MOVED, which then proves that no group ran).
+  void Submit(std::string wire, Deadline deadline, ReplyCallback callback, CoalesceInfo coalesce);
 
   bool connected() const { return connected_.load(std::memory_order_acquire); }
   // Why the connection last went down (empty if it never did).
   std::string last_error() const;
 
  private:
-  struct Pending {
+  // One caller of a merged call.
+  struct Group {
     Deadline deadline;
     ReplyCallback callback;
-    bool done = false;  // callback already called (timed out): discard the reply
+    bool done = false;  // timed out already
+  };
+  struct Merged {
+    const CoalesceTarget* target;
+    std::string wire;  // for the one resend after NOSCRIPT
+    std::vector<Group> groups;
+    bool reloaded = false;
+  };
+  struct Pending {
+    Deadline deadline;  // a merged call's: its last group's
+    ReplyCallback callback;
+    bool done = false;               // callback already called (timed out): discard the reply
+    std::shared_ptr<Merged> merged;  // set: a merged call (callback unused)
   };
   struct Queued {
     std::string wire;
     Deadline deadline;
     std::vector<ReplyCallback> callbacks;
+    CoalesceInfo coalesce;
   };
 
   Connection(ConnectOptions options, std::shared_ptr<ConnectionStats> stats,
@@ -128,6 +181,10 @@ class Connection {
   // Drives the transport until it breaks or Stop; returns the reason it broke.
   std::string Serve();
   void Wake();
+  // Appends `batch` (not expired) to `out` and `inflight`, merging the mergeable calls.
+  void Emit(std::vector<Queued>& batch, std::string& out, std::deque<Pending>& inflight);
+  // Hands a merged call's reply (or failure) to each caller not timed out yet.
+  void DeliverMerged(Merged& m, const Status& s, const redisReply* r);
 
   const ConnectOptions options_;
   std::shared_ptr<ConnectionStats> stats_;

@@ -78,7 +78,9 @@ void NodeClient::Send(Command command, Deadline deadline, ReplyCallback done) {
       return;
     }
     // This server lost the script (restart, failover, SCRIPT FLUSH): load it and
-    // resend, pipelined on one connection so the load comes first.
+    // resend, pipelined on one connection so the load comes first. (A call merged
+    // with others gets here only if the merged call's own reload failed too; it is
+    // then resent alone.)
     stats_->script_reloads.fetch_add(1, std::memory_order_relaxed);
     std::string both = EncodeCommand({"SCRIPT", "LOAD", script});
     both += *wire;
@@ -87,6 +89,10 @@ void NodeClient::Send(Command command, Deadline deadline, ReplyCallback done) {
     cbs.push_back(std::move(done));
     Pick().Submit(std::move(both), deadline, std::move(cbs));
   };
+  if (command.coalesce.target != nullptr) {
+    Pick().Submit(std::string(*wire), deadline, std::move(on_reply), command.coalesce);
+    return;
+  }
   Pick().Submit(std::string(*wire), deadline, std::move(on_reply));
 }
 

@@ -33,9 +33,12 @@ struct NodeOptions {
 
 // One command for a node. `script`, when set, is the source of the script `wire`
 // EVALSHAs (static storage): NOSCRIPT is then answered by loading it and resending once.
+// `coalesce`, when its target is set, lets the connection merge it with other calls
+// queued at the same time (connection.h, CoalesceInfo).
 struct Command {
   std::string wire;
   std::string_view script;
+  CoalesceInfo coalesce = {};
 };
 
 class NodeClient {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "redis/cluster_router.h"
+#include "redis/cluster_slots.h"
 #include "redis/cross_slot.h"
 #include "redis/router.h"
 #include "redis/scripts.h"
@@ -57,6 +58,9 @@ struct RedisStore::Impl {
   RedisStoreOptions options;
   std::atomic<std::uint64_t> calls{0}, errors{0}, timeouts{0}, cross_slot_refunds{0};
   bool cluster = false;  // keys may live in different hash slots
+  // The grouped script that merged calls run (connection.h, "Coalescing"); its
+  // max_groups is options.coalesce (1: off).
+  redis::CoalesceTarget coalesce_target{};
   // Last, so it is destroyed first: its shutdown completes calls in flight, whose
   // callbacks still use the members above.
   std::unique_ptr<redis::Router> router;
@@ -85,7 +89,8 @@ struct RedisStore::Impl {
   // Sends one EVALSHA of `script` (loaded on NOSCRIPT by the router) and hands the
   // parsed decisions (call->n of them) to `done`.
   void Run(std::string_view routing_key, const redis::Script& script, std::string wire,
-           std::shared_ptr<Call> call, redis::Deadline deadline, EvaluateCallback done);
+           std::shared_ptr<Call> call, redis::Deadline deadline, EvaluateCallback done,
+           redis::CoalesceInfo merge = {});
 };
 
 // A user that may not run EVALSHA cannot decide anything: refuse it at Create rather
@@ -139,6 +144,10 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
   if (options.call_timeout <= 0) {
     return Status::InvalidArgument("RedisStoreOptions.call_timeout must be > 0");
   }
+  if (options.coalesce < 1 || options.coalesce > 256) {
+    return Status::InvalidArgument("RedisStoreOptions.coalesce must be 1-256 (got " +
+                                   std::to_string(options.coalesce) + "; 1 turns coalescing off)");
+  }
   if (options.connections < 1 || options.connections > 64) {
     return Status::InvalidArgument("RedisStoreOptions.connections must be 1-64 (got " +
                                    std::to_string(options.connections) + ")");
@@ -189,6 +198,8 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
     router = std::move(*standalone);
   }
   auto impl = std::make_unique<Impl>();
+  impl->coalesce_target = {redis::CoalescedScript().sha, redis::CoalescedScript().source,
+                           static_cast<std::size_t>(options.coalesce)};
   impl->options = std::move(options);
   impl->router = std::move(router);
   Status usable;
@@ -203,18 +214,58 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
 
 namespace {
 
+// One batch's arguments in a coalesced call (lua/coalesced.lua): its check count, its
+// clock ("" or the caller's now), its TTL pad, six numbers per check (as dispatch.lua).
+// Kept apart from the one-call encoding below, which may change on its own.
+void EncodeGroup(std::span<const StoreCheck> checks, Micros now, bool use_caller_time,
+                 redis::CoalesceInfo& merge) {
+  std::string& a = merge.args;
+  auto add = [&a](std::string_view v) {
+    a.push_back('$');
+    a.append(std::to_string(v.size()));
+    a.append("\r\n");
+    a.append(v);
+    a.append("\r\n");
+  };
+  auto num = [&add](long long v) { add(std::to_string(v)); };
+  num(static_cast<long long>(checks.size()));
+  if (use_caller_time) {
+    num(static_cast<long long>(now));
+    num(kCallerTimeTtlPadMs);
+  } else {
+    add("");
+    num(0);
+  }
+  for (const StoreCheck& c : checks) {
+    const Policy& p = *c.policy;
+    num(static_cast<long long>(p.algorithm));
+    num(static_cast<long long>(p.limit));
+    num(static_cast<long long>(p.window));
+    num(static_cast<long long>(p.Capacity()));
+    num(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL);
+    num(static_cast<long long>(c.cost));
+  }
+  merge.nargs = static_cast<std::uint32_t>(3 + 6 * checks.size());
+}
+
 // EVALSHA of `script` over `checks`: KEYS are each check's key (and a sliding log's
 // ":log" key), ARGV the clock mode and six numbers per check. A refund negates every
 // cost (lua/dispatch.lua) and expects an empty reply; a decision records each check's
-// capacity in `call` (Decision::limit).
+// capacity in `call` (Decision::limit). `merge`, when given, receives where the KEYS
+// are in the wire and the batch's group arguments, for coalescing (connection.h).
 std::string EncodeEval(const redis::Script& script, std::span<const StoreCheck> checks, Micros now,
-                       bool use_caller_time, bool refund, Call& call) {
+                       bool use_caller_time, bool refund, Call& call,
+                       redis::CoalesceInfo* merge = nullptr) {
   std::size_t nkeys = 0;
   for (const StoreCheck& c : checks) {
     nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
   }
   redis::CommandBuilder b(3 + nkeys + 2 + 6 * checks.size());
   b.Add("EVALSHA").Add(script.sha).Add(static_cast<long long>(nkeys));
+  if (merge != nullptr) {
+    merge->keys_begin = static_cast<std::uint32_t>(b.size());
+    merge->nkeys = static_cast<std::uint32_t>(nkeys);
+  }
   std::string log_key;
   for (const StoreCheck& c : checks) {
     b.Add(c.key);
@@ -224,6 +275,7 @@ std::string EncodeEval(const redis::Script& script, std::span<const StoreCheck> 
       b.Add(log_key);
     }
   }
+  if (merge != nullptr) merge->keys_end = static_cast<std::uint32_t>(b.size());
   if (use_caller_time) {
     b.Add(static_cast<long long>(now)).Add(kCallerTimeTtlPadMs);
   } else {
@@ -240,6 +292,7 @@ std::string EncodeEval(const redis::Script& script, std::span<const StoreCheck> 
         .Add(refund ? -cost : cost);
     if (!refund) call.capacity[call.n++] = p.Capacity();
   }
+  if (merge != nullptr) EncodeGroup(checks, now, use_caller_time, *merge);
   return b.Take();
 }
 
@@ -250,7 +303,7 @@ RedisStore::~RedisStore() = default;
 
 void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& script,
                            std::string wire, std::shared_ptr<Call> call, redis::Deadline deadline,
-                           EvaluateCallback done) {
+                           EvaluateCallback done, redis::CoalesceInfo merge) {
   auto on_reply = [this, call, done = std::move(done)](const Status& s, const redisReply* r) {
     if (!s.ok()) {
       errors.fetch_add(1, std::memory_order_relaxed);
@@ -272,7 +325,7 @@ void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& sc
     }
     done(Status::Ok(), std::span<const Decision>(out.decisions, out.n));
   };
-  router->Send(routing_key, redis::Command{std::move(wire), script.source}, deadline,
+  router->Send(routing_key, redis::Command{std::move(wire), script.source, merge}, deadline,
                std::move(on_reply));
 }
 
@@ -335,11 +388,19 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
   const redis::Script& script = checks.size() == 1
                                     ? redis::SingleCheckScript(checks[0].policy->algorithm)
                                     : redis::BatchScript();
+  // Coalescing: the connection may merge this call with others queued with it
+  // (connection.h); on a cluster only with calls of the same slot.
+  redis::CoalesceInfo merge;
+  const bool coalesce = options.coalesce > 1;
   std::string wire = EncodeEval(script, checks, now, impl_->options.use_caller_time,
-                                /*refund=*/false, *call);
+                                /*refund=*/false, *call, coalesce ? &merge : nullptr);
+  if (coalesce) {
+    merge.target = &coalesce_target;
+    merge.slot = cluster ? redis::KeySlot(checks[0].key) : 0;
+  }
   // Every key of a batch shares the hash tag of the first one (sluice keys carry
   // one), so the first key routes the whole script.
-  impl_->Run(checks[0].key, script, std::move(wire), call, deadline, std::move(done));
+  impl_->Run(checks[0].key, script, std::move(wire), call, deadline, std::move(done), merge);
   return call;
 }
 
@@ -441,6 +502,8 @@ RedisStoreStats RedisStore::Stats() const {
   s.script_reloads = c.script_reloads.load(std::memory_order_relaxed);
   s.timeouts = impl_->timeouts.load(std::memory_order_relaxed);
   s.reconnects = c.reconnects.load(std::memory_order_relaxed);
+  s.coalesced_calls = c.coalesced_calls.load(std::memory_order_relaxed);
+  s.coalesced_evaluations = c.coalesced_groups.load(std::memory_order_relaxed);
   s.moved = c.moved.load(std::memory_order_relaxed);
   s.ask = c.ask.load(std::memory_order_relaxed);
   s.cluster_retries = c.cluster_retries.load(std::memory_order_relaxed);

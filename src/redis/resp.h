@@ -14,6 +14,8 @@ class CommandBuilder {
   explicit CommandBuilder(std::size_t argc);
   CommandBuilder& Add(std::string_view arg);
   CommandBuilder& Add(long long v);
+  // Bytes added so far (e.g. where an argument starts).
+  std::size_t size() const { return wire_.size(); }
   // The wire bytes; the builder is empty afterwards.
   std::string Take() { return std::move(wire_); }
 

@@ -21,6 +21,9 @@ struct Script {
 
 // Decides any batch of checks (any algorithms, all or nothing).
 const Script& BatchScript();
+// Decides several callers' independent check groups in one call (lua/coalesced.lua),
+// each group all or nothing.
+const Script& CoalescedScript();
 // Decides exactly one check of algorithm `a`, with the batch script's arguments and
 // reply, at a fraction of its Redis CPU.
 const Script& SingleCheckScript(Algorithm a);

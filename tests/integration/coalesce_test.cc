@@ -1,0 +1,418 @@
+// Coalesced calls (issue #9 item 3, docs/redis.md "Coalesced calls"): several callers'
+// independent batches queued on one connection at once leave as ONE script call, each
+// batch decided all or nothing on its own and answered on its own.
+//
+// How the tests make calls queue together without timing: the calls are submitted from
+// inside a callback that runs on the connection's I/O thread (connections = 1), so
+// every one of them is queued before that thread takes its queue again. The store's
+// counters (coalesced_calls, coalesced_evaluations) then prove they did share a call.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <random>
+
+#include "redis/node_client.h"
+#include "redis/scripts.h"
+#include "redis/url.h"
+#include "sluice/key.h"
+#include "store_backends.h"
+
+namespace sluice::testing {
+namespace {
+
+constexpr int kCoalesce = 16;
+
+std::shared_ptr<RedisStore> MakeStore(bool caller_time, int coalesce = kCoalesce) {
+  auto url = FlushedRedisUrl();
+  EXPECT_TRUE(url.ok()) << url.status().ToString();
+  if (!url.ok()) return nullptr;
+  RedisStoreOptions o;
+  o.url = *url;
+  o.use_caller_time = caller_time;
+  o.connections = 1;
+  o.coalesce = coalesce;
+  o.call_timeout = 30'000'000;  // behaviour, not speed
+  o.on_warning = [](std::string_view) {};
+  auto store = RedisStore::Create(std::move(o));
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  return store.ok() ? *store : nullptr;
+}
+
+struct Outcome {
+  Status status = Status::Internal("not answered");
+  std::vector<Decision> decisions;
+};
+
+// A batch of one caller: its checks and its now.
+struct Group {
+  std::vector<StoreCheck> checks;
+  Micros now = 0;
+};
+
+// Evaluates every group, submitted back to back from the callback of a peek on
+// `trigger_key` (on the I/O thread): they reach the connection's queue together.
+// Waits (bounded) for every answer.
+std::vector<Outcome> Burst(RedisStore& store, const Policy& trigger_policy,
+                           const std::vector<Group>& groups, Micros trigger_now) {
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<Outcome> out;
+    std::size_t answered = 0;
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->out.resize(groups.size());
+  const std::string trigger_key = "sluice:{coalesce-trigger}:t";
+  const StoreCheck trigger{&trigger_policy, trigger_key, 0};
+  store.EvaluateAsync(std::span<const StoreCheck>(&trigger, 1), trigger_now,
+                      [&store, &groups, shared](const Status& s, std::span<const Decision>) {
+                        EXPECT_TRUE(s.ok()) << s.ToString();
+                        for (std::size_t i = 0; i < groups.size(); ++i) {
+                          store.EvaluateAsync(
+                              groups[i].checks, groups[i].now,
+                              [shared, i](const Status& st, std::span<const Decision> d) {
+                                std::lock_guard<std::mutex> lock(shared->mu);
+                                shared->out[i].status = st;
+                                shared->out[i].decisions.assign(d.begin(), d.end());
+                                ++shared->answered;
+                                shared->cv.notify_all();
+                              });
+                        }
+                      });
+  std::unique_lock<std::mutex> lock(shared->mu);
+  EXPECT_TRUE(shared->cv.wait_for(lock, std::chrono::seconds(60), [&] {
+    return shared->answered == groups.size();
+  })) << "not every caller was answered";
+  return shared->out;
+}
+
+bool SameDecision(const Decision& a, const Decision& b) {
+  return a.allowed == b.allowed && a.remaining == b.remaining && a.reset_after == b.reset_after &&
+         a.retry_after == b.retry_after && a.limit == b.limit;
+}
+
+Policy RandomPolicy(std::mt19937_64& rng, int index) {
+  static const Micros kWindows[] = {1'000, 250'000, 1'000'000, 3'300'000, 60'000'000};
+  static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 100};
+  Policy p;
+  p.name = "p" + std::to_string(index);
+  p.algorithm = static_cast<Algorithm>(rng() % 5);
+  p.limit = kLimits[rng() % std::size(kLimits)];
+  p.window = kWindows[rng() % std::size(kWindows)];
+  if (p.algorithm == Algorithm::kTokenBucket || p.algorithm == Algorithm::kGcra) {
+    if (rng() % 2) p.burst = p.limit + rng() % (2 * p.limit + 1);
+    if (p.algorithm == Algorithm::kTokenBucket && rng() % 3 == 0) {
+      p.initial_tokens = rng() % (p.Capacity() + 1);
+    }
+  }
+  EXPECT_TRUE(ValidatePolicy(p).ok());
+  return p;
+}
+
+std::uint64_t RandomCost(std::mt19937_64& rng, const Policy& p) {
+  switch (rng() % 8) {
+    case 0:
+      return 0;  // peek
+    case 1:
+      return 1 + rng() % p.Capacity();
+    default:
+      return 1;
+  }
+}
+
+// Differential: random bursts of independent batches (random policies of every
+// algorithm, keys shared between batches of one burst, peeks, costs up to the
+// capacity, time moving forward between and within bursts) decided by coalesced calls
+// against MemoryStore (src/core) deciding the same batches one after the other in the
+// order they were queued.
+TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
+  auto redis = MakeStore(/*caller_time=*/true);
+  ASSERT_NE(redis, nullptr);
+  const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
+  int compared = 0, denied = 0;
+  std::uint64_t expected_calls = 0, expected_groups = 0;
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    std::mt19937_64 rng(seed);
+    MemoryStore memory;
+    std::vector<Policy> policies;
+    for (int i = 0; i < 8; ++i) policies.push_back(RandomPolicy(rng, i));
+    const char* callers[] = {"alice", "bob", "carol", "dave"};
+    std::vector<std::string> keys;  // stable storage for the checks' keys
+    for (const char* c : callers) {
+      for (const Policy& p : policies) {
+        keys.push_back(*StoreKey("co" + std::to_string(seed), c, p.name));
+      }
+    }
+    Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
+    for (int burst = 0; burst < 60; ++burst) {
+      const Policy& tp = policies[rng() % policies.size()];
+      now += static_cast<Micros>(rng() % (2 * tp.window / tp.limit + 1));
+      const std::size_t ngroups = 1 + rng() % 10;
+      std::vector<Group> groups(ngroups);
+      for (Group& g : groups) {
+        if (rng() % 3 == 0) now += static_cast<Micros>(rng() % 2000);
+        g.now = now;
+        const std::size_t n = 1 + rng() % 3;
+        for (std::size_t i = 0; i < n; ++i) {
+          const std::size_t pi = rng() % policies.size();
+          const std::string& key = keys[(rng() % std::size(callers)) * policies.size() + pi];
+          bool dup = false;
+          for (const StoreCheck& c : g.checks) dup = dup || c.key == key;
+          if (dup) continue;  // the Limiter never sends one key twice in a batch
+          g.checks.push_back(StoreCheck{&policies[pi], key, RandomCost(rng, policies[pi])});
+        }
+      }
+      const auto before = redis->Stats();
+      const std::vector<Outcome> got = Burst(*redis, trigger, groups, now);
+      const auto after = redis->Stats();
+      if (ngroups >= 2) {
+        ++expected_calls;
+        expected_groups += ngroups;
+      }
+      ASSERT_EQ(after.coalesced_calls - before.coalesced_calls, ngroups >= 2 ? 1u : 0u)
+          << "seed " << seed << " burst " << burst;
+      ASSERT_EQ(after.coalesced_evaluations - before.coalesced_evaluations,
+                ngroups >= 2 ? ngroups : 0u);
+      for (std::size_t gi = 0; gi < ngroups; ++gi) {
+        const Group& g = groups[gi];
+        Decision want[16];
+        ASSERT_TRUE(memory.Evaluate(g.checks, g.now, want).ok());
+        ASSERT_TRUE(got[gi].status.ok()) << got[gi].status.ToString();
+        ASSERT_EQ(got[gi].decisions.size(), g.checks.size());
+        for (std::size_t i = 0; i < g.checks.size(); ++i) {
+          const Decision& a = want[i];
+          const Decision& b = got[gi].decisions[i];
+          ASSERT_TRUE(SameDecision(a, b))
+              << "seed " << seed << " burst " << burst << " group " << gi << " of " << ngroups
+              << " check " << i << " key " << g.checks[i].key << " cost " << g.checks[i].cost
+              << " now " << g.now << "\n  memory: allowed=" << a.allowed
+              << " remaining=" << a.remaining << " reset_after=" << a.reset_after
+              << " retry_after=" << a.retry_after << "\n  redis:  allowed=" << b.allowed
+              << " remaining=" << b.remaining << " reset_after=" << b.reset_after
+              << " retry_after=" << b.retry_after;
+          if (!a.allowed) ++denied;
+        }
+        ++compared;
+      }
+    }
+  }
+  const auto s = redis->Stats();
+  EXPECT_EQ(s.coalesced_calls, expected_calls);
+  EXPECT_EQ(s.coalesced_evaluations, expected_groups);
+  EXPECT_GT(expected_calls, 150u);  // most bursts were merged
+  EXPECT_GT(denied, 50);            // and the denials were compared too
+  EXPECT_GT(compared, 4 * 60 * 3);
+  // Every key written has a TTL.
+  RedisServer* server = SharedRedis();
+  auto all = server->Command({"KEYS", "*"});
+  ASSERT_TRUE(all.ok());
+  ASSERT_FALSE(all->elements.empty());
+  for (const auto& k : all->elements) {
+    auto ttl = server->Command({"PTTL", k.str});
+    ASSERT_TRUE(ttl.ok());
+    EXPECT_GT(ttl->integer, 0) << k.str;
+  }
+}
+
+// One batch of a coalesced call denies: it consumes nothing (all or nothing), and the
+// batches around it, one of them on a key the denied batch also checks, are decided
+// and consumed as if it were not there. On Redis's clock (production mode).
+TEST(Coalesce, OneBatchDeniesTheOthersAreUnaffected) {
+  auto redis = MakeStore(/*caller_time=*/false);
+  ASSERT_NE(redis, nullptr);
+  const Policy p = Policy::FixedWindow("fw", 5, std::chrono::hours(1));
+  const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
+  const std::string shared = "sluice:{shared}:fw", full = "sluice:{full}:fw",
+                    other = "sluice:{other}:fw";
+  {  // exhaust `full`
+    const StoreCheck take{&p, full, 5};
+    Decision d;
+    ASSERT_TRUE(redis->Evaluate(std::span<const StoreCheck>(&take, 1), 0, {&d, 1}).ok());
+    ASSERT_TRUE(d.allowed);
+  }
+  std::vector<Group> groups(3);
+  groups[0].checks = {StoreCheck{&p, shared, 2}};
+  groups[1].checks = {StoreCheck{&p, shared, 1}, StoreCheck{&p, full, 1}};  // denies
+  groups[2].checks = {StoreCheck{&p, other, 3}};
+  const auto before = redis->Stats();
+  const std::vector<Outcome> got = Burst(*redis, trigger, groups, 0);
+  const auto after = redis->Stats();
+  EXPECT_EQ(after.coalesced_calls - before.coalesced_calls, 1u);
+  EXPECT_EQ(after.coalesced_evaluations - before.coalesced_evaluations, 3u);
+  for (const Outcome& o : got) ASSERT_TRUE(o.status.ok()) << o.status.ToString();
+  EXPECT_TRUE(got[0].decisions[0].allowed);
+  EXPECT_EQ(got[0].decisions[0].remaining, 3u);
+  EXPECT_TRUE(got[1].decisions[0].allowed);   // this check alone would pass ...
+  EXPECT_FALSE(got[1].decisions[1].allowed);  // ... but the batch is denied
+  EXPECT_TRUE(got[2].decisions[0].allowed);
+  EXPECT_EQ(got[2].decisions[0].remaining, 2u);
+  // What is left: `shared` lost only the first batch's 2, `full` nothing more.
+  const StoreCheck peeks[] = {{&p, shared, 0}, {&p, full, 0}, {&p, other, 0}};
+  Decision left[3];
+  ASSERT_TRUE(redis->Evaluate(peeks, 0, left).ok());
+  EXPECT_EQ(left[0].remaining, 3u);
+  EXPECT_EQ(left[1].remaining, 0u);
+  EXPECT_EQ(left[2].remaining, 2u);
+  RedisServer* server = SharedRedis();
+  for (const std::string& k : {shared, full, other}) {
+    auto ttl = server->Command({"PTTL", k});
+    ASSERT_TRUE(ttl.ok());
+    EXPECT_GT(ttl->integer, 0) << k;
+  }
+}
+
+// A server that lost its scripts (restart, SCRIPT FLUSH) answers the merged call with
+// NOSCRIPT, which proves nothing ran: the connection loads the grouped script and
+// sends the merged call again, once; every caller is answered.
+TEST(Coalesce, AMergedCallSurvivesAScriptFlush) {
+  auto redis = MakeStore(/*caller_time=*/false);
+  ASSERT_NE(redis, nullptr);
+  const Policy p = Policy::Gcra("g", 10, std::chrono::minutes(1), 10);
+  const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
+  {  // the trigger's own script is loaded again on its first call
+    const StoreCheck t{&trigger, "sluice:{warm}:t", 0};
+    Decision d;
+    ASSERT_TRUE(redis->Evaluate(std::span<const StoreCheck>(&t, 1), 0, {&d, 1}).ok());
+  }
+  ASSERT_TRUE(SharedRedis()->Command({"SCRIPT", "FLUSH"}).ok());
+  std::vector<std::string> keys;
+  for (int i = 0; i < 4; ++i) keys.push_back("sluice:{flush" + std::to_string(i) + "}:g");
+  std::vector<Group> groups(4);
+  for (int i = 0; i < 4; ++i) groups[i].checks = {StoreCheck{&p, keys[i], 1}};
+  const auto before = redis->Stats();
+  const std::vector<Outcome> got = Burst(*redis, trigger, groups, 0);
+  const auto after = redis->Stats();
+  EXPECT_EQ(after.coalesced_calls - before.coalesced_calls, 1u);
+  EXPECT_GE(after.script_reloads - before.script_reloads, 1u);
+  for (const Outcome& o : got) {
+    ASSERT_TRUE(o.status.ok()) << o.status.ToString();
+    EXPECT_TRUE(o.decisions[0].allowed);
+    EXPECT_EQ(o.decisions[0].remaining, 9u);
+  }
+}
+
+// Coalescing off (coalesce = 1): the same burst leaves as one call per caller.
+TEST(Coalesce, OffSendsOneCallPerCaller) {
+  auto redis = MakeStore(/*caller_time=*/false, /*coalesce=*/1);
+  ASSERT_NE(redis, nullptr);
+  const Policy p = Policy::FixedWindow("fw", 5, std::chrono::hours(1));
+  const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
+  std::vector<std::string> keys;
+  for (int i = 0; i < 5; ++i) keys.push_back("sluice:{off" + std::to_string(i) + "}:fw");
+  std::vector<Group> groups(5);
+  for (int i = 0; i < 5; ++i) groups[i].checks = {StoreCheck{&p, keys[i], 1}};
+  const std::vector<Outcome> got = Burst(*redis, trigger, groups, 0);
+  for (const Outcome& o : got) ASSERT_TRUE(o.status.ok()) << o.status.ToString();
+  EXPECT_EQ(redis->Stats().coalesced_calls, 0u);
+  EXPECT_EQ(redis->Stats().calls, 6u);  // the trigger and each caller's own
+}
+
+TEST(Coalesce, BadOptionIsRefused) {
+  RedisStoreOptions o;
+  o.coalesce = 0;
+  auto s = RedisStore::Create(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("coalesce"), std::string::npos) << s.status().message();
+}
+
+// The connection level, where each caller's deadline is explicit: a caller whose
+// deadline passes while its call waits in the queue gets DeadlineExceeded and is not
+// sent at all; the callers queued with it still share one call and succeed.
+TEST(CoalesceConnection, ACallerWhoseDeadlinePassedInTheQueueTimesOutAlone) {
+  RedisServer* server = SharedRedis();
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+  auto url = redis::ParseUrl(server->Url());
+  ASSERT_TRUE(url.ok());
+  redis::NodeOptions no;
+  no.connect.handshake.url = *url;
+  no.connect.handshake.scripts = redis::AllScripts();
+  no.connections = 1;
+  auto stats = std::make_shared<redis::ConnectionStats>();
+  auto node = redis::NodeClient::Create(no, stats);
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  const redis::Script& single = redis::SingleCheckScript(Algorithm::kFixedWindow);
+  const redis::CoalesceTarget target{redis::CoalescedScript().sha, redis::CoalescedScript().source,
+                                     8};
+  // A one-check fixed-window call (limit 10 per hour, cost 1) on `key`, mergeable.
+  auto command = [&](const std::string& key) {
+    redis::CoalesceInfo info;
+    redis::CommandBuilder b(3 + 1 + 2 + 6);
+    b.Add("EVALSHA").Add(single.sha).Add(1LL);
+    info.target = &target;
+    info.keys_begin = static_cast<std::uint32_t>(b.size());
+    b.Add(key);
+    info.keys_end = static_cast<std::uint32_t>(b.size());
+    info.nkeys = 1;
+    b.Add("").Add(0LL).Add(0LL).Add(10LL).Add(3'600'000'000LL).Add(10LL).Add(-1LL).Add(1LL);
+    // The same check as a group of the coalesced script (lua/coalesced.lua): the bulk
+    // strings of n, clock, TTL pad and the six numbers.
+    redis::CommandBuilder g(9);
+    g.Add(1LL)
+        .Add("")
+        .Add(0LL)
+        .Add(0LL)
+        .Add(10LL)
+        .Add(3'600'000'000LL)
+        .Add(10LL)
+        .Add(-1LL)
+        .Add(1LL);
+    info.args = g.Take().substr(4);  // without the "*9\r\n" array header
+    info.nargs = 9;
+    return redis::Command{b.Take(), single.source, std::move(info)};
+  };
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    Status status[3];
+    long long remaining[3] = {-1, -1, -1};
+    int answered = 0;
+  };
+  auto shared = std::make_shared<Shared>();
+  auto answer = [shared](int i) {
+    return [shared, i](const Status& s, const redisReply* r) {
+      std::lock_guard<std::mutex> lock(shared->mu);
+      shared->status[i] = s;
+      if (s.ok() && r->type == REDIS_REPLY_ARRAY && r->elements == 4) {
+        shared->remaining[i] = r->element[1]->integer;
+      }
+      ++shared->answered;
+      shared->cv.notify_all();
+    };
+  };
+  redis::NodeClient& n = **node;
+  const redis::Deadline far = redis::DeadlineAfter(60'000'000);
+  n.Send(redis::Command{redis::EncodeCommand({"PING"}), {}}, far,
+         [&, answer](const Status& s, const redisReply*) {
+           EXPECT_TRUE(s.ok());
+           // On the I/O thread: all three are queued before it takes its queue.
+           n.Send(command("sluice:{a}:fw"), far, answer(0));
+           n.Send(command("sluice:{late}:fw"), redis::SteadyClock::now() - std::chrono::seconds(1),
+                  answer(1));
+           n.Send(command("sluice:{c}:fw"), far, answer(2));
+         });
+  {
+    std::unique_lock<std::mutex> lock(shared->mu);
+    ASSERT_TRUE(
+        shared->cv.wait_for(lock, std::chrono::seconds(60), [&] { return shared->answered == 3; }));
+  }
+  EXPECT_TRUE(shared->status[0].ok()) << shared->status[0].ToString();
+  EXPECT_EQ(shared->remaining[0], 9);
+  EXPECT_EQ(shared->status[1].code(), ErrorCode::kDeadlineExceeded) << shared->status[1].ToString();
+  EXPECT_TRUE(shared->status[2].ok()) << shared->status[2].ToString();
+  EXPECT_EQ(shared->remaining[2], 9);
+  EXPECT_EQ(stats->coalesced_calls.load(), 1u);
+  EXPECT_EQ(stats->coalesced_groups.load(), 2u);
+  // The late caller's call never ran.
+  auto late = server->Command({"EXISTS", "sluice:{late}:fw"});
+  ASSERT_TRUE(late.ok());
+  EXPECT_EQ(late->integer, 0);
+  auto ttl = server->Command({"PTTL", "sluice:{a}:fw"});
+  ASSERT_TRUE(ttl.ok());
+  EXPECT_GT(ttl->integer, 0);
+}
+
+}  // namespace
+}  // namespace sluice::testing
