@@ -3,14 +3,18 @@
 #  (a) the ceiling: redis-benchmark running the SAME EVALSHA a one-check decision sends
 #      (captured with MONITOR from `sluice check`), 64 clients, pipeline 16; plain INCR
 #      (and an empty script) at pipeline 16 for scale;
-#  (b) `sluice bench`: 64 concurrent callers in one process (RedisStore::EvaluateAsync);
+#  (b) `sluice bench`: 64 concurrent callers in one process (RedisStore::EvaluateAsync),
+#      with coalesced calls (the default, --coalesce 32) and without (--coalesce 1: one
+#      script call per decision, as before coalescing existed);
 #  (c) rate-limiter-flexible@11 + ioredis@5 (RateLimiterRedis, the same limit, 64 concurrent
 #      callers, the same duration), installed from npm into a temporary folder;
 #  (d) Redis calls saved by the local deny cache: one key flooded at 100x its limit
-#      through sluice::Limiter, deny cache on vs off.
+#      through sluice::Limiter, deny cache on vs off;
+#  (e) latency at one fixed offered load: 64 threads through sluice::Limiter, paced to
+#      --paced-rate decisions/s in all, coalescing on vs off (p50/p99 at the same load).
 #
 # Usage: bench/redis_bench.sh [--seconds S] [--algorithms "fixed_window token_bucket ..."]
-#                             [--keys K] [--out FILE.md] [--sluice PATH]
+#                             [--keys K] [--paced-rate R] [--out FILE.md] [--sluice PATH]
 # Needs: redis-server, redis-benchmark, redis-cli, python3; node + npm for (c) (skipped
 # with a note when missing). Builds build/release/src/cli/sluice (incrementally) unless --sluice is given.
 set -euo pipefail
@@ -19,7 +23,8 @@ root=$(pwd)
 
 seconds=3
 algorithms="fixed_window token_bucket gcra sliding_window_counter sliding_window_log"
-keys=10000
+keys=100000
+paced_rate=20000    # (e): decisions/s offered in all
 out=""
 sluice="$root/build/release/src/cli/sluice"
 rate="1000/s"       # per key: with 10000 keys nearly every decision is allowed
@@ -30,9 +35,10 @@ while [[ $# -gt 0 ]]; do
     --seconds) seconds=$2; shift 2 ;;
     --algorithms) algorithms=$2; shift 2 ;;
     --keys) keys=$2; shift 2 ;;
+    --paced-rate) paced_rate=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --sluice) sluice=$2; shift 2 ;;
-    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
     *) echo "redis_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -155,12 +161,14 @@ for alg in $algorithms; do
   note "(a) redis-benchmark: ${args[*]}"
   rb "ceiling:$alg" evalsha EVALSHA "${args[@]}"
   rcli flushall >/dev/null
-  note "(b) sluice bench -a $alg"
-  begin
-  json=$(timed "$sluice" bench --redis "$url" -a "$alg" --rate "$rate" -c 64 -d "${seconds}s" \
-    --keys "$keys" --timeout 1s --json -q)
-  record "sluice:$alg" "$json" evalsha
-  rcli flushall >/dev/null
+  for co in 32 1; do
+    note "(b) sluice bench -a $alg --coalesce $co"
+    begin
+    json=$(timed "$sluice" bench --redis "$url" -a "$alg" --rate "$rate" -c 64 -d "${seconds}s" \
+      --keys "$keys" --timeout 1s --coalesce "$co" --json -q)
+    record "sluice$([[ $co == 1 ]] && echo -nc):$alg" "$json" evalsha
+    rcli flushall >/dev/null
+  done
 done
 
 # (c) rate-limiter-flexible: its RateLimiterRedis counts per fixed window (SET NX + INCRBY + PTTL
@@ -196,6 +204,17 @@ for alg in fixed_window token_bucket; do
     record "flood:$alg:$cache" "$json" evalsha
     rcli flushall >/dev/null
   done
+done
+
+# (e) The same offered load with and without coalescing: latency, not throughput.
+for co in 32 1; do
+  note "(e) paced: fixed_window, $paced_rate/s offered by 64 threads, --coalesce $co"
+  begin
+  json=$("$sluice" bench --redis "$url" --api limiter -a fixed_window --rate "$rate" \
+    --keys "$keys" -c 64 --target-rate "$paced_rate" -d "${seconds}s" --timeout 1s \
+    --coalesce "$co" --no-deny-cache --json -q)
+  record "paced:$co" "$json" evalsha
+  rcli flushall >/dev/null
 done
 
 python3 bench/redis_bench_report.py "$results" "$seconds" "$keys" "$rate" "$flood_rate" "$flood_factor" \

@@ -29,21 +29,44 @@ print(f"Plain INCR at pipeline 16: **{fmt(incr)}/s**, Redis CPU {cpu(by['incr'])
       f"(exec {usc(by['incr'])}); an empty script (EVALSHA of `return 1`): "
       f"{fmt(rps('empty_script'))}/s, Redis CPU {cpu(by['empty_script'])} us/call "
       f"(exec {usc(by['empty_script'])}).\n")
+def per_decision(r, what):  # Redis-side totals over the decisions made
+    if what == "calls":
+        return f"{r['redis_calls'] / r['decisions']:.3f}" if r.get("redis_calls") and r.get("decisions") else "n/a"
+    return f"{1e6 * r['redis_cpu_s'] / r['decisions']:.1f}" if r.get("decisions") else "n/a"
 print("| algorithm | (a) ceiling: redis-benchmark EVALSHA, P16 | Redis CPU (exec) us/call | "
       "script / INCR | (b) sluice bench | sluice / ceiling | sluice p50 / p99 ms | "
-      "Redis CPU (exec) us/call | sluice client CPU us/decision | sluice / rate-limiter-flexible |")
-print("|---|---|---|---|---|---|---|---|---|---|")
-for alg in [c.split(":", 1)[1] for c in by if c.startswith("sluice:")]:
+      "Redis calls / decision | Redis CPU us/decision | sluice client CPU us/decision | "
+      "sluice / rate-limiter-flexible |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+algs = [c.split(":", 1)[1] for c in by if c.startswith("sluice:")]
+for alg in algs:
     ceil, s = by.get("ceiling:" + alg), by["sluice:" + alg]
     lat = s["latency_us"]
     errors = f" ({s['error_total']} errors)" if s["error_total"] else ""
     print(f"| {alg} | {fmt(ceil['decisions_per_s'])}/s | {cpu(ceil)} ({usc(ceil)}) | "
           f"{100 * ceil['decisions_per_s'] / incr:.1f}% | {fmt(s['decisions_per_s'])}/s{errors} | "
           f"{100 * s['decisions_per_s'] / ceil['decisions_per_s']:.0f}% | "
-          f"{ms(lat['p50'])} / {ms(lat['p99'])} | {cpu(s)} ({usc(s)}) | "
-          f"{cpu_per(s, 'client_cpu_s')} | "
-          + (f"{s['decisions_per_s'] / rlf:.2f}x |" if rlf else "n/a |"))
+          f"{ms(lat['p50'])} / {ms(lat['p99'])} | {per_decision(s, 'calls')} | "
+          f"{per_decision(s, 'cpu')} | {cpu_per(s, 'client_cpu_s')} | "
+          + (f"**{s['decisions_per_s'] / rlf:.2f}x** |" if rlf else "n/a |"))
 print()
+if any("sluice-nc:" + a in by for a in algs):
+    print("(b) coalesced calls (`--coalesce 32`, the default) against one script call per "
+          "decision (`--coalesce 1`, as before coalescing), same run:\n")
+    print("| algorithm | coalescing | sluice bench | p50 / p99 ms | Redis calls / decision | "
+          "Redis CPU us/decision | client CPU us/decision | / rate-limiter-flexible |")
+    print("|---|---|---|---|---|---|---|---|")
+    for alg in algs:
+        for label, c in (("on", "sluice:" + alg), ("off", "sluice-nc:" + alg)):
+            if c not in by: continue
+            r = by[c]
+            lat = r["latency_us"]
+            errors = f" ({r['error_total']} errors)" if r["error_total"] else ""
+            print(f"| {alg} | {label} | {fmt(r['decisions_per_s'])}/s{errors} | "
+                  f"{ms(lat['p50'])} / {ms(lat['p99'])} | {per_decision(r, 'calls')} | "
+                  f"{per_decision(r, 'cpu')} | {cpu_per(r, 'client_cpu_s')} | "
+                  + (f"{r['decisions_per_s'] / rlf:.2f}x |" if rlf else "n/a |"))
+    print()
 for c in rlf_cases:
     r = by[c]
     label = "ioredis enableAutoPipelining" if "auto" in c else "ioredis defaults"
@@ -56,6 +79,20 @@ for c in rlf_cases:
 if not rlf_cases:
     print("(c) rate-limiter-flexible: not run (node/npm missing or npm install failed).")
 print()
+paced = [c for c in ("paced:32", "paced:1") if c in by]
+if paced:
+    r0 = by[paced[0]]
+    print(f"(e) Latency at one offered load: fixed_window, {r0['concurrency']} threads through "
+          "sluice::Limiter (deny cache off), paced to the same total rate:\n")
+    print("| coalescing | decisions/s | p50 ms | p90 ms | p99 ms | p99.9 ms | Redis calls / decision | errors |")
+    print("|---|---|---|---|---|---|---|---|")
+    for c in paced:
+        r = by[c]
+        lat = r["latency_us"]
+        print(f"| {'on (32)' if c.endswith(':32') else 'off (1)'} | {fmt(r['decisions_per_s'])} | "
+              f"{ms(lat['p50'])} | {ms(lat['p90'])} | {ms(lat['p99'])} | {ms(lat['p999'])} | "
+              f"{per_decision(r, 'calls')} | {r['error_total']} |")
+    print()
 print(f"(d) One key flooded at {flood_factor}x its limit ({flood_rate}/s; "
       f"{int(flood_rate) * int(flood_factor)} decisions/s offered by 8 threads through "
       "sluice::Limiter, paced):\n")

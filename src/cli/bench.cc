@@ -66,6 +66,12 @@ std::string BenchKey(std::uint64_t i) {
 
 namespace {
 
+// Script calls the store sent to Redis: evaluations, less those merged into coalesced
+// calls, plus those calls (RedisStoreStats).
+std::uint64_t ScriptCalls(const RedisStoreStats& s) {
+  return s.calls - s.coalesced_evaluations + s.coalesced_calls;
+}
+
 std::uint64_t NextRandom(std::uint64_t& s) {  // splitmix64
   std::uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -220,7 +226,7 @@ Status Run::Prepare() {
     if (!l.ok()) return l.status();
     limiter_ = std::move(*l);
   }
-  if (config_.redis) calls_before_ = config_.redis->Stats().calls;
+  if (config_.redis) calls_before_ = ScriptCalls(config_.redis->Stats());
   return Status::Ok();
 }
 
@@ -364,7 +370,7 @@ BenchResult Run::Finish() {
   }
   r.mean = n > 0 ? sum / static_cast<double>(n) : 0;
   if (config_.redis) {
-    r.store_calls = config_.redis->Stats().calls - calls_before_;
+    r.store_calls = ScriptCalls(config_.redis->Stats()) - calls_before_;
     r.has_store_calls = true;
   }
   if (limiter_) r.deny_cache_hits = limiter_->Stats().deny_cache_hits;

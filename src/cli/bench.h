@@ -95,7 +95,8 @@ struct BenchResult {
   // Latency per decision, ns.
   std::uint64_t p50 = 0, p90 = 0, p99 = 0, p999 = 0, max = 0;
   double mean = 0;
-  // Redis: EVALSHA calls the store sent (RedisStoreStats.calls during the run).
+  // Redis: EVALSHA calls the store sent during the run (RedisStoreStats: calls, with
+  // the coalesced ones counted once per script call).
   std::uint64_t store_calls = 0;
   bool has_store_calls = false;
   // kLimiter: decisions answered by the local deny cache.

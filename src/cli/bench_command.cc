@@ -76,6 +76,11 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   app.add_option("--connections", sf.connections, "Redis connections shared by the callers")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  app.add_option("--coalesce", sf.coalesce,
+                 "Redis: at most this many callers' decisions queued together share one "
+                 "script call (1: one call per decision; docs/redis.md)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   app.add_option("-c,--concurrency", config.concurrency, "concurrent callers")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
@@ -174,6 +179,7 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     j.precision(1);
     j << "{\"store\":" << JsonString(store_name) << ",\"api\":" << JsonString(api)
       << ",\"engine\":" << JsonString(r.engine) << ",\"connections\":" << sf.connections
+      << ",\"coalesce\":" << sf.coalesce
       << ",\"algorithm\":" << JsonString(AlgorithmName(p.algorithm))
       << ",\"policy\":" << JsonString(p.name) << ",\"rate_limit\":" << p.limit
       << ",\"window_us\":" << p.window << ",\"capacity\":" << p.Capacity()
@@ -206,7 +212,8 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
           : config.api == BenchApi::kLimiter ? "Limiter::Acquire from threads"
                                              : "Store::Evaluate from threads");
     if (config.redis)
-      s << ", " << sf.connections << " connection" << (sf.connections > 1 ? "s" : "");
+      s << ", " << sf.connections << " connection" << (sf.connections > 1 ? "s" : "")
+        << ", coalesce " << sf.coalesce;
     if (config.api == BenchApi::kLimiter)
       s << ", deny cache " << (config.deny_cache ? "on" : "off");
     s << ")\n";

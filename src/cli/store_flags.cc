@@ -86,6 +86,7 @@ Result<OpenedStore> OpenStoreFromFlags(const StoreFlags& flags, bool* usage_erro
   o.call_timeout = *timeout;
   o.connect_timeout = *connect;
   o.connections = flags.connections;
+  o.coalesce = flags.coalesce;
   o.on_warning = [](std::string_view w) { std::cerr << "sluice: warning: " << w << "\n"; };
   auto redis = RedisStore::Create(std::move(o));
   if (!redis.ok()) return redis.status();

@@ -43,6 +43,7 @@ struct StoreFlags {
   std::string timeout = "1s";          // per call
   std::string connect_timeout = "1s";  // connecting, AUTH, SCRIPT LOAD
   int connections = 1;
+  int coalesce = 32;  // RedisStoreOptions::coalesce (`sluice bench --coalesce`)
 };
 
 // Adds --redis (alias --store), --timeout and --connect-timeout to `app`.
