@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "limiter/limiter_internal.h"
+#include "service/timed_store.h"
 #include "sluice/key.h"
 
 namespace sluice::service {
@@ -24,43 +25,6 @@ std::uint64_t Fnv(std::string_view s, std::uint64_t seed) {
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
   return h;
 }
-
-// Times a store's calls into the latency histogram.
-class TimedStore final : public Store {
- public:
-  TimedStore(std::shared_ptr<Store> inner, std::shared_ptr<Metrics> metrics)
-      : inner_(std::move(inner)), metrics_(std::move(metrics)) {}
-  Status Evaluate(std::span<const StoreCheck> checks, Micros now,
-                  std::span<Decision> out) override {
-    const auto t0 = std::chrono::steady_clock::now();
-    Status s = inner_->Evaluate(checks, now, out);
-    Observe(t0);
-    return s;
-  }
-  void EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
-                     EvaluateCallback done) override {
-    const auto t0 = std::chrono::steady_clock::now();
-    inner_->EvaluateAsync(
-        checks, now,
-        [this, t0, done = std::move(done)](const Status& s, std::span<const Decision> d) {
-          Observe(t0);
-          done(s, d);
-        });
-  }
-  Status Reset(const Policy& policy, std::string_view key) override {
-    return inner_->Reset(policy, key);
-  }
-  bool IsRemote() const override { return inner_->IsRemote(); }
-
- private:
-  void Observe(std::chrono::steady_clock::time_point t0) {
-    metrics_->ObserveStoreLatency(
-        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
-            .count());
-  }
-  std::shared_ptr<Store> inner_;
-  std::shared_ptr<Metrics> metrics_;
-};
 
 std::string CeilSeconds(Micros us) {
   if (us <= 0) return "0";
