@@ -583,21 +583,20 @@ static void RunLease(std::shared_ptr<Pending> p, std::uint64_t grant) {
   Decider::Impl::ClearDecisions(out);
   const StoreCheck sc{p->grouped[0].policy, p->grouped[0].key, grant};
   const Micros now = p->now;
-  im.options.store->EvaluateAsync(
-      std::span<const StoreCheck>(&sc, 1), now,
-      [p, grant](const Status& s, std::span<const Decision> d) mutable {
-        std::span<Decision> out(p->decided, 1);
-        if (s.ok() && !d.empty()) {
-          const std::uint16_t idx = out[0].policy_index;
-          out[0] = d[0];
-          out[0].policy_index = idx;
-        }
-        if (p->impl->AfterLease(p->group, grant, p->now, s, out)) {
-          FinishPending(p);
-        } else {
-          RunGroup(std::move(p), 0, 1);
-        }
-      });
+  im.options.store->EvaluateAsync(std::span<const StoreCheck>(&sc, 1), now,
+                                  [p, grant](const Status& s, std::span<const Decision> d) mutable {
+                                    std::span<Decision> out(p->decided, 1);
+                                    if (s.ok() && !d.empty()) {
+                                      const std::uint16_t idx = out[0].policy_index;
+                                      out[0] = d[0];
+                                      out[0].policy_index = idx;
+                                    }
+                                    if (p->impl->AfterLease(p->group, grant, p->now, s, out)) {
+                                      FinishPending(p);
+                                    } else {
+                                      RunGroup(std::move(p), 0, 1);
+                                    }
+                                  });
 }
 
 void Decider::DecideAsync(std::span<const Check> checks, DoneCallback done) {

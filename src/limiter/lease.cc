@@ -8,8 +8,7 @@ namespace sluice::decide {
 namespace {
 
 bool WindowBound(const Policy& p) {
-  return p.algorithm == Algorithm::kFixedWindow ||
-         p.algorithm == Algorithm::kSlidingWindowCounter;
+  return p.algorithm == Algorithm::kFixedWindow || p.algorithm == Algorithm::kSlidingWindowCounter;
 }
 
 }  // namespace
@@ -47,15 +46,15 @@ std::uint64_t LeaseTable::NextSize(const Entry& e, const Policy& p, std::uint64_
     // until it ran out (seen now) or expired.
     const Micros held = std::min(now, e.expires > 0 ? e.expires : now) - e.granted_at;
     const double validity = static_cast<double>(LeaseValidity(p));
-    double want = held <= 0 ? static_cast<double>(p.lease)
-                            : std::ceil(static_cast<double>(e.used) * validity /
-                                        static_cast<double>(held));
+    double want =
+        held <= 0 ? static_cast<double>(p.lease)
+                  : std::ceil(static_cast<double>(e.used) * validity / static_cast<double>(held));
     // Grow at most 4x per lease: a short burst on a cold key does not take the
     // whole bound at once.
     want = std::min(want, 4.0 * static_cast<double>(e.granted));
-    target = want >= static_cast<double>(p.lease) ? p.lease
-                                                  : std::max<std::uint64_t>(
-                                                        1, static_cast<std::uint64_t>(want));
+    target = want >= static_cast<double>(p.lease)
+                 ? p.lease
+                 : std::max<std::uint64_t>(1, static_cast<std::uint64_t>(want));
   }
   // Leave the other processes half of what the store last said remains.
   if (e.remaining_hint != UINT64_MAX) target = std::min(target, e.remaining_hint / 2);

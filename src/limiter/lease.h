@@ -81,13 +81,13 @@ class LeaseTable {
 
  private:
   struct Entry {
-    std::uint64_t units = 0;    // unused units of the current lease
-    std::uint64_t granted = 0;  // size of the current (or last) lease; 0: none yet
-    std::uint64_t used = 0;     // units of it used so far
-    Micros granted_at = 0;      // local time read before the grant was sent
-    Micros expires = 0;         // the lease is not used at or after this local time
-    Micros window_end = 0;      // fixed window / counter: end of the lease's window
-    Micros reset_at = 0;        // local time the store said the key is full again
+    std::uint64_t units = 0;            // unused units of the current lease
+    std::uint64_t granted = 0;          // size of the current (or last) lease; 0: none yet
+    std::uint64_t used = 0;             // units of it used so far
+    Micros granted_at = 0;              // local time read before the grant was sent
+    Micros expires = 0;                 // the lease is not used at or after this local time
+    Micros window_end = 0;              // fixed window / counter: end of the lease's window
+    Micros reset_at = 0;                // local time the store said the key is full again
     std::uint64_t store_remaining = 0;  // the store's remaining after the grant
     std::uint64_t limit = 0;
     std::uint64_t remaining_hint = UINT64_MAX;  // the store's last reported remaining

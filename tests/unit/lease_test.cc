@@ -1,5 +1,7 @@
 // Hot-key leases (Policy::lease) on the in-process store, on a ManualClock: local
 // decisions, sizes, validity, window ends, returns, and what is never leased.
+#include "limiter/lease.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -7,7 +9,6 @@
 #include <vector>
 
 #include "limiter/decider.h"
-#include "limiter/lease.h"
 #include "sluice/key.h"
 #include "test_util.h"
 
@@ -60,9 +61,10 @@ struct LeaseHarness {
     const std::string k = *StoreKey("sluice", key, p.name);
     StoreCheck c{&p, k, 0};
     Decision d;
-    EXPECT_TRUE(store->inner.Evaluate(std::span<const StoreCheck>(&c, 1), clock->Now(),
-                                      std::span<Decision>(&d, 1))
-                    .ok());
+    EXPECT_TRUE(
+        store->inner
+            .Evaluate(std::span<const StoreCheck>(&c, 1), clock->Now(), std::span<Decision>(&d, 1))
+            .ok());
     return d.remaining;
   }
 };
@@ -176,8 +178,7 @@ TEST(Lease, NeverOutlivesItsFixedWindow) {
 }
 
 TEST(Lease, NeverOutlivesItsSlidingCounterWindow) {
-  const Policy p =
-      Leased(Policy::SlidingWindowCounter("swc", 10000, std::chrono::seconds(1)), 100);
+  const Policy p = Leased(Policy::SlidingWindowCounter("swc", 10000, std::chrono::seconds(1)), 100);
   LeaseHarness h({p});
   h.clock->Set(kNoon + 995'000);
   GrowLease(h, p);
@@ -246,9 +247,10 @@ TEST(Lease, ADeniedLeaseFallsBackToTheCallersCost) {
   const std::string k = *StoreKey("sluice", "k", p.name);
   StoreCheck c{&plain, k, 97};
   Decision d;
-  ASSERT_TRUE(h.store->inner.Evaluate(std::span<const StoreCheck>(&c, 1), h.clock->Now(),
-                                      std::span<Decision>(&d, 1))
-                  .ok());
+  ASSERT_TRUE(
+      h.store->inner
+          .Evaluate(std::span<const StoreCheck>(&c, 1), h.clock->Now(), std::span<Decision>(&d, 1))
+          .ok());
   ASSERT_TRUE(d.allowed);
   const long before = h.store->evaluations.load();
   const Decision second = h.Take();
