@@ -445,14 +445,16 @@ Decider::Decider(Options options) {
 
 Decider::~Decider() {
   // Give every lease back before the store may go: one synchronous refund each, so
-  // that a process ending cleanly leaves no budget held.
+  // that a process ending cleanly leaves no budget held. After a failure the rest are
+  // left (each would wait for its own timeout): their units stay taken until their
+  // window or refill gives them back, as a killed process's would.
   std::vector<LeaseReturn> returns;
   const Micros now = impl_->options.clock->Now();
   impl_->leases.EndAll(now, &returns);
   for (LeaseReturn& r : returns) {
     const StoreCheck sc{&r.policy, r.key, r.units};
     impl_->Counters().lease_returns.fetch_add(1, std::memory_order_relaxed);
-    (void)impl_->options.store->Refund(std::span<const StoreCheck>(&sc, 1), now);
+    if (!impl_->options.store->Refund(std::span<const StoreCheck>(&sc, 1), now).ok()) break;
   }
 }
 
