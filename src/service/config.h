@@ -66,6 +66,10 @@ struct DescriptorSpec {
   bool has_value = false;
   bool has_rate_limit = false;
   RateLimitSpec rate_limit;
+  // `rate_limits:` (sluice): several limits on this descriptor, all enforced at once (a
+  // request passes only when every one has room, and then charges every one). Exclusive
+  // with `rate_limit`; never unlimited.
+  std::vector<RateLimitSpec> rate_limits;
   bool shadow_mode = false;
   bool detailed_metric = false;
   // `quota_mode`: over the limit is reported (metrics, status) but answered OK.
@@ -78,6 +82,13 @@ struct DescriptorSpec {
   std::vector<DescriptorSpec> descriptors;
   int line = 0;
 };
+
+// The limits of a descriptor: its `rate_limit`, or each of its `rate_limits`, or none.
+std::vector<const RateLimitSpec*> LimitsOf(const DescriptorSpec& d);
+
+// At most this many limits in one `rate_limits` list (and per request: one atomic
+// decision takes at most 16 checks).
+inline constexpr std::size_t kMaxLimitsPerDescriptor = 16;
 
 struct DomainSpec {
   std::string domain;
@@ -118,8 +129,11 @@ struct Settings {
   double near_limit_ratio = 0.8;
   // How often the config file is checked for changes (0 disables polling; SIGHUP works).
   Micros reload_poll = 1'000'000;
-  // HTTP worker threads (each keep-alive connection holds one while it is open).
-  std::size_t http_threads = 64;
+  // HTTP I/O threads (`http_io_threads`; 0: one per CPU core). `--http-io-threads` wins.
+  std::size_t http_io_threads = 0;
+  // Key cap of the in-process store: the embedded store (memory://), or with Redis the
+  // local fallback's store. At the cap a new key is decided by its limit's failure mode.
+  std::size_t max_keys = std::size_t{1} << 22;
   // nginx auth_request: request header -> descriptor key; every header present in a
   // request becomes one descriptor [{key, header value}].
   std::map<std::string, std::string> nginx_headers = {{"X-Real-IP", "remote_address"},

@@ -415,6 +415,166 @@ TEST(DaemonStartup, InvalidConfigFailsWithFileAndLine) {
       << ReadFile(dir.File("log"));
 }
 
+// rate_limits: several limits on one descriptor, through the real binary: enforced
+// together (a denial by one charges none), each reported by /v1/check, /json, gRPC, the
+// headers, /rlconfig and --check-config.
+TEST(DaemonSeveralLimits, EnforcedTogetherAndEachReported) {
+  TempDir dir;
+  const std::string config = dir.File("multi.yaml");
+  WriteFile(config, R"(sluiced:
+  reload_poll: 0
+  default_algorithm: sliding_window_log
+domain: m
+descriptors:
+  - key: user
+    rate_limits:
+      - {unit: hour, requests_per_unit: 2, name: hourly}
+      - {unit: day, requests_per_unit: 3, name: daily}
+)");
+  Sluiced d = StartSluiced(config, dir.File("sluiced.log"));
+  ASSERT_GT(d.http_port, 0);
+  httplib::Client c("127.0.0.1", d.http_port);
+  c.set_read_timeout(5, 0);
+  for (int i = 0; i < 2; ++i) {
+    auto r = c.Get("/v1/check?domain=m&key=user&value=a");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << i;
+  }
+  auto r = c.Get("/v1/check?domain=m&key=user&value=a");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429);
+  EXPECT_EQ(r->get_header_value("X-RateLimit-Limit"),
+            "2, 2;w=3600;name=\"hourly\", 3;w=86400;name=\"daily\"");
+  EXPECT_EQ(r->get_header_value("X-RateLimit-Remaining"), "0");
+  // The binding limit first, then each limit; the denied request charged neither.
+  EXPECT_NE(r->body.find(R"("name":"hourly")"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find(R"("limits":[{"code":"OVER_LIMIT","limit":2,)"), std::string::npos)
+      << r->body;
+  EXPECT_NE(r->body.find(R"({"code":"OK","limit":3,"name":"daily","remaining":1,)"),
+            std::string::npos)
+      << r->body;
+
+  // /json: Envoy's shape; the descriptor's status is its binding limit.
+  const std::string body =
+      R"({"domain":"m","descriptors":[{"entries":[{"key":"user","value":"b"}]}],"hits_addend":2})";
+  auto j = c.Post("/json", body, "application/json");
+  ASSERT_TRUE(j);
+  EXPECT_EQ(j->status, 200);
+  EXPECT_NE(j->body.find(R"("currentLimit":{"requestsPerUnit":2,"unit":"HOUR","name":"hourly"})"),
+            std::string::npos)
+      << j->body;
+  // gRPC: one more for b is over the hourly limit (2 of 2 used).
+  auto stub = pb::RateLimitService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(d.grpc_port), grpc::InsecureChannelCredentials()));
+  pb::RateLimitRequest req;
+  req.set_domain("m");
+  auto* e = req.add_descriptors()->add_entries();
+  e->set_key("user");
+  e->set_value("b");
+  pb::RateLimitResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  ASSERT_TRUE(stub->ShouldRateLimit(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.overall_code(), pb::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(resp.statuses(0).current_limit().name(), "hourly");
+
+  auto rl = c.Get("/rlconfig");
+  ASSERT_TRUE(rl);
+  EXPECT_NE(rl->body.find("m.user#1: unit=HOUR requests_per_unit=2, shadow_mode: false, name: "
+                          "hourly"),
+            std::string::npos)
+      << rl->body;
+  EXPECT_NE(rl->body.find("m.user#2: unit=DAY requests_per_unit=3, shadow_mode: false, name: "
+                          "daily"),
+            std::string::npos)
+      << rl->body;
+
+  auto p = Process::Spawn({SLUICED_BINARY, "--check-config", config}, dir.File("check.log"));
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->Wait(std::chrono::seconds(30)), 0);
+  const std::string out = ReadFile(dir.File("check.log"));
+  EXPECT_NE(out.find("[user] #1 of 2 -> 2/hour sliding_window_log fail_open name=hourly (line 8)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[user] #2 of 2 -> 3/day sliding_window_log fail_open name=daily (line 9)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("1 domain(s), 2 limit(s)"), std::string::npos) << out;
+}
+
+std::string Get(int port, const std::string& path) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(5, 0);
+  auto r = c.Get(path);
+  return r ? std::to_string(r->status) + " " + r->body : "no answer";
+}
+
+// The embedded store's key cap from the file, the environment and the flag (flag wins),
+// shown as gauges; at the cap new keys are decided by failure mode, counted and logged
+// as key_cap, not as over_limit.
+TEST(DaemonKeyCap, SetByFileEnvOrFlagAndReportedApartFromOverLimit) {
+  TempDir dir;
+  const std::string config = dir.File("cap.yaml");
+  WriteFile(config, R"(sluiced:
+  reload_poll: 0
+  max_keys: 5
+domain: c
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: sliding_window_log}
+)");
+  {
+    Sluiced d = StartSluiced(config, dir.File("file.log"));
+    ASSERT_GT(d.http_port, 0);
+    EXPECT_NE(Get(d.http_port, "/metrics").find("sluiced_store_max_keys{store=\"embedded\"} 5"),
+              std::string::npos);
+  }
+  ::setenv("SLUICED_MAX_KEYS", "4", 1);
+  {
+    Sluiced d = StartSluiced(config, dir.File("env.log"));
+    ASSERT_GT(d.http_port, 0);
+    EXPECT_NE(Get(d.http_port, "/metrics").find("sluiced_store_max_keys{store=\"embedded\"} 4"),
+              std::string::npos);
+  }
+  Sluiced d = StartSluiced(config, dir.File("flag.log"), {"--max-keys", "2"});
+  ::unsetenv("SLUICED_MAX_KEYS");
+  ASSERT_GT(d.http_port, 0);
+  // The readiness probe peeks (holds no key): two keys fit.
+  EXPECT_EQ(Get(d.http_port, "/v1/check?domain=c&key=k&value=a").substr(0, 3), "200");
+  EXPECT_EQ(Get(d.http_port, "/v1/check?domain=c&key=k&value=a").substr(0, 3), "429");
+  EXPECT_EQ(Get(d.http_port, "/v1/check?domain=c&key=k&value=b").substr(0, 3), "200");
+  // At the cap: fail_open lets a new key through, counted as key_cap.
+  EXPECT_EQ(Get(d.http_port, "/v1/check?domain=c&key=k&value=c").substr(0, 3), "200");
+  const std::string m = Get(d.http_port, "/metrics");
+  EXPECT_NE(m.find("sluiced_store_max_keys{store=\"embedded\"} 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("sluiced_store_keys{store=\"embedded\"} 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("descriptor=\"k\",outcome=\"key_cap\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("descriptor=\"k\",outcome=\"over_limit\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("sluiced_key_cap_refusals_total 1"), std::string::npos) << m;
+  EXPECT_TRUE(WaitFor([&] {
+    return d.LogText().find("event=key_cap_reached") != std::string::npos;
+  })) << d.LogText();
+  EXPECT_NE(d.LogText().find("store=embedded keys=2 max_keys=2 refused=1"), std::string::npos)
+      << d.LogText();
+}
+
+// http_threads meant nothing since the event-driven front end and was accepted silently:
+// it is refused with FILE:LINE and its replacement, at start and by --check-config.
+TEST(DaemonStartup, HttpThreadsIsRefusedWithFileAndLine) {
+  TempDir dir;
+  const std::string config = dir.File("old.yaml");
+  WriteFile(config, "sluiced:\n  http_threads: 64\ndomain: x\n");
+  for (const char* flag : {"--config", "--check-config"}) {
+    auto p = Process::Spawn({SLUICED_BINARY, flag, config}, dir.File(std::string(flag) + ".log"));
+    ASSERT_TRUE(p);
+    EXPECT_EQ(p->Wait(std::chrono::seconds(30)), 1) << flag;
+    const std::string log = ReadFile(dir.File(std::string(flag) + ".log"));
+    EXPECT_NE(log.find(config + ":2: http_threads is no longer supported"), std::string::npos)
+        << log;
+    EXPECT_NE(log.find("--http-io-threads"), std::string::npos) << log;
+  }
+}
+
 TEST(DaemonStartup, HelpDocumentsEveryFlag) {
   TempDir dir;
   auto p = Process::Spawn({SLUICED_BINARY, "--help"}, dir.File("log"));
