@@ -155,15 +155,19 @@ void Connection::Emit(std::vector<Queued>& batch, std::string& out, std::deque<P
       }
       auto m = std::make_shared<Merged>();
       m->target = &target;
-      std::size_t nkeys = 0, argc = 3 + 1;  // EVALSHA sha nkeys; ARGV[1] ""
+      std::size_t nkeys = 0;
+      std::vector<const CoalesceInfo*> infos;
+      infos.reserve(to - from);
       for (std::size_t i = from; i < to; ++i) {
-        const CoalesceInfo& c = lane[i]->coalesce;
-        nkeys += c.nkeys;
-        argc += c.nkeys + c.nargs;
+        nkeys += lane[i]->coalesce.nkeys;
+        infos.push_back(&lane[i]->coalesce);
       }
+      std::string argv;
+      const std::size_t nargs = target.encode(infos, argv);
       std::string& w = m->wire;
+      w.reserve(64 + argv.size() + 64 * nkeys);
       w.push_back('*');
-      w.append(std::to_string(argc));
+      w.append(std::to_string(3 + nkeys + nargs));
       w.append("\r\n");
       AppendBulk(w, "EVALSHA");
       AppendBulk(w, target.sha);
@@ -172,13 +176,12 @@ void Connection::Emit(std::vector<Queued>& batch, std::string& out, std::deque<P
         const CoalesceInfo& c = lane[i]->coalesce;
         w.append(lane[i]->wire, c.keys_begin, c.keys_end - c.keys_begin);
       }
-      AppendBulk(w, "");
+      w.append(argv);
       Deadline last = lane[from]->deadline;
       for (std::size_t i = from; i < to; ++i) {
         Queued& q = *lane[i];
-        w.append(q.coalesce.args);
         last = std::max(last, q.deadline);
-        m->groups.push_back(Group{q.deadline, std::move(q.callbacks.front())});
+        m->groups.push_back(Group{q.deadline, std::move(q.callbacks.front()), q.coalesce.nreplies});
       }
       stats_->coalesced_calls.fetch_add(1, std::memory_order_relaxed);
       stats_->coalesced_groups.fetch_add(to - from, std::memory_order_relaxed);
@@ -191,17 +194,26 @@ void Connection::Emit(std::vector<Queued>& batch, std::string& out, std::deque<P
 }
 
 void Connection::DeliverMerged(Merged& m, const Status& s, const redisReply* r) {
-  const bool split = s.ok() && r->type == REDIS_REPLY_ARRAY && r->elements == m.groups.size();
+  std::size_t total = 0;
+  for (const Group& g : m.groups) total += g.nreplies;
+  const bool split = s.ok() && r->type == REDIS_REPLY_ARRAY && r->elements == total;
   const bool whole = !s.ok() || r->type == REDIS_REPLY_ERROR;
   const Status bad =
       Status::Internal("unexpected reply to a coalesced call: expected an array of " +
-                       std::to_string(m.groups.size()) + " groups");
-  for (std::size_t i = 0; i < m.groups.size(); ++i) {
-    Group& g = m.groups[i];
+                       std::to_string(total) + " elements");
+  std::size_t offset = 0;
+  for (Group& g : m.groups) {
+    const std::size_t at = offset;
+    offset += g.nreplies;
     if (g.done) continue;
     g.done = true;
     if (split) {
-      g.callback(s, r->element[i]);
+      // The caller's part, as an array reply of its own (valid during the callback).
+      redisReply part{};
+      part.type = REDIS_REPLY_ARRAY;
+      part.elements = g.nreplies;
+      part.element = r->element + at;
+      g.callback(s, &part);
     } else if (whole) {
       g.callback(s, r);
     } else {

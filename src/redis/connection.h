@@ -86,20 +86,25 @@ struct ConnectionStats {
 // Coalescing (docs/redis.md, "Coalesced calls"): a script call may be marked as one
 // group that can share ONE call of a grouped script with the other groups queued on the
 // same connection when the I/O thread takes its queue. The I/O thread builds the merged
-// EVALSHA from each call's KEYS (a byte range of its own wire) and its group arguments,
-// hands each caller its group's part of the reply, times out each caller at its own
-// deadline, and fails every caller of a merged call that may have run (timeout, lost
-// connection): a merged call is never resent, except after NOSCRIPT (which proves
-// nothing ran), once, after loading the grouped script on this connection. A call that
-// is alone in the queue is sent as it is (its own, leaner script).
+// EVALSHA from each call's KEYS (a byte range of its own wire) and the ARGV the target
+// encodes from the groups' data, hands each caller its part of the reply, times out
+// each caller at its own deadline, and fails every caller of a merged call that may
+// have run (timeout, lost connection): a merged call is never resent, except after
+// NOSCRIPT (which proves nothing ran), once, after loading the grouped script on this
+// connection. A call that is alone in the queue is sent as it is (its own script).
 //
-// The grouped script's contract (lua/coalesced.lua): KEYS are every group's keys in
-// order; ARGV[1] is ""; then each group's arguments, group after group. It replies with
-// one element per group, in order.
+// The grouped script's contract: KEYS are every group's keys in order; ARGV is what
+// `encode` wrote; the reply is one flat array, each group's `nreplies` elements in
+// order (or an error reply, which every group gets).
+struct CoalesceInfo;
 struct CoalesceTarget {
   std::string_view sha;     // the grouped script's SHA1 (static storage)
   std::string_view source;  // its source, loaded on NOSCRIPT
   std::size_t max_groups;   // at most this many groups in one call (>= 2)
+  // Appends the merged call's ARGV (RESP bulk strings) for `groups` to `out` and
+  // returns how many. Runs on the I/O thread.
+  std::function<std::size_t(const std::vector<const CoalesceInfo*>& groups, std::string& out)>
+      encode;
 };
 
 // What a call says about itself to be merged.
@@ -109,10 +114,8 @@ struct CoalesceInfo {
   // The byte range of the call's KEYS in its wire (RESP bulk strings), and their count.
   std::uint32_t keys_begin = 0, keys_end = 0;
   std::uint32_t nkeys = 0;
-  // The group's arguments in the grouped script's layout (RESP bulk strings), and their
-  // count.
-  std::string args;
-  std::uint32_t nargs = 0;
+  std::uint32_t nreplies = 0;   // its elements in the merged reply
+  std::vector<long long> data;  // what the target's `encode` reads
 };
 
 // One socket and its I/O thread. Thread-safe.
@@ -154,6 +157,7 @@ class Connection {
   struct Group {
     Deadline deadline;
     ReplyCallback callback;
+    std::uint32_t nreplies = 0;
     bool done = false;  // timed out already
   };
   struct Merged {

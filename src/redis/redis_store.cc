@@ -3,6 +3,8 @@
 // shared connections. See docs/redis.md.
 #include "sluice/redis_store.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 
@@ -40,6 +42,9 @@ struct Call {
   // timeout a caller sees is counted exactly once.
   std::atomic<bool> timeout_counted{false};
 };
+
+std::size_t EncodeCoalesced(bool caller_time, const std::vector<const redis::CoalesceInfo*>& groups,
+                            std::string& out);
 
 // Merges the RedisStoreOptions fields into the parsed URL: a field that is set wins.
 void MergeFields(const RedisStoreOptions& o, redis::Url* u) {
@@ -192,8 +197,13 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
     router = std::move(*standalone);
   }
   auto impl = std::make_unique<Impl>();
-  impl->coalesce_target = {redis::CoalescedScript().sha, redis::CoalescedScript().source,
-                           static_cast<std::size_t>(options.coalesce)};
+  impl->coalesce_target = {
+      redis::CoalescedScript().sha, redis::CoalescedScript().source,
+      static_cast<std::size_t>(options.coalesce),
+      [caller_time = options.use_caller_time](const std::vector<const redis::CoalesceInfo*>& groups,
+                                              std::string& out) {
+        return EncodeCoalesced(caller_time, groups, out);
+      }};
   impl->options = std::move(options);
   impl->router = std::move(router);
   Status usable;
@@ -208,38 +218,87 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
 
 namespace {
 
-// One batch's arguments in a coalesced call (lua/coalesced.lua): its check count, its
-// clock ("" or the caller's now), its TTL pad, six numbers per check (as dispatch.lua).
-// Kept apart from the one-call encoding below, which may change on its own.
-void EncodeGroup(std::span<const StoreCheck> checks, Micros now, bool use_caller_time,
-                 redis::CoalesceInfo& merge) {
-  std::string& a = merge.args;
-  auto add = [&a](std::string_view v) {
-    a.push_back('$');
-    a.append(std::to_string(v.size()));
-    a.append("\r\n");
-    a.append(v);
-    a.append("\r\n");
-  };
-  auto num = [&add](long long v) { add(std::to_string(v)); };
-  num(static_cast<long long>(checks.size()));
-  if (use_caller_time) {
-    num(static_cast<long long>(now));
-    num(kCallerTimeTtlPadMs);
-  } else {
-    add("");
-    num(0);
-  }
+// Coalesced calls (lua/coalesced.lua). A check's number there packs its cost, its
+// policy's index in the call and the end of its batch: (cost * 4096 + policy) * 2 +
+// last, exact in a Lua double for costs below 2^40 (a call with a larger cost is sent
+// alone). 4096 policies: at most 256 batches of 16 checks.
+constexpr std::uint64_t kMaxCoalescedCost = std::uint64_t{1} << 40;
+
+// What the encoder below needs of one batch (CoalesceInfo::data): its now, then six
+// numbers per check (algorithm, limit, window, capacity, initial tokens, cost).
+void GroupData(std::span<const StoreCheck> checks, Micros now, redis::CoalesceInfo& merge) {
+  std::vector<long long>& d = merge.data;
+  d.reserve(1 + 6 * checks.size());
+  d.push_back(static_cast<long long>(now));
   for (const StoreCheck& c : checks) {
     const Policy& p = *c.policy;
-    num(static_cast<long long>(p.algorithm));
-    num(static_cast<long long>(p.limit));
-    num(static_cast<long long>(p.window));
-    num(static_cast<long long>(p.Capacity()));
-    num(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL);
-    num(static_cast<long long>(c.cost));
+    d.push_back(static_cast<long long>(p.algorithm));
+    d.push_back(static_cast<long long>(p.limit));
+    d.push_back(static_cast<long long>(p.window));
+    d.push_back(static_cast<long long>(p.Capacity()));
+    d.push_back(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL);
+    d.push_back(static_cast<long long>(c.cost));
   }
-  merge.nargs = static_cast<std::uint32_t>(3 + 6 * checks.size());
+  merge.nreplies = static_cast<std::uint32_t>(4 * checks.size());
+}
+
+void AppendBulk(std::string& out, std::string_view v) {
+  out.push_back('$');
+  out.append(std::to_string(v.size()));
+  out.append("\r\n");
+  out.append(v);
+  out.append("\r\n");
+}
+
+void AppendNumber(std::string& out, long long v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  AppendBulk(out, std::string_view(buf, static_cast<std::size_t>(r.ptr - buf)));
+}
+
+// The ARGV of a coalesced call (lua/coalesced.lua's layout): the clock mode, the TTL
+// pad, the call's distinct policies, then one number per check (and each batch's now
+// before its checks in caller-time mode). Returns the number of arguments.
+std::size_t EncodeCoalesced(bool caller_time, const std::vector<const redis::CoalesceInfo*>& groups,
+                            std::string& out) {
+  struct Numbers {
+    long long v[5];
+  };
+  std::vector<Numbers> policies;
+  std::vector<std::uint32_t> index;
+  for (const redis::CoalesceInfo* g : groups) {
+    for (std::size_t at = 1; at + 6 <= g->data.size(); at += 6) {
+      const long long* p = g->data.data() + at;
+      std::size_t i = 0;
+      while (i < policies.size() && !std::equal(p, p + 5, policies[i].v)) ++i;
+      if (i == policies.size()) {
+        Numbers n;
+        std::copy(p, p + 5, n.v);
+        policies.push_back(n);
+      }
+      index.push_back(static_cast<std::uint32_t>(i));
+    }
+  }
+  AppendBulk(out, caller_time ? "c" : "");
+  AppendNumber(out, caller_time ? kCallerTimeTtlPadMs : 0);
+  AppendNumber(out, static_cast<long long>(policies.size()));
+  for (const Numbers& n : policies) {
+    for (long long v : n.v) AppendNumber(out, v);
+  }
+  std::size_t count = 3 + 5 * policies.size(), check = 0;
+  for (const redis::CoalesceInfo* g : groups) {
+    if (caller_time) {
+      AppendNumber(out, g->data[0]);
+      ++count;
+    }
+    for (std::size_t at = 1; at + 6 <= g->data.size(); at += 6) {
+      const long long cost = g->data[at + 5];
+      const long long last = at + 12 > g->data.size() ? 1 : 0;
+      AppendNumber(out, (cost * 4096 + index[check++]) * 2 + last);
+      ++count;
+    }
+  }
+  return count;
 }
 
 // EVALSHA of `script` over `checks`: KEYS are each check's key (and a sliding log's
@@ -286,7 +345,7 @@ std::string EncodeEval(const redis::Script& script, std::span<const StoreCheck> 
         .Add(refund ? -cost : cost);
     if (!refund) call.capacity[call.n++] = p.Capacity();
   }
-  if (merge != nullptr) EncodeGroup(checks, now, use_caller_time, *merge);
+  if (merge != nullptr) GroupData(checks, now, *merge);
   return b.Take();
 }
 
@@ -385,7 +444,8 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
   // Coalescing: the connection may merge this call with others queued with it
   // (connection.h); on a cluster only with calls of the same slot.
   redis::CoalesceInfo merge;
-  const bool coalesce = options.coalesce > 1;
+  bool coalesce = options.coalesce > 1;
+  for (const StoreCheck& c : checks) coalesce = coalesce && c.cost < kMaxCoalescedCost;
   std::string wire = EncodeEval(script, checks, now, impl_->options.use_caller_time,
                                 /*refund=*/false, *call, coalesce ? &merge : nullptr);
   if (coalesce) {

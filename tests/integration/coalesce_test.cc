@@ -334,8 +334,19 @@ TEST(CoalesceConnection, ACallerWhoseDeadlinePassedInTheQueueTimesOutAlone) {
   auto node = redis::NodeClient::Create(no, stats);
   ASSERT_TRUE(node.ok()) << node.status().ToString();
   const redis::Script& single = redis::SingleCheckScript(Algorithm::kFixedWindow);
-  const redis::CoalesceTarget target{redis::CoalescedScript().sha, redis::CoalescedScript().source,
-                                     8};
+  // The merged call's ARGV for these one-check fixed-window calls (limit 10 per hour,
+  // cost 1), in lua/coalesced.lua's layout: Redis's clock, no TTL pad, one policy, then
+  // (cost * 4096 + policy 0) * 2 + last for each.
+  const redis::CoalesceTarget target{
+      redis::CoalescedScript().sha, redis::CoalescedScript().source, 8,
+      [](const std::vector<const redis::CoalesceInfo*>& groups, std::string& out) {
+        redis::CommandBuilder b(8 + groups.size());
+        b.Add("").Add(0LL).Add(1LL).Add(0LL).Add(10LL).Add(3'600'000'000LL).Add(10LL).Add(-1LL);
+        for (std::size_t i = 0; i < groups.size(); ++i) b.Add((1LL * 4096 + 0) * 2 + 1);
+        const std::string w = b.Take();
+        out.append(w, w.find('\n') + 1, std::string::npos);  // without the array header
+        return 8 + groups.size();
+      }};
   // A one-check fixed-window call (limit 10 per hour, cost 1) on `key`, mergeable.
   auto command = [&](const std::string& key) {
     redis::CoalesceInfo info;
@@ -346,21 +357,8 @@ TEST(CoalesceConnection, ACallerWhoseDeadlinePassedInTheQueueTimesOutAlone) {
     b.Add(key);
     info.keys_end = static_cast<std::uint32_t>(b.size());
     info.nkeys = 1;
+    info.nreplies = 4;
     b.Add("").Add(0LL).Add(0LL).Add(10LL).Add(3'600'000'000LL).Add(10LL).Add(-1LL).Add(1LL);
-    // The same check as a group of the coalesced script (lua/coalesced.lua): the bulk
-    // strings of n, clock, TTL pad and the six numbers.
-    redis::CommandBuilder g(9);
-    g.Add(1LL)
-        .Add("")
-        .Add(0LL)
-        .Add(0LL)
-        .Add(10LL)
-        .Add(3'600'000'000LL)
-        .Add(10LL)
-        .Add(-1LL)
-        .Add(1LL);
-    info.args = g.Take().substr(4);  // without the "*9\r\n" array header
-    info.nargs = 9;
     return redis::Command{b.Take(), single.source, std::move(info)};
   };
   struct Shared {

@@ -1,69 +1,85 @@
--- sluice: a coalesced call, several callers' independent check groups in ONE script
+-- sluice: a coalesced call, several callers' independent check batches in ONE script
 -- call (docs/redis.md, "Coalesced calls"). Built by embed_lua.cmake as clock + prelude +
 -- every algorithm's DECIDE/COMMIT + refunds + this file (no dispatch.lua).
 --
--- A connection's I/O thread merges the one-call EVALSHAs that callers queued at the same
--- time (src/redis/connection.cc); each group is exactly the KEYS and ARGV its own call
--- would have sent (dispatch.lua's layout), behind a count:
--- KEYS: every group's keys, group after group (two per sliding log check).
--- ARGV[1]: "" (clock.lua reads Redis's TIME once for the whole call). Then per group:
---   n (its checks), its clock ("" for Redis's TIME, or the caller's now in us: tests
---   only), its extra TTL in ms, then 6 numbers per check as in dispatch.lua
---   (algorithm, limit, window, capacity, initial tokens, cost >= 0: no refunds here).
--- Returns one array per group, in order: the 4 integers per check dispatch.lua returns.
+-- A connection's I/O thread merges the calls that callers queued at the same time
+-- (src/redis/connection.cc); the store encodes them (redis_store.cc, EncodeCoalesced)
+-- compactly, since each argument costs Redis a string to build and parse:
+-- KEYS: every batch's keys, batch after batch (two per sliding log check).
+-- ARGV[1]: "" (every batch on Redis's TIME, read once) or "c" (each batch starts with
+--   its caller's now in us: caller-time mode, tests only). ARGV[2]: extra TTL in ms.
+-- ARGV[3]: P, the distinct policies of the call, then 5 numbers for each: algorithm,
+--   limit, window (us), capacity, initial tokens (-1: full).
+-- Then one number per check: (cost * 4096 + policy) * 2 + last, where policy indexes
+--   the list above from 0 and last is 1 on the last check of its batch (cost >= 0:
+--   no refunds here).
+-- Returns one flat array: the 4 integers per check of dispatch.lua, batch after batch
+-- (the connection hands each caller its part).
 --
--- Each group is decided and committed before the next one is read, all or nothing
--- within the group and independent of the others: exactly what the same calls would
+-- Each batch is decided and committed before the next one is read, all or nothing
+-- within the batch and independent of the others: exactly what the same calls would
 -- have done one after the other, in this order (the sliding log's `logs` table carries
--- a key's state from group to group, as it does between checks of one batch).
-local results = {}
-local redis_now = now
-local k, a = 1, 2
-while a <= #ARGV do
-  local n = tonumber(ARGV[a])
-  local gnow = redis_now
-  if ARGV[a + 1] ~= '' then gnow = tonumber(ARGV[a + 1]) end
-  PAD = tonumber(ARGV[a + 2])
-  a = a + 3
-  local checks, out = {}, {}
-  local all, consumes = true, false
-  for _ = 1, n do
-    local c = {
-      alg = tonumber(ARGV[a]), limit = tonumber(ARGV[a + 1]), window = tonumber(ARGV[a + 2]),
-      cap = tonumber(ARGV[a + 3]), init = tonumber(ARGV[a + 4]), cost = tonumber(ARGV[a + 5]),
-      key = KEYS[k],
-    }
+-- a key's state from batch to batch, as it does between checks of one batch).
+PAD = tonumber(ARGV[2])
+local np = tonumber(ARGV[3])
+local pol = {}
+for i = 0, np - 1 do
+  local b = 4 + 5 * i
+  pol[i] = {tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),
+            tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])}
+end
+local caller_time = ARGV[1] ~= ''
+local out, n = {}, 0
+local checks = {}
+local a, k, nargs = 4 + 5 * np, 1, #ARGV
+while a <= nargs do
+  local gnow = now
+  if caller_time then
+    gnow = tonumber(ARGV[a])
+    a = a + 1
+  end
+  local nc, all, consumes, last = 0, true, false, 0
+  repeat
+    local v = tonumber(ARGV[a])
+    a = a + 1
+    last = v % 2
+    v = (v - last) / 2
+    local pi = v % 4096
+    local p = pol[pi]
+    local c = {alg = p[1], limit = p[2], window = p[3], cap = p[4], init = p[5],
+               cost = (v - pi) / 4096, key = KEYS[k]}
     k = k + 1
     if c.alg == 1 then
       c.key2 = KEYS[k]
       k = k + 1
     end
     local decide = DECIDE[c.alg]
-    if not decide then return redis.error_reply('sluice: unknown algorithm ' .. ARGV[a]) end
-    if c.cost < 0 then return redis.error_reply('sluice: a refund in a coalesced call') end
-    a = a + 6
+    if not decide then return redis.error_reply('sluice: unknown algorithm ' .. c.alg) end
     local allowed, remaining, reset, retry = decide(c, gnow)
-    checks[#checks + 1] = c
-    out[#out + 1] = allowed and 1 or 0
-    out[#out + 1] = remaining
-    out[#out + 1] = reset
-    out[#out + 1] = retry
+    nc = nc + 1
+    checks[nc] = c
+    out[n + 1] = allowed and 1 or 0
+    out[n + 2] = remaining
+    out[n + 3] = reset
+    out[n + 4] = retry
+    n = n + 4
     all = all and allowed
     consumes = consumes or c.cost > 0
-  end
+  until last == 1
   if all and consumes then
-    for _, c in ipairs(checks) do
+    for i = 1, nc do
+      local c = checks[i]
       if c.cost > 0 then COMMIT[c.alg](c, gnow) end
     end
   else
     -- as dispatch.lua: a new token bucket with initial tokens below its capacity starts
-    for _, c in ipairs(checks) do
+    for i = 1, nc do
+      local c = checks[i]
       if c.start and c.cost > 0 then
         redis.call('SET', c.key, c.start, 'PX', int(ttl_ms(c.start_expires, gnow)))
       end
     end
   end
-  results[#results + 1] = out
 end
 flush_logs()
-return results
+return out
