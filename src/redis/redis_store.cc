@@ -242,6 +242,23 @@ void GroupData(std::span<const StoreCheck> checks, Micros now, redis::CoalesceIn
   merge.nreplies = static_cast<std::uint32_t>(4 * checks.size());
 }
 
+// Where the KEYS of an EVALSHA are in its wire (`*N $7 EVALSHA $40 sha $k nkeys` and
+// then the keys, each `$len\r\n` + bytes + `\r\n`), whatever the script's ARGV layout.
+void FindKeys(const std::string& wire, std::size_t nkeys, redis::CoalesceInfo& merge) {
+  std::size_t at = wire.find('\n') + 1;  // after the array header
+  auto skip = [&wire, &at] {             // one bulk string
+    const std::size_t eol = wire.find('\n', at);
+    std::size_t len = 0;
+    std::from_chars(wire.data() + at + 1, wire.data() + eol - 1, len);
+    at = eol + 1 + len + 2;
+  };
+  for (int i = 0; i < 3; ++i) skip();  // EVALSHA, sha, nkeys
+  merge.keys_begin = static_cast<std::uint32_t>(at);
+  for (std::size_t i = 0; i < nkeys; ++i) skip();
+  merge.keys_end = static_cast<std::uint32_t>(at);
+  merge.nkeys = static_cast<std::uint32_t>(nkeys);
+}
+
 void AppendBulk(std::string& out, std::string_view v) {
   out.push_back('$');
   out.append(std::to_string(v.size()));
@@ -304,21 +321,15 @@ std::size_t EncodeCoalesced(bool caller_time, const std::vector<const redis::Coa
 // EVALSHA of `script` over `checks`: KEYS are each check's key (and a sliding log's
 // ":log" key), ARGV the clock mode and six numbers per check. A refund negates every
 // cost (lua/dispatch.lua) and expects an empty reply; a decision records each check's
-// capacity in `call` (Decision::limit). `merge`, when given, receives where the KEYS
-// are in the wire and the batch's group arguments, for coalescing (connection.h).
+// capacity in `call` (Decision::limit).
 std::string EncodeEval(const redis::Script& script, std::span<const StoreCheck> checks, Micros now,
-                       bool use_caller_time, bool refund, Call& call,
-                       redis::CoalesceInfo* merge = nullptr) {
+                       bool use_caller_time, bool refund, Call& call) {
   std::size_t nkeys = 0;
   for (const StoreCheck& c : checks) {
     nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
   }
   redis::CommandBuilder b(3 + nkeys + 2 + 6 * checks.size());
   b.Add("EVALSHA").Add(script.sha).Add(static_cast<long long>(nkeys));
-  if (merge != nullptr) {
-    merge->keys_begin = static_cast<std::uint32_t>(b.size());
-    merge->nkeys = static_cast<std::uint32_t>(nkeys);
-  }
   std::string log_key;
   for (const StoreCheck& c : checks) {
     b.Add(c.key);
@@ -328,7 +339,6 @@ std::string EncodeEval(const redis::Script& script, std::span<const StoreCheck> 
       b.Add(log_key);
     }
   }
-  if (merge != nullptr) merge->keys_end = static_cast<std::uint32_t>(b.size());
   if (use_caller_time) {
     b.Add(static_cast<long long>(now)).Add(kCallerTimeTtlPadMs);
   } else {
@@ -345,7 +355,6 @@ std::string EncodeEval(const redis::Script& script, std::span<const StoreCheck> 
         .Add(refund ? -cost : cost);
     if (!refund) call.capacity[call.n++] = p.Capacity();
   }
-  if (merge != nullptr) GroupData(checks, now, *merge);
   return b.Take();
 }
 
@@ -447,10 +456,16 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
   bool coalesce = options.coalesce > 1;
   for (const StoreCheck& c : checks) coalesce = coalesce && c.cost < kMaxCoalescedCost;
   std::string wire = EncodeEval(script, checks, now, impl_->options.use_caller_time,
-                                /*refund=*/false, *call, coalesce ? &merge : nullptr);
+                                /*refund=*/false, *call);
   if (coalesce) {
     merge.target = &coalesce_target;
     merge.slot = cluster ? redis::KeySlot(checks[0].key) : 0;
+    std::size_t nkeys = 0;
+    for (const StoreCheck& c : checks) {
+      nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
+    }
+    FindKeys(wire, nkeys, merge);
+    GroupData(checks, now, merge);
   }
   // Every key of a batch shares the hash tag of the first one (sluice keys carry
   // one), so the first key routes the whole script.
