@@ -14,7 +14,10 @@
 #      --paced-rate decisions/s in all, coalescing on vs off (p50/p99 at the same load).
 #
 # Usage: bench/redis_bench.sh [--seconds S] [--algorithms "fixed_window token_bucket ..."]
-#                             [--keys K] [--paced-rate R] [--out FILE.md] [--sluice PATH]
+#                             [--keys K] [--paced-rate R] [--rounds N] [--out FILE.md]
+#                             [--sluice PATH]
+# --rounds N repeats (b), (c) and (e) N times, interleaved (a shared machine's load
+# changes during a run); the report shows each case's median round.
 # Needs: redis-server, redis-benchmark, redis-cli, python3; node + npm for (c) (skipped
 # with a note when missing). Builds build/release/src/cli/sluice (incrementally) unless --sluice is given.
 set -euo pipefail
@@ -25,6 +28,7 @@ seconds=3
 algorithms="fixed_window token_bucket gcra sliding_window_counter sliding_window_log"
 keys=100000
 paced_rate=20000    # (e): decisions/s offered in all
+rounds=1
 out=""
 sluice="$root/build/release/src/cli/sluice"
 rate="1000/s"       # per key: with 10000 keys nearly every decision is allowed
@@ -36,9 +40,10 @@ while [[ $# -gt 0 ]]; do
     --algorithms) algorithms=$2; shift 2 ;;
     --keys) keys=$2; shift 2 ;;
     --paced-rate) paced_rate=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --sluice) sluice=$2; shift 2 ;;
-    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,25p "$0"; exit 0 ;;
     *) echo "redis_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -162,35 +167,54 @@ for alg in $algorithms; do
   note "(a) redis-benchmark: ${args[*]}"
   rb "ceiling:$alg" evalsha EVALSHA "${args[@]}"
   rcli flushall >/dev/null
-  for co in 32 1; do
-    note "(b) sluice bench -a $alg --coalesce $co"
-    begin
-    json=$(timed "$sluice" bench --redis "$url" -a "$alg" --rate "$rate" -c 64 -d "${seconds}s" \
-      --keys "$keys" --timeout 1s --coalesce "$co" --json -q)
-    record "sluice$([[ $co == 1 ]] && echo -nc):$alg" "$json" evalsha
-    rcli flushall >/dev/null
-  done
 done
 
-# (c) rate-limiter-flexible: its RateLimiterRedis counts per fixed window (SET NX + INCRBY + PTTL
-# in one Lua script), the same limit: 1000 points per 1 s.
+# (c) needs rate-limiter-flexible: its RateLimiterRedis counts per fixed window (SET NX +
+# INCRBY + PTTL in one Lua script), the same limit: 1000 points per 1 s.
+rlf_ok=""
 if command -v node >/dev/null && command -v npm >/dev/null; then
   note "(c) npm install rate-limiter-flexible@11 ioredis@5 into $tmp/npm"
   if npm install --silent --no-audit --no-fund --prefix "$tmp/npm" rate-limiter-flexible@11 ioredis@5 >&2; then
-    for ap in "" --auto-pipelining; do
-      note "(c) rate-limiter-flexible ${ap:-(ioredis defaults)}"
-      begin
-      json=$(NODE_PATH="$tmp/npm/node_modules" timed node bench/redis_rlf.js --port "$port" \
-        --points 1000 --duration-s 1 --concurrency 64 --seconds "$seconds" --keys "$keys" $ap)
-      record "rlf${ap:+:autopipelining}" "$json" evalsha
-      rcli flushall >/dev/null
-    done
+    rlf_ok=1
   else
     note "(c) skipped: npm install failed"
   fi
 else
   note "(c) skipped: node/npm not installed"
 fi
+
+for round in $(seq "$rounds"); do
+  for alg in $algorithms; do
+    for co in 32 1; do
+      note "(b) round $round: sluice bench -a $alg --coalesce $co"
+      begin
+      json=$(timed "$sluice" bench --redis "$url" -a "$alg" --rate "$rate" -c 64 -d "${seconds}s" \
+        --keys "$keys" --timeout 1s --coalesce "$co" --json -q)
+      record "sluice$([[ $co == 1 ]] && echo -nc):$alg" "$json" evalsha
+      rcli flushall >/dev/null
+    done
+  done
+  if [[ -n "$rlf_ok" ]]; then
+    for ap in "" --auto-pipelining; do
+      note "(c) round $round: rate-limiter-flexible ${ap:-(ioredis defaults)}"
+      begin
+      json=$(NODE_PATH="$tmp/npm/node_modules" timed node bench/redis_rlf.js --port "$port" \
+        --points 1000 --duration-s 1 --concurrency 64 --seconds "$seconds" --keys "$keys" $ap)
+      record "rlf${ap:+:autopipelining}" "$json" evalsha
+      rcli flushall >/dev/null
+    done
+  fi
+  # (e) The same offered load with and without coalescing: latency, not throughput.
+  for co in 32 1; do
+    note "(e) round $round: paced fixed_window, $paced_rate/s offered by 64 threads, --coalesce $co"
+    begin
+    json=$("$sluice" bench --redis "$url" --api limiter -a fixed_window --rate "$rate" \
+      --keys "$keys" -c 64 --target-rate "$paced_rate" -d "${seconds}s" --timeout 1s \
+      --coalesce "$co" --no-deny-cache --json -q)
+    record "paced:$co" "$json" evalsha
+    rcli flushall >/dev/null
+  done
+done
 
 # (d) One key at 100x its limit through sluice::Limiter (8 threads, paced), deny cache
 # off vs on: Redis calls = EVALSHA sent (RedisStoreStats.calls).
@@ -207,18 +231,7 @@ for alg in fixed_window token_bucket; do
   done
 done
 
-# (e) The same offered load with and without coalescing: latency, not throughput.
-for co in 32 1; do
-  note "(e) paced: fixed_window, $paced_rate/s offered by 64 threads, --coalesce $co"
-  begin
-  json=$("$sluice" bench --redis "$url" --api limiter -a fixed_window --rate "$rate" \
-    --keys "$keys" -c 64 --target-rate "$paced_rate" -d "${seconds}s" --timeout 1s \
-    --coalesce "$co" --no-deny-cache --json -q)
-  record "paced:$co" "$json" evalsha
-  rcli flushall >/dev/null
-done
-
-python3 bench/redis_bench_report.py "$results" "$seconds" "$keys" "$rate" "$flood_rate" "$flood_factor" \
+python3 bench/redis_bench_report.py "$results" "$seconds" "$keys" "$rate" "$flood_rate" "$flood_factor" "$rounds" \
   > "$tmp/report.md"
 cat "$tmp/report.md"
 if [[ -n "$out" ]]; then

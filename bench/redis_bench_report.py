@@ -1,11 +1,29 @@
 #!/usr/bin/env python3
 """Renders the Markdown report of bench/redis_bench.sh from its JSON lines (one object per
-measurement). Usage: redis_bench_report.py RESULTS.jsonl SECONDS KEYS RATE FLOOD_RATE FLOOD_FACTOR
+measurement). Usage: redis_bench_report.py RESULTS.jsonl SECONDS KEYS RATE FLOOD_RATE FLOOD_FACTOR [ROUNDS]
+A case measured in several rounds is shown by its median round (by throughput; by p99
+for the paced latency case); ratios to rate-limiter-flexible are taken round by round
+(the two measured minutes apart at most) and their median shown.
 """
-import json, sys
+import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 seconds, keys, rate, flood_rate, flood_factor = sys.argv[2:7]
-by = {r["case"]: r for r in rows}
+nrounds = int(sys.argv[7]) if len(sys.argv) > 7 else 1
+runs = {}  # case -> its rows, round by round
+for r in rows:
+    runs.setdefault(r["case"], []).append(r)
+def median_row(rs, key):
+    return sorted(rs, key=key)[(len(rs) - 1) // 2]
+by = {c: median_row(rs, (lambda r: r["latency_us"]["p99"]) if c.startswith("paced:")
+                    else (lambda r: r["decisions_per_s"])) for c, rs in runs.items()}
+def rlf_in_round(i):
+    v = [runs[c][i]["decisions_per_s"] for c in ("rlf", "rlf:autopipelining")
+         if c in runs and len(runs[c]) > i]
+    return max(v) if v else None
+def vs_rlf(case):  # median over rounds of sluice / the better rate-limiter-flexible mode
+    q = [r["decisions_per_s"] / rlf_in_round(i) for i, r in enumerate(runs.get(case, []))
+         if rlf_in_round(i)]
+    return statistics.median(q) if q else None
 def rps(c): return by[c]["decisions_per_s"] if c in by else None
 def fmt(x): return "n/a" if x is None else f"{x:,.0f}"
 def ms(us): return "n/a" if us is None else f"{us/1000:.2f}"
@@ -20,7 +38,9 @@ incr = rps("incr")
 rlf_cases = [c for c in ("rlf", "rlf:autopipelining") if c in by]
 rlf = max([rps(c) for c in rlf_cases], default=None)
 print(f"One redis-server, one run: 64 concurrent callers, {keys} keys chosen at random, "
-      f"{rate} per key, {seconds} s per measurement; redis-benchmark with 64 clients at "
+      f"{rate} per key, {seconds} s per measurement, {nrounds} round(s) of (b), (c) and (e) "
+      "interleaved (median round shown; ratios to rate-limiter-flexible: median of the "
+      "rounds' ratios); redis-benchmark with 64 clients at "
       "pipeline 16. 'Redis CPU us/call' is the redis-server process's CPU time (user + "
       "system, from /proc) over the calls it served; 'exec' is Redis's own timing of the "
       "command (INFO commandstats usec_per_call), which also counts time Redis spent "
@@ -48,7 +68,7 @@ for alg in algs:
           f"{100 * s['decisions_per_s'] / ceil['decisions_per_s']:.0f}% | "
           f"{ms(lat['p50'])} / {ms(lat['p99'])} | {per_decision(s, 'calls')} | "
           f"{per_decision(s, 'cpu')} | {cpu_per(s, 'client_cpu_s')} | "
-          + (f"**{s['decisions_per_s'] / rlf:.2f}x** |" if rlf else "n/a |"))
+          + (f"**{vs_rlf('sluice:' + alg):.2f}x** |" if rlf else "n/a |"))
 print()
 if any("sluice-nc:" + a in by for a in algs):
     print("(b) coalesced calls (`--coalesce 32`, the default) against one script call per "
@@ -65,7 +85,7 @@ if any("sluice-nc:" + a in by for a in algs):
             print(f"| {alg} | {label} | {fmt(r['decisions_per_s'])}/s{errors} | "
                   f"{ms(lat['p50'])} / {ms(lat['p99'])} | {per_decision(r, 'calls')} | "
                   f"{per_decision(r, 'cpu')} | {cpu_per(r, 'client_cpu_s')} | "
-                  + (f"{r['decisions_per_s'] / rlf:.2f}x |" if rlf else "n/a |"))
+                  + (f"{vs_rlf(c):.2f}x |" if rlf else "n/a |"))
     print()
 for c in rlf_cases:
     r = by[c]
@@ -84,14 +104,16 @@ if paced:
     r0 = by[paced[0]]
     print(f"(e) Latency at one offered load: fixed_window, {r0['concurrency']} threads through "
           "sluice::Limiter (deny cache off), paced to the same total rate:\n")
-    print("| coalescing | decisions/s | p50 ms | p90 ms | p99 ms | p99.9 ms | Redis calls / decision | errors |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| coalescing | decisions/s | p50 ms | p90 ms | p99 ms (median round) | p99.9 ms | "
+          "p99 ms of each round | Redis calls / decision | errors |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for c in paced:
         r = by[c]
         lat = r["latency_us"]
+        each = ", ".join(ms(x["latency_us"]["p99"]) for x in runs[c])
         print(f"| {'on (32)' if c.endswith(':32') else 'off (1)'} | {fmt(r['decisions_per_s'])} | "
               f"{ms(lat['p50'])} | {ms(lat['p90'])} | {ms(lat['p99'])} | {ms(lat['p999'])} | "
-              f"{per_decision(r, 'calls')} | {r['error_total']} |")
+              f"{each} | {per_decision(r, 'calls')} | {r['error_total']} |")
     print()
 print(f"(d) One key flooded at {flood_factor}x its limit ({flood_rate}/s; "
       f"{int(flood_rate) * int(flood_factor)} decisions/s offered by 8 threads through "
