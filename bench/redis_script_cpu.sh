@@ -16,7 +16,7 @@
 # Usage: bench/redis_script_cpu.sh [--ref REV] [--seconds S] [--rounds N] [--keys K]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ref=10b689a  # the last commit before the scripts were made lean
+ref=3a998ef  # main before issue #9 item 1 (lean state and commands)
 seconds=3
 rounds=3
 keys=10000
@@ -79,6 +79,19 @@ EOF
 echo 'return 1' > "$tmp/empty.lua"
 
 key='sluice:{bench%3A__rand_int__}:bench'
+# The ARGV a one-check decision sends to SCRIPT (FILE): the batch layout ("" 0 and six
+# numbers) for the batch script, the sliding log's and the one-check scripts before
+# issue #9 item 1; the lean layout after it (lua/single_head.lua: "" limit window cost,
+# then the capacity for a token bucket and GCRA, the initial tokens for a token bucket).
+single_args() {
+  local file=$2 id=$3
+  if [[ $id == 1 ]] || ! grep -q "ARGV\[2\]: limit" "$file"; then
+    echo "\"\" 0 $id 1000 1000000 1000 -1 1"
+  elif [[ $id == 3 ]]; then echo '"" 1000 1000000 1 1000 -1'
+  elif [[ $id == 4 ]]; then echo '"" 1000 1000000 1 1000'
+  else echo '"" 1000 1000000 1'
+  fi
+}
 # rows: NAME|COMMAND ARGS... (one per line)
 rows="$tmp/rows.txt"
 {
@@ -94,9 +107,9 @@ rows="$tmp/rows.txt"
     # REF's own one-check script when it has one (REF after the lean scripts).
     before="$ref_script"
     [[ -f "$tmp/ref.kSingle$name.lua" ]] && before="$tmp/ref.kSingle$name.lua"
-    echo "$name before ($ref)|EVALSHA $(load "$before") $keys_args $args"
+    echo "$name before ($ref)|EVALSHA $(load "$before") $keys_args $(single_args ref "$before" $id)"
     echo "$name after: batch script|EVALSHA $(load "$tmp/new.kBatchScript.lua") $keys_args $args"
-    echo "$name after: one-check script|EVALSHA $(load "$tmp/new.kSingle$name.lua") $keys_args $args"
+    echo "$name after: one-check script|EVALSHA $(load "$tmp/new.kSingle$name.lua") $keys_args $(single_args new "$tmp/new.kSingle$name.lua" $id)"
   done
 } > "$rows"
 
