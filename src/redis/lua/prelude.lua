@@ -64,8 +64,13 @@ local function load(c, now)
   return true, x, y, z
 end
 
--- Writes a word-sized state computed by DECIDE (c.state, packed, with c.expires
--- inside) with its TTL, in one command.
+-- Writes a word-sized state computed by DECIDE (c.state, with c.expires inside) with
+-- its TTL, in one command; or, when DECIDE found that only some bytes of the stored
+-- state change (c.patch at offset c.patch_at, see fixed_window.lua), just those.
 local function store_word(c, now)
-  redis.call('SET', c.key, c.state, 'PX', int(ttl_ms(c.expires, now)))
+  if c.patch then
+    redis.call('SETRANGE', c.key, c.patch_at, c.patch)
+  else
+    redis.call('SET', c.key, c.state, 'PX', int(ttl_ms(c.expires, now)))
+  end
 end

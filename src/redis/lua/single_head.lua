@@ -11,9 +11,11 @@
 -- <algorithm>.lua is the algorithm's one decision body, which the batch script also
 -- wraps as DECIDE[id] (embed_lua.cmake), so a change is made once. A body reads the
 -- locals key, limit, w, cap, init, cost, need, raw (the GET of the state, or false)
--- and now, and sets allowed, remaining, reset, retry, expires, and `state` (the new
--- state to SET, only when allowed with cost > 0) and, for a token bucket that starts,
--- `start` and `start_expires`. It mirrors src/core/<algorithm>.cc operation for
+-- and now, and sets allowed, remaining, reset, retry, expires, and, only when allowed
+-- with cost > 0, either `state` (the new state to SET with its TTL) or `patch` and
+-- `patch_at` (bytes to SETRANGE at that offset of the stored state, when only they
+-- change and the key's TTL stays right) and, for a token bucket that starts, `start`
+-- and `start_expires`. It mirrors src/core/<algorithm>.cc operation for
 -- operation (IEEE doubles in the same order, the same epsilon, the same ceil/floor);
 -- the differential test holds both scripts to the in-process store.
 --
@@ -32,7 +34,7 @@ local cap, init = limit, -1
 if ARGV[5] then cap = tonumber(ARGV[5]) end
 if ARGV[6] then init = tonumber(ARGV[6]) end
 local need = max(cost, 1)
-local allowed, remaining, reset, retry, state, expires, start, start_expires
+local allowed, remaining, reset, retry, state, expires, start, start_expires, patch, patch_at
 -- The state, or false when the key is absent. A state is used only if it has this
 -- algorithm's layout (docs/redis.md, "Key layout").
 local raw = redis.call('GET', key)

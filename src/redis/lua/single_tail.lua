@@ -1,8 +1,10 @@
 -- The end of every one-check script of an O(1) algorithm: write what the algorithm's
--- body decided (its new state when allowed with a cost, or a token bucket's started
--- state) with its TTL, ceil((expires - now) / 1 ms), at least 1 ms (prelude.lua's
+-- body decided (the bytes of the stored state that change, or its new state, when
+-- allowed with a cost, or a token bucket's started state), a new state with its TTL, ceil((expires - now) / 1 ms), at least 1 ms (prelude.lua's
 -- ttl_ms; Lua numbers given to redis.call are sent exactly, as "%.17g").
-if state or start then
+if patch then
+  redis.call('SETRANGE', key, patch_at, patch)
+elseif state or start then
   if not state then state, expires = start, start_expires end
   local ms = ceil((expires - now) / 1000)
   if ms < 1 then ms = 1 end
