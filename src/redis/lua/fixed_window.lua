@@ -31,9 +31,6 @@ if count > 0 then reset = ws + w - t end
 remaining = limit - count
 expires = ws + w
 if allowed and cost > 0 then
-  if same then
-    patch, patch_at = struct.pack('<d', count), 17
-  else
-    state = struct.pack('<Bddd', 0, expires, ws, count)
-  end
+  state = struct.pack('<Bddd', 0, expires, ws, count)
+  if same then patch, patch_at = struct.pack('<d', count), 17 end
 end

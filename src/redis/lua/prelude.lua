@@ -66,11 +66,12 @@ end
 
 -- Writes a word-sized state computed by DECIDE (c.state, with c.expires inside) with
 -- its TTL, in one command; or, when DECIDE found that only some bytes of the stored
--- state change (c.patch at offset c.patch_at, see fixed_window.lua), just those.
+-- state change (c.patch at offset c.patch_at, see fixed_window.lua), just those
+-- (c.state is set too).
 local function store_word(c, now)
-  if c.patch then
-    redis.call('SETRANGE', c.key, c.patch_at, c.patch)
-  else
-    redis.call('SET', c.key, c.state, 'PX', int(ttl_ms(c.expires, now)))
+  if c.patch and type(redis.pcall('SETRANGE', c.key, c.patch_at, c.patch)) == 'number' then
+    return
   end
+  -- (or SETRANGE was refused: an ACL user set up from an earlier version's line)
+  redis.call('SET', c.key, c.state, 'PX', int(ttl_ms(c.expires, now)))
 end

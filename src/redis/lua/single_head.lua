@@ -12,10 +12,10 @@
 -- wraps as DECIDE[id] (embed_lua.cmake), so a change is made once. A body reads the
 -- locals key, limit, w, cap, init, cost, need, raw (the GET of the state, or false)
 -- and now, and sets allowed, remaining, reset, retry, expires, and, only when allowed
--- with cost > 0, either `state` (the new state to SET with its TTL) or `patch` and
--- `patch_at` (bytes to SETRANGE at that offset of the stored state, when only they
--- change and the key's TTL stays right) and, for a token bucket that starts, `start`
--- and `start_expires`. It mirrors src/core/<algorithm>.cc operation for
+-- with cost > 0, `state` (the new state to SET with its TTL) and maybe `patch` and
+-- `patch_at` (the bytes to SETRANGE at that offset of the stored state instead, when
+-- only they change and the key's TTL stays right) and, for a token bucket that
+-- starts, `start` and `start_expires`. It mirrors src/core/<algorithm>.cc operation for
 -- operation (IEEE doubles in the same order, the same epsilon, the same ceil/floor);
 -- the differential test holds both scripts to the in-process store.
 --

@@ -2,8 +2,10 @@
 -- body decided (the bytes of the stored state that change, or its new state, when
 -- allowed with a cost, or a token bucket's started state), a new state with its TTL, ceil((expires - now) / 1 ms), at least 1 ms (prelude.lua's
 -- ttl_ms; Lua numbers given to redis.call are sent exactly, as "%.17g").
-if patch then
-  redis.call('SETRANGE', key, patch_at, patch)
+-- A patch falls back to the SET when SETRANGE is refused (an ACL user set up from the
+-- documented line of a version that did not use it).
+if patch and type(redis.pcall('SETRANGE', key, patch_at, patch)) == 'number' then
+  -- written
 elseif state or start then
   if not state then state, expires = start, start_expires end
   local ms = ceil((expires - now) / 1000)

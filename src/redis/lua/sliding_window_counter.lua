@@ -53,9 +53,6 @@ else
   expires = ws + w
 end
 if allowed and cost > 0 then
-  if same then
-    patch, patch_at = struct.pack('<d', curr), 17
-  else
-    state = struct.pack('<Bdddd', 2, expires, ws, curr, prev)
-  end
+  state = struct.pack('<Bdddd', 2, expires, ws, curr, prev)
+  if same then patch, patch_at = struct.pack('<d', curr), 17 end
 end
