@@ -379,6 +379,44 @@ TEST(RedisLayout, GcraPreviousLayoutIsReadExactly) {
   EXPECT_GT(old_layout_reads, 100);  // the previous layout was really read, many times
 }
 
+// A fixed window or sliding counter that goes on in its window writes only its count (SETRANGE,
+// lua/fixed_window.lua), the key keeps its TTL and its full layout, and the count is really stored
+// (the limit is enforced).
+TEST(RedisLayout, SameWindowWritesPatchTheCountAndKeepTheTtl) {
+  RedisServer* server = SharedRedis();
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+  ASSERT_TRUE(server->Command({"CONFIG", "RESETSTAT"}).ok());
+  RedisStoreOptions o;
+  o.url = server->Url();
+  o.call_timeout = 5'000'000;
+  o.use_caller_time = true;
+  o.on_warning = [](std::string_view) {};
+  auto redis = RedisStore::Create(std::move(o));
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  const Policy fw = Policy::FixedWindow("fw", 3, std::chrono::hours(1));
+  const Policy swc = Policy::SlidingWindowCounter("swc", 3, std::chrono::hours(1));
+  for (const auto& [p, size] : {std::pair{&fw, 25}, std::pair{&swc, 33}}) {
+    const std::string key = "sluice:{patch}:" + p->name;
+    const StoreCheck c{p, key, 1};
+    for (int i = 0; i < 4; ++i) {
+      Decision d;
+      ASSERT_TRUE((*redis)->Evaluate({&c, 1}, kNoon + i, {&d, 1}).ok());
+      EXPECT_EQ(d.allowed, i < 3) << p->name << " " << i;
+      auto ttl = server->Command({"PTTL", key});
+      ASSERT_TRUE(ttl.ok());
+      EXPECT_GT(ttl->integer, 0) << p->name << " " << i;
+      auto len = server->Command({"STRLEN", key});
+      ASSERT_TRUE(len.ok());
+      EXPECT_EQ(len->integer, size) << p->name << " " << i;
+    }
+  }
+  auto stats = server->Command({"INFO", "commandstats"});
+  ASSERT_TRUE(stats.ok());
+  // Two patches per key: the second and third requests (the first SETs, the fourth is denied).
+  EXPECT_NE(stats->str.find("cmdstat_setrange:calls=4,"), std::string::npos) << stats->str;
+}
+
 // Refunds on Redis's own clock (the production mode), through the Limiter: every
 // algorithm gives the unit back, a multi-key refund is one atomic call, keys keep a
 // TTL, and bad costs are rejected before anything is sent.
