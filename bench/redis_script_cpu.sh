@@ -13,20 +13,26 @@
 # redis-server process's CPU time (user + system, /proc) over the calls it served. Rows
 # are interleaved over --rounds rounds and the median is reported (a shared machine).
 #
-# Usage: bench/redis_script_cpu.sh [--ref REV] [--seconds S] [--rounds N] [--keys K]
+#   - with --breakdown, where a script's microseconds go: scripts that each add one
+#     thing to an empty script (ARGV, a 4-integer table reply, TIME, GET, SET PX,
+#     SETRANGE, INCRBY), so that the difference between two rows is that one thing.
+#
+# Usage: bench/redis_script_cpu.sh [--ref REV] [--seconds S] [--rounds N] [--keys K] [--breakdown]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ref=10b689a  # the last commit before the scripts were made lean
+ref=3a998ef  # main before issue #9 item 1 (lean state and commands)
 seconds=3
 rounds=3
 keys=10000
+breakdown=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --ref) ref=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --keys) keys=$2; shift 2 ;;
-    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
+    --breakdown) breakdown=1; shift ;;
+    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
     *) echo "redis_script_cpu.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -79,12 +85,39 @@ EOF
 echo 'return 1' > "$tmp/empty.lua"
 
 key='sluice:{bench%3A__rand_int__}:bench'
+# The ARGV a one-check decision sends to SCRIPT (FILE): the batch layout ("" 0 and six
+# numbers) for the batch script, the sliding log's and the one-check scripts before
+# issue #9 item 1; the lean layout after it (lua/single_head.lua: "" limit window cost,
+# then the capacity for a token bucket and GCRA, the initial tokens for a token bucket).
+single_args() {
+  local file=$2 id=$3
+  if [[ $id == 1 ]] || ! grep -q "ARGV\[2\]: limit" "$file"; then
+    echo "\"\" 0 $id 1000 1000000 1000 -1 1"
+  elif [[ $id == 3 ]]; then echo '"" 1000 1000000 1 1000 -1'
+  elif [[ $id == 4 ]]; then echo '"" 1000 1000000 1 1000'
+  else echo '"" 1000 1000000 1'
+  fi
+}
 # rows: NAME|COMMAND ARGS... (one per line)
 rows="$tmp/rows.txt"
 {
   echo "INCR|INCR bench:__rand_int__"
   echo "empty script|EVALSHA $(load "$tmp/empty.lua") 1 $key \"\" 0 0 1000 1000000 1000 -1 1"
   echo "floor: TIME+GET+SET PX+reply|EVALSHA $(load "$tmp/floor.lua") 1 $key \"\" 0 0 1000 1000000 1000 -1 1"
+  if [[ $breakdown == 1 ]]; then
+    # Each adds one thing to the row above it (or to "empty, 4 ARGV").
+    bd() { echo "$2" > "$tmp/bd.$1.lua"; load "$tmp/bd.$1.lua"; }
+    echo "breakdown: empty, 0 ARGV|EVALSHA $(bd e0 'return 1') 1 $key"
+    echo "breakdown: empty, 4 ARGV|EVALSHA $(bd e4 'return 1') 1 $key \"\" 1000 1000000 1"
+    echo "breakdown: empty, 8 ARGV|EVALSHA $(bd e8 'return 1') 1 $key \"\" 0 0 1000 1000000 1000 -1 1"
+    echo "breakdown: 4-integer table reply (4 ARGV)|EVALSHA $(bd r4 'return {1, 999, 1000, 0}') 1 $key \"\" 1000 1000000 1"
+    echo "breakdown: TIME (4 ARGV)|EVALSHA $(bd t "local tm = redis.call('TIME') local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2]) return 1") 1 $key \"\" 1000 1000000 1"
+    echo "breakdown: GET (4 ARGV)|EVALSHA $(bd g "redis.call('GET', KEYS[1]) return 1") 1 $key \"\" 1000 1000000 1"
+    echo "breakdown: SET 25 bytes PX (4 ARGV)|EVALSHA $(bd s "redis.call('SET', KEYS[1], '0123456789012345678901234', 'PX', 1000) return 1") 1 $key \"\" 1000 1000000 1"
+    echo "breakdown: SETRANGE 8 bytes (4 ARGV)|EVALSHA $(bd sr "redis.call('SETRANGE', KEYS[1], 17, '01234567') return 1") 1 $key \"\" 1000 1000000 1"
+    echo "breakdown: INCRBY (4 ARGV)|EVALSHA $(bd i "redis.call('INCRBY', KEYS[1], 1) return 1") 1 $key \"\" 1000 1000000 1"
+    echo "breakdown: TIME+INCRBY, PEXPIRE if new (4 ARGV)|EVALSHA $(bd ti "local tm = redis.call('TIME') local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2]) if redis.call('INCRBY', KEYS[1], 1) == 1 then redis.call('PEXPIRE', KEYS[1], 1000) end return 1") 1 $key \"\" 1000 1000000 1"
+  fi
   ref_script=$(ls "$tmp"/ref.k*.lua | head -1)  # before: one script for everything
   for a in FixedWindow:0 TokenBucket:3 Gcra:4 SlidingWindowCounter:2 SlidingWindowLog:1; do
     name=${a%:*} id=${a#*:}
@@ -94,9 +127,9 @@ rows="$tmp/rows.txt"
     # REF's own one-check script when it has one (REF after the lean scripts).
     before="$ref_script"
     [[ -f "$tmp/ref.kSingle$name.lua" ]] && before="$tmp/ref.kSingle$name.lua"
-    echo "$name before ($ref)|EVALSHA $(load "$before") $keys_args $args"
+    echo "$name before ($ref)|EVALSHA $(load "$before") $keys_args $(single_args ref "$before" $id)"
     echo "$name after: batch script|EVALSHA $(load "$tmp/new.kBatchScript.lua") $keys_args $args"
-    echo "$name after: one-check script|EVALSHA $(load "$tmp/new.kSingle$name.lua") $keys_args $args"
+    echo "$name after: one-check script|EVALSHA $(load "$tmp/new.kSingle$name.lua") $keys_args $(single_args new "$tmp/new.kSingle$name.lua" $id)"
   done
 } > "$rows"
 

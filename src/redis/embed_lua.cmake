@@ -26,9 +26,10 @@ function(concat out_var)
              "  local key, limit, w, cap, init, cost = c.key, c.limit, c.window, c.cap, c.init, c.cost\n"
              "  local need = max(cost, 1)\n"
              "  local raw = redis.call('GET', key)\n"
-             "  local allowed, remaining, reset, retry, state, expires, start, start_expires\n"
+             "  local allowed, remaining, reset, retry, state, expires, start, start_expires, patch, patch_at\n"
              "${content}"
              "  c.state, c.expires, c.start, c.start_expires = state, expires, start, start_expires\n"
+             "  c.patch, c.patch_at = patch, patch_at\n"
              "  return allowed, remaining, reset, retry\n"
              "end\n"
              "COMMIT[${id}] = store_word\n")

@@ -358,6 +358,32 @@ std::string EncodeEval(const redis::Script& script, std::span<const StoreCheck> 
   return b.Take();
 }
 
+// EVALSHA of the one-check script of an O(1) algorithm (lua/single_head.lua): KEYS is
+// the check's key, ARGV the clock mode, limit, window and cost, then the capacity for a
+// token bucket or GCRA and the initial tokens for a token bucket: only what the
+// algorithm reads (each argument costs Redis CPU). The reply's decoding needs the
+// capacity, recorded in `call`.
+std::string EncodeSingle(const redis::Script& script, const StoreCheck& c, Micros now,
+                         bool use_caller_time, Call& call) {
+  const Policy& p = *c.policy;
+  const bool bucket = p.algorithm == Algorithm::kTokenBucket || p.algorithm == Algorithm::kGcra;
+  const bool init = p.algorithm == Algorithm::kTokenBucket;
+  redis::CommandBuilder b(4 + 4 + (bucket ? 1 : 0) + (init ? 1 : 0));
+  b.Add("EVALSHA").Add(script.sha).Add(1LL).Add(c.key);
+  if (use_caller_time) {
+    b.Add(static_cast<long long>(now));
+  } else {
+    b.Add("");
+  }
+  b.Add(static_cast<long long>(p.limit))
+      .Add(static_cast<long long>(p.window))
+      .Add(static_cast<long long>(c.cost));
+  if (bucket) b.Add(static_cast<long long>(p.Capacity()));
+  if (init) b.Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL);
+  call.capacity[call.n++] = p.Capacity();
+  return b.Take();
+}
+
 }  // namespace
 
 RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -450,13 +476,18 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
   const redis::Script& script = checks.size() == 1
                                     ? redis::SingleCheckScript(checks[0].policy->algorithm)
                                     : redis::BatchScript();
+  // The sliding log's one-check script is the batch script's body (batch arguments).
+  const bool lean =
+      checks.size() == 1 && checks[0].policy->algorithm != Algorithm::kSlidingWindowLog;
+  std::string wire =
+      lean ? EncodeSingle(script, checks[0], now, impl_->options.use_caller_time, *call)
+           : EncodeEval(script, checks, now, impl_->options.use_caller_time,
+                        /*refund=*/false, *call);
   // Coalescing: the connection may merge this call with others queued with it
   // (connection.h); on a cluster only with calls of the same slot.
   redis::CoalesceInfo merge;
   bool coalesce = options.coalesce > 1;
   for (const StoreCheck& c : checks) coalesce = coalesce && c.cost < kMaxCoalescedCost;
-  std::string wire = EncodeEval(script, checks, now, impl_->options.use_caller_time,
-                                /*refund=*/false, *call);
   if (coalesce) {
     merge.target = &coalesce_target;
     merge.slot = cluster ? redis::KeySlot(checks[0].key) : 0;

@@ -128,6 +128,24 @@ bool ParseRedirect(std::string_view e, Redirect* out) {
 
 Status DecodeDecisions(const redisReply& r, std::size_t n, const std::uint64_t* capacity,
                        Decision* out) {
+  if (n == 1 && r.type == REDIS_REPLY_INTEGER) {
+    // A one-check script's allowed decision, packed (lua/single_tail.lua):
+    // ((reset_after * (capacity + 1)) + remaining) * 2 + 1, below 2^53.
+    constexpr long long kMaxPacked = 1LL << 53;
+    if (r.integer < 0 || r.integer >= kMaxPacked || (r.integer & 1) == 0 ||
+        capacity[0] >= static_cast<std::uint64_t>(kMaxPacked)) {
+      return Status::Internal("unexpected reply to the decide script: integer " +
+                              std::to_string(r.integer) + " is not a packed allowed decision");
+    }
+    const std::uint64_t rest = static_cast<std::uint64_t>(r.integer) >> 1;
+    Decision& d = out[0];
+    d.allowed = true;
+    d.limit = capacity[0];
+    d.remaining = rest % (capacity[0] + 1);
+    d.reset_after = static_cast<Micros>(rest / (capacity[0] + 1));
+    d.retry_after = 0;
+    return Status::Ok();
+  }
   if (r.type != REDIS_REPLY_ARRAY || r.elements != 4 * n) {
     return Status::Internal("unexpected reply to the decide script: expected an array of " +
                             std::to_string(4 * n) + " integers");

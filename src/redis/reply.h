@@ -90,6 +90,8 @@ bool ParseRedirect(std::string_view error_text, Redirect* out);
 
 // Decodes the decide scripts' reply for `n` checks: an array of 4 integers per check
 // (allowed, remaining, reset_after, retry_after); `capacity[i]` becomes Decision::limit.
+// For n == 1 also one integer, an allowed decision packed by the one-check scripts
+// (lua/single_tail.lua): ((reset_after * (capacity + 1)) + remaining) * 2 + 1.
 // Anything else (another shape, a non-integer, `allowed` not 0 or 1) is kInternal naming
 // what was wrong: a wrong reply never becomes a decision.
 Status DecodeDecisions(const redisReply& r, std::size_t n, const std::uint64_t* capacity,

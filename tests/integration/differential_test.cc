@@ -4,6 +4,7 @@
 // in lockstep: any difference in arithmetic, rounding or state handling shows up.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -228,6 +229,8 @@ void DropExpired(RedisServer& server, const std::vector<std::string>& keys, Micr
       std::memcpy(&expires, v.data() + 1, sizeof(double));
     } else if (v.starts_with("1 ")) {
       expires = std::stod(v.substr(2));
+    } else if (v.find_first_not_of("0123456789.-+e") == std::string::npos) {
+      expires = std::ceil(std::stod(v));  // GCRA: the TAT as a number (lua/gcra.lua)
     } else {
       ADD_FAILURE() << "unknown state layout in " << key;
       continue;
@@ -317,6 +320,101 @@ TEST_F(Differential, DroppedStatesDecideLikeKeptOnes) {
     }
   }
   EXPECT_EQ(compared, 6 * 600);
+}
+
+// A rolling upgrade (issue #9 item 1): GCRA's state was struct.pack('<Bdd', 4, expires,
+// tat) and is now the TAT as a plain number. At random steps the key is rewritten in
+// the previous layout (what a server of the previous version would have left, with
+// the same TTL); decisions, peeks and refunds must still equal MemoryStore's, for the
+// one-check script and the batch script alike.
+TEST(RedisLayout, GcraPreviousLayoutIsReadExactly) {
+  RedisServer* server = SharedRedis();
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+  RedisStoreOptions o;
+  o.url = server->Url();
+  o.call_timeout = 5'000'000;
+  o.use_caller_time = true;
+  o.on_warning = [](std::string_view) {};
+  auto redis = RedisStore::Create(std::move(o));
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  MemoryStore memory;
+  const Policy gcra = Policy::Gcra("g", 5, std::chrono::seconds(1), 7);
+  const Policy other = Policy::FixedWindow("f", 1000, std::chrono::seconds(1));
+  const std::string key = "sluice:{up}:g", key2 = "sluice:{up}:f";
+  const char* downgrade =
+      "local raw = redis.call('GET', KEYS[1]) if not raw then return 0 end "
+      "local tat = tonumber(raw) local ttl = redis.call('PTTL', KEYS[1]) "
+      "redis.call('SET', KEYS[1], struct.pack('<Bdd', 4, math.ceil(tat), tat), 'PX', ttl) "
+      "return 1";
+  std::mt19937_64 rng(9);
+  Micros now = kNoon;
+  int old_layout_reads = 0;
+  for (int step = 0; step < 400; ++step) {
+    now += static_cast<Micros>(rng() % 400'000);
+    if (rng() % 2 == 0) {
+      auto r = server->Command({"EVAL", downgrade, "1", key});
+      ASSERT_TRUE(r.ok());
+      old_layout_reads += static_cast<int>(r->integer);
+    }
+    const std::uint64_t cost = rng() % 4;  // 0: a peek
+    StoreCheck checks[2] = {{&gcra, key, cost}, {&other, key2, 1}};
+    const std::size_t n = rng() % 3 == 0 ? 2 : 1;  // one-check or batch script
+    const std::string where = "step " + std::to_string(step);
+    if (cost > 0 && rng() % 5 == 0) {
+      ASSERT_TRUE(memory.Refund(std::span<const StoreCheck>(checks, 1), now).ok());
+      ASSERT_TRUE((*redis)->Refund(std::span<const StoreCheck>(checks, 1), now).ok()) << where;
+      continue;
+    }
+    Decision a[2], b[2];
+    ASSERT_TRUE(memory.Evaluate(std::span<const StoreCheck>(checks, n), now, a).ok());
+    ASSERT_TRUE((*redis)->Evaluate(std::span<const StoreCheck>(checks, n), now, b).ok()) << where;
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(a[i].allowed, b[i].allowed) << where << " check " << i;
+      ASSERT_EQ(a[i].remaining, b[i].remaining) << where << " check " << i;
+      ASSERT_EQ(a[i].reset_after, b[i].reset_after) << where << " check " << i;
+      ASSERT_EQ(a[i].retry_after, b[i].retry_after) << where << " check " << i;
+    }
+  }
+  EXPECT_GT(old_layout_reads, 100);  // the previous layout was really read, many times
+}
+
+// A fixed window or sliding counter that goes on in its window writes only its count (SETRANGE,
+// lua/fixed_window.lua), the key keeps its TTL and its full layout, and the count is really stored
+// (the limit is enforced).
+TEST(RedisLayout, SameWindowWritesPatchTheCountAndKeepTheTtl) {
+  RedisServer* server = SharedRedis();
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+  ASSERT_TRUE(server->Command({"CONFIG", "RESETSTAT"}).ok());
+  RedisStoreOptions o;
+  o.url = server->Url();
+  o.call_timeout = 5'000'000;
+  o.use_caller_time = true;
+  o.on_warning = [](std::string_view) {};
+  auto redis = RedisStore::Create(std::move(o));
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  const Policy fw = Policy::FixedWindow("fw", 3, std::chrono::hours(1));
+  const Policy swc = Policy::SlidingWindowCounter("swc", 3, std::chrono::hours(1));
+  for (const auto& [p, size] : {std::pair{&fw, 25}, std::pair{&swc, 33}}) {
+    const std::string key = "sluice:{patch}:" + p->name;
+    const StoreCheck c{p, key, 1};
+    for (int i = 0; i < 4; ++i) {
+      Decision d;
+      ASSERT_TRUE((*redis)->Evaluate({&c, 1}, kNoon + i, {&d, 1}).ok());
+      EXPECT_EQ(d.allowed, i < 3) << p->name << " " << i;
+      auto ttl = server->Command({"PTTL", key});
+      ASSERT_TRUE(ttl.ok());
+      EXPECT_GT(ttl->integer, 0) << p->name << " " << i;
+      auto len = server->Command({"STRLEN", key});
+      ASSERT_TRUE(len.ok());
+      EXPECT_EQ(len->integer, size) << p->name << " " << i;
+    }
+  }
+  auto stats = server->Command({"INFO", "commandstats"});
+  ASSERT_TRUE(stats.ok());
+  // Two patches per key: the second and third requests (the first SETs, the fourth is denied).
+  EXPECT_NE(stats->str.find("cmdstat_setrange:calls=4,"), std::string::npos) << stats->str;
 }
 
 // Refunds on Redis's own clock (the production mode), through the Limiter: every

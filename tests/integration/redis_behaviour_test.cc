@@ -244,7 +244,8 @@ TEST(RedisSetup, TheDocumentedAclUserIsEnough) {
                                  "+zremrangebyscore",
                                  "+pexpire",
                                  "+time",
-                                 "+config|get"});
+                                 "+config|get",
+                                 "+setrange"});
   ASSERT_TRUE(acl.ok() && !acl->is_error()) << (acl.ok() ? acl->str : acl.status().ToString());
   std::vector<std::string> warnings;
   auto store =

@@ -267,6 +267,9 @@ TEST(RedisReply, DecideRepliesDecodeOnlyFromFourIntegersPerCheck) {
            "*4\r\n:2\r\n:1\r\n:0\r\n:0\r\n",       // allowed is 0 or 1
            "*3\r\n:1\r\n:1\r\n:0\r\n",             // too short
            "+OK\r\n",                              // not an array
+           ":22018\r\n",                           // a packed decision is odd (allowed)
+           ":-1\r\n",                              // and not negative
+           ":9007199254740993\r\n",                // and below 2^53
        }) {
     auto r = ReadOne(bad);
     ASSERT_TRUE(r) << bad;
@@ -274,6 +277,28 @@ TEST(RedisReply, DecideRepliesDecodeOnlyFromFourIntegersPerCheck) {
     EXPECT_EQ(s.code(), ErrorCode::kInternal) << bad;
     EXPECT_NE(s.message().find("decide script"), std::string::npos) << s.message();
   }
+}
+
+// A one-check script's allowed decision comes as one integer (lua/single_tail.lua):
+// ((reset_after * (capacity + 1)) + remaining) * 2 + 1; only for one check.
+TEST(RedisReply, OneCheckAllowedDecisionDecodesFromOnePackedInteger) {
+  const std::uint64_t capacity[2] = {10, 20};
+  Decision out[2];
+  auto packed = ReadOne(":22019\r\n");  // (1000 * 11 + 9) * 2 + 1
+  ASSERT_TRUE(packed);
+  ASSERT_TRUE(redis::DecodeDecisions(*packed, 1, capacity, out).ok());
+  EXPECT_TRUE(out[0].allowed);
+  EXPECT_EQ(out[0].limit, 10u);
+  EXPECT_EQ(out[0].remaining, 9u);
+  EXPECT_EQ(out[0].reset_after, 1000);
+  EXPECT_EQ(out[0].retry_after, 0);
+  auto full = ReadOne(":21\r\n");  // remaining 10 (the capacity), reset 0
+  ASSERT_TRUE(full);
+  ASSERT_TRUE(redis::DecodeDecisions(*full, 1, capacity, out).ok());
+  EXPECT_EQ(out[0].remaining, 10u);
+  EXPECT_EQ(out[0].reset_after, 0);
+  // Two checks always come as an array.
+  EXPECT_EQ(redis::DecodeDecisions(*packed, 2, capacity, out).code(), ErrorCode::kInternal);
 }
 
 }  // namespace

@@ -242,7 +242,8 @@ TEST(SentinelStore, TheMinimalAclUserNeedsRole) {
                                             "+zcard",
                                             "+zrangebyscore",
                                             "+zremrangebyscore",
-                                            "+config|get"};
+                                            "+config|get",
+                                            "+setrange"};
   for (RedisServer* node : {&g->primary(), &g->replica()}) {
     std::vector<std::string> with_role = minimal;
     with_role[2] = "with-role";

@@ -1,13 +1,22 @@
 -- GCRA (algorithm 4), mirrors src/core/gcra.cc. The one source of its decision (see
 -- fixed_window.lua).
--- State: struct.pack('<Bdd', 4, expires, tat) (tat: theoretical arrival time, us).
+-- State: the TAT (theoretical arrival time, us) as a plain number: SET gets the Lua
+-- number, which Redis writes exactly ("%.17g"), and tonumber reads it back bit for bit.
+-- Its expiry is ceil(tat), so nothing else is stored. The layout before,
+-- struct.pack('<Bdd', 4, expires, tat), is still read (a rolling upgrade).
 local interval = w / limit
 local tau = interval * cap
 local t = now
 local tat = t
-if raw and #raw == 17 and string.byte(raw) == 4 then
-  local _, e, stat = struct.unpack('<Bdd', raw)
-  if e > now then tat = max(stat, t) end
+if raw then
+  local stat = tonumber(raw)
+  if stat then
+    -- back to full (expires <= now) counts as fresh, like absent
+    if ceil(stat) > now then tat = max(stat, t) end
+  elseif #raw == 17 and string.byte(raw) == 4 then
+    local _, e, otat = struct.unpack('<Bdd', raw)
+    if e > now then tat = max(otat, t) end
+  end
 end
 local new_tat = tat + need * interval
 allowed = new_tat - t <= tau + EPS * interval
@@ -20,4 +29,4 @@ end
 remaining = max(0, floor((tau - (tat - t)) / interval + EPS))
 reset = ceil(tat - t)
 expires = ceil(tat)
-if allowed and cost > 0 then state = struct.pack('<Bdd', 4, expires, tat) end
+if allowed and cost > 0 then state = tat end

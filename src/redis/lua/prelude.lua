@@ -16,9 +16,10 @@
 -- Every algorithm mirrors src/core/<algorithm>.cc operation for operation: IEEE
 -- double arithmetic in the same order, the same epsilon, the same ceil/floor, so
 -- decisions are identical to the in-process store. Numbers sent to Redis are
--- formatted with '%d' (integers); Lua's default "%.14g" would round timestamps. The
--- O(1) algorithms' states are stored as packed IEEE doubles (struct.pack), which read
--- back bit for bit.
+-- formatted with '%d' (integers) or given to redis.call as Lua numbers (which Redis
+-- writes as "%.17g"); Lua's default "%.14g" would round timestamps. GCRA's state is its
+-- TAT as such a number; the other O(1) algorithms' states are packed IEEE doubles
+-- (struct.pack). Both read back bit for bit.
 local EPS = 1e-9
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 local DECIDE, COMMIT, REFUND = {}, {}, {}
@@ -50,6 +51,7 @@ end
 -- The size and the first byte identify the algorithm: a state written by another
 -- algorithm (or the sliding log's text state, whose first byte is an ASCII digit)
 -- never unpacks as this one's.
+-- (GCRA's entry is its previous layout, still read by refunds.lua: gcra.lua.)
 local WORD = {[0] = '<Bddd', [2] = '<Bdddd', [3] = '<Bddd', [4] = '<Bdd'}
 local WORD_SIZE = {[0] = 25, [2] = 33, [3] = 25, [4] = 17}
 
@@ -64,8 +66,14 @@ local function load(c, now)
   return true, x, y, z
 end
 
--- Writes a word-sized state computed by DECIDE (c.state, packed, with c.expires
--- inside) with its TTL, in one command.
+-- Writes a word-sized state computed by DECIDE (c.state, with c.expires inside) with
+-- its TTL, in one command; or, when DECIDE found that only some bytes of the stored
+-- state change (c.patch at offset c.patch_at, see fixed_window.lua), just those
+-- (c.state is set too).
 local function store_word(c, now)
+  if c.patch and type(redis.pcall('SETRANGE', c.key, c.patch_at, c.patch)) == 'number' then
+    return
+  end
+  -- (or SETRANGE was refused: an ACL user set up from an earlier version's line)
   redis.call('SET', c.key, c.state, 'PX', int(ttl_ms(c.expires, now)))
 end

@@ -42,12 +42,20 @@ REFUND[3] = function(c, now, cost)
 end
 
 -- Refund: the TAT moves back by cost emission intervals, never below now
--- (src/core GcraRefund).
+-- (src/core GcraRefund). The state is the TAT as a plain number (gcra.lua); the
+-- layout before (struct '<Bdd') is still read.
 REFUND[4] = function(c, now, cost)
-  local found, stat = load(c, now)
-  if not found then return end
+  local raw = redis.call('GET', c.key)
+  local stat = raw and tonumber(raw)
+  if stat then
+    if not (ceil(stat) > now) then return end
+  else
+    local found, otat = load(c, now)
+    if not found then return end
+    stat = otat
+  end
   local tat = max(now, stat - cost * (c.window / c.limit))
   c.expires = ceil(tat)
-  c.state = struct.pack('<Bdd', 4, c.expires, tat)
+  c.state = tat
   store_word(c, now)
 end

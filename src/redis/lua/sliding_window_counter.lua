@@ -1,10 +1,13 @@
 -- Sliding window counter (algorithm 2), mirrors src/core/sliding_window_counter.cc.
 -- The one source of its decision (see fixed_window.lua).
--- State: struct.pack('<Bdddd', 2, expires, window_start, curr, prev).
+-- State: struct.pack('<Bdddd', 2, expires, window_start, curr, prev). A write in the
+-- window the state holds, with a count already in it, changes only curr (bytes 17-24;
+-- expires, ws + 2w, and the TTL stay): `patch`, a SETRANGE (see fixed_window.lua).
 local r = math.fmod(now, w) -- floor_to(now, w)
 if r < 0 then r = r + w end
 local ws = now - r
 local curr, prev = 0, 0
+local same = false
 if raw and #raw == 33 and string.byte(raw) == 2 then
   local _, e, sws, scurr, sprev = struct.unpack('<Bdddd', raw)
   if e > now then
@@ -12,6 +15,7 @@ if raw and #raw == 33 and string.byte(raw) == 2 then
       ws = sws
       curr = scurr
       prev = sprev
+      same = scurr > 0
     elseif sws == ws - w then
       prev = scurr
     end
@@ -48,4 +52,7 @@ else
   if prev > 0 then reset = ws + w - t end
   expires = ws + w
 end
-if allowed and cost > 0 then state = struct.pack('<Bdddd', 2, expires, ws, curr, prev) end
+if allowed and cost > 0 then
+  state = struct.pack('<Bdddd', 2, expires, ws, curr, prev)
+  if same then patch, patch_at = struct.pack('<d', curr), 17 end
+end
