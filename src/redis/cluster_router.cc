@@ -260,7 +260,7 @@ void ClusterRouter::TimerLoop() {
         r.node >= 0
             ? r.node
             : owner_[static_cast<std::size_t>(r.call->slot)].load(std::memory_order_acquire);
-    Dispatch(std::move(r.call), node, false);
+    Dispatch(std::move(r.call), node, r.asking);
     lock.lock();
   }
 }
@@ -279,6 +279,15 @@ void ClusterRouter::Send(std::string_view routing_key, Command command, Deadline
 
 void ClusterRouter::Dispatch(std::shared_ptr<Call> call, int node, bool asking) {
   NodeClient* c = ClientOf(node);
+  if (c == nullptr && node >= 0 && node < node_count_.load(std::memory_order_acquire) &&
+      !closing_.load(std::memory_order_acquire)) {
+    // Known but without a client yet: the refresh thread connects to every primary of
+    // the map (never this thread: connecting blocks). Resend once it has; the wait is
+    // bounded by the deadline only (how long a connect takes on a loaded machine is
+    // not a number of attempts), and fails below when the deadline does not allow it.
+    RequestRefresh();
+    if (Schedule(call, node, asking, Backoff(call->waits++))) return;
+  }
   if (c == nullptr || !c->connected()) {
     // Nothing is sent: the caller's failure mode decides, and the map is refreshed
     // (the primary may have failed over).
@@ -318,21 +327,22 @@ void ClusterRouter::Dispatch(std::shared_ptr<Call> call, int node, bool asking) 
 void ClusterRouter::RetryLater(const std::shared_ptr<Call>& call, int node,
                                std::chrono::microseconds delay, const Status& s,
                                const redisReply* r) {
+  // No time left, or stopping: the error reply is the caller's.
+  if (!Schedule(call, node, false, delay)) call->done(s, r);
+}
+
+bool ClusterRouter::Schedule(const std::shared_ptr<Call>& call, int node, bool asking,
+                             std::chrono::microseconds delay) {
   const Deadline when = SteadyClock::now() + delay;
-  if (when >= call->deadline) {
-    call->done(s, r);  // no time left: the error reply is the caller's
-    return;
-  }
-  stats_->cluster_retries.fetch_add(1, std::memory_order_relaxed);
+  if (when >= call->deadline) return false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stop_) {
-      call->done(s, r);
-      return;
-    }
-    timers_.emplace(when, Retry{call, node});
+    if (stop_) return false;
+    timers_.emplace(when, Retry{call, node, asking});
   }
+  stats_->cluster_retries.fetch_add(1, std::memory_order_relaxed);
   timer_cv_.notify_one();
+  return true;
 }
 
 void ClusterRouter::OnReply(const std::shared_ptr<Call>& call, int node, const Status& s,

@@ -18,7 +18,10 @@
 //   A timeout or a connection lost after sending goes to the caller as is. A slot whose
 //   primary has no live connection fails at once with kUnavailable (nothing was
 //   sent) and requests a refresh: during a failover, the caller's failure mode
-//   decides until the promoted replica is in the map.
+//   decides until the promoted replica is in the map. A node the router has no client
+//   for yet (a promoted replica a MOVED names, a new primary of a fresh map) is
+//   connected by the refresh thread; the call waits for it (backoff 1, 2, 4... 16 ms)
+//   inside its deadline, without using the redirect budget.
 // - Refreshes run on one background thread: requests while one is pending collapse
 //   into it, and consecutive refreshes are at least kMinRefreshGap apart. Connecting
 //   to a new primary (blocking, connect_timeout) happens there, never on a caller's or
@@ -93,10 +96,12 @@ class ClusterRouter final : public Router {
     Deadline deadline;
     ReplyCallback done;
     int redirects = 0;
+    int waits = 0;  // resends waiting for a node's first connection
   };
   struct Retry {
     std::shared_ptr<Call> call;
     int node = -1;  // -1: the slot's current owner
+    bool asking = false;
   };
 
   explicit ClusterRouter(NodeOptions options);
@@ -115,6 +120,10 @@ class ClusterRouter final : public Router {
   // caller now). Called from a reply callback.
   void RetryLater(const std::shared_ptr<Call>& call, int node, std::chrono::microseconds delay,
                   const Status& s, const redisReply* r);
+  // Queues the call for the timer thread after `delay`; false (nothing queued) when the
+  // deadline would pass first or the router is stopping.
+  bool Schedule(const std::shared_ptr<Call>& call, int node, bool asking,
+                std::chrono::microseconds delay);
   void RefreshLoop();
   void TimerLoop();
 
