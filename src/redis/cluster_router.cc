@@ -32,7 +32,15 @@ Result<std::unique_ptr<ClusterRouter>> ClusterRouter::Create(NodeOptions options
     return Status::InvalidArgument("a Redis Cluster URL needs at least one seed host:port");
   }
   std::unique_ptr<ClusterRouter> r(new ClusterRouter(std::move(options)));
-  if (Status s = r->Refresh(/*for_create=*/true); !s.ok()) return s;
+  if (Status s = r->Refresh(/*for_create=*/true); !s.ok()) {
+    // Degraded start (connect_now false): no seed reachable, or a cluster that does
+    // not serve every slot yet, is an outage, not a start error. The router starts
+    // with what it has (possibly no map: every call fails at once, the failure mode
+    // decides) and the refresh thread keeps reading the map until it succeeds. A seed
+    // that answers but refuses (not a cluster, wrong password) is still an error.
+    if (r->options_.connect_now || s.code() != ErrorCode::kUnavailable) return s;
+    r->refresh_requested_ = true;
+  }
   r->refresher_ = std::thread([p = r.get()] { p->RefreshLoop(); });
   r->timer_ = std::thread([p = r.get()] { p->TimerLoop(); });
   return r;
@@ -173,6 +181,10 @@ Status ClusterRouter::Refresh(bool for_create) {
     if (not_cluster) {
       return Status::InvalidArgument("the seed " + why +
                                      " is not a Redis Cluster node (use redis:// for one server)");
+    }
+    if (map.status().code() == ErrorCode::kInvalidArgument) {  // refused: wrong password...
+      return Status::InvalidArgument("cannot read the cluster's slot map from " + Describe() +
+                                     ": " + map.status().message());
     }
     return Status::Unavailable("cannot read the cluster's slot map from " + Describe() + ": " +
                                map.status().message());

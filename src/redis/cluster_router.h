@@ -64,7 +64,10 @@ class ClusterRouter final : public Router {
   // order for the slot map, then connects to every primary (each bounded by
   // connect_timeout). Errors: InvalidArgument when a seed answers but is not a cluster
   // node (cluster support disabled) or its cluster does not serve every slot;
-  // otherwise the error of the last seed or primary that could not be reached.
+  // otherwise the error of the last seed or primary that could not be reached. With
+  // `options.connect_now` false (degraded start), kUnavailable is not an error: the
+  // router starts without a map (calls fail at once with kUnavailable) and reads it in
+  // the background until it can.
   static Result<std::unique_ptr<ClusterRouter>> Create(NodeOptions options);
   // Stops the background threads, fails retries waiting for their turn with
   // kUnavailable, then closes every node (failing what is in flight).
