@@ -7,7 +7,10 @@
 // stats, and no error reaches the caller.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 
 #include "redis/cluster_slots.h"
 #include "shared_cluster.h"
@@ -191,6 +194,72 @@ TEST(ClusterRedirects, ADemotedPrimaryIsFollowedInOneCall) {
   // and the failure mode decided).
   EXPECT_EQ(after.moved, before.moved + 1);
   EXPECT_EQ(after.errors, before.errors);
+}
+
+// The router never frees a node client while the router lives (a node that leaves the
+// map keeps its idle client), and its destructor closes every node, whose I/O threads
+// and completion queue deliver what is in flight before they are freed. So: destroy
+// the store while calls are in flight on every primary, half of them on a slot that
+// just moved (each answered MOVED and resent through the router meanwhile). Every
+// callback must run exactly once, and all of them before the store's destructor
+// returns. Under ThreadSanitizer (label tsan) this also checks the hand-offs.
+TEST(ClusterLifetime, DestroyingTheStoreWithCallsInFlightRunsEveryCallbackOnceBeforeItReturns) {
+  RedisCluster* c = SharedTestCluster();
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->FlushAll().ok());
+  const std::string tag = "lifetime";
+  const int slot = redis::KeySlot("{" + tag + "}");
+  auto source = c->PrimaryForSlot(slot);
+  ASSERT_TRUE(source.ok());
+  auto primaries = c->Primaries();
+  ASSERT_TRUE(primaries.ok());
+  const std::size_t target = (*primaries)[0] == *source ? (*primaries)[1] : (*primaries)[0];
+  static const Policy policy = Policy::FixedWindow("fw", 1'000'000, hours(1));
+  constexpr int kCalls = 400;
+  std::vector<std::string> keys;
+  for (int i = 0; i < kCalls; ++i) {
+    // Even: the moving slot; odd: spread over every primary.
+    keys.push_back(i % 2 == 0 ? "lt:{" + tag + "}:" + std::to_string(i)
+                              : "lt:{k" + std::to_string(i) + "}:x");
+  }
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    Client s = Open(*c);
+    ASSERT_NE(s.store, nullptr);
+    // The store's map now names `source` for the slot; move it (rounds alternate the
+    // direction) so the calls on it are answered MOVED.
+    const std::size_t from = round % 2 == 0 ? *source : target;
+    const std::size_t to = round % 2 == 0 ? target : *source;
+    ASSERT_TRUE(MoveEmptySlot(*c, slot, from, to).ok());
+    struct Shared {
+      std::atomic<int> calls{0}, late{0}, twice{0};
+      std::atomic<bool> destroyed{false};
+      std::vector<std::atomic<int>> per;
+      explicit Shared(int n) : per(static_cast<std::size_t>(n)) {}
+    };
+    auto shared = std::make_shared<Shared>(kCalls);
+    for (int i = 0; i < kCalls; ++i) {
+      StoreCheck check{&policy, keys[static_cast<std::size_t>(i)], 1};
+      s.store->EvaluateAsync(std::span<const StoreCheck>(&check, 1), 0,
+                             [shared, i](const Status&, std::span<const Decision>) {
+                               if (shared->destroyed.load()) shared->late.fetch_add(1);
+                               if (shared->per[static_cast<std::size_t>(i)].fetch_add(1) > 0) {
+                                 shared->twice.fetch_add(1);
+                               }
+                               shared->calls.fetch_add(1);
+                             });
+    }
+    s.limiter.reset();
+    s.store.reset();  // the last reference: destroyed here, with calls in flight
+    shared->destroyed.store(true);
+    EXPECT_EQ(shared->calls.load(), kCalls) << "callbacks missing when the store was gone";
+    EXPECT_EQ(shared->late.load(), 0);
+    EXPECT_EQ(shared->twice.load(), 0);
+  }
+  // Back to where it was for the other tests (rounds 1 and 3 moved it back).
+  auto owner = c->PrimaryForSlot(slot);
+  ASSERT_TRUE(owner.ok());
+  EXPECT_EQ(*owner, *source);
 }
 
 }  // namespace
