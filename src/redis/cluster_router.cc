@@ -318,7 +318,10 @@ void ClusterRouter::Dispatch(std::shared_ptr<Call> call, int node, bool asking) 
     OnReply(call, node, s, r);
   };
   if (!asking) {
-    c->Send(Command{call->wire, call->script}, call->deadline, std::move(on_reply));
+    // The script is left out of the Command: NOSCRIPT is handled here (OnReply), with
+    // the wire this call keeps anyway for redirects, so the node does not keep a
+    // second copy of every command (a measurable part of the client's CPU per call).
+    c->Send(Command{call->wire, {}}, call->deadline, std::move(on_reply));
     return;
   }
   // ASKING lets the next command on this connection touch the importing slot. The
@@ -365,6 +368,25 @@ void ClusterRouter::OnReply(const std::shared_ptr<Call>& call, int node, const S
     return;
   }
   const ErrorKind kind = Classify(r);
+  if (kind == ErrorKind::kNoScript && !call->script.empty() && !call->script_reloaded &&
+      SteadyClock::now() < call->deadline && !closing_.load(std::memory_order_acquire)) {
+    // This node lost the script (restart, failover, SCRIPT FLUSH), which proves it did
+    // not run: load it and resend once, pipelined on one connection so the load comes
+    // first. A second NOSCRIPT is the caller's.
+    if (NodeClient* c = ClientOf(node)) {
+      call->script_reloaded = true;
+      stats_->script_reloads.fetch_add(1, std::memory_order_relaxed);
+      std::string both = EncodeCommand({"SCRIPT", "LOAD", call->script});
+      both += call->wire;
+      std::vector<ReplyCallback> cbs;
+      cbs.push_back([](const Status&, const redisReply*) {});  // the resend's reply tells
+      cbs.push_back([this, call, node](const Status& s2, const redisReply* r2) {
+        OnReply(call, node, s2, r2);
+      });
+      c->SendPipeline(std::move(both), call->deadline, std::move(cbs));
+      return;
+    }
+  }
   switch (kind) {
     case ErrorKind::kMoved:
     case ErrorKind::kAsk:

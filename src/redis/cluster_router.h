@@ -14,7 +14,8 @@
 //     ASK          (SCRIPT LOAD +) ASKING + the command on the target, map untouched;
 //     TRYAGAIN, CLUSTERDOWN, LOADING   resent after a short backoff (1, 2, 4... ms);
 //     READONLY     (a demoted primary) a refresh is requested, resent after a backoff;
-//     NOSCRIPT     the NodeClient loads the script on that node and resends once.
+//     NOSCRIPT     the script is loaded on that node and the call resent once (here,
+//                  not in NodeClient: the call's wire is kept here anyway).
 //   A timeout or a connection lost after sending goes to the caller as is. A slot whose
 //   primary has no live connection fails at once with kUnavailable (nothing was
 //   sent) and requests a refresh: during a failover, the caller's failure mode
@@ -99,7 +100,8 @@ class ClusterRouter final : public Router {
     Deadline deadline;
     ReplyCallback done;
     int redirects = 0;
-    int waits = 0;  // resends waiting for a node's first connection
+    int waits = 0;                 // resends waiting for a node's first connection
+    bool script_reloaded = false;  // NOSCRIPT answered once: loaded and resent
   };
   struct Retry {
     std::shared_ptr<Call> call;
