@@ -84,7 +84,8 @@ struct RedisStoreStats {
   // Redis Cluster only (0 otherwise):
   std::uint64_t moved = 0;               // MOVED redirects followed (slot patched, resent)
   std::uint64_t ask = 0;                 // ASK redirects followed (ASKING + resent)
-  std::uint64_t cluster_retries = 0;     // resent after TRYAGAIN/CLUSTERDOWN/LOADING/READONLY
+  std::uint64_t cluster_retries = 0;     // resent after TRYAGAIN/CLUSTERDOWN/LOADING/READONLY,
+                                         // or once a newly known primary was connected
   std::uint64_t topology_refreshes = 0;  // slot map reads (startup, MOVED, failover)
   std::uint64_t cross_slot_refunds = 0;  // slots refunded: another slot of the batch denied
   // Coalescing (RedisStoreOptions::coalesce): script calls that carried several

@@ -32,7 +32,15 @@ Result<std::unique_ptr<ClusterRouter>> ClusterRouter::Create(NodeOptions options
     return Status::InvalidArgument("a Redis Cluster URL needs at least one seed host:port");
   }
   std::unique_ptr<ClusterRouter> r(new ClusterRouter(std::move(options)));
-  if (Status s = r->Refresh(/*for_create=*/true); !s.ok()) return s;
+  if (Status s = r->Refresh(/*for_create=*/true); !s.ok()) {
+    // Degraded start (connect_now false): no seed reachable, or a cluster that does
+    // not serve every slot yet, is an outage, not a start error. The router starts
+    // with what it has (possibly no map: every call fails at once, the failure mode
+    // decides) and the refresh thread keeps reading the map until it succeeds. A seed
+    // that answers but refuses (not a cluster, wrong password) is still an error.
+    if (r->options_.connect_now || s.code() != ErrorCode::kUnavailable) return s;
+    r->refresh_requested_ = true;
+  }
   r->refresher_ = std::thread([p = r.get()] { p->RefreshLoop(); });
   r->timer_ = std::thread([p = r.get()] { p->TimerLoop(); });
   return r;
@@ -174,6 +182,10 @@ Status ClusterRouter::Refresh(bool for_create) {
       return Status::InvalidArgument("the seed " + why +
                                      " is not a Redis Cluster node (use redis:// for one server)");
     }
+    if (map.status().code() == ErrorCode::kInvalidArgument) {  // refused: wrong password...
+      return Status::InvalidArgument("cannot read the cluster's slot map from " + Describe() +
+                                     ": " + map.status().message());
+    }
     return Status::Unavailable("cannot read the cluster's slot map from " + Describe() + ": " +
                                map.status().message());
   }
@@ -260,7 +272,7 @@ void ClusterRouter::TimerLoop() {
         r.node >= 0
             ? r.node
             : owner_[static_cast<std::size_t>(r.call->slot)].load(std::memory_order_acquire);
-    Dispatch(std::move(r.call), node, false);
+    Dispatch(std::move(r.call), node, r.asking);
     lock.lock();
   }
 }
@@ -280,6 +292,15 @@ void ClusterRouter::Send(std::string_view routing_key, Command command, Deadline
 
 void ClusterRouter::Dispatch(std::shared_ptr<Call> call, int node, bool asking) {
   NodeClient* c = ClientOf(node);
+  if (c == nullptr && node >= 0 && node < node_count_.load(std::memory_order_acquire) &&
+      !closing_.load(std::memory_order_acquire)) {
+    // Known but without a client yet: the refresh thread connects to every primary of
+    // the map (never this thread: connecting blocks). Resend once it has; the wait is
+    // bounded by the deadline only (how long a connect takes on a loaded machine is
+    // not a number of attempts), and fails below when the deadline does not allow it.
+    RequestRefresh();
+    if (Schedule(call, node, asking, Backoff(call->waits++))) return;
+  }
   if (c == nullptr || !c->connected()) {
     // Nothing is sent: the caller's failure mode decides, and the map is refreshed
     // (the primary may have failed over).
@@ -298,9 +319,12 @@ void ClusterRouter::Dispatch(std::shared_ptr<Call> call, int node, bool asking) 
     OnReply(call, node, s, r);
   };
   if (!asking) {
-    // Only calls of one slot share a merged call (CoalesceInfo::slot), which a MOVED
+    // The script is left out of the Command: NOSCRIPT is handled here (OnReply), with
+    // the wire this call keeps anyway for redirects, so the node does not keep a
+    // second copy of every command (a measurable part of the client's CPU per call).
+    // Only calls of one slot share a coalesced call (CoalesceInfo::slot), which a MOVED
     // then redirects as a whole: each caller's call is resent on its own.
-    c->Send(Command{call->wire, call->script, call->coalesce}, call->deadline, std::move(on_reply));
+    c->Send(Command{call->wire, {}, call->coalesce}, call->deadline, std::move(on_reply));
     return;
   }
   // ASKING lets the next command on this connection touch the importing slot. The
@@ -321,21 +345,22 @@ void ClusterRouter::Dispatch(std::shared_ptr<Call> call, int node, bool asking) 
 void ClusterRouter::RetryLater(const std::shared_ptr<Call>& call, int node,
                                std::chrono::microseconds delay, const Status& s,
                                const redisReply* r) {
+  // No time left, or stopping: the error reply is the caller's.
+  if (!Schedule(call, node, false, delay)) call->done(s, r);
+}
+
+bool ClusterRouter::Schedule(const std::shared_ptr<Call>& call, int node, bool asking,
+                             std::chrono::microseconds delay) {
   const Deadline when = SteadyClock::now() + delay;
-  if (when >= call->deadline) {
-    call->done(s, r);  // no time left: the error reply is the caller's
-    return;
-  }
-  stats_->cluster_retries.fetch_add(1, std::memory_order_relaxed);
+  if (when >= call->deadline) return false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stop_) {
-      call->done(s, r);
-      return;
-    }
-    timers_.emplace(when, Retry{call, node});
+    if (stop_) return false;
+    timers_.emplace(when, Retry{call, node, asking});
   }
+  stats_->cluster_retries.fetch_add(1, std::memory_order_relaxed);
   timer_cv_.notify_one();
+  return true;
 }
 
 void ClusterRouter::OnReply(const std::shared_ptr<Call>& call, int node, const Status& s,
@@ -346,6 +371,25 @@ void ClusterRouter::OnReply(const std::shared_ptr<Call>& call, int node, const S
     return;
   }
   const ErrorKind kind = Classify(r);
+  if (kind == ErrorKind::kNoScript && !call->script.empty() && !call->script_reloaded &&
+      SteadyClock::now() < call->deadline && !closing_.load(std::memory_order_acquire)) {
+    // This node lost the script (restart, failover, SCRIPT FLUSH), which proves it did
+    // not run: load it and resend once, pipelined on one connection so the load comes
+    // first. A second NOSCRIPT is the caller's.
+    if (NodeClient* c = ClientOf(node)) {
+      call->script_reloaded = true;
+      stats_->script_reloads.fetch_add(1, std::memory_order_relaxed);
+      std::string both = EncodeCommand({"SCRIPT", "LOAD", call->script});
+      both += call->wire;
+      std::vector<ReplyCallback> cbs;
+      cbs.push_back([](const Status&, const redisReply*) {});  // the resend's reply tells
+      cbs.push_back([this, call, node](const Status& s2, const redisReply* r2) {
+        OnReply(call, node, s2, r2);
+      });
+      c->SendPipeline(std::move(both), call->deadline, std::move(cbs));
+      return;
+    }
+  }
   switch (kind) {
     case ErrorKind::kMoved:
     case ErrorKind::kAsk:

@@ -14,11 +14,15 @@
 //     ASK          (SCRIPT LOAD +) ASKING + the command on the target, map untouched;
 //     TRYAGAIN, CLUSTERDOWN, LOADING   resent after a short backoff (1, 2, 4... ms);
 //     READONLY     (a demoted primary) a refresh is requested, resent after a backoff;
-//     NOSCRIPT     the NodeClient loads the script on that node and resends once.
+//     NOSCRIPT     the script is loaded on that node and the call resent once (here,
+//                  not in NodeClient: the call's wire is kept here anyway).
 //   A timeout or a connection lost after sending goes to the caller as is. A slot whose
 //   primary has no live connection fails at once with kUnavailable (nothing was
 //   sent) and requests a refresh: during a failover, the caller's failure mode
-//   decides until the promoted replica is in the map.
+//   decides until the promoted replica is in the map. A node the router has no client
+//   for yet (a promoted replica a MOVED names, a new primary of a fresh map) is
+//   connected by the refresh thread; the call waits for it (backoff 1, 2, 4... 16 ms)
+//   inside its deadline, without using the redirect budget.
 // - Refreshes run on one background thread: requests while one is pending collapse
 //   into it, and consecutive refreshes are at least kMinRefreshGap apart. Connecting
 //   to a new primary (blocking, connect_timeout) happens there, never on a caller's or
@@ -61,7 +65,10 @@ class ClusterRouter final : public Router {
   // order for the slot map, then connects to every primary (each bounded by
   // connect_timeout). Errors: InvalidArgument when a seed answers but is not a cluster
   // node (cluster support disabled) or its cluster does not serve every slot;
-  // otherwise the error of the last seed or primary that could not be reached.
+  // otherwise the error of the last seed or primary that could not be reached. With
+  // `options.connect_now` false (degraded start), kUnavailable is not an error: the
+  // router starts without a map (calls fail at once with kUnavailable) and reads it in
+  // the background until it can.
   static Result<std::unique_ptr<ClusterRouter>> Create(NodeOptions options);
   // Stops the background threads, fails retries waiting for their turn with
   // kUnavailable, then closes every node (failing what is in flight).
@@ -94,10 +101,13 @@ class ClusterRouter final : public Router {
     Deadline deadline;
     ReplyCallback done;
     int redirects = 0;
+    int waits = 0;                 // resends waiting for a node's first connection
+    bool script_reloaded = false;  // NOSCRIPT answered once: loaded and resent
   };
   struct Retry {
     std::shared_ptr<Call> call;
     int node = -1;  // -1: the slot's current owner
+    bool asking = false;
   };
 
   explicit ClusterRouter(NodeOptions options);
@@ -116,6 +126,10 @@ class ClusterRouter final : public Router {
   // caller now). Called from a reply callback.
   void RetryLater(const std::shared_ptr<Call>& call, int node, std::chrono::microseconds delay,
                   const Status& s, const redisReply* r);
+  // Queues the call for the timer thread after `delay`; false (nothing queued) when the
+  // deadline would pass first or the router is stopping.
+  bool Schedule(const std::shared_ptr<Call>& call, int node, bool asking,
+                std::chrono::microseconds delay);
   void RefreshLoop();
   void TimerLoop();
 

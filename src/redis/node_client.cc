@@ -63,7 +63,12 @@ void NodeClient::SendPipeline(std::string wire, Deadline deadline,
 
 void NodeClient::Send(Command command, Deadline deadline, ReplyCallback done) {
   if (command.script.empty()) {
-    Pick().Submit(std::move(command.wire), deadline, std::move(done));
+    if (command.coalesce.target != nullptr) {
+      Pick().Submit(std::move(command.wire), deadline, std::move(done),
+                    std::move(command.coalesce));
+    } else {
+      Pick().Submit(std::move(command.wire), deadline, std::move(done));
+    }
     return;
   }
   // Keep the command for a resend after NOSCRIPT (it proves the script did not run;
@@ -90,7 +95,7 @@ void NodeClient::Send(Command command, Deadline deadline, ReplyCallback done) {
     Pick().Submit(std::move(both), deadline, std::move(cbs));
   };
   if (command.coalesce.target != nullptr) {
-    Pick().Submit(std::string(*wire), deadline, std::move(on_reply), command.coalesce);
+    Pick().Submit(std::string(*wire), deadline, std::move(on_reply), std::move(command.coalesce));
     return;
   }
   Pick().Submit(std::string(*wire), deadline, std::move(on_reply));

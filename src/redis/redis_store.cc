@@ -212,7 +212,16 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
   });
   if (!usable.ok()) return usable;
   impl->cluster = url->topology == redis::Topology::kCluster;
-  impl->router->ForEachPrimary([&](redis::NodeClient& node) { impl->CheckMaxmemory(node); });
+  int checked = 0;
+  impl->router->ForEachPrimary([&](redis::NodeClient& node) {
+    impl->CheckMaxmemory(node);
+    ++checked;
+  });
+  if (checked == 0) {  // degraded start on a cluster that no seed answered for yet
+    impl->Warn("could not read maxmemory-policy: no primary of " + url->Describe() +
+               " is reachable yet; sluice needs it to be noeviction, or keys may be "
+               "evicted and limits reset");
+  }
   return std::shared_ptr<RedisStore>(new RedisStore(std::move(impl)));
 }
 

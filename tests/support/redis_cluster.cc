@@ -173,6 +173,9 @@ Result<std::unique_ptr<RedisCluster>> RedisCluster::Start(RedisClusterOptions op
       auto bus = FreeLoopbackPort();
       if (!bus.ok()) return bus.status();
       RedisServerOptions so;
+      if (static_cast<std::size_t>(i) < options.ports.size()) {
+        so.port = options.ports[static_cast<std::size_t>(i)];
+      }
       so.args = {"--cluster-enabled", "yes", "--cluster-port", std::to_string(*bus),
                  "--cluster-node-timeout", std::to_string(options.node_timeout_ms),
                  // A replica may always take over, however long its link was down.

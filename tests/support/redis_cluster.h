@@ -42,6 +42,9 @@ struct RedisClusterOptions {
   // the ports the cluster announces to TLS clients) and `tls-replication yes`. The
   // plain ports stay open for the fixture's own commands.
   const TestCerts* tls = nullptr;
+  // The nodes' ports, in order (one per node, free ones); empty: picked by the fixture.
+  // For a test that gives a store the addresses before the cluster exists.
+  std::vector<int> ports;
 };
 
 // One node as the cluster sees it (from CLUSTER NODES).

@@ -66,7 +66,7 @@ Result<std::unique_ptr<RedisServer>> RedisServer::Start(RedisServerOptions optio
   s->dir_ = tmpl;
   Status last;
   for (int attempt = 0; attempt < 3; ++attempt) {  // the free port may be taken meanwhile
-    auto port = FreeLoopbackPort();
+    auto port = s->options_.port != 0 ? Result<int>(s->options_.port) : FreeLoopbackPort();
     if (!port.ok()) return port.status();
     s->port_ = *port;
     last = s->Launch();

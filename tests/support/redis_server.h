@@ -31,6 +31,8 @@ struct RedisServerOptions {
   std::vector<std::string> args;
   // The binary; found on PATH when not absolute.
   std::string binary = "redis-server";
+  // The port to listen on; 0: a free one (FreeLoopbackPort).
+  int port = 0;
   // Bound on waiting for the server to answer PING.
   int start_timeout_ms = 10'000;
 };
