@@ -147,10 +147,12 @@ void Connection::Emit(std::vector<Queued>& batch, std::string& out, std::deque<P
     const CoalesceTarget& target = *lane.front()->coalesce.target;
     for (std::size_t from = 0; from < lane.size(); from += target.max_groups) {
       const std::size_t to = std::min(lane.size(), from + target.max_groups);
-      if (to - from == 1) {  // alone: its own (leaner) script
-        Queued& q = *lane[from];
-        out.append(q.wire);
-        inflight.push_back(Pending{q.deadline, std::move(q.callbacks.front())});
+      if (to - from < std::max<std::size_t>(2, target.min_groups)) {  // their own scripts
+        for (std::size_t i = from; i < to; ++i) {
+          Queued& q = *lane[i];
+          out.append(q.wire);
+          inflight.push_back(Pending{q.deadline, std::move(q.callbacks.front())});
+        }
         continue;
       }
       auto m = std::make_shared<Merged>();

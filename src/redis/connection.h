@@ -91,7 +91,7 @@ struct ConnectionStats {
 // each caller at its own deadline, and fails every caller of a merged call that may
 // have run (timeout, lost connection): a merged call is never resent, except after
 // NOSCRIPT (which proves nothing ran), once, after loading the grouped script on this
-// connection. A call that is alone in the queue is sent as it is (its own script).
+// connection. Calls queued in smaller numbers than `min_groups` are sent as they are.
 //
 // The grouped script's contract: KEYS are every group's keys in order; ARGV is what
 // `encode` wrote; the reply is one flat array, each group's `nreplies` elements in
@@ -101,6 +101,9 @@ struct CoalesceTarget {
   std::string_view sha;     // the grouped script's SHA1 (static storage)
   std::string_view source;  // its source, loaded on NOSCRIPT
   std::size_t max_groups;   // at most this many groups in one call (>= 2)
+  // Fewer groups than this queued together are sent as they are: the grouped script's
+  // fixed cost per call would outweigh what merging them saves.
+  std::size_t min_groups = 2;
   // Appends the merged call's ARGV (RESP bulk strings) for `groups` to `out` and
   // returns how many. Runs on the I/O thread.
   std::function<std::size_t(const std::vector<const CoalesceInfo*>& groups, std::string& out)>

@@ -23,6 +23,12 @@ namespace sluice {
 namespace {
 
 constexpr std::size_t kMaxBatch = 16;
+// Fewer batches queued together than this are sent one call each: the coalesced
+// script's fixed cost per call (its body defines every algorithm, about 5 us of Redis
+// CPU) would outweigh the per-call cost merging saves (about 1 us per batch against
+// the lean one-check scripts), and at low load merged calls measured a worse p99
+// (docs/benchmarks.md, "Coalesced calls").
+constexpr std::size_t kMinCoalescedBatches = 8;
 // Caller-time mode (tests): TTLs are padded so that Redis's own expiry, which runs on
 // its clock, never drops state that the caller's clock still needs.
 constexpr long long kCallerTimeTtlPadMs = 3'600'000;
@@ -200,6 +206,7 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
   impl->coalesce_target = {
       redis::CoalescedScript().sha, redis::CoalescedScript().source,
       static_cast<std::size_t>(options.coalesce),
+      std::min(kMinCoalescedBatches, static_cast<std::size_t>(options.coalesce)),
       [caller_time = options.use_caller_time](const std::vector<const redis::CoalesceInfo*>& groups,
                                               std::string& out) {
         return EncodeCoalesced(caller_time, groups, out);

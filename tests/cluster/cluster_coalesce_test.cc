@@ -47,16 +47,18 @@ TEST(ClusterCoalesce, OnlyCallsOfOneSlotShareACall) {
 
   const Policy p = Policy::FixedWindow("fw", 10, std::chrono::hours(1));
   const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
-  // Three callers per slot, interleaved in the queue, each on a key of its own.
+  // Eight callers per slot (enough to be merged), interleaved in the queue, each on a
+  // key of its own.
+  constexpr int kCallers = 16;
   std::vector<std::string> keys;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < kCallers; ++i) {
     keys.push_back("sluice:{" + tags[i % 2] + "}:k" + std::to_string(i));
   }
   struct Shared {
     std::mutex mu;
     std::condition_variable cv;
-    std::vector<Status> status = std::vector<Status>(6);
-    std::vector<Decision> decision = std::vector<Decision>(6);
+    std::vector<Status> status = std::vector<Status>(kCallers);
+    std::vector<Decision> decision = std::vector<Decision>(kCallers);
     int answered = 0;
   };
   auto shared = std::make_shared<Shared>();
@@ -65,7 +67,7 @@ TEST(ClusterCoalesce, OnlyCallsOfOneSlotShareACall) {
   store.EvaluateAsync(
       std::span<const StoreCheck>(&t, 1), 0, [&](const Status& s, std::span<const Decision>) {
         EXPECT_TRUE(s.ok()) << s.ToString();
-        for (int i = 0; i < 6; ++i) {
+        for (int i = 0; i < kCallers; ++i) {
           const StoreCheck c{&p, keys[i], 1};
           store.EvaluateAsync(std::span<const StoreCheck>(&c, 1), 0,
                               [shared, i](const Status& st, std::span<const Decision> d) {
@@ -79,18 +81,18 @@ TEST(ClusterCoalesce, OnlyCallsOfOneSlotShareACall) {
       });
   {
     std::unique_lock<std::mutex> lock(shared->mu);
-    ASSERT_TRUE(
-        shared->cv.wait_for(lock, std::chrono::seconds(60), [&] { return shared->answered == 6; }));
+    ASSERT_TRUE(shared->cv.wait_for(lock, std::chrono::seconds(60),
+                                    [&] { return shared->answered == kCallers; }));
   }
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < kCallers; ++i) {
     ASSERT_TRUE(shared->status[i].ok()) << i << ": " << shared->status[i].ToString();
     EXPECT_TRUE(shared->decision[i].allowed) << i;
     EXPECT_EQ(shared->decision[i].remaining, 9u) << i;
   }
-  // One merged call per slot, three callers each; nothing was redirected.
+  // One merged call per slot, eight callers each; nothing was redirected.
   const auto after = store.Stats();
   EXPECT_EQ(after.coalesced_calls - before.coalesced_calls, 2u);
-  EXPECT_EQ(after.coalesced_evaluations - before.coalesced_evaluations, 6u);
+  EXPECT_EQ(after.coalesced_evaluations - before.coalesced_evaluations, 16u);
   EXPECT_EQ(after.moved, before.moved);
   for (const std::string& k : keys) {
     auto ttl = cluster->node(*owner).Command({"PTTL", k});
