@@ -279,13 +279,15 @@ TEST_F(CliRedisTest, BadFlagsExitTwoNamingTheFlag) {
 TEST_F(CliRedisTest, BenchCountsEveryDecision) {
   // A 300-day window: the keys are still there (their TTL runs to the window's end)
   // when the test lists them below.
+  // --coalesce 1: one Redis call per decision, so the calls count the decisions too.
   Outcome r = Sluice(Args({"bench", "--requests", "3000", "-c", "16", "--keys", "50", "--rate",
-                           "100000/300d", "--timeout", "5s", "--json", "-q"}));
+                           "100000/300d", "--timeout", "5s", "--coalesce", "1", "--json", "-q"}));
   ASSERT_EQ(r.rc, 0) << Describe(r);
   EXPECT_EQ(JsonNumber(r.out, "decisions"), 3000) << r.out;
   EXPECT_EQ(JsonNumber(r.out, "error_total"), 0) << r.out;
   EXPECT_EQ(JsonNumber(r.out, "allowed") + JsonNumber(r.out, "denied"), 3000) << r.out;
   EXPECT_EQ(JsonNumber(r.out, "store_calls"), 3000) << r.out;
+  EXPECT_EQ(JsonNumber(r.out, "coalesce"), 1) << r.out;
   EXPECT_EQ(JsonNumber(r.out, "concurrency"), 16) << r.out;
   EXPECT_GT(JsonNumber(r.out, "decisions_per_s"), 0) << r.out;
   const double p50 = JsonNumber(r.out, "p50"), p99 = JsonNumber(r.out, "p99");
@@ -309,12 +311,29 @@ TEST_F(CliRedisTest, BenchOnAHotKeyAllowsExactlyTheLimit) {
 }
 
 TEST_F(CliRedisTest, BenchTextSummaryAndProgressGoToTheirStreams) {
-  Outcome r = Sluice(Args({"bench", "--requests", "500", "-c", "8", "--timeout", "5s"}));
+  Outcome r = Sluice(Args({"bench", "--requests", "500", "-c", "8", "--timeout", "5s", "--coalesce",
+                           "1"}));  // one Redis call per decision
   ASSERT_EQ(r.rc, 0) << Describe(r);
   EXPECT_TRUE(std::regex_search(r.out, std::regex("decisions +500 \\([0-9]+/s\\)"))) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex("latency +p50 [0-9.]+(us|ms), p90"))) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex("errors +0\n"))) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex("redis calls +500\n"))) << r.out;
+}
+
+// With coalescing (the default) every decision is still made and counted; the Redis
+// calls (script calls sent) are at most one per decision.
+TEST_F(CliRedisTest, BenchWithCoalescingCountsScriptCalls) {
+  Outcome r = Sluice(Args({"bench", "--requests", "3000", "-c", "64", "--keys", "50", "--rate",
+                           "100000/300d", "--timeout", "5s", "--json", "-q"}));
+  ASSERT_EQ(r.rc, 0) << Describe(r);
+  EXPECT_EQ(JsonNumber(r.out, "decisions"), 3000) << r.out;
+  EXPECT_EQ(JsonNumber(r.out, "error_total"), 0) << r.out;
+  EXPECT_EQ(JsonNumber(r.out, "coalesce"), 32) << r.out;
+  EXPECT_GT(JsonNumber(r.out, "store_calls"), 0) << r.out;
+  EXPECT_LE(JsonNumber(r.out, "store_calls"), 3000) << r.out;
+  Outcome bad = Sluice(Args({"bench", "--requests", "10", "--coalesce", "0"}));
+  EXPECT_EQ(bad.rc, 2) << Describe(bad);
+  EXPECT_NE(bad.err.find("--coalesce"), std::string::npos) << Describe(bad);
 }
 
 TEST_F(CliRedisTest, DenyCacheSavesRedisCallsOnAFloodedKey) {
