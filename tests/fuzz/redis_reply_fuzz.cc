@@ -28,6 +28,15 @@ void Inspect(const redisReply& r) {
   } else {
     FUZZ_CHECK(kind == sluice::redis::ErrorKind::kNone);
   }
+  if (r.type == REDIS_REPLY_INTEGER) {
+    // A one-check script's packed allowed decision (lua/single_tail.lua).
+    const std::uint64_t capacity[1] = {1000};
+    sluice::Decision out[1];
+    if (sluice::redis::DecodeDecisions(r, 1, capacity, out).ok()) {
+      FUZZ_CHECK(out[0].allowed && out[0].limit == 1000 && out[0].remaining <= 1000);
+      FUZZ_CHECK(out[0].reset_after >= 0 && out[0].retry_after == 0);
+    }
+  }
   if (r.type == REDIS_REPLY_ARRAY && r.elements % 4 == 0 && r.elements <= 64) {
     const std::size_t n = r.elements / 4;
     std::uint64_t capacity[16];
