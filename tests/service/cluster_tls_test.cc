@@ -1,11 +1,12 @@
-// sluiced on a TLS Redis Cluster (rediss-cluster://, a real 3-node cluster with
-// `tls-cluster yes` started by the test, certificates made by openssl): two processes
-// share one limit, whatever primary its key lives on.
+// sluiced over TLS (certificates made by openssl in the test): on one TLS redis-server
+// (rediss://), and on a real 3-node TLS cluster (rediss-cluster://, `tls-cluster yes`)
+// where two processes share one limit, whatever primary its key lives on.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
 #include "process.h"
 #include "redis_cluster.h"
+#include "redis_server.h"
 #include "tls_certs.h"
 
 namespace sluice::testing {
@@ -24,6 +25,29 @@ int Check(int port, const std::string& value) {
   c.set_read_timeout(5, 0);
   auto r = c.Get("/v1/check?domain=shared&key=user&value=" + value);
   return r ? r->status : 0;
+}
+
+TEST(SluicedTls, DecidesOverRediss) {
+  auto certs = TestCerts::Make();
+  ASSERT_TRUE(certs.ok()) << certs.status().ToString();
+  auto tls_port = FreeLoopbackPort();
+  ASSERT_TRUE(tls_port.ok());
+  RedisServerOptions so;
+  so.args = (*certs)->ServerArgs(*tls_port);
+  auto server = RedisServer::Start(so);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  TempDir dir;
+  WriteFile(dir.File("sluiced.yaml"), kConfig);
+  const std::string url =
+      "rediss://127.0.0.1:" + std::to_string(*tls_port) + "?tls_ca=" + (*certs)->Path("ca.crt");
+  Sluiced a = StartSluiced(dir.File("sluiced.yaml"), dir.File("a.log"), {"--redis", url});
+  ASSERT_GT(a.http_port, 0) << a.LogText();
+  int allowed = 0;
+  for (int i = 0; i < 12; ++i) allowed += Check(a.http_port, "u1") == 200;
+  EXPECT_EQ(allowed, 10);
+  auto keys = (*server)->Command({"DBSIZE"});  // the plain port: the fixture's view
+  ASSERT_TRUE(keys.ok());
+  EXPECT_EQ(keys->integer, 1);
 }
 
 TEST(SluicedClusterTls, TwoProcessesShareOneLimitOverRedissCluster) {
