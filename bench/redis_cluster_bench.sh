@@ -8,8 +8,10 @@
 #
 # Usage: bench/redis_cluster_bench.sh [--seconds S] [--algorithms "fixed_window gcra ..."]
 #                                     [--keys K] [--concurrency C] [--connections N]
+#                                     [--cluster-connections M]
 #                                     [--out FILE.md] [--sluice PATH]
-# --connections is per server: the single server gets N, each cluster primary gets N too.
+# --connections is per server: the single server gets N, each cluster primary gets N too,
+# unless --cluster-connections M gives the cluster's primaries M each.
 # Needs redis-server, redis-cli, python3, /usr/bin/time. Builds build/release/src/cli/sluice
 # (incrementally) unless --sluice is given.
 set -euo pipefail
@@ -21,6 +23,7 @@ algorithms="fixed_window gcra"
 keys=100000
 concurrency=64
 connections=2
+cluster_connections=""
 out=""
 sluice="$root/build/release/src/cli/sluice"
 while [[ $# -gt 0 ]]; do
@@ -30,6 +33,7 @@ while [[ $# -gt 0 ]]; do
     --keys) keys=$2; shift 2 ;;
     --concurrency) concurrency=$2; shift 2 ;;
     --connections) connections=$2; shift 2 ;;
+    --cluster-connections) cluster_connections=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --sluice) sluice=$2; shift 2 ;;
     -h|--help) sed -n 2,14p "$0"; exit 0 ;;
@@ -93,7 +97,8 @@ results="$tmp/results.jsonl"
 # measure CASE URL PORTS...: one sluice bench run, with CPU and call counts per server.
 measure() {
   local case=$1 url=$2; shift 2
-  local ports=("$@") before=() calls
+  local ports=("$@") before=() calls conns=$connections
+  [[ $case == cluster && -n $cluster_connections ]] && conns=$cluster_connections
   for p in "${ports[@]}"; do
     redis-cli -p "$p" flushall >/dev/null
     redis-cli -p "$p" config resetstat >/dev/null
@@ -104,7 +109,7 @@ measure() {
   done
   echo "== $case: sluice bench --redis $url -a $alg" >&2
   json=$(/usr/bin/time -o "$tmp/time.txt" -f "%U %S" "$sluice" bench --redis "$url" -a "$alg" \
-    --rate 1000/s -c "$concurrency" --connections "$connections" -d "${seconds}s" \
+    --rate 1000/s -c "$concurrency" --connections "$conns" -d "${seconds}s" \
     --keys "$keys" --timeout 1s --json -q)
   local servers="[]"
   for i in "${!ports[@]}"; do
@@ -130,7 +135,7 @@ for alg in $algorithms; do
   measure cluster "$cluster_url" "${cluster_ports[@]}"
 done
 
-report=$(python3 - "$results" "$seconds" "$keys" "$concurrency" "$connections" "$(nproc)" "$(uptime)" <<'EOF'
+report=$(python3 - "$results" "$seconds" "$keys" "$concurrency" "$connections${cluster_connections:+ (cluster primaries: $cluster_connections each)}" "$(nproc)" "$(uptime)" <<'EOF'
 import json, sys
 path, seconds, keys, conc, conns, nproc, uptime = sys.argv[1:8]
 rows = [json.loads(l) for l in open(path)]

@@ -1,6 +1,7 @@
 // `sluice check` over rediss:// against a real TLS redis-server (certificates made by
-// openssl in the test): it decides, and an expired or a mismatched server certificate
-// exits 3 with a message naming what is wrong, within --connect-timeout.
+// openssl in the test): it decides; TLS to a plain port, plain to a TLS port, a cluster
+// seed that is not a cluster node, an expired and a mismatched server certificate each
+// exit 3 with a message naming what is wrong, within --connect-timeout.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -39,7 +40,7 @@ CliOutcome Check(const std::string& url) {
                                  "--connect-timeout", "1s"});
 }
 
-TEST(CliTls, ChecksOverRedissAndExits3OnExpiredOrMismatchedCertificates) {
+TEST(CliTls, ChecksOverRedissAndExits3OnBadInput) {
   auto certs = TestCerts::Make();
   ASSERT_TRUE(certs.ok()) << certs.status().ToString();
   const std::string ca = "?tls_ca=" + (*certs)->Path("ca.crt");
@@ -49,6 +50,23 @@ TEST(CliTls, ChecksOverRedissAndExits3OnExpiredOrMismatchedCertificates) {
   CliOutcome ok = Check("rediss://127.0.0.1:" + std::to_string(good.tls_port) + ca);
   EXPECT_EQ(ok.rc, 0) << ok.Describe();
   EXPECT_NE(ok.out.find("allowed: 4 of 5 left"), std::string::npos) << ok.Describe();
+
+  // TLS to the server's plain port, plain to its TLS port, and a cluster URL whose seed
+  // is a plain server: each exits 3 naming the problem, within --connect-timeout.
+  const std::string plain_port = std::to_string(good.server->port());
+  const struct {
+    std::string url, expect;
+  } wrong[] = {
+      {"rediss://127.0.0.1:" + plain_port + ca, "TLS handshake"},
+      {"redis://127.0.0.1:" + std::to_string(good.tls_port), "PING"},
+      {"redis-cluster://127.0.0.1:" + plain_port, "is not a Redis Cluster node"},
+  };
+  for (const auto& w : wrong) {
+    CliOutcome o = Check(w.url);
+    EXPECT_EQ(o.rc, 3) << w.url << ": " << o.Describe();
+    EXPECT_NE(o.err.find(w.expect), std::string::npos) << w.url << ": " << o.Describe();
+    EXPECT_LT(o.took, milliseconds(1000) + kMargin) << w.url;
+  }
 
   TlsServer expired = Start(**certs, "expired");
   ASSERT_NE(expired.server, nullptr);
