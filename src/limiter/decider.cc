@@ -685,6 +685,13 @@ std::size_t Decider::DenyCacheBytes() const {
   return impl_->use_deny_cache ? impl_->deny_cache.bytes() : 0;
 }
 
+std::size_t Decider::FallbackKeys() const {
+  return impl_->fallback_store.Stats().keys;
+}
+std::size_t Decider::FallbackMaxKeys() const {
+  return impl_->options.fallback_max_keys;
+}
+
 Store& Decider::store() const {
   return *impl_->options.store;
 }

@@ -105,6 +105,9 @@ class Decider {
   LimiterStats Stats() const;
   // Bytes the deny cache reserves (its fixed budget; 0 when disabled).
   std::size_t DenyCacheBytes() const;
+  // Keys the local fallback's in-process store holds, and its key cap.
+  std::size_t FallbackKeys() const;
+  std::size_t FallbackMaxKeys() const;
   Store& store() const;
   const Clock& clock() const;
 
