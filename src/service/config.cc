@@ -190,7 +190,8 @@ class Loader {
   RateLimitSpec ParseRateLimit(const YAML::Node& n, const Settings& s) {
     CheckKeys(n, "rate_limit",
               {"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces",
-               "algorithm", "burst", "failure_mode", "fallback_divisor", "policy"});
+               "algorithm", "burst", "failure_mode", "fallback_divisor", "policy", "lease",
+               "lease_validity"});
     RateLimitSpec r;
     r.line = Line(n);
     r.algorithm = s.default_algorithm;
@@ -248,6 +249,14 @@ class Loader {
       if (r.fallback_divisor == 0)
         Fail(n["fallback_divisor"], "fallback_divisor must be at least 1");
     }
+    if (n["lease"]) r.lease = Uint(n["lease"], "lease", 1'000'000'000'000ULL);
+    if (const YAML::Node v = n["lease_validity"]) {
+      auto us = ParseDuration(Str(v, "lease_validity"));
+      if (!us.ok()) Fail(v, "lease_validity: " + us.status().message());
+      if (*us <= 0) Fail(v, "lease_validity must be more than 0");
+      if (r.lease == 0) Fail(v, "lease_validity needs a lease");
+      r.lease_validity = *us;
+    }
     if (const YAML::Node p = n["policy"]) {
       r.policy = Str(p, "policy");
       Policy probe;
@@ -284,6 +293,8 @@ class Loader {
     p.burst = r.burst;
     p.failure_mode = r.failure_mode;
     p.fallback_divisor = r.fallback_divisor;
+    p.lease = r.lease;
+    p.lease_validity = r.lease_validity;
     if (Status st = ValidatePolicy(p); !st.ok()) {
       std::string m = st.message();
       const std::string prefix = "policy 'probe': ";

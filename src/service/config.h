@@ -51,6 +51,9 @@ struct RateLimitSpec {
   std::uint64_t burst = 0;
   FailureMode failure_mode = FailureMode::kFailOpen;
   std::uint32_t fallback_divisor = 1;
+  // `lease`, `lease_validity`: hot-key leases (Policy::lease); 0 is off / window / 10.
+  std::uint64_t lease = 0;
+  Micros lease_validity = 0;
   // `policy`: the sluice policy name (store keys, metrics). Empty: derived from the
   // parameters, so an unchanged limit keeps its counters across reloads.
   std::string policy;

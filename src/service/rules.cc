@@ -96,6 +96,9 @@ Status RuleSet::AddDescriptors(const std::string& domain, Node& node,
         return Status::InvalidArgument(config_.file + ":" + std::to_string(s.line) + ": " +
                                        st.message());
       }
+      // Hot-key leases (checked with the rest of the policy when the file was parsed).
+      rule->policy.lease = rule->unlimited ? 0 : s.lease;
+      rule->policy.lease_validity = rule->unlimited ? 0 : s.lease_validity;
       // Limits of one descriptor share its store key and differ by policy name: two
       // with the same name would be one counter charged twice.
       for (const Rule* o = c->rule; o != nullptr; o = o->next) {

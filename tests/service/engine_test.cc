@@ -929,6 +929,101 @@ TEST_F(EngineTest, MoreThanSixteenMatchedLimitsIsInvalidArgument) {
   EXPECT_EQ(s.message(), "the request's descriptors match 18 limits (at most 16 in one request)");
 }
 
+// Counts evaluations and refunds (the lease tests below).
+class LeaseCountingStore final : public Store {
+ public:
+  explicit LeaseCountingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  Status Evaluate(std::span<const StoreCheck> checks, Micros now,
+                  std::span<Decision> out) override {
+    calls.fetch_add(1);
+    return inner_->Evaluate(checks, now, out);
+  }
+  Status Refund(std::span<const StoreCheck> checks, Micros now) override {
+    refunds.fetch_add(1);
+    return inner_->Refund(checks, now);
+  }
+  Status Reset(const Policy& policy, std::string_view key) override {
+    return inner_->Reset(policy, key);
+  }
+  std::atomic<int> calls{0}, refunds{0};
+
+ private:
+  std::shared_ptr<Store> inner_;
+};
+
+// `lease` in a rule: a hot descriptor is decided from the engine's lease, exactly
+// (fixed window), with a store call per lease instead of per request; a request with
+// several limits is not leased.
+TEST_F(EngineTest, LeasedRulesDecideFromTheLease) {
+  auto counting = std::make_shared<LeaseCountingStore>(store);
+  auto c = ParseConfig(R"(
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 100, lease: 20, lease_validity: 1s}
+  - key: pair
+    rate_limits:
+      - {unit: minute, requests_per_unit: 100, lease: 20}
+      - {unit: hour, requests_per_unit: 1000, lease: 20}
+)",
+                       "engine.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  auto e = Engine::Create(*c, Engine::Options{counting, clock});
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  engine = std::move(*e);
+  EXPECT_EQ(Passes("api", D{{{"user", "hot"}}}, 150), 100);
+  EXPECT_LT(counting->calls.load(), 100);
+  EXPECT_GT(engine->Stats().limiter.lease_hits, 50u);
+
+  // The asynchronous path (gRPC) uses the same lease.
+  const int before = counting->calls.load();
+  int ok = 0;
+  for (int i = 0; i < 40; ++i) {
+    RateLimitRequest req;
+    req.domain = "api";
+    req.descriptors.push_back(DescriptorRequest{});
+    req.descriptors.back().entries.push_back(Entry{"user", "async"});
+    engine->ShouldRateLimitAsync(req, [&](const Status& s, RateLimitResponse& r) {
+      ASSERT_TRUE(s.ok()) << s.message();
+      ok += r.overall_code == Code::kOk ? 1 : 0;
+    });
+  }
+  EXPECT_EQ(ok, 40);
+  EXPECT_LT(counting->calls.load() - before, 20);
+
+  // The lease expires after 1 s: its unused units go back to the store.
+  clock->Advance(kSec);
+  EXPECT_EQ(Passes("api", D{{{"user", "async"}}}, 1), 1);
+  EXPECT_GE(counting->refunds.load(), 1);
+
+  const int multi = counting->calls.load();
+  EXPECT_EQ(Passes("api", D{{{"pair", "p"}}}, 10), 10);
+  EXPECT_EQ(counting->calls.load() - multi, 10);
+}
+
+TEST(EngineConfig, BadLeasesAreNamedWithTheLine) {
+  auto bad = [](const std::string& rl) {
+    auto c = ParseConfig("domain: a\ndescriptors:\n  - key: k\n    rate_limit: " + rl + "\n",
+                         "lease.yaml");
+    return c.ok() ? std::string() : c.status().message();
+  };
+  EXPECT_NE(bad("{unit: minute, requests_per_unit: 10, lease: 11}")
+                .find("lease.yaml:4: rate_limit: lease (11) must not exceed the capacity (10)"),
+            std::string::npos);
+  EXPECT_NE(bad("{unit: minute, requests_per_unit: 10, lease: 5, algorithm: sliding_window_log}")
+                .find("lease does not apply to sliding_window_log"),
+            std::string::npos);
+  EXPECT_NE(bad("{unit: minute, requests_per_unit: 10, lease: 5, lease_validity: 7s}")
+                .find("lease_validity must be 0 (window / 10) or up to window / 10"),
+            std::string::npos);
+  EXPECT_NE(bad("{unit: minute, requests_per_unit: 10, lease_validity: 1s}")
+                .find("lease.yaml:4: lease_validity needs a lease"),
+            std::string::npos);
+  EXPECT_NE(bad("{unit: minute, requests_per_unit: 10, lease: 5, lease_validity: soon}")
+                .find("lease_validity: "),
+            std::string::npos);
+}
+
 // At the embedded store's key cap a new key is decided by its rule's failure mode: that
 // is counted as outcome="key_cap", never as the limit's "over_limit" (or "ok"), and the
 // keys held are a gauge.
