@@ -113,7 +113,9 @@ struct Engine::Prepared {
   // Per descriptor: its first slot and its number of slots (0: no limit applies).
   std::uint8_t first[kMaxChecks] = {};
   std::uint8_t count[kMaxChecks] = {};
-  Rule overrides[kMaxChecks];
+  // The rules of caller overrides, per descriptor; allocated for the first request that
+  // has one (a Rule is a few hundred bytes: most requests need none).
+  std::unique_ptr<Rule[]> overrides;
   // Per slot: its descriptor, its rule (null: replaced by another matched limit), its
   // check, its counters.
   std::size_t nslots = 0;
@@ -145,6 +147,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Config& config, Options opt
   Engine* self = e.get();
   e->store_ = std::make_shared<TimedStore>(std::move(options.store), e->metrics_,
                                            [self] { self->OnKeyCap(); });
+  e->store_remote_ = e->store_->IsRemote();
   e->clock_ = options.clock ? std::move(options.clock) : std::make_shared<SteadyEpochClock>();
   decide::Options d;
   d.store = e->store_;
@@ -338,6 +341,7 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
     if (d.entries.empty()) continue;  // envoyproxy/ratelimit: no entries, no limit (OK)
     const Rule* r = nullptr;
     if (d.has_override) {
+      if (!p.overrides) p.overrides = std::make_unique<Rule[]>(kMaxChecks);
       Status s = rules.OverrideRule(req.domain, d.override_requests_per_unit, d.override_unit,
                                     p.overrides[i]);
       if (!s.ok())
@@ -580,6 +584,26 @@ Status Engine::ShouldRateLimit(const RateLimitRequest& req, RateLimitResponse* r
 }
 
 void Engine::ShouldRateLimitAsync(const RateLimitRequest& req, AsyncDone done) {
+  if (!store_remote_) {
+    // An in-process store answers inline anyway: decide on this thread's scratch
+    // (Prepared, response), without the heap objects an asynchronous answer needs. A
+    // `done` that decides again on this thread gets a response of its own.
+    thread_local RateLimitResponse scratch;
+    thread_local bool busy = false;
+    if (!busy) {
+      busy = true;
+      struct Free {
+        ~Free() { busy = false; }
+      } free_scratch;
+      Status s = ShouldRateLimit(req, &scratch);
+      done(s, scratch);
+      return;
+    }
+    RateLimitResponse resp;
+    Status s = ShouldRateLimit(req, &resp);
+    done(s, resp);
+    return;
+  }
   auto p = std::make_shared<Prepared>();
   auto resp = std::make_shared<RateLimitResponse>();
   bool decide = false;

@@ -145,6 +145,7 @@ class Engine {
               RateLimitResponse* response) const;
 
   std::shared_ptr<Store> store_;
+  bool store_remote_ = false;
   // The embedded store when the engine decides on one (memory://), else null. Such a
   // store fails a check only at its key cap: a decision made by a failure mode then
   // means "at the key cap", never "store unreachable".

@@ -71,17 +71,6 @@ std::string Dump(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-const char* CodeName(Code c) {
-  switch (c) {
-    case Code::kOk:
-      return "OK";
-    case Code::kOverLimit:
-      return "OVER_LIMIT";
-    default:
-      return "UNKNOWN";
-  }
-}
-
 // What a handler answers; turned into a Beast response by the connection.
 struct Reply {
   int status = 200;
@@ -609,39 +598,14 @@ void HttpServer::Impl::Check(const Request& req, std::string_view query, Respond
   }
   engine.ShouldRateLimitAsync(r, [this, respond, invalid](const Status& s, RateLimitResponse& out) {
     if (!s.ok()) return invalid(s.message());
-    const DescriptorStatus& st = out.statuses[0];
     const bool over = out.overall_code == Code::kOverLimit;
     engine.metrics().CountRequest(Api::kCheck,
                                   over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
-    nlohmann::json j{{"allowed", !over}, {"code", CodeName(st.code)}, {"limited", st.has_limit}};
-    if (st.has_limit) {
-      j["limit"] = st.requests_per_unit;
-      j["unit"] = UnitName(st.unit);
-      j["remaining"] = st.limit_remaining;
-      j["reset_after_ms"] = (st.duration_until_reset + 999) / 1000;
-      j["retry_after_ms"] = (st.retry_after + 999) / 1000;
-      if (!st.name.empty()) j["name"] = st.name;
-      // rate_limits: the fields above are the binding limit's; each limit follows.
-      if (!st.limits.empty()) {
-        nlohmann::json all = nlohmann::json::array();
-        for (const DescriptorStatus& l : st.limits) {
-          nlohmann::json x{{"code", CodeName(l.code)},
-                           {"limit", l.requests_per_unit},
-                           {"unit", UnitName(l.unit)},
-                           {"remaining", l.limit_remaining},
-                           {"reset_after_ms", (l.duration_until_reset + 999) / 1000},
-                           {"retry_after_ms", (l.retry_after + 999) / 1000}};
-          if (!l.name.empty()) x["name"] = l.name;
-          all.push_back(std::move(x));
-        }
-        j["limits"] = std::move(all);
-      }
-    }
     Reply rep;
     AddRateLimitHeaders(rep, out);
     rep.status = over ? 429 : 200;
     rep.content_type = "application/json";
-    rep.body = Dump(j);
+    rep.body = RenderCheckResponse(out);
     respond(std::move(rep));
   });
 }

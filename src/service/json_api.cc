@@ -263,6 +263,65 @@ Status ParseJsonRequest(std::string_view body, std::size_t max_descriptors, Json
   return Status::Ok();
 }
 
+namespace {
+
+// The fields of one limit in /v1/check's answer, from "code" (or "limit") to "unit"
+// (alphabetical: limit, [limited, limits,] name, remaining, ...): `middle` goes between
+// "limit" and "name".
+void AppendCheckLimit(std::string& out, const DescriptorStatus& s, bool with_code,
+                      const std::string& middle) {
+  if (with_code) {
+    out.append("\"code\":");
+    out.append(CodeName(s.code));
+    out.push_back(',');
+  }
+  out.append("\"limit\":");
+  out.append(std::to_string(s.requests_per_unit));
+  out.append(middle);
+  if (!s.name.empty()) {
+    out.append(",\"name\":");
+    AppendString(out, s.name);
+  }
+  out.append(",\"remaining\":");
+  out.append(std::to_string(s.limit_remaining));
+  out.append(",\"reset_after_ms\":");
+  out.append(std::to_string((s.duration_until_reset + 999) / 1000));
+  out.append(",\"retry_after_ms\":");
+  out.append(std::to_string((s.retry_after + 999) / 1000));
+  out.append(",\"unit\":");
+  AppendString(out, UnitName(s.unit));
+}
+
+}  // namespace
+
+std::string RenderCheckResponse(const RateLimitResponse& r) {
+  const DescriptorStatus& st = r.statuses.at(0);
+  std::string out;
+  out.reserve(160 + 160 * st.limits.size());
+  out.append(r.overall_code == Code::kOverLimit ? "{\"allowed\":false,\"code\":"
+                                                : "{\"allowed\":true,\"code\":");
+  out.append(CodeName(st.code));
+  if (!st.has_limit) {
+    out.append(",\"limited\":false}\n");
+    return out;
+  }
+  out.push_back(',');
+  std::string middle = ",\"limited\":true";
+  if (!st.limits.empty()) {
+    middle.append(",\"limits\":[");
+    for (std::size_t i = 0; i < st.limits.size(); ++i) {
+      if (i) middle.push_back(',');
+      middle.push_back('{');
+      AppendCheckLimit(middle, st.limits[i], true, "");
+      middle.push_back('}');
+    }
+    middle.push_back(']');
+  }
+  AppendCheckLimit(out, st, false, middle);
+  out.append("}\n");
+  return out;
+}
+
 std::string RenderJsonResponse(const RateLimitResponse& r) {
   std::string out;
   out.reserve(256 + 160 * r.statuses.size());

@@ -25,4 +25,10 @@ Status ParseJsonRequest(std::string_view body, std::size_t max_descriptors, Json
 // The response as protobuf's JSON mapping (fields with default values omitted).
 std::string RenderJsonResponse(const RateLimitResponse& response);
 
+// GET /v1/check's answer for the request's one descriptor (docs/sluiced.md): allowed,
+// code, limited, and for a limited descriptor its binding limit (limit, unit, name,
+// remaining, reset_after_ms, retry_after_ms) and, with rate_limits, every limit in
+// `limits`. Keys in alphabetical order.
+std::string RenderCheckResponse(const RateLimitResponse& response);
+
 }  // namespace sluice::service

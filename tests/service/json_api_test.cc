@@ -126,5 +126,59 @@ TEST(JsonApi, CountsBeyondUint64AreOutOfRange) {
   }
 }
 
+// /v1/check's body is written by hand for speed; it must stay what nlohmann::json wrote
+// before (keys sorted, the same numbers and escapes).
+TEST(JsonApi, CheckResponseMatchesTheJsonLibrary) {
+  auto reference = [](const RateLimitResponse& out) {
+    const DescriptorStatus& st = out.statuses[0];
+    auto limit = [](const DescriptorStatus& l, nlohmann::json& j) {
+      j["limit"] = l.requests_per_unit;
+      j["unit"] = UnitName(l.unit);
+      j["remaining"] = l.limit_remaining;
+      j["reset_after_ms"] = (l.duration_until_reset + 999) / 1000;
+      j["retry_after_ms"] = (l.retry_after + 999) / 1000;
+      if (!l.name.empty()) j["name"] = l.name;
+    };
+    const char* code = st.code == Code::kOverLimit ? "OVER_LIMIT" : "OK";
+    nlohmann::json j{{"allowed", out.overall_code != Code::kOverLimit},
+                     {"code", code},
+                     {"limited", st.has_limit}};
+    if (st.has_limit) {
+      limit(st, j);
+      if (!st.limits.empty()) {
+        nlohmann::json all = nlohmann::json::array();
+        for (const DescriptorStatus& l : st.limits) {
+          nlohmann::json x{{"code", l.code == Code::kOverLimit ? "OVER_LIMIT" : "OK"}};
+          limit(l, x);
+          all.push_back(x);
+        }
+        j["limits"] = all;
+      }
+    }
+    return j.dump() + "\n";
+  };
+  RateLimitResponse r;
+  r.statuses.resize(1);
+  EXPECT_EQ(RenderCheckResponse(r), reference(r));
+  DescriptorStatus& st = r.statuses[0];
+  st.has_limit = true;
+  st.requests_per_unit = 100;
+  st.unit = Unit::kMinute;
+  st.limit_remaining = 7;
+  st.duration_until_reset = 1'500'001;
+  EXPECT_EQ(RenderCheckResponse(r), reference(r));
+  st.name = "a \"quoted\"\\ name\x01";
+  st.code = Code::kOverLimit;
+  r.overall_code = Code::kOverLimit;
+  st.retry_after = 999;
+  EXPECT_EQ(RenderCheckResponse(r), reference(r));
+  DescriptorStatus a = st, b = st;
+  b.name.clear();
+  b.code = Code::kOk;
+  b.unit = Unit::kDay;
+  st.limits = {a, b};
+  EXPECT_EQ(RenderCheckResponse(r), reference(r));
+}
+
 }  // namespace
 }  // namespace sluice::service
