@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "cli/store_wrappers.h"
 #include "sluice/key.h"
 #include "sluice/limiter.h"
 
@@ -72,27 +73,6 @@ std::uint64_t NextRandom(std::uint64_t& s) {  // splitmix64
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
 }
-
-// Counts store errors by kind for the Limiter engine, where the Limiter turns them
-// into failure-mode decisions.
-class CountingStore final : public Store {
- public:
-  explicit CountingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
-  Status Evaluate(std::span<const StoreCheck> checks, Micros now,
-                  std::span<Decision> out) override {
-    Status s = inner_->Evaluate(checks, now, out);
-    if (!s.ok()) errors[static_cast<int>(s.code()) & 7].fetch_add(1, std::memory_order_relaxed);
-    return s;
-  }
-  Status Reset(const Policy& policy, std::string_view key) override {
-    return inner_->Reset(policy, key);
-  }
-  bool IsRemote() const override { return inner_->IsRemote(); }
-  std::array<std::atomic<std::uint64_t>, 8> errors{};
-
- private:
-  std::shared_ptr<Store> inner_;
-};
 
 class Run {
  public:

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/store_flags.h"
+#include "cli/store_wrappers.h"
 #include "sluice/key.h"
 #include "sluice/limiter.h"
 
@@ -29,30 +30,6 @@ const char* ModeName(Mode m) {
   }
   return "?";
 }
-
-// Forwards to the real store and remembers its last error, so that a store failure
-// (which the Limiter turns into a fail-open decision) is reported as an error.
-class RecordingStore final : public Store {
- public:
-  explicit RecordingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
-  Status Evaluate(std::span<const StoreCheck> checks, Micros now,
-                  std::span<Decision> out) override {
-    Status s = inner_->Evaluate(checks, now, out);
-    if (!s.ok()) error_ = s;
-    return s;
-  }
-  Status Reset(const Policy& policy, std::string_view key) override {
-    Status s = inner_->Reset(policy, key);
-    if (!s.ok()) error_ = s;
-    return s;
-  }
-  bool IsRemote() const override { return inner_->IsRemote(); }
-  const Status& error() const { return error_; }
-
- private:
-  std::shared_ptr<Store> inner_;
-  Status error_;
-};
 
 constexpr const char* kFooter =
     "Exit status: 0 allowed (reset: done), 1 denied (check, peek), 2 bad flags,\n"

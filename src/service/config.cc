@@ -282,6 +282,35 @@ class Loader {
     return r;
   }
 
+  // `rate_limits: [{...}, {...}]`: several limits on one descriptor (a sluice field:
+  // envoyproxy/ratelimit has one `rate_limit` per descriptor, so no config of its
+  // changes meaning).
+  void ParseRateLimits(const YAML::Node& list, const Settings& s, DescriptorSpec& d) {
+    if (d.has_rate_limit) {
+      Fail(list, "a descriptor has either rate_limit or rate_limits, not both");
+    }
+    if (!list.IsSequence() || list.size() == 0) {
+      Fail(list, "rate_limits must be a non-empty list of rate_limit blocks");
+    }
+    if (list.size() > kMaxLimitsPerDescriptor) {
+      Fail(list, "rate_limits has " + std::to_string(list.size()) + " limits (at most " +
+                     std::to_string(kMaxLimitsPerDescriptor) + ")");
+    }
+    for (const auto& item : list) {
+      RateLimitSpec r = ParseRateLimit(item, s);
+      if (r.unlimited) {
+        Fail(item, "rate_limits items must be limits (unlimited: true makes the others moot)");
+      }
+      for (const RateLimitSpec& o : d.rate_limits) {
+        if (!r.name.empty() && r.name == o.name) {
+          Fail(item, "rate_limits: name '" + r.name + "' is used twice (first on line " +
+                         std::to_string(o.line) + ")");
+        }
+      }
+      d.rate_limits.push_back(std::move(r));
+    }
+  }
+
   DescriptorSpec ParseDescriptor(const YAML::Node& n, const Settings& s, int depth) {
     // A level deeper than a request may have entries could never match.
     if (static_cast<std::size_t>(depth) >= s.max_entries) {
@@ -289,8 +318,8 @@ class Loader {
                   ") levels deep: no request could reach this one");
     }
     CheckKeys(n, "descriptor",
-              {"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric",
-               "quota_mode", "share_threshold", "value_to_metric", "metadata"});
+              {"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
+               "detailed_metric", "quota_mode", "share_threshold", "value_to_metric", "metadata"});
     DescriptorSpec d;
     d.line = Line(n);
     if (!n["key"]) Fail(n, "descriptor needs a key");
@@ -304,6 +333,7 @@ class Loader {
       d.rate_limit = ParseRateLimit(r, s);
       d.has_rate_limit = true;
     }
+    if (const YAML::Node list = n["rate_limits"]) ParseRateLimits(list, s, d);
     if (n["shadow_mode"]) d.shadow_mode = Bool(n["shadow_mode"], "shadow_mode");
     if (n["detailed_metric"]) d.detailed_metric = Bool(n["detailed_metric"], "detailed_metric");
     if (n["quota_mode"]) d.quota_mode = Bool(n["quota_mode"], "quota_mode");
@@ -458,15 +488,19 @@ class Loader {
         const DescriptorSpec* x = stack.back();
         stack.pop_back();
         for (const auto& y : x->descriptors) stack.push_back(&y);
-        if (!x->has_rate_limit || x->rate_limit.unlimited || x->rate_limit.policy.empty()) continue;
-        const RateLimitSpec& r = x->rate_limit;
-        auto [it, fresh] = named.emplace(r.policy, &r);
-        if (fresh) continue;
-        const RateLimitSpec& o = *it->second;
-        if (o.algorithm != r.algorithm || o.unit != r.unit ||
-            o.requests_per_unit != r.requests_per_unit || o.burst != r.burst) {
-          FailAt(r.line, "policy '" + r.policy + "' is defined with different parameters on line " +
-                             std::to_string(o.line));
+        for (const RateLimitSpec* rp : LimitsOf(*x)) {
+          const RateLimitSpec& r = *rp;
+          if (r.unlimited || r.policy.empty()) continue;
+          auto [it, fresh] = named.emplace(r.policy, &r);
+          if (fresh) continue;
+          const RateLimitSpec& o = *it->second;
+          if (o.algorithm != r.algorithm || o.unit != r.unit ||
+              o.unit_multiplier != r.unit_multiplier ||
+              o.requests_per_unit != r.requests_per_unit || o.burst != r.burst) {
+            FailAt(r.line, "policy '" + r.policy +
+                               "' is defined with different parameters on line " +
+                               std::to_string(o.line));
+          }
         }
       }
     }
@@ -477,6 +511,13 @@ class Loader {
 };
 
 }  // namespace
+
+std::vector<const RateLimitSpec*> LimitsOf(const DescriptorSpec& d) {
+  std::vector<const RateLimitSpec*> out;
+  if (d.has_rate_limit) out.push_back(&d.rate_limit);
+  for (const RateLimitSpec& r : d.rate_limits) out.push_back(&r);
+  return out;
+}
 
 const char* UnitName(Unit u) {
   switch (u) {

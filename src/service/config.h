@@ -66,6 +66,10 @@ struct DescriptorSpec {
   bool has_value = false;
   bool has_rate_limit = false;
   RateLimitSpec rate_limit;
+  // `rate_limits:` (sluice): several limits on this descriptor, all enforced at once (a
+  // request passes only when every one has room, and then charges every one). Exclusive
+  // with `rate_limit`; never unlimited.
+  std::vector<RateLimitSpec> rate_limits;
   bool shadow_mode = false;
   bool detailed_metric = false;
   // `quota_mode`: over the limit is reported (metrics, status) but answered OK.
@@ -78,6 +82,13 @@ struct DescriptorSpec {
   std::vector<DescriptorSpec> descriptors;
   int line = 0;
 };
+
+// The limits of a descriptor: its `rate_limit`, or each of its `rate_limits`, or none.
+std::vector<const RateLimitSpec*> LimitsOf(const DescriptorSpec& d);
+
+// At most this many limits in one `rate_limits` list (and per request: one atomic
+// decision takes at most 16 checks).
+inline constexpr std::size_t kMaxLimitsPerDescriptor = 16;
 
 struct DomainSpec {
   std::string domain;

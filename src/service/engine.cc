@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "limiter/limiter_internal.h"
+#include "service/timed_store.h"
 #include "sluice/key.h"
 
 namespace sluice::service {
@@ -25,51 +26,17 @@ std::uint64_t Fnv(std::string_view s, std::uint64_t seed) {
   return h;
 }
 
-// Times a store's calls into the latency histogram.
-class TimedStore final : public Store {
- public:
-  TimedStore(std::shared_ptr<Store> inner, std::shared_ptr<Metrics> metrics)
-      : inner_(std::move(inner)), metrics_(std::move(metrics)) {}
-  Status Evaluate(std::span<const StoreCheck> checks, Micros now,
-                  std::span<Decision> out) override {
-    const auto t0 = std::chrono::steady_clock::now();
-    Status s = inner_->Evaluate(checks, now, out);
-    Observe(t0);
-    return s;
-  }
-  void EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
-                     EvaluateCallback done) override {
-    const auto t0 = std::chrono::steady_clock::now();
-    inner_->EvaluateAsync(
-        checks, now,
-        [this, t0, done = std::move(done)](const Status& s, std::span<const Decision> d) {
-          Observe(t0);
-          done(s, d);
-        });
-  }
-  Status Reset(const Policy& policy, std::string_view key) override {
-    return inner_->Reset(policy, key);
-  }
-  bool IsRemote() const override { return inner_->IsRemote(); }
-
- private:
-  void Observe(std::chrono::steady_clock::time_point t0) {
-    metrics_->ObserveStoreLatency(
-        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
-            .count());
-  }
-  std::shared_ptr<Store> inner_;
-  std::shared_ptr<Metrics> metrics_;
-};
-
 std::string CeilSeconds(Micros us) {
   if (us <= 0) return "0";
   return std::to_string((us + 999'999) / 1'000'000);
 }
 
-// The policy name a header names a descriptor by: its rule's name, else its index.
-std::string HeaderPolicyName(const DescriptorStatus& st, std::size_t i) {
-  std::string name = st.name.empty() ? "d" + std::to_string(i) : st.name;
+// The policy name a header names a limit by: its rule's name, else "d<descriptor index>"
+// (with several limits on the descriptor, "d<descriptor index>.<limit index>").
+std::string HeaderPolicyName(const DescriptorStatus& st, std::size_t i, std::size_t j, bool multi) {
+  std::string name = !st.name.empty() ? st.name
+                     : multi          ? "d" + std::to_string(i) + "." + std::to_string(j)
+                                      : "d" + std::to_string(i);
   // A structured-field string: escape '"' and '\\', drop what it cannot hold.
   std::string out;
   for (char c : name) {
@@ -81,18 +48,24 @@ std::string HeaderPolicyName(const DescriptorStatus& st, std::size_t i) {
   return out;
 }
 
-// Headers for every limited descriptor; `binding` indexes the binding one. See the
-// header table in docs/sluiced.md.
-void AppendHeaders(Settings::Headers mode, const std::vector<DescriptorStatus>& statuses,
+// One limit reported in the headers: a descriptor's status (or one of its `limits`) and
+// the name headers call it by.
+struct HeaderItem {
+  const DescriptorStatus* st;
+  std::string name;  // the rule's name, else "d<descriptor>" or "d<descriptor>.<limit>"
+};
+
+// Headers for every limit of every limited descriptor; `binding` indexes the binding
+// item. See the header table in docs/sluiced.md.
+void AppendHeaders(Settings::Headers mode, const std::vector<HeaderItem>& items,
                    std::size_t binding, std::vector<std::pair<std::string, std::string>>& h) {
-  const DescriptorStatus& b = statuses[binding];
+  const DescriptorStatus& b = *items[binding].st;
   const bool over = b.code == Code::kOverLimit;
   if (mode == Settings::Headers::kDraft10) {
     std::string policy, state;
-    for (std::size_t i = 0; i < statuses.size(); ++i) {
-      const DescriptorStatus& st = statuses[i];
-      if (!st.has_limit) continue;
-      const std::string name = "\"" + HeaderPolicyName(st, i) + "\"";
+    for (const HeaderItem& it : items) {
+      const DescriptorStatus& st = *it.st;
+      const std::string name = "\"" + it.name + "\"";
       if (!policy.empty()) policy += ", ";
       policy += name + ";q=" + std::to_string(st.capacity) + ";w=" + CeilSeconds(st.window);
       if (!state.empty()) state += ", ";
@@ -104,16 +77,13 @@ void AppendHeaders(Settings::Headers mode, const std::vector<DescriptorStatus>& 
   } else {
     const std::string prefix =
         mode == Settings::Headers::kRateLimit ? "ratelimit-" : "x-ratelimit-";
-    // The binding limit; with several limited descriptors, then every descriptor's quota
-    // policy (Envoy's draft-03 form). One descriptor: the plain number.
+    // The binding limit; with several limits, then every limit's quota policy (Envoy's
+    // draft-03 form). One limit: the plain number.
     std::string limit = std::to_string(b.capacity);
-    std::size_t limited = 0;
-    for (const DescriptorStatus& st : statuses) limited += st.has_limit ? 1 : 0;
-    for (std::size_t i = 0; limited > 1 && i < statuses.size(); ++i) {
-      const DescriptorStatus& st = statuses[i];
-      if (!st.has_limit) continue;
+    for (std::size_t i = 0; items.size() > 1 && i < items.size(); ++i) {
+      const DescriptorStatus& st = *items[i].st;
       limit += ", " + std::to_string(st.capacity) + ";w=" + CeilSeconds(st.window);
-      if (!st.name.empty()) limit += ";name=\"" + HeaderPolicyName(st, i) + "\"";
+      if (!st.name.empty()) limit += ";name=\"" + items[i].name + "\"";
     }
     h.emplace_back(prefix + "limit", limit);
     h.emplace_back(prefix + "remaining", std::to_string(b.limit_remaining));
@@ -133,15 +103,24 @@ struct Engine::Snapshot {
 // A request between matching and deciding. It owns what the decision needs (the rules
 // of caller overrides, the store keys, the metric series), so that an asynchronous
 // decision outlives the caller's request.
+//
+// A descriptor matches one rule, or several (`rate_limits`): each matched rule is a
+// "slot", in descriptor order then list order, at most kMaxChecks per request.
 struct Engine::Prepared {
   std::shared_ptr<Snapshot> snap;
   std::size_t n = 0;  // descriptors
-  // Per descriptor: its rule (null: no limit applies), its check, its counters.
+  // Per descriptor: its first slot and its number of slots (0: no limit applies).
+  std::uint8_t first[kMaxChecks] = {};
+  std::uint8_t count[kMaxChecks] = {};
+  Rule overrides[kMaxChecks];
+  // Per slot: its descriptor, its rule (null: replaced by another matched limit), its
+  // check, its counters.
+  std::size_t nslots = 0;
+  std::uint8_t desc[kMaxChecks] = {};
   const Rule* rule[kMaxChecks] = {};
   int check[kMaxChecks] = {};
   DescriptorCounters* counters[kMaxChecks] = {};
-  Rule overrides[kMaxChecks];
-  // Per check (descriptors with the same rule and key share one, costs added).
+  // Per check (slots with the same rule and key share one, costs added).
   decide::Check checks[kMaxChecks];
   std::string keys[kMaxChecks];
   std::size_t nchecks = 0;
@@ -306,96 +285,134 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
     return Status::Ok();
   }
 
-  // 1. Match every descriptor to a rule; a caller's override makes a rule of its own
+  // 1. Match every descriptor to its rules; a caller's override makes a rule of its own
   // (no state is kept per override).
-  const Node* path[kMaxEntries];
+  p.nslots = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const DescriptorRequest& d = req.descriptors[i];
-    p.check[i] = -1;
-    p.rule[i] = nullptr;
+    p.first[i] = static_cast<std::uint8_t>(p.nslots);
+    p.count[i] = 0;
     if (d.entries.empty()) continue;  // envoyproxy/ratelimit: no entries, no limit (OK)
+    const Rule* r = nullptr;
     if (d.has_override) {
       Status s = rules.OverrideRule(req.domain, d.override_requests_per_unit, d.override_unit,
                                     p.overrides[i]);
       if (!s.ok())
         return Status::InvalidArgument("descriptor " + std::to_string(i) + ": " + s.message());
-      p.rule[i] = &p.overrides[i];
+      r = &p.overrides[i];
     } else {
-      p.rule[i] = RuleSet::Match(*root, d.entries);
+      r = RuleSet::Match(*root, d.entries);
+    }
+    for (; r != nullptr; r = r->next) {
+      if (p.nslots == kMaxChecks) {
+        std::size_t total = p.nslots;
+        for (const Rule* x = r; x != nullptr; x = x->next) ++total;
+        for (std::size_t k = i + 1; k < n; ++k) {
+          const DescriptorRequest& o = req.descriptors[k];
+          if (o.entries.empty()) continue;
+          if (o.has_override) {
+            ++total;
+            continue;
+          }
+          for (const Rule* x = RuleSet::Match(*root, o.entries); x != nullptr; x = x->next) {
+            ++total;
+          }
+        }
+        return Status::InvalidArgument("the request's descriptors match " + std::to_string(total) +
+                                       " limits (at most " + std::to_string(kMaxChecks) +
+                                       " in one request)");
+      }
+      p.desc[p.nslots] = static_cast<std::uint8_t>(i);
+      p.rule[p.nslots] = r;
+      p.check[p.nslots] = -1;
+      ++p.nslots;
+      ++p.count[i];
     }
   }
   // 2. Limits replaced by another matched limit do not apply.
-  for (std::size_t i = 0; i < n; ++i) {
-    if (p.rule[i] == nullptr || p.rule[i]->replaces.empty()) continue;
-    for (const std::string& name : p.rule[i]->replaces) {
-      for (std::size_t j = 0; j < n; ++j) {
-        if (j != i && p.rule[j] != nullptr && p.rule[j]->name == name) p.rule[j] = nullptr;
+  for (std::size_t a = 0; a < p.nslots; ++a) {
+    if (p.rule[a] == nullptr || p.rule[a]->replaces.empty()) continue;
+    for (const std::string& name : p.rule[a]->replaces) {
+      for (std::size_t b = 0; b < p.nslots; ++b) {
+        if (b != a && p.rule[b] != nullptr && p.rule[b]->name == name) p.rule[b] = nullptr;
       }
     }
   }
   // 3. One check per distinct (rule, key); the same limit on the same key twice in one
-  // request is one check with the costs added.
+  // request is one check with the costs added. The limits of one descriptor share its
+  // key (and so its cluster slot: one store call) and differ by policy name.
   thread_local std::string key;
+  const Node* path[kMaxEntries];
   for (std::size_t i = 0; i < n; ++i) {
-    const Rule* r = p.rule[i];
-    if (r == nullptr) continue;
+    bool any = false;
+    for (std::size_t a = p.first[i]; a < p.first[i] + p.count[i]; ++a) any = any || p.rule[a];
+    if (!any) continue;
     const DescriptorRequest& d = req.descriptors[i];
     // The nodes each entry landed on: share_threshold and value_to_metric are per level.
     const bool matched_tree = !d.has_override && d.entries.size() <= kMaxEntries;
     if (matched_tree) RuleSet::Match(*root, d.entries, path);
-    p.counters[i] = r->counters;
     bool value_to_metric = false;
     for (std::size_t k = 0; matched_tree && k < d.entries.size(); ++k) {
       value_to_metric = value_to_metric || path[k]->value_to_metric;
     }
-    if (r->detailed_metric || value_to_metric) {
-      std::string label = r->path;
-      for (std::size_t k = 0; k < d.entries.size(); ++k) {
-        if (!r->detailed_metric && !path[k]->value_to_metric) continue;
-        const Entry& e = d.entries[k];
-        label += "|";
-        label.append(e.key);
-        label += "=";
-        label.append(e.value);
-      }
-      p.counters[i] = metrics_->Descriptor(req.domain, label);
-    }
-    if (r->unlimited) continue;
+    bool key_built = false;
     const std::uint64_t cost =
         d.has_hits_addend ? d.hits_addend : (req.hits_addend ? req.hits_addend : 1);
-    key.clear();
-    AppendEscaped(key, req.domain);
-    for (std::size_t k = 0; k < d.entries.size(); ++k) {
-      const Entry& e = d.entries[k];
-      key.push_back(':');
-      AppendEscaped(key, e.key);
-      key.push_back(':');
-      // share_threshold: the pattern, not the value, so matching values share a counter.
-      if (matched_tree && !path[k]->shared_pattern.empty()) {
-        AppendEscaped(key, path[k]->shared_pattern);
-      } else {
-        AppendEscaped(key, e.value);
+    for (std::size_t a = p.first[i]; a < p.first[i] + p.count[i]; ++a) {
+      const Rule* r = p.rule[a];
+      if (r == nullptr) continue;
+      p.counters[a] = r->counters;
+      if (r->detailed_metric || value_to_metric) {
+        std::string label = r->path;
+        for (std::size_t k = 0; k < d.entries.size(); ++k) {
+          if (!r->detailed_metric && !(matched_tree && path[k]->value_to_metric)) continue;
+          const Entry& e = d.entries[k];
+          label += "|";
+          label.append(e.key);
+          label += "=";
+          label.append(e.value);
+        }
+        p.counters[a] = metrics_->Descriptor(req.domain, label);
       }
+      if (r->unlimited) continue;
+      if (!key_built) {
+        key_built = true;
+        key.clear();
+        AppendEscaped(key, req.domain);
+        for (std::size_t k = 0; k < d.entries.size(); ++k) {
+          const Entry& e = d.entries[k];
+          key.push_back(':');
+          AppendEscaped(key, e.key);
+          key.push_back(':');
+          // share_threshold: the pattern, not the value, so matching values share a
+          // counter.
+          if (matched_tree && !path[k]->shared_pattern.empty()) {
+            AppendEscaped(key, path[k]->shared_pattern);
+          } else {
+            AppendEscaped(key, e.value);
+          }
+        }
+        if (key.size() > kMaxKeyBytes) {
+          char buf[48];
+          std::snprintf(buf, sizeof buf, "h.%016llx%016llx",
+                        static_cast<unsigned long long>(Fnv(key, 0xcbf29ce484222325ULL)),
+                        static_cast<unsigned long long>(Fnv(key, 0x84222325cbf29ce4ULL)));
+          key = buf;
+        }
+      }
+      std::string& store_key = p.keys[p.nchecks];
+      limiter_internal::BuildStoreKey(store_key, "sluiced", key, r->policy.name);
+      for (std::size_t c = 0; c < p.nchecks; ++c) {
+        if (p.checks[c].key == store_key) p.check[a] = static_cast<int>(c);
+      }
+      if (p.check[a] >= 0) {
+        p.checks[p.check[a]].cost += cost;
+        continue;
+      }
+      p.check[a] = static_cast<int>(p.nchecks);
+      p.checks[p.nchecks] = decide::Check{&r->policy, &r->fallback, store_key, cost};
+      ++p.nchecks;
     }
-    if (key.size() > kMaxKeyBytes) {
-      char buf[48];
-      std::snprintf(buf, sizeof buf, "h.%016llx%016llx",
-                    static_cast<unsigned long long>(Fnv(key, 0xcbf29ce484222325ULL)),
-                    static_cast<unsigned long long>(Fnv(key, 0x84222325cbf29ce4ULL)));
-      key = buf;
-    }
-    std::string& store_key = p.keys[p.nchecks];
-    limiter_internal::BuildStoreKey(store_key, "sluiced", key, r->policy.name);
-    for (std::size_t c = 0; c < p.nchecks; ++c) {
-      if (p.checks[c].key == store_key) p.check[i] = static_cast<int>(c);
-    }
-    if (p.check[i] >= 0) {
-      p.checks[p.check[i]].cost += cost;
-      continue;
-    }
-    p.check[i] = static_cast<int>(p.nchecks);
-    p.checks[p.nchecks] = decide::Check{&r->policy, &r->fallback, store_key, cost};
-    ++p.nchecks;
   }
   // Keys are views into p.keys, which the loop above may still have grown: set them
   // once every key is final.
@@ -411,59 +428,88 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
 void Engine::Finish(const Prepared& p, std::span<const Decision> decisions,
                     RateLimitResponse* resp) const {
   const Settings& settings = p.snap->settings();
-  // Per limited descriptor, its decision; the binding one is chosen among them by the
-  // decision layer's rule.
+  // Per limited slot, its decision and status; the binding one (of a descriptor, of the
+  // request) is chosen among them by the decision layer's rule.
   Decision per[kMaxChecks];
-  std::size_t desc_of[kMaxChecks];
+  DescriptorStatus slot_status[kMaxChecks];
+  std::size_t slot_of[kMaxChecks];
   std::size_t m = 0;
   for (std::size_t i = 0; i < p.n; ++i) {
-    const Rule* r = p.rule[i];
-    if (r == nullptr) continue;
-    DescriptorStatus& st = resp->statuses[i];
-    DescriptorCounters* c = p.counters[i];
-    if (r->unlimited) {
-      st.limit_remaining = std::numeric_limits<std::uint32_t>::max();
-      if (c != nullptr) c->unlimited.fetch_add(1, std::memory_order_relaxed);
-      continue;
-    }
-    const Decision& d = decisions[p.check[i]];
-    st.has_limit = true;
-    st.requests_per_unit = r->requests_per_unit;
-    st.unit = r->unit;
-    st.name = r->name;
-    // OVER_LIMIT reports 0 remaining, as envoyproxy/ratelimit does (a denial for a cost
-    // above what remains leaves some units, but none for this request).
-    st.limit_remaining = d.allowed ? static_cast<std::uint32_t>(std::min<std::uint64_t>(
-                                         d.remaining, std::numeric_limits<std::uint32_t>::max()))
-                                   : 0;
-    st.capacity = r->policy.Capacity();
-    st.window = r->policy.window;
-    st.duration_until_reset = d.reset_after;
-    st.retry_after = d.retry_after;
-    st.code = d.allowed ? Code::kOk : Code::kOverLimit;
-    if (!d.allowed) {
-      if (c != nullptr) c->over_limit.fetch_add(1, std::memory_order_relaxed);
-      resp->overall_code = Code::kOverLimit;
-    } else if (d.shadow_denied && r->quota_mode) {
-      if (c != nullptr) c->quota_over_limit.fetch_add(1, std::memory_order_relaxed);
-    } else if (d.shadow_denied) {
-      if (c != nullptr) c->shadow_over_limit.fetch_add(1, std::memory_order_relaxed);
-    } else if (c != nullptr) {
-      c->ok.fetch_add(1, std::memory_order_relaxed);
-      const double used = static_cast<double>(d.limit - std::min(d.limit, d.remaining));
-      if (d.limit > 0 &&
-          used > std::floor(settings.near_limit_ratio * static_cast<double>(d.limit))) {
-        c->near_limit.fetch_add(1, std::memory_order_relaxed);
+    const std::size_t m0 = m;
+    for (std::size_t a = p.first[i]; a < p.first[i] + p.count[i]; ++a) {
+      const Rule* r = p.rule[a];
+      if (r == nullptr) continue;
+      DescriptorCounters* c = p.counters[a];
+      if (r->unlimited) {
+        resp->statuses[i].limit_remaining = std::numeric_limits<std::uint32_t>::max();
+        if (c != nullptr) c->unlimited.fetch_add(1, std::memory_order_relaxed);
+        continue;
       }
+      const Decision& d = decisions[p.check[a]];
+      DescriptorStatus& st = slot_status[m];
+      st = DescriptorStatus{};
+      st.has_limit = true;
+      st.requests_per_unit = r->requests_per_unit;
+      st.unit = r->unit;
+      st.name = r->name;
+      // OVER_LIMIT reports 0 remaining, as envoyproxy/ratelimit does (a denial for a
+      // cost above what remains leaves some units, but none for this request).
+      st.limit_remaining = d.allowed ? static_cast<std::uint32_t>(std::min<std::uint64_t>(
+                                           d.remaining, std::numeric_limits<std::uint32_t>::max()))
+                                     : 0;
+      st.capacity = r->policy.Capacity();
+      st.window = r->policy.window;
+      st.duration_until_reset = d.reset_after;
+      st.retry_after = d.retry_after;
+      st.code = d.allowed ? Code::kOk : Code::kOverLimit;
+      if (!d.allowed) {
+        if (c != nullptr) c->over_limit.fetch_add(1, std::memory_order_relaxed);
+        resp->overall_code = Code::kOverLimit;
+      } else if (d.shadow_denied && r->quota_mode) {
+        if (c != nullptr) c->quota_over_limit.fetch_add(1, std::memory_order_relaxed);
+      } else if (d.shadow_denied) {
+        if (c != nullptr) c->shadow_over_limit.fetch_add(1, std::memory_order_relaxed);
+      } else if (c != nullptr) {
+        c->ok.fetch_add(1, std::memory_order_relaxed);
+        const double used = static_cast<double>(d.limit - std::min(d.limit, d.remaining));
+        if (d.limit > 0 &&
+            used > std::floor(settings.near_limit_ratio * static_cast<double>(d.limit))) {
+          c->near_limit.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+      per[m] = d;
+      per[m].remaining = st.limit_remaining;
+      slot_of[m++] = a;
     }
-    per[m] = d;
-    per[m].remaining = st.limit_remaining;
-    desc_of[m++] = i;
+    if (m == m0) continue;
+    // The descriptor's status is its binding limit's; with several limits
+    // (`rate_limits`), each one is listed too.
+    const std::size_t bind = m0 + decide::BindingIndex(std::span<const Decision>(per + m0, m - m0));
+    DescriptorStatus& out = resp->statuses[i];
+    out = slot_status[bind];
+    if (p.rule[slot_of[bind]]->multi) {
+      out.limits.assign(slot_status + m0, slot_status + m);
+    }
   }
   if (settings.response_headers != Settings::Headers::kNone && m > 0) {
-    AppendHeaders(settings.response_headers, resp->statuses,
-                  desc_of[decide::BindingIndex(std::span<const Decision>(per, m))],
-                  resp->response_headers);
+    std::vector<HeaderItem> items;
+    items.reserve(m);
+    for (std::size_t k = 0; k < m; ++k) {
+      const std::size_t a = slot_of[k];
+      const std::size_t i = p.desc[a];
+      const Rule* r = p.rule[a];
+      const DescriptorStatus& ds = resp->statuses[i];
+      // Point into the response: the descriptor's own status, or its entry in limits.
+      const DescriptorStatus* st = &ds;
+      if (!ds.limits.empty()) {
+        std::size_t j = 0;
+        for (std::size_t q = 0; q < k; ++q) j += p.desc[slot_of[q]] == i ? 1 : 0;
+        st = &ds.limits[j];
+      }
+      items.push_back(HeaderItem{st, HeaderPolicyName(*st, i, r->index, r->multi)});
+    }
+    AppendHeaders(settings.response_headers, items,
+                  decide::BindingIndex(std::span<const Decision>(per, m)), resp->response_headers);
   }
 }
 

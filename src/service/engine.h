@@ -63,6 +63,10 @@ struct DescriptorStatus {
   Micros window = 0;
   Micros duration_until_reset = 0;
   Micros retry_after = 0;
+  // A descriptor with several limits (`rate_limits`): each one's status, in list order
+  // (replaced ones left out); the fields above are then the binding one's (a denial
+  // with the longest wait, else the least remaining). Empty for a single limit.
+  std::vector<DescriptorStatus> limits;
 };
 
 struct RateLimitResponse {

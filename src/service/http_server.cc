@@ -621,6 +621,21 @@ void HttpServer::Impl::Check(const Request& req, std::string_view query, Respond
       j["reset_after_ms"] = (st.duration_until_reset + 999) / 1000;
       j["retry_after_ms"] = (st.retry_after + 999) / 1000;
       if (!st.name.empty()) j["name"] = st.name;
+      // rate_limits: the fields above are the binding limit's; each limit follows.
+      if (!st.limits.empty()) {
+        nlohmann::json all = nlohmann::json::array();
+        for (const DescriptorStatus& l : st.limits) {
+          nlohmann::json x{{"code", CodeName(l.code)},
+                           {"limit", l.requests_per_unit},
+                           {"unit", UnitName(l.unit)},
+                           {"remaining", l.limit_remaining},
+                           {"reset_after_ms", (l.duration_until_reset + 999) / 1000},
+                           {"retry_after_ms", (l.retry_after + 999) / 1000}};
+          if (!l.name.empty()) x["name"] = l.name;
+          all.push_back(std::move(x));
+        }
+        j["limits"] = std::move(all);
+      }
     }
     Reply rep;
     AddRateLimitHeaders(rep, out);

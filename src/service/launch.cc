@@ -60,8 +60,11 @@ std::string DescribeStore(const std::string& url) {
 
 std::string Rate(const RateLimitSpec& r) {
   if (r.unlimited) return "unlimited";
-  std::string s = std::to_string(r.requests_per_unit) + "/" + UnitName(r.unit) + " " +
-                  AlgorithmName(r.algorithm);
+  std::string s = std::to_string(r.requests_per_unit) + "/" +
+                  (r.unit_multiplier == 1
+                       ? std::string(UnitName(r.unit))
+                       : "(" + std::to_string(r.unit_multiplier) + " " + UnitName(r.unit) + ")") +
+                  " " + AlgorithmName(r.algorithm);
   if (r.burst != 0) s += " burst " + std::to_string(r.burst);
   s += std::string(" ") + FailureModeName(r.failure_mode);
   if (!r.name.empty()) s += " name=" + r.name;
@@ -78,6 +81,13 @@ void PrintRules(std::FILE* out, const std::vector<DescriptorSpec>& ds, const std
       ++*rules;
       std::fprintf(out, "    [%s] -> %s%s (line %d)\n", path.c_str(), Rate(d.rate_limit).c_str(),
                    d.shadow_mode ? " shadow" : "", d.line);
+    }
+    // rate_limits: every limit on its own line, numbered as in /rlconfig and metrics.
+    for (std::size_t j = 0; j < d.rate_limits.size(); ++j) {
+      ++*rules;
+      std::fprintf(out, "    [%s] #%zu of %zu -> %s%s (line %d)\n", path.c_str(), j + 1,
+                   d.rate_limits.size(), Rate(d.rate_limits[j]).c_str(),
+                   d.shadow_mode ? " shadow" : "", d.rate_limits[j].line);
     }
     PrintRules(out, d.descriptors, path, rules);
   }

@@ -70,11 +70,17 @@ Status RuleSet::AddDescriptors(const std::string& domain, Node& node,
     } else {
       node.exact.emplace(d.key + '\0' + d.value, std::move(child));
     }
-    if (d.has_rate_limit) {
+    const std::vector<const RateLimitSpec*> limits = LimitsOf(d);
+    Rule* prev = nullptr;
+    for (std::size_t j = 0; j < limits.size(); ++j) {
       auto rule = std::make_unique<Rule>();
-      const RateLimitSpec& s = d.rate_limit;
+      const RateLimitSpec& s = *limits[j];
       rule->domain = domain;
-      rule->path = path;
+      // Several limits on one descriptor: each has its own series and /rlconfig line,
+      // "path#1", "path#2", ... in list order.
+      rule->multi = !d.rate_limits.empty();
+      rule->index = j;
+      rule->path = rule->multi ? path + "#" + std::to_string(j + 1) : path;
       rule->unlimited = s.unlimited;
       rule->detailed_metric = d.detailed_metric;
       rule->name = s.name;
@@ -90,7 +96,24 @@ Status RuleSet::AddDescriptors(const std::string& domain, Node& node,
         return Status::InvalidArgument(config_.file + ":" + std::to_string(s.line) + ": " +
                                        st.message());
       }
-      c->rule = rule.get();
+      // Limits of one descriptor share its store key and differ by policy name: two
+      // with the same name would be one counter charged twice.
+      for (const Rule* o = c->rule; o != nullptr; o = o->next) {
+        if (o->policy.name == rule->policy.name) {
+          return Status::InvalidArgument(
+              config_.file + ":" + std::to_string(s.line) +
+              ": rate_limits: this limit and the one on line " +
+              std::to_string(limits[o->index]->line) +
+              " would share one counter (same algorithm, rate, window, burst, failure mode and "
+              "policy): remove one or give them different parameters");
+        }
+      }
+      if (prev == nullptr) {
+        c->rule = rule.get();
+      } else {
+        prev->next = rule.get();
+      }
+      prev = rule.get();
       c->value_to_metric = d.value_to_metric;
       rules_.push_back(std::move(rule));
     }

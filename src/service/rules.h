@@ -46,6 +46,13 @@ struct Rule {
   // What the local fallback enforces when the store fails (decide::FallbackPolicy).
   Policy fallback;
   DescriptorCounters* counters = nullptr;
+  // `rate_limits`: the next limit on the same descriptor (null: this is the last or the
+  // only one). Every limit of the chain applies to a request that lands on it.
+  const Rule* next = nullptr;
+  // The position in its descriptor's `rate_limits` list (0 for a lone `rate_limit`) and
+  // whether the descriptor has several limits.
+  std::size_t index = 0;
+  bool multi = false;
 };
 
 struct StringHash {
@@ -66,6 +73,7 @@ struct Node {
     std::unique_ptr<Node> node;
   };
   std::vector<Wildcard> wildcard;
+  // The descriptor's first limit (the others follow Rule::next).
   Rule* rule = nullptr;
   // share_threshold: every value matching this node's pattern shares one counter,
   // keyed by the pattern (empty: one counter per value).
@@ -88,7 +96,8 @@ class RuleSet {
   // envoyproxy/ratelimit's walk: at each level the entry matches "key_value" exactly,
   // else a value pattern with '*' (in configuration order), else a key-only
   // descriptor; the limit applies when the last entry lands on a descriptor with a
-  // rate_limit. Null: no limit applies. `path`, when given (entries.size() slots),
+  // rate_limit (or rate_limits: the first, the others follow Rule::next). Null: no
+  // limit applies. `path`, when given (entries.size() slots),
   // receives the node each entry landed on.
   static const Rule* Match(const Node& root, std::span<const Entry> entries,
                            const Node** path = nullptr);

@@ -116,7 +116,8 @@ sluiced:
 TEST(Config, UnknownFieldsAreErrorsWithLine) {
   EXPECT_EQ(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limt:\n      unit: second\n"),
             "test.yaml:4: unknown field 'rate_limt' in descriptor (allowed: key, value, "
-            "rate_limit, descriptors, shadow_mode, detailed_metric, quota_mode, share_threshold, "
+            "rate_limit, rate_limits, descriptors, shadow_mode, detailed_metric, quota_mode, "
+            "share_threshold, "
             "value_to_metric, metadata)");
   EXPECT_NE(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
                     "      requests_per_unit: 1\n      burts: 3\n")
@@ -126,6 +127,60 @@ TEST(Config, UnknownFieldsAreErrorsWithLine) {
       ErrorOf("sluiced:\n  htp: 1.2.3.4:5\ndomain: a\n").find("test.yaml:2: unknown field 'htp'"),
       std::string::npos);
   EXPECT_NE(ErrorOf("domain: a\nextra: 1\n").find("test.yaml:2: unknown field 'extra'"),
+            std::string::npos);
+}
+
+TEST(Config, SeveralLimitsOnOneDescriptor) {
+  auto c = ParseConfig(
+      "domain: a\ndescriptors:\n  - key: k\n    rate_limits:\n"
+      "      - {unit: second, requests_per_unit: 10}\n"
+      "      - {unit: hour, requests_per_unit: 1000, name: hourly, algorithm: "
+      "sliding_window_log}\n",
+      "test.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const DescriptorSpec& d = c->domains[0].descriptors[0];
+  EXPECT_FALSE(d.has_rate_limit);
+  ASSERT_EQ(d.rate_limits.size(), 2u);
+  EXPECT_EQ(d.rate_limits[0].requests_per_unit, 10u);
+  EXPECT_EQ(d.rate_limits[1].unit, Unit::kHour);
+  EXPECT_EQ(d.rate_limits[1].algorithm, Algorithm::kSlidingWindowLog);
+  EXPECT_EQ(d.rate_limits[1].line, 6);
+  EXPECT_EQ(LimitsOf(d).size(), 2u);
+
+  const std::string head = "domain: a\ndescriptors:\n  - key: k\n";
+  EXPECT_EQ(ErrorOf(head + "    rate_limit: {unit: second, requests_per_unit: 1}\n"
+                           "    rate_limits: [{unit: hour, requests_per_unit: 5}]\n"),
+            "test.yaml:5: a descriptor has either rate_limit or rate_limits, not both");
+  EXPECT_EQ(ErrorOf(head + "    rate_limits: []\n"),
+            "test.yaml:4: rate_limits must be a non-empty list of rate_limit blocks");
+  EXPECT_EQ(ErrorOf(head + "    rate_limits: {unit: hour}\n"),
+            "test.yaml:4: rate_limits must be a non-empty list of rate_limit blocks");
+  EXPECT_EQ(ErrorOf(head + "    rate_limits:\n      - {unlimited: true}\n"),
+            "test.yaml:5: rate_limits items must be limits (unlimited: true makes the others "
+            "moot)");
+  EXPECT_EQ(ErrorOf(head + "    rate_limits:\n      - {unit: hour, requests_per_unit: 5}\n"
+                           "      - {unit: hour, requests_per_unit: 5, colour: red}\n"),
+            "test.yaml:6: unknown field 'colour' in rate_limit (allowed: unit, requests_per_unit, "
+            "unit_multiplier, unlimited, name, replaces, algorithm, burst, failure_mode, "
+            "fallback_divisor, policy)");
+  EXPECT_EQ(ErrorOf(head + "    rate_limits:\n      - {unit: hour, requests_per_unit: 5, name: x}\n"
+                           "      - {unit: day, requests_per_unit: 50, name: x}\n"),
+            "test.yaml:6: rate_limits: name 'x' is used twice (first on line 5)");
+  std::string many = head + "    rate_limits:\n";
+  for (int i = 1; i <= 17; ++i) {
+    many += "      - {unit: hour, requests_per_unit: " + std::to_string(i) + "}\n";
+  }
+  EXPECT_EQ(ErrorOf(many), "test.yaml:5: rate_limits has 17 limits (at most 16)");
+}
+
+// A policy name shared by two limits with different windows would share counters kept
+// for different windows.
+TEST(Config, SharedPolicyWithDifferentUnitMultiplierIsRejected) {
+  EXPECT_NE(ErrorOf("domain: a\ndescriptors:\n"
+                    "  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, policy: p}\n"
+                    "  - key: j\n    rate_limit: {unit: second, unit_multiplier: 30, "
+                    "requests_per_unit: 5, policy: p}\n")
+                .find("policy 'p' is defined with different parameters on line"),
             std::string::npos);
 }
 

@@ -415,6 +415,93 @@ TEST(DaemonStartup, InvalidConfigFailsWithFileAndLine) {
       << ReadFile(dir.File("log"));
 }
 
+// rate_limits: several limits on one descriptor, through the real binary: enforced
+// together (a denial by one charges none), each reported by /v1/check, /json, gRPC, the
+// headers, /rlconfig and --check-config.
+TEST(DaemonSeveralLimits, EnforcedTogetherAndEachReported) {
+  TempDir dir;
+  const std::string config = dir.File("multi.yaml");
+  WriteFile(config, R"(sluiced:
+  reload_poll: 0
+  default_algorithm: sliding_window_log
+domain: m
+descriptors:
+  - key: user
+    rate_limits:
+      - {unit: hour, requests_per_unit: 2, name: hourly}
+      - {unit: day, requests_per_unit: 3, name: daily}
+)");
+  Sluiced d = StartSluiced(config, dir.File("sluiced.log"));
+  ASSERT_GT(d.http_port, 0);
+  httplib::Client c("127.0.0.1", d.http_port);
+  c.set_read_timeout(5, 0);
+  for (int i = 0; i < 2; ++i) {
+    auto r = c.Get("/v1/check?domain=m&key=user&value=a");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << i;
+  }
+  auto r = c.Get("/v1/check?domain=m&key=user&value=a");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429);
+  EXPECT_EQ(r->get_header_value("X-RateLimit-Limit"),
+            "2, 2;w=3600;name=\"hourly\", 3;w=86400;name=\"daily\"");
+  EXPECT_EQ(r->get_header_value("X-RateLimit-Remaining"), "0");
+  // The binding limit first, then each limit; the denied request charged neither.
+  EXPECT_NE(r->body.find(R"("name":"hourly")"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find(R"("limits":[{"code":"OVER_LIMIT","limit":2,)"), std::string::npos)
+      << r->body;
+  EXPECT_NE(r->body.find(R"({"code":"OK","limit":3,"name":"daily","remaining":1,)"),
+            std::string::npos)
+      << r->body;
+
+  // /json: Envoy's shape; the descriptor's status is its binding limit.
+  const std::string body =
+      R"({"domain":"m","descriptors":[{"entries":[{"key":"user","value":"b"}]}],"hits_addend":2})";
+  auto j = c.Post("/json", body, "application/json");
+  ASSERT_TRUE(j);
+  EXPECT_EQ(j->status, 200);
+  EXPECT_NE(j->body.find(R"("currentLimit":{"requestsPerUnit":2,"unit":"HOUR","name":"hourly"})"),
+            std::string::npos)
+      << j->body;
+  // gRPC: one more for b is over the hourly limit (2 of 2 used).
+  auto stub = pb::RateLimitService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(d.grpc_port), grpc::InsecureChannelCredentials()));
+  pb::RateLimitRequest req;
+  req.set_domain("m");
+  auto* e = req.add_descriptors()->add_entries();
+  e->set_key("user");
+  e->set_value("b");
+  pb::RateLimitResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  ASSERT_TRUE(stub->ShouldRateLimit(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.overall_code(), pb::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(resp.statuses(0).current_limit().name(), "hourly");
+
+  auto rl = c.Get("/rlconfig");
+  ASSERT_TRUE(rl);
+  EXPECT_NE(rl->body.find("m.user#1: unit=HOUR requests_per_unit=2, shadow_mode: false, name: "
+                          "hourly"),
+            std::string::npos)
+      << rl->body;
+  EXPECT_NE(rl->body.find("m.user#2: unit=DAY requests_per_unit=3, shadow_mode: false, name: "
+                          "daily"),
+            std::string::npos)
+      << rl->body;
+
+  auto p = Process::Spawn({SLUICED_BINARY, "--check-config", config}, dir.File("check.log"));
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->Wait(std::chrono::seconds(30)), 0);
+  const std::string out = ReadFile(dir.File("check.log"));
+  EXPECT_NE(out.find("[user] #1 of 2 -> 2/hour sliding_window_log fail_open name=hourly (line 8)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[user] #2 of 2 -> 3/day sliding_window_log fail_open name=daily (line 9)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("1 domain(s), 2 limit(s)"), std::string::npos) << out;
+}
+
 TEST(DaemonStartup, HelpDocumentsEveryFlag) {
   TempDir dir;
   auto p = Process::Spawn({SLUICED_BINARY, "--help"}, dir.File("log"));

@@ -789,5 +789,145 @@ TEST_F(EngineTest, DumpConfigListsEveryRule) {
   EXPECT_EQ(std::count(d.begin(), d.end(), '\n'), 5);
 }
 
+// Counts store calls and the checks in each, to see that the limits of one descriptor go
+// to the store together.
+class CallCountingStore final : public Store {
+ public:
+  explicit CallCountingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  Status Evaluate(std::span<const StoreCheck> checks, Micros now,
+                  std::span<Decision> out) override {
+    calls.fetch_add(1);
+    last_checks.store(checks.size());
+    return inner_->Evaluate(checks, now, out);
+  }
+  Status Reset(const Policy& policy, std::string_view key) override {
+    return inner_->Reset(policy, key);
+  }
+  std::atomic<int> calls{0};
+  std::atomic<std::size_t> last_checks{0};
+
+ private:
+  std::shared_ptr<Store> inner_;
+};
+
+const char* kMulti = R"(
+domain: api
+descriptors:
+  - key: user
+    rate_limits:
+      - {unit: second, requests_per_unit: 3}
+      - {unit: minute, requests_per_unit: 5, name: per_minute}
+)";
+
+// rate_limits: every limit of the list applies; a request passes only when each has
+// room, and then charges each; a denial by one charges none.
+TEST_F(EngineTest, SeveralLimitsOnOneDescriptorAreAllOrNothing) {
+  auto counting = std::make_shared<CallCountingStore>(store);
+  auto c = ParseConfig(kMulti, "engine.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  auto e = Engine::Create(*c, Engine::Options{counting, clock});
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  engine = std::move(*e);
+
+  for (int i = 0; i < 3; ++i) {
+    auto r = Ask("api", {D{{{"user", "u"}}}});
+    ASSERT_EQ(r.overall_code, Code::kOk) << i;
+    ASSERT_EQ(r.statuses[0].limits.size(), 2u);
+    EXPECT_EQ(r.statuses[0].limits[0].limit_remaining, static_cast<std::uint32_t>(2 - i));
+    EXPECT_EQ(r.statuses[0].limits[1].limit_remaining, static_cast<std::uint32_t>(4 - i));
+    EXPECT_EQ(r.statuses[0].limits[1].name, "per_minute");
+  }
+  // One store call per request, with both limits in it.
+  EXPECT_EQ(counting->calls.load(), 3);
+  EXPECT_EQ(counting->last_checks.load(), 2u);
+  // The 4th in this second: the per-second limit denies; the status is that limit's.
+  auto r = Ask("api", {D{{{"user", "u"}}}});
+  EXPECT_EQ(r.overall_code, Code::kOverLimit);
+  EXPECT_EQ(r.statuses[0].code, Code::kOverLimit);
+  EXPECT_EQ(r.statuses[0].unit, Unit::kSecond);
+  EXPECT_EQ(r.statuses[0].requests_per_unit, 3u);
+  ASSERT_EQ(r.statuses[0].limits.size(), 2u);
+  EXPECT_EQ(r.statuses[0].limits[0].code, Code::kOverLimit);
+  EXPECT_EQ(r.statuses[0].limits[1].code, Code::kOk);
+  // ... and the per-minute limit was not charged by the denied request: 2 of 5 left.
+  EXPECT_EQ(r.statuses[0].limits[1].limit_remaining, 2u);
+  clock->Advance(kSec);
+  EXPECT_EQ(Passes("api", D{{{"user", "u"}}}, 3), 2);
+  // Now the per-minute limit binds.
+  r = Ask("api", {D{{{"user", "u"}}}});
+  EXPECT_EQ(r.statuses[0].name, "per_minute");
+  EXPECT_EQ(r.statuses[0].code, Code::kOverLimit);
+  // Another user has both budgets whole.
+  EXPECT_EQ(Passes("api", D{{{"user", "v"}}}, 3), 3);
+}
+
+TEST_F(EngineTest, SeveralLimitsAcrossDescriptorsAreOneAtomicDecision) {
+  Load(std::string(kMulti) + R"(
+  - key: ip
+    rate_limit: {unit: hour, requests_per_unit: 1}
+)");
+  EXPECT_EQ(Ask("api", {D{{{"user", "u"}}}, D{{{"ip", "1"}}}}).overall_code, Code::kOk);
+  // ip=1 denies: neither limit of user=u is charged.
+  auto r = Ask("api", {D{{{"user", "u"}}}, D{{{"ip", "1"}}}});
+  EXPECT_EQ(r.overall_code, Code::kOverLimit);
+  EXPECT_EQ(r.statuses[0].code, Code::kOk);
+  EXPECT_EQ(r.statuses[0].limits[0].limit_remaining, 2u);
+  EXPECT_EQ(r.statuses[0].limits[1].limit_remaining, 4u);
+  EXPECT_EQ(Passes("api", D{{{"user", "u"}}}, 3), 2);
+}
+
+TEST_F(EngineTest, SeveralLimitsInHeadersRlconfigAndMetrics) {
+  Load("sluiced: {response_headers: draft10}\n---\n" + std::string(kMulti));
+  auto r = Ask("api", {D{{{"user", "u"}}}});
+  std::map<std::string, std::string> h(r.response_headers.begin(), r.response_headers.end());
+  EXPECT_EQ(h["ratelimit-policy"], "\"d0.0\";q=3;w=1, \"per_minute\";q=5;w=60");
+  EXPECT_EQ(h["ratelimit"].rfind("\"d0.0\";r=2;t=1, \"per_minute\";r=4;t=", 0), 0u)
+      << h["ratelimit"];
+  Load(kMulti);
+  r = Ask("api", {D{{{"user", "w"}}}});
+  std::map<std::string, std::string> x(r.response_headers.begin(), r.response_headers.end());
+  // The binding limit (least remaining: the per-second one), then every limit.
+  EXPECT_EQ(x["x-ratelimit-limit"], "3, 3;w=1, 5;w=60;name=\"per_minute\"");
+  EXPECT_EQ(x["x-ratelimit-remaining"], "2");
+
+  const std::string d = engine->DumpConfig();
+  EXPECT_NE(d.find("api.user#1: unit=SECOND requests_per_unit=3, shadow_mode: false"),
+            std::string::npos)
+      << d;
+  EXPECT_NE(d.find("api.user#2: unit=MINUTE requests_per_unit=5, shadow_mode: false, name: "
+                   "per_minute"),
+            std::string::npos)
+      << d;
+  const std::string m = engine->RenderMetrics();
+  EXPECT_NE(m.find("descriptor=\"user#1\""), std::string::npos) << m;
+  EXPECT_NE(m.find("descriptor=\"user#2\""), std::string::npos) << m;
+}
+
+TEST_F(EngineTest, ALimitInAListCanBeReplaced) {
+  Load(std::string(kMulti) + R"(
+  - key: plan
+    value: gold
+    rate_limit: {unit: minute, requests_per_unit: 100, replaces: [{name: per_minute}]}
+)");
+  auto r = Ask("api", {D{{{"user", "u"}}}, D{{{"plan", "gold"}}}});
+  EXPECT_EQ(r.overall_code, Code::kOk);
+  // Only the per-second limit of the list is left: the descriptor lists just it.
+  ASSERT_EQ(r.statuses[0].limits.size(), 1u);
+  EXPECT_EQ(r.statuses[0].unit, Unit::kSecond);
+}
+
+TEST_F(EngineTest, MoreThanSixteenMatchedLimitsIsInvalidArgument) {
+  std::string yaml = "domain: api\ndescriptors:\n  - key: user\n    rate_limits:\n";
+  for (int i = 1; i <= 9; ++i) {
+    yaml += "      - {unit: hour, requests_per_unit: " + std::to_string(i) + "}\n";
+  }
+  Load(yaml);
+  RateLimitResponse r;
+  EXPECT_TRUE(Try("api", {D{{{"user", "a"}}}}, 0, &r).ok());
+  Status s = Try("api", {D{{{"user", "a"}}}, D{{{"user", "b"}}}}, 0, &r);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "the request's descriptors match 18 limits (at most 16 in one request)");
+}
+
 }  // namespace
 }  // namespace sluice::service
