@@ -40,7 +40,6 @@ cat >"$work/sluiced.yaml" <<'YAML'
 sluiced:
   reload_poll: 0
   log_level: warn
-  http_threads: 64
 domain: bench
 descriptors:
   - key: remote_address

@@ -14,9 +14,10 @@ enum class DecisionSource : std::uint8_t {
   kFailOpen = 2,       // the store failed; allowed by FailureMode::kFailOpen
   kFailClosed = 3,     // the store failed; denied by FailureMode::kFailClosed
   kLocalFallback = 4,  // the store failed; decided by the in-process fallback limiter
+  kLease = 5,          // allowed locally from this process's lease (Policy::lease)
 };
 
-// "store", "deny_cache", "fail_open", "fail_closed", "local_fallback".
+// "store", "deny_cache", "fail_open", "fail_closed", "local_fallback", "lease".
 const char* DecisionSourceName(DecisionSource s);
 
 // The outcome of one check. Durations are microseconds from the decision's `now`.

@@ -61,6 +61,11 @@ struct LimiterStats {
   std::uint64_t fail_open = 0;
   std::uint64_t fail_closed = 0;
   std::uint64_t local_fallback = 0;
+  // Hot-key leases (Policy::lease): decisions allowed from a lease without a store
+  // call, leases taken from the store, and leases given back (Store::Refund).
+  std::uint64_t lease_hits = 0;
+  std::uint64_t lease_grants = 0;
+  std::uint64_t lease_returns = 0;
 };
 
 // Thread-safe. All methods may be called concurrently from any thread. Decisions never

@@ -82,6 +82,23 @@ struct Policy {
   // Decide and report, but always allow (Decision::shadow_denied says what would
   // have happened).
   bool shadow = false;
+  // Hot-key leases (docs/algorithms.md, "Leases"). 0, the default, is off. Otherwise
+  // the most units one process takes from the store in one call for one key, to grant
+  // locally without a store call until they are used or `lease_validity` has passed;
+  // what is left unused is given back (Store::Refund). The lease size adapts to the
+  // key's observed rate in this process, from the caller's cost up to this bound, and
+  // never exceeds what the store reported remaining. Only single-check decisions use
+  // leases (Acquire of one policy, or one check); multi-check calls go to the store.
+  // Contract: over-admission is at most the units leased but not yet used, summed over
+  // processes (each process holds at most one lease per key: `lease` units); a lease
+  // sees no change made by others (Reset, refunds) for up to its validity. Fixed window
+  // and sliding window counter: none, a lease never outlives its window. Not for
+  // sliding_window_log (an exact algorithm). At most the policy's capacity.
+  std::uint64_t lease = 0;
+  // How long one lease may be used, in microseconds. 0 means window / 10; at most
+  // window / 10. A lease also ends at the end of the window it was taken in (fixed
+  // window, sliding window counter).
+  Micros lease_validity = 0;
 
   // The largest cost one request may have: burst for bucket/GCRA, limit otherwise.
   std::uint64_t Capacity() const;

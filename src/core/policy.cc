@@ -198,6 +198,23 @@ Status ValidatePolicy(const Policy& p) {
   if (p.fallback_divisor == 0) {
     return Status::InvalidArgument(Fail(p, "fallback_divisor must be >= 1"));
   }
+  if (p.lease != 0) {
+    if (p.algorithm == Algorithm::kSlidingWindowLog) {
+      return Status::InvalidArgument(
+          Fail(p, "lease does not apply to sliding_window_log (an exact algorithm)"));
+    }
+    if (p.lease > p.Capacity()) {
+      return Status::InvalidArgument(Fail(p, "lease (" + std::to_string(p.lease) +
+                                                 ") must not exceed the capacity (" +
+                                                 std::to_string(p.Capacity()) + ")"));
+    }
+  }
+  if (p.lease_validity < 0 || p.lease_validity > p.window / 10) {
+    return Status::InvalidArgument(
+        Fail(p, "lease_validity must be 0 (window / 10) or up to window / 10 = " +
+                    std::to_string(p.window / 10) + "us (got " + std::to_string(p.lease_validity) +
+                    "us)"));
+  }
   return Status::Ok();
 }
 

@@ -43,6 +43,8 @@ const char* DecisionSourceName(DecisionSource s) {
       return "fail_closed";
     case DecisionSource::kLocalFallback:
       return "local_fallback";
+    case DecisionSource::kLease:
+      return "lease";
   }
   return "unknown";
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "limiter/lease.h"
 #include "memory/memory_store_internal.h"
 #include "sluice/memory_store.h"
 
@@ -21,7 +22,8 @@ namespace {
 // counting decisions does not bounce a shared line between cores.
 struct alignas(64) CounterStripe {
   std::atomic<std::uint64_t> decisions{0}, denied{0}, shadow_denied{0}, deny_cache_hits{0},
-      store_errors{0}, fail_open{0}, fail_closed{0}, local_fallback{0};
+      store_errors{0}, fail_open{0}, fail_closed{0}, local_fallback{0}, lease_hits{0},
+      lease_grants{0}, lease_returns{0};
 };
 constexpr std::size_t kCounterStripes = 16;
 
@@ -145,6 +147,7 @@ struct Decider::Impl {
   MemoryStore* memory = nullptr;
   bool use_deny_cache = false;
   DenyCache deny_cache;
+  LeaseTable leases;
   std::array<CounterStripe, kCounterStripes> stripes;
 
   explicit Impl(Options o)
@@ -152,7 +155,8 @@ struct Decider::Impl {
         fallback_store(MemoryStoreOptions{.max_keys = options.fallback_max_keys, .shards = 16}),
         memory(dynamic_cast<MemoryStore*>(options.store.get())),
         use_deny_cache(options.deny_cache && options.store->IsRemote()),
-        deny_cache(use_deny_cache ? options.deny_cache_bytes : 0) {}
+        deny_cache(use_deny_cache ? options.deny_cache_bytes : 0),
+        leases(options.lease_max_keys) {}
 
   CounterStripe& Counters() { return stripes[ThisThreadStripe()]; }
 
@@ -327,6 +331,83 @@ struct Decider::Impl {
     return AfterStore(g, s, now, out);
   }
 
+  // A batch the lease table may decide: one enforced check of a leased policy, with a
+  // cost below the lease bound (LeaseTable::Acquire answers kPlain otherwise).
+  static bool LeaseEligible(std::span<const Check> checks) {
+    if (checks.size() != 1) return false;
+    const Check& c = checks[0];
+    return c.policy->lease > 0 && !c.policy->shadow && c.cost >= 1 && c.cost < c.policy->lease;
+  }
+
+  // Gives ended leases back, without waiting: a refund that fails leaves the units
+  // taken (conservative), so there is nothing to do with its answer.
+  void ReturnLeases(std::vector<LeaseReturn>& returns, Micros now) {
+    for (LeaseReturn& r : returns) {
+      Counters().lease_returns.fetch_add(1, std::memory_order_relaxed);
+      const StoreCheck sc{&r.policy, r.key, r.units};
+      options.store->RefundAsync(std::span<const StoreCheck>(&sc, 1), now, [](const Status&) {});
+    }
+    returns.clear();
+  }
+
+  // Tries the lease of checks[0] (LeaseEligible): kLocal fills out[0] (its
+  // policy_index kept), kRefill asks for a lease of `grant` units.
+  LeaseTable::Take LeaseAcquire(const Check& c, Micros now, std::span<Decision> out) {
+    std::vector<LeaseReturn> returns;
+    Decision local;
+    const LeaseTable::Take t = leases.Acquire(c.key, *c.policy, c.cost, now, &local, &returns);
+    if (!returns.empty()) ReturnLeases(returns, now);
+    if (t.outcome == LeaseTable::Outcome::kLocal) {
+      local.policy_index = out[0].policy_index;
+      out[0] = local;
+      Counters().lease_hits.fetch_add(1, std::memory_order_relaxed);
+    }
+    return t;
+  }
+
+  // The store answered a lease request of `grant` units for the single check of `gc`
+  // (the group at the caller's cost) with `s` and out[0]. True when that decides the
+  // request; false when it must be decided through the store at its own cost (the
+  // lease was denied but a smaller cost may pass).
+  bool AfterLease(const Group& gc, std::uint64_t grant, Micros now, const Status& s,
+                  std::span<Decision> out) {
+    const Check& c = gc.checks[0];
+    if (!s.ok()) {
+      leases.Failed(c.key);
+      (void)AfterStore(gc, s, now, out);  // the failure mode, at the caller's cost
+      return true;
+    }
+    if (out[0].allowed) {
+      leases.Granted(c.key, *c.policy, grant, c.cost, now, out[0]);
+      Counters().lease_grants.fetch_add(1, std::memory_order_relaxed);
+      out[0].remaining += grant - c.cost;  // what the caller may still use, lease included
+      return true;
+    }
+    leases.Denied(c.key, out[0].remaining);
+    if (grant > c.cost) return false;
+    (void)AfterStore(gc, s, now, out);  // a denial of the caller's own cost
+    return true;
+  }
+
+  // The synchronous lease path: true when out[0] is decided, false for the usual path.
+  bool DecideLeased(const Check& c, Micros now, std::span<Decision> out) {
+    const LeaseTable::Take t = LeaseAcquire(c, now, out);
+    if (t.outcome == LeaseTable::Outcome::kLocal) return true;
+    if (t.outcome == LeaseTable::Outcome::kPlain) return false;
+    Group gc;
+    MakeGroup(std::span<const Check>(&c, 1), gc);
+    if (FromDenyCache(gc, now, out)) {  // the caller's cost is known to be denied
+      leases.Failed(c.key);
+      return true;
+    }
+    const std::uint16_t idx = out[0].policy_index;
+    ClearDecisions(out.first(1));
+    const StoreCheck sc{c.policy, c.key, t.grant};
+    Status s = options.store->Evaluate(std::span<const StoreCheck>(&sc, 1), now, out.first(1));
+    out[0].policy_index = idx;
+    return AfterLease(gc, t.grant, now, s, out);
+  }
+
   // Shadow rewrite, binding index and counters, once every group is decided.
   std::size_t Finish(std::span<const Check> checks, std::span<Decision> out) {
     bool shadowed = false;
@@ -369,16 +450,29 @@ Decider::Decider(Options options) {
   impl_ = std::make_shared<Impl>(std::move(options));
 }
 
-Decider::~Decider() = default;
+Decider::~Decider() {
+  // Give every lease back before the store may go: one synchronous refund each, so
+  // that a process ending cleanly leaves no budget held. After a failure the rest are
+  // left (each would wait for its own timeout): their units stay taken until their
+  // window or refill gives them back, as a killed process's would.
+  std::vector<LeaseReturn> returns;
+  const Micros now = impl_->options.clock->Now();
+  impl_->leases.EndAll(now, &returns);
+  for (LeaseReturn& r : returns) {
+    const StoreCheck sc{&r.policy, r.key, r.units};
+    impl_->Counters().lease_returns.fetch_add(1, std::memory_order_relaxed);
+    if (!impl_->options.store->Refund(std::span<const StoreCheck>(&sc, 1), now).ok()) break;
+  }
+}
 
 Result<std::size_t> Decider::Decide(std::span<const Check> checks, std::span<Decision> out) {
   if (Status s = Impl::Validate(checks, out.size()); !s.ok()) return s;
   Impl& im = *impl_;
   if (checks.size() == 1 && im.memory != nullptr && !checks[0].policy->shadow &&
-      checks[0].cost <= checks[0].policy->Capacity()) {
-    // One enforced check on the in-process store (the deny cache is off for it): the
-    // key is hashed and its slot prefetched before the clock is read, and nothing
-    // else is copied or cleared. A store error takes the general path's handling.
+      checks[0].policy->lease == 0 && checks[0].cost <= checks[0].policy->Capacity()) {
+    // One enforced check, without a lease, on the in-process store (the deny cache is off for it):
+    // the key is hashed and its slot prefetched before the clock is read, and nothing else is
+    // copied or cleared. A store error takes the general path's handling.
     const Check& c = checks[0];
     const StoreCheck sc{c.policy, c.key, c.cost};
     const std::uint64_t hash = memory_internal::Access::Prepare(*im.memory, c.key);
@@ -399,7 +493,9 @@ Result<std::size_t> Decider::Decide(std::span<const Check> checks, std::span<Dec
   // round). A request with no shadow policy, the usual case, is one batch.
   std::size_t shadow_count = 0;
   for (const Check& c : checks) shadow_count += c.policy->shadow ? 1 : 0;
-  if (shadow_count == 0 || shadow_count == checks.size()) {
+  if (Impl::LeaseEligible(checks) && im.DecideLeased(checks[0], now, out)) {
+    // decided from, or with, a lease
+  } else if (shadow_count == 0 || shadow_count == checks.size()) {
     if (Status s = im.EvaluateSync(checks, now, out); !s.ok()) return s;
   } else {
     Check grouped[kMaxChecks];
@@ -500,16 +596,61 @@ static void RunGroup(std::shared_ptr<Pending> p, std::size_t first, std::size_t 
                       });
 }
 
+// The asynchronous lease path: a lease request of `grant` units for p's single check;
+// a denied lease falls back to the check at its own cost.
+static void RunLease(std::shared_ptr<Pending> p, std::uint64_t grant) {
+  Decider::Impl& im = *p->impl;
+  auto& g = p->group;
+  Decider::Impl::MakeGroup(std::span<const Check>(p->grouped, 1), g);
+  std::span<Decision> out(p->decided, 1);
+  if (im.FromDenyCache(g, p->now, out)) {  // the caller's cost is known to be denied
+    im.leases.Failed(p->keys[0]);
+    FinishPending(p);
+    return;
+  }
+  Decider::Impl::ClearDecisions(out);
+  const StoreCheck sc{p->grouped[0].policy, p->grouped[0].key, grant};
+  const Micros now = p->now;
+  im.options.store->EvaluateAsync(std::span<const StoreCheck>(&sc, 1), now,
+                                  [p, grant](const Status& s, std::span<const Decision> d) mutable {
+                                    std::span<Decision> out(p->decided, 1);
+                                    if (s.ok() && !d.empty()) {
+                                      const std::uint16_t idx = out[0].policy_index;
+                                      out[0] = d[0];
+                                      out[0].policy_index = idx;
+                                    }
+                                    if (p->impl->AfterLease(p->group, grant, p->now, s, out)) {
+                                      FinishPending(p);
+                                    } else {
+                                      RunGroup(std::move(p), 0, 1);
+                                    }
+                                  });
+}
+
 void Decider::DecideAsync(std::span<const Check> checks, DoneCallback done) {
   if (Status s = Impl::Validate(checks, checks.size()); !s.ok()) {
     done(s, {}, 0);
     return;
   }
+  std::uint64_t lease_grant = 0;
+  const Micros now = impl_->options.clock->Now();
+  if (Impl::LeaseEligible(checks)) {
+    // The hot path of a leased key: decided here, without copying the batch.
+    Decision out[1];
+    out[0].policy_index = 0;
+    const LeaseTable::Take t = impl_->LeaseAcquire(checks[0], now, out);
+    if (t.outcome == LeaseTable::Outcome::kLocal) {
+      const std::size_t bind = impl_->Finish(checks, out);
+      done(Status::Ok(), std::span<const Decision>(out, 1), bind);
+      return;
+    }
+    if (t.outcome == LeaseTable::Outcome::kRefill) lease_grant = t.grant;
+  }
   auto p = std::make_shared<Pending>();
   p->impl = impl_;
   p->done = std::move(done);
   p->n = checks.size();
-  p->now = impl_->options.clock->Now();
+  p->now = now;
   for (std::size_t i = 0; i < p->n; ++i) {
     p->keys[i].assign(checks[i].key);
     p->checks[i] = checks[i];
@@ -526,7 +667,9 @@ void Decider::DecideAsync(std::span<const Check> checks, DoneCallback done) {
     }
     if (!shadow) p->enforced = k;
   }
-  if (p->enforced == 0 || p->enforced == p->n) {
+  if (lease_grant > 0) {
+    RunLease(std::move(p), lease_grant);
+  } else if (p->enforced == 0 || p->enforced == p->n) {
     RunGroup(std::move(p), 0, k);
   } else {
     const std::size_t enforced = p->enforced;
@@ -538,6 +681,7 @@ Status Decider::Reset(const Policy& policy, const Policy* fallback, std::string_
   if (Status s = impl_->options.store->Reset(policy, key); !s.ok()) return s;
   (void)impl_->fallback_store.Reset(fallback != nullptr ? *fallback : policy, key);
   impl_->deny_cache.Erase(key);
+  impl_->leases.Drop(key);
   return Status::Ok();
 }
 
@@ -556,12 +700,22 @@ LimiterStats Decider::Stats() const {
     s.fail_open += c.fail_open.load(std::memory_order_relaxed);
     s.fail_closed += c.fail_closed.load(std::memory_order_relaxed);
     s.local_fallback += c.local_fallback.load(std::memory_order_relaxed);
+    s.lease_hits += c.lease_hits.load(std::memory_order_relaxed);
+    s.lease_grants += c.lease_grants.load(std::memory_order_relaxed);
+    s.lease_returns += c.lease_returns.load(std::memory_order_relaxed);
   }
   return s;
 }
 
 std::size_t Decider::DenyCacheBytes() const {
   return impl_->use_deny_cache ? impl_->deny_cache.bytes() : 0;
+}
+
+std::size_t Decider::FallbackKeys() const {
+  return impl_->fallback_store.Stats().keys;
+}
+std::size_t Decider::FallbackMaxKeys() const {
+  return impl_->options.fallback_max_keys;
 }
 
 Store& Decider::store() const {

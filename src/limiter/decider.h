@@ -55,6 +55,9 @@ struct Options {
   std::size_t deny_cache_bytes = std::size_t{4} << 20;
   // Key cap of the in-process store used by kLocalFallback.
   std::size_t fallback_max_keys = std::size_t{1} << 20;
+  // Keys that may hold a lease (Policy::lease) at once; beyond, decisions of other
+  // keys go to the store.
+  std::size_t lease_max_keys = std::size_t{1} << 16;
 };
 
 // Called once with the outcome of DecideAsync: per-check decisions (valid during the
@@ -75,13 +78,16 @@ class Decider {
   explicit Decider(Options options);
   ~Decider();
   Decider(const Decider&) = delete;
+  // (The destructor gives every lease back to the store, one refund call each.)
   Decider& operator=(const Decider&) = delete;
 
   // Decides `checks` (1..kMaxChecks) atomically: enforced checks are consumed all or
   // none; shadow checks (policy->shadow) are decided in a batch of their own and always
   // allowed (shadow_denied tells). A store failure follows each check's own failure
-  // mode. Writes one decision per check into `out` (policy_index is left as the
-  // caller set it) and returns the binding index. Errors: InvalidArgument only.
+  // mode. A batch of one enforced check whose policy has a lease (Policy::lease) is
+  // decided from this Decider's lease of the key when it has one (limiter/lease.h). Writes one
+  // decision per check into `out` (policy_index is left as the caller set it) and returns the
+  // binding index. Errors: InvalidArgument only.
   Result<std::size_t> Decide(std::span<const Check> checks, std::span<Decision> out);
 
   // The same without blocking the calling thread on the store: `done` runs exactly
@@ -89,7 +95,8 @@ class Decider {
   // call. policy_index of the decisions is the check's index.
   void DecideAsync(std::span<const Check> checks, DoneCallback done);
 
-  // Forgets `key` under `policy`: the store's state, the fallback's and the deny cache.
+  // Forgets `key` under `policy`: the store's state, the fallback's, the deny cache
+  // and this process's lease of it (not given back: the key is full again).
   Status Reset(const Policy& policy, const Policy* fallback, std::string_view key);
 
   // Drops a cached denial of `key` (e.g. after budget was refunded to it).
@@ -98,6 +105,9 @@ class Decider {
   LimiterStats Stats() const;
   // Bytes the deny cache reserves (its fixed budget; 0 when disabled).
   std::size_t DenyCacheBytes() const;
+  // Keys the local fallback's in-process store holds, and its key cap.
+  std::size_t FallbackKeys() const;
+  std::size_t FallbackMaxKeys() const;
   Store& store() const;
   const Clock& clock() const;
 

@@ -128,7 +128,7 @@ Result<SlotMap> ClusterRouter::FetchMap(Deadline deadline, bool* not_cluster, st
       map = ParseClusterSlots(*slots, where.host);
     } else {
       if (IsClusterDisabled(*shards)) *not_cluster = true;
-      map = ParseClusterShards(*shards, where.host);
+      map = ParseClusterShards(*shards, where.host, options_.connect.url().tls.enabled);
     }
     if (!map.ok()) {
       *why = where.ToString() + ": " + map.status().message();

@@ -102,7 +102,7 @@ int SlotMap::uncovered() const {
   return n;
 }
 
-Result<SlotMap> ParseClusterShards(const Reply& reply, std::string_view fallback_host) {
+Result<SlotMap> ParseClusterShards(const Reply& reply, std::string_view fallback_host, bool tls) {
   if (reply.is_error()) return Status::Unavailable("CLUSTER SHARDS: " + reply.str);
   if (reply.type != REDIS_REPLY_ARRAY) return Malformed("CLUSTER SHARDS", "not an array");
   SlotMap map;
@@ -137,8 +137,12 @@ Result<SlotMap> ParseClusterShards(const Reply& reply, std::string_view fallback
       ep.host = std::string(fallback_host);
     }
     long long port = 0;
-    const Reply* p = MapGet(*primary, "port");
-    if (p == nullptr) p = MapGet(*primary, "tls-port");
+    // A node with both lists "port" (plain) and "tls-port": take the one the client
+    // speaks, the other only when it is the only one given.
+    const char* first_choice = tls ? "tls-port" : "port";
+    const char* second_choice = tls ? "port" : "tls-port";
+    const Reply* p = MapGet(*primary, first_choice);
+    if (p == nullptr) p = MapGet(*primary, second_choice);
     if (p == nullptr || !AsInt(*p, port) || port <= 0 || port > 65535) {
       return Malformed("CLUSTER SHARDS", "a primary without a valid port");
     }

@@ -63,7 +63,10 @@ class SlotMap {
 // "slots" [start, end, start, end...] and "nodes" [maps with "ip"/"endpoint",
 // "port"/"tls-port", "role", "health"]). `fallback_host` replaces an endpoint that the
 // node announces as "?" or empty (the seed's address, as redis-cli does).
-Result<SlotMap> ParseClusterShards(const Reply& reply, std::string_view fallback_host);
+// `tls`: the client connects over TLS, so a node's "tls-port" is preferred to its
+// "port" (a node with `tls-cluster yes` and a plain port lists both).
+Result<SlotMap> ParseClusterShards(const Reply& reply, std::string_view fallback_host,
+                                   bool tls = false);
 
 // Parses a CLUSTER SLOTS reply: [[start, end, [ip, port, id...], replicas...]...].
 Result<SlotMap> ParseClusterSlots(const Reply& reply, std::string_view fallback_host);

@@ -152,12 +152,6 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
       !s.ok()) {
     return s;
   }
-  if (url->topology == redis::Topology::kCluster && url->tls.enabled) {
-    return Status::Unimplemented(
-        url->Scheme() +
-        " URLs are not supported by this build yet: TLS to a cluster is untested "
-        "(use redis-cluster://, or rediss:// to one endpoint)");
-  }
   redis::NodeOptions no;
   no.connect.handshake.url = *url;
   no.connect.handshake.connect_timeout = options.connect_timeout;

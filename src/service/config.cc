@@ -85,7 +85,8 @@ class Loader {
     CheckKeys(n, "sluiced settings",
               {"http", "grpc", "redis", "max_body_bytes", "max_descriptors", "max_entries",
                "default_algorithm", "default_failure_mode", "shadow_mode", "response_headers",
-               "near_limit_ratio", "reload_poll", "http_threads", "nginx_headers", "log_level"});
+               "near_limit_ratio", "reload_poll", "http_threads", "http_io_threads", "max_keys",
+               "nginx_headers", "log_level"});
     Settings s;
     for (const auto& kv : n) {
       const std::string k = kv.first.as<std::string>();
@@ -153,8 +154,18 @@ class Loader {
           s.reload_poll = *us;
         }
       } else if (k == "http_threads") {
-        s.http_threads = Uint(v, "http_threads", 4096);
-        if (s.http_threads == 0) Fail(v, "http_threads must be at least 1");
+        // It sized cpp-httplib's thread-per-connection pool; the event-driven front end
+        // has no such pool, and reading it as I/O threads would turn the old default
+        // of 64 into 64 busy threads. Refused rather than silently ignored.
+        Fail(kv.first,
+             "http_threads is no longer supported: the HTTP front end is event-driven and "
+             "holds no thread per connection; remove it (http_io_threads or "
+             "--http-io-threads sets the I/O threads, one per core by default)");
+      } else if (k == "http_io_threads") {
+        s.http_io_threads = Uint(v, "http_io_threads", 256);
+      } else if (k == "max_keys") {
+        s.max_keys = Uint(v, "max_keys", std::uint64_t{1} << 32);
+        if (s.max_keys == 0) Fail(v, "max_keys must be at least 1");
       } else if (k == "nginx_headers") {
         if (!v.IsMap()) Fail(v, "nginx_headers must map header names to descriptor keys");
         s.nginx_headers.clear();

@@ -129,8 +129,11 @@ struct Settings {
   double near_limit_ratio = 0.8;
   // How often the config file is checked for changes (0 disables polling; SIGHUP works).
   Micros reload_poll = 1'000'000;
-  // HTTP worker threads (each keep-alive connection holds one while it is open).
-  std::size_t http_threads = 64;
+  // HTTP I/O threads (`http_io_threads`; 0: one per CPU core). `--http-io-threads` wins.
+  std::size_t http_io_threads = 0;
+  // Key cap of the in-process store: the embedded store (memory://), or with Redis the
+  // local fallback's store. At the cap a new key is decided by its limit's failure mode.
+  std::size_t max_keys = std::size_t{1} << 22;
   // nginx auth_request: request header -> descriptor key; every header present in a
   // request becomes one descriptor [{key, header value}].
   std::map<std::string, std::string> nginx_headers = {{"X-Real-IP", "remote_address"},

@@ -27,9 +27,11 @@ void AllowDegradedStart(Options& o) {
 }  // namespace
 #endif
 
-Result<std::shared_ptr<Store>> OpenServiceStore(const std::string& url, Micros redis_timeout) {
+Result<std::shared_ptr<Store>> OpenServiceStore(const std::string& url, Micros redis_timeout,
+                                                std::size_t max_keys) {
   if (url.empty() || url == "memory://") {
-    return std::shared_ptr<Store>(std::make_shared<MemoryStore>());
+    return std::shared_ptr<Store>(
+        std::make_shared<MemoryStore>(MemoryStoreOptions{.max_keys = max_keys}));
   }
 #ifdef SLUICED_HAVE_REDIS
   if (url.starts_with("redis") || url.starts_with("unix://")) {
@@ -94,6 +96,7 @@ void Daemon::ApplyOverrides(Settings& s) const {
   if (options_.http) s.http = *options_.http;
   if (options_.grpc) s.grpc = *options_.grpc;
   if (options_.redis) s.redis = *options_.redis;
+  if (options_.max_keys) s.max_keys = *options_.max_keys;
 }
 
 bool Daemon::FileChanged() {
@@ -124,12 +127,15 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   d->ApplyOverrides(config->settings);
   SetLogLevel(config->settings.log_level);
   d->store_url_ = config->settings.redis;
-  auto store = OpenServiceStore(d->store_url_, d->options_.redis_timeout);
+  auto store =
+      OpenServiceStore(d->store_url_, d->options_.redis_timeout, config->settings.max_keys);
   if (!store.ok()) {
     return Status(store.status().code(), MaskIn(store.status().message(), d->store_url_));
   }
   d->store_ = *store;
-  auto engine = Engine::Create(*config, Engine::Options{*store, d->options_.clock});
+  Engine::Options eo{*store, d->options_.clock};
+  eo.fallback_max_keys = config->settings.max_keys;
+  auto engine = Engine::Create(*config, std::move(eo));
   if (!engine.ok()) return engine.status();
   d->engine_ = std::move(*engine);
   const Settings& s = config->settings;
@@ -141,6 +147,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   if (!grpc.ok()) return grpc.status();
   d->grpc_ = std::move(*grpc);
   HttpOptions ho = d->options_.http_options;
+  if (ho.io_threads == 0) ho.io_threads = s.http_io_threads;  // the flag wins
   ho.max_body_bytes = s.max_body_bytes;
   ho.reuse_port = d->options_.reuse_port;
   auto http = HttpServer::Start(*d->engine_, s.http, ho, &d->ready_);
@@ -221,11 +228,12 @@ Status Daemon::Apply(Result<Config> config, const char* reason) {
   SetLogLevel(config->settings.log_level);
   const Settings& s = config->settings;
   if (s.redis != store_url_ || s.http != http_addr_ || s.grpc != grpc_addr_ ||
-      s.max_body_bytes != started_.max_body_bytes || s.http_threads != started_.http_threads) {
+      s.max_body_bytes != started_.max_body_bytes ||
+      s.http_io_threads != started_.http_io_threads || s.max_keys != started_.max_keys) {
     Log(LogLevel::kWarn, "restart_required",
         {{"why",
-          "listen addresses, the store URL, max_body_bytes and http_threads change only on "
-          "restart"}});
+          "listen addresses, the store URL, max_body_bytes, http_io_threads and max_keys "
+          "change only on restart"}});
   }
   Log(LogLevel::kInfo, "config_loaded",
       {{"reason", reason},

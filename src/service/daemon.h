@@ -24,6 +24,8 @@ struct DaemonOptions {
   std::optional<std::string> http;
   std::optional<std::string> grpc;
   std::optional<std::string> redis;
+  // --max-keys: the in-process store's key cap (Settings::max_keys).
+  std::optional<std::size_t> max_keys;
   // Tests: the clock every limiter uses (default SteadyEpochClock).
   std::shared_ptr<const Clock> clock;
   // The HTTP front end (threads, timeouts, limits, backlog, connection cap).
@@ -49,9 +51,11 @@ struct DaemonOptions {
 // `url` with any password replaced by "***" (redis://user:***@host:6379), for logs.
 std::string MaskStoreUrl(const std::string& url);
 
-// Opens the store a URL names: empty or memory:// for the embedded store, redis:// or
-// unix:// for Redis (when this build has the Redis store).
-Result<std::shared_ptr<Store>> OpenServiceStore(const std::string& url, Micros redis_timeout = 0);
+// Opens the store a URL names: empty or memory:// for the embedded store (holding at
+// most `max_keys` keys), redis:// or unix:// for Redis (when this build has the Redis
+// store).
+Result<std::shared_ptr<Store>> OpenServiceStore(const std::string& url, Micros redis_timeout = 0,
+                                                std::size_t max_keys = std::size_t{1} << 22);
 
 class Daemon {
  public:

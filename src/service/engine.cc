@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "limiter/limiter_internal.h"
+#include "service/log.h"
 #include "service/timed_store.h"
 #include "sluice/key.h"
 
@@ -140,19 +141,45 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Config& config, Options opt
   if (!options.store) return Status::InvalidArgument("engine needs a store");
   std::unique_ptr<Engine> e(new Engine());
   e->metrics_ = std::make_shared<Metrics>();
-  e->store_ = std::make_shared<TimedStore>(std::move(options.store), e->metrics_);
+  e->embedded_ = std::dynamic_pointer_cast<MemoryStore>(options.store);
+  Engine* self = e.get();
+  e->store_ = std::make_shared<TimedStore>(std::move(options.store), e->metrics_,
+                                           [self] { self->OnKeyCap(); });
   e->clock_ = options.clock ? std::move(options.clock) : std::make_shared<SteadyEpochClock>();
   decide::Options d;
   d.store = e->store_;
   d.clock = e->clock_;
   d.deny_cache = true;
   d.deny_cache_bytes = options.deny_cache_bytes;
+  d.fallback_max_keys = options.fallback_max_keys;
   e->decider_ = std::make_unique<decide::Decider>(std::move(d));
+  e->max_keys_ = config.settings.max_keys;
   auto snap = e->Compile(config);
   if (!snap.ok()) return snap.status();
   (*snap)->generation = e->generation_.fetch_add(1) + 1;
   std::atomic_store(&e->snapshot_, std::move(*snap));
   return e;
+}
+
+void Engine::OnKeyCap() {
+  if (embedded_ == nullptr) return;
+  const std::uint64_t n = key_cap_refusals_.fetch_add(1, std::memory_order_relaxed) + 1;
+  // One line when the cap is first hit, then at most one per 10 s while it lasts, with
+  // the refusals since the last line.
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::microseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+  std::int64_t last = key_cap_logged_at_.load(std::memory_order_relaxed);
+  if (last != 0 && now - last < 10'000'000) return;
+  if (!key_cap_logged_at_.compare_exchange_strong(last, now)) return;
+  const std::uint64_t before = key_cap_logged_refusals_.exchange(n);
+  const MemoryStoreStats st = embedded_->Stats();
+  Log(LogLevel::kWarn, "key_cap_reached",
+      {{"store", "embedded"},
+       {"keys", std::to_string(st.keys)},
+       {"max_keys", std::to_string(max_keys_)},
+       {"refused", std::to_string(n - before)},
+       {"decisions", "new keys by each rule's failure_mode, not over_limit"}});
 }
 
 Status Engine::Reload(const Config& config) {
@@ -219,6 +246,22 @@ std::string Engine::RenderMetrics() const {
       "# HELP sluiced_deny_cache_bytes Bytes reserved by the deny cache (fixed at start).\n");
   out.append("# TYPE sluiced_deny_cache_bytes gauge\n");
   line("sluiced_deny_cache_bytes", "", st.deny_cache_bytes);
+  out.append(
+      "# HELP sluiced_store_keys Keys held by the in-process stores: the embedded store "
+      "(memory://) and the local fallback's.\n");
+  out.append("# TYPE sluiced_store_keys gauge\n");
+  if (embedded_ != nullptr)
+    line("sluiced_store_keys", "store=\"embedded\"", embedded_->Stats().keys);
+  line("sluiced_store_keys", "store=\"local_fallback\"", decider_->FallbackKeys());
+  out.append("# HELP sluiced_store_max_keys Key cap of the in-process stores (max_keys).\n");
+  out.append("# TYPE sluiced_store_max_keys gauge\n");
+  if (embedded_ != nullptr) line("sluiced_store_max_keys", "store=\"embedded\"", max_keys_);
+  line("sluiced_store_max_keys", "store=\"local_fallback\"", decider_->FallbackMaxKeys());
+  out.append(
+      "# HELP sluiced_key_cap_refusals_total Store calls refused because the embedded store "
+      "was at its key cap (decided by failure mode).\n");
+  out.append("# TYPE sluiced_key_cap_refusals_total counter\n");
+  line("sluiced_key_cap_refusals_total", "", key_cap_refusals_.load(std::memory_order_relaxed));
   out.append("# HELP sluiced_config_generation Generation of the configuration in use.\n");
   out.append("# TYPE sluiced_config_generation gauge\n");
   line("sluiced_config_generation", "", st.generation);
@@ -462,9 +505,16 @@ void Engine::Finish(const Prepared& p, std::span<const Decision> decisions,
       st.duration_until_reset = d.reset_after;
       st.retry_after = d.retry_after;
       st.code = d.allowed ? Code::kOk : Code::kOverLimit;
-      if (!d.allowed) {
+      // The embedded store fails only at its key cap: the failure mode decided, and that
+      // is neither the limit's "ok" nor its "over_limit".
+      const bool key_cap = embedded_ != nullptr && (d.source == DecisionSource::kFailOpen ||
+                                                    d.source == DecisionSource::kFailClosed ||
+                                                    d.source == DecisionSource::kLocalFallback);
+      if (!d.allowed) resp->overall_code = Code::kOverLimit;
+      if (key_cap) {
+        if (c != nullptr) c->key_cap.fetch_add(1, std::memory_order_relaxed);
+      } else if (!d.allowed) {
         if (c != nullptr) c->over_limit.fetch_add(1, std::memory_order_relaxed);
-        resp->overall_code = Code::kOverLimit;
       } else if (d.shadow_denied && r->quota_mode) {
         if (c != nullptr) c->quota_over_limit.fetch_add(1, std::memory_order_relaxed);
       } else if (d.shadow_denied) {

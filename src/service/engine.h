@@ -24,6 +24,7 @@
 #include "service/rules.h"
 #include "sluice/clock.h"
 #include "sluice/limiter.h"
+#include "sluice/memory_store.h"
 #include "sluice/status.h"
 #include "sluice/store.h"
 
@@ -96,6 +97,8 @@ class Engine {
     std::shared_ptr<const Clock> clock;
     // Byte budget of the one deny cache of the process (used with remote stores).
     std::size_t deny_cache_bytes = std::size_t{4} << 20;
+    // Key cap of the local fallback's in-process store (Settings::max_keys).
+    std::size_t fallback_max_keys = std::size_t{1} << 22;
   };
 
   // Compiles `config` into the first snapshot. Errors name the rule (FILE:LINE).
@@ -142,6 +145,16 @@ class Engine {
               RateLimitResponse* response) const;
 
   std::shared_ptr<Store> store_;
+  // The embedded store when the engine decides on one (memory://), else null. Such a
+  // store fails a check only at its key cap: a decision made by a failure mode then
+  // means "at the key cap", never "store unreachable".
+  std::shared_ptr<MemoryStore> embedded_;
+  // Refusals at the key cap, and when the last key_cap_reached line was logged.
+  std::atomic<std::uint64_t> key_cap_refusals_{0};
+  std::atomic<std::uint64_t> key_cap_logged_refusals_{0};
+  std::atomic<std::int64_t> key_cap_logged_at_{0};
+  std::size_t max_keys_ = 0;  // the embedded store's cap, for logs and /metrics
+  void OnKeyCap();
   std::shared_ptr<const Clock> clock_;
   std::shared_ptr<Metrics> metrics_;
   // One per process: every rule and override is decided through it.

@@ -21,7 +21,8 @@ sluice::Micros Seconds(double s) {
 void AddServingFlags(CLI::App& app, sluice::service::DaemonOptions& o, double& request_timeout,
                      double& idle_timeout, double& drain, int& redis_timeout_ms) {
   auto& h = o.http_options;
-  app.add_option("--http-io-threads", h.io_threads, "HTTP I/O threads (default: one per core)");
+  app.add_option("--http-io-threads", h.io_threads,
+                 "HTTP I/O threads (config: sluiced.http_io_threads; default: one per core)");
   app.add_option("--http-backlog", h.backlog, "listen(2) backlog (default SOMAXCONN)");
   app.add_option("--http-max-connections", h.max_connections,
                  "open HTTP connections at most; more are answered 503 (default 10000)");
@@ -78,6 +79,13 @@ int main(int argc, char** argv) {
       "store URL: redis://[user:pass@]host:port[/db] or unix:///path to share limits between "
       "sluiced instances; memory:// for the embedded store (config: sluiced.redis; default "
       "memory://)");
+  std::size_t max_keys = 0;
+  auto* max_keys_opt = app.add_option(
+      "--max-keys", max_keys,
+      "key cap of the in-process store (the embedded store, or the local fallback's with "
+      "Redis); at the cap a new key is decided by its rule's failure mode (config: "
+      "sluiced.max_keys; default 4194304)");
+  max_keys_opt->check(CLI::Range(std::size_t{1}, std::size_t{1} << 32));
   double request_timeout = 10, idle_timeout = 60, drain = 0;
   int redis_timeout_ms = 0;
   AddServingFlags(app, o, request_timeout, idle_timeout, drain, redis_timeout_ms);
@@ -89,6 +97,7 @@ int main(int argc, char** argv) {
   if (*http_opt) o.http = http;
   if (*grpc_opt) o.grpc = grpc;
   if (*redis_opt) o.redis = redis;
+  if (*max_keys_opt) o.max_keys = max_keys;
   if (const int rc = launch->Finish(o); rc >= 0) return rc;
 
   // Signals are taken synchronously by this thread only; every server thread inherits

@@ -140,6 +140,8 @@ void Metrics::Render(std::string& out) const {
                      c->unlimited.load());
     AppendMetricLine(out, "sluiced_decisions_total", labels + ",outcome=\"quota_over_limit\"",
                      c->quota_over_limit.load());
+    AppendMetricLine(out, "sluiced_decisions_total", labels + ",outcome=\"key_cap\"",
+                     c->key_cap.load());
   }
   out.append(
       "# HELP sluiced_near_limit_total Allowed decisions that used more than near_limit_ratio of "

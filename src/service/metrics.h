@@ -23,6 +23,9 @@ struct DescriptorCounters {
   // quota_mode limits over their limit (answered OK).
   std::atomic<std::uint64_t> quota_over_limit{0};
   std::atomic<std::uint64_t> unlimited{0};
+  // Decided by the limit's failure mode because the in-process store was at its key
+  // cap (not the limit's own answer: neither "ok" nor "over_limit").
+  std::atomic<std::uint64_t> key_cap{0};
 };
 
 // Where a request came in.

@@ -123,6 +123,26 @@ TEST(SlotMapTest, ParsesClusterShards) {
   EXPECT_EQ(map->owner(16000), map->owner(16001));
 }
 
+// A node with `tls-cluster yes` and a plain port lists both: a TLS client must connect
+// to "tls-port", a plain one to "port" (before, a TLS client was sent to the plain port).
+TEST(SlotMapTest, TakesTheTlsPortForATlsClient) {
+  Reply node = Arr({Str("id"), Str("abc"), Str("port"), Int(7000), Str("tls-port"), Int(8000),
+                    Str("ip"), Str("10.0.0.1"), Str("endpoint"), Str("10.0.0.1"), Str("role"),
+                    Str("master"), Str("health"), Str("online")});
+  Reply tls_only = Arr({Str("id"), Str("abd"), Str("tls-port"), Int(8001), Str("ip"),
+                        Str("10.0.0.2"), Str("role"), Str("master"), Str("health"), Str("online")});
+  Reply shards =
+      Arr({Arr({Str("slots"), Arr({Int(0), Int(8000)}), Str("nodes"), Arr({node})}),
+           Arr({Str("slots"), Arr({Int(8001), Int(16383)}), Str("nodes"), Arr({tls_only})})});
+  auto tls = ParseClusterShards(shards, "seed", /*tls=*/true);
+  ASSERT_TRUE(tls.ok()) << tls.status().ToString();
+  EXPECT_EQ(tls->primaries()[tls->owner(0)], (Endpoint{"10.0.0.1", 8000}));
+  EXPECT_EQ(tls->primaries()[tls->owner(9000)], (Endpoint{"10.0.0.2", 8001}));
+  auto plain = ParseClusterShards(shards, "seed", /*tls=*/false);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->primaries()[plain->owner(0)], (Endpoint{"10.0.0.1", 7000}));
+}
+
 TEST(SlotMapTest, RejectsMalformedShards) {
   EXPECT_FALSE(ParseClusterShards(Str("x"), "seed").ok());
   EXPECT_FALSE(ParseClusterShards(Arr({Arr({Str("slots"), Arr({Int(0)}), Str("nodes"),

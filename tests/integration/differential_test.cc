@@ -10,6 +10,7 @@
 
 #include "reference_store.h"
 #include "sluice/key.h"
+#include "sluice/limiter.h"
 #include "store_backends.h"
 
 namespace sluice::testing {
@@ -372,6 +373,130 @@ TEST(RedisRefund, LimiterRefundOnRedisClock) {
     ASSERT_TRUE(ttl.ok());
     EXPECT_GT(ttl->integer, 0) << k.str;
   }
+}
+
+// A store whose asynchronous calls complete inline (the defaults of sluice::Store), so
+// that a lease given back (RefundAsync) lands before the next request: the sequence
+// is then the same on both stores. Not remote: no deny cache on either side.
+class InlineStore final : public Store {
+ public:
+  explicit InlineStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  Status Evaluate(std::span<const StoreCheck> checks, Micros now,
+                  std::span<Decision> out) override {
+    return inner_->Evaluate(checks, now, out);
+  }
+  Status Refund(std::span<const StoreCheck> checks, Micros now) override {
+    return inner_->Refund(checks, now);
+  }
+  Status Reset(const Policy& p, std::string_view key) override { return inner_->Reset(p, key); }
+
+ private:
+  std::shared_ptr<Store> inner_;
+};
+
+// Leases (Policy::lease): a Limiter with leases over each store, fed the same random
+// requests on one ManualClock, must decide identically, field by field and source
+// included: lease grants are decisions of cost N, returns are refunds of the unused
+// units (on expiry, at a too-large cost, when a limiter ends), and the state both
+// stores are left with must match too.
+TEST_F(Differential, LeaseGrantsAndReturns) {
+  int compared = 0, leased = 0;
+  for (std::uint64_t seed = 300; seed < 312; ++seed) {
+    std::mt19937_64 rng(seed);
+    Policy p = RandomPolicy(rng, 0);
+    if (p.algorithm == Algorithm::kSlidingWindowLog) p.algorithm = Algorithm::kFixedWindow;
+    if (p.Capacity() < 4) {  // room for leases larger than a request
+      p.limit = 100;
+      p.burst = 0;
+    }
+    p.lease = 2 + rng() % (p.Capacity() - 1);
+    if (rng() % 2) p.lease_validity = 1 + static_cast<Micros>(rng() % (p.window / 10));
+    ASSERT_TRUE(ValidatePolicy(p).ok()) << Describe(p);
+    const Micros validity = p.lease_validity > 0 ? p.lease_validity : p.window / 10;
+    auto memory = std::make_shared<MemoryStore>();
+    auto remote = std::make_shared<InlineStore>(redis_);
+    auto clock = std::make_shared<ManualClock>(kNoon + static_cast<Micros>(rng() % 1'000'000'000));
+    const std::string prefix = "lease" + std::to_string(seed);
+    auto make = [&](std::shared_ptr<Store> store) {
+      LimiterOptions o;
+      o.policies = {p};
+      o.store = std::move(store);
+      o.clock = clock;
+      o.key_prefix = prefix;
+      return std::move(Limiter::Create(std::move(o))).value();
+    };
+    std::unique_ptr<Limiter> a = make(memory), b = make(remote);
+    const char* keys[] = {"hot", "warm"};
+    for (int step = 0; step < 400; ++step) {
+      switch (rng() % 8) {
+        case 0:
+        case 1:
+        case 2:
+          break;  // same instant: leases are used
+        case 3:
+          clock->Advance(static_cast<Micros>(rng() % 50));
+          break;
+        case 4:
+          clock->Advance(static_cast<Micros>(rng() % (validity + 1)));  // around expiry
+          break;
+        case 5:
+          clock->Advance(static_cast<Micros>(rng() % (p.window + 1)));
+          break;
+        default:
+          clock->Advance(static_cast<Micros>(rng() % (validity / 4 + 1)));
+      }
+      const char* key = keys[rng() % 2];
+      const std::string where = Describe(p) + " lease=" + std::to_string(p.lease) +
+                                " validity=" + std::to_string(p.lease_validity) + " seed " +
+                                std::to_string(seed) + " step " + std::to_string(step);
+      const unsigned op = rng() % 40;
+      if (op == 0) {
+        a.reset();  // each gives its leases back
+        b.reset();
+        a = make(memory);
+        b = make(remote);
+        continue;
+      }
+      if (op == 1) {
+        const std::uint64_t cost = 1 + rng() % p.Capacity();
+        Status sa = a->Refund(key, cost);
+        Status sb = b->Refund(key, cost);
+        ASSERT_TRUE(sa.ok() && sb.ok()) << where << sa.ToString() << sb.ToString();
+        continue;
+      }
+      const std::uint64_t cost = rng() % 6 == 0 ? 1 + rng() % p.Capacity() : 1;
+      auto da = a->Acquire(key, cost);
+      auto db = b->Acquire(key, cost);
+      ASSERT_TRUE(da.ok() && db.ok()) << where;
+      const bool same = da->allowed == db->allowed && da->remaining == db->remaining &&
+                        da->reset_after == db->reset_after && da->retry_after == db->retry_after &&
+                        da->limit == db->limit && da->source == db->source;
+      ASSERT_TRUE(same) << where << " key=" << key << " cost=" << cost << " now=" << clock->Now()
+                        << "\n  memory: allowed=" << da->allowed << " remaining=" << da->remaining
+                        << " reset_after=" << da->reset_after << " retry_after=" << da->retry_after
+                        << " source=" << DecisionSourceName(da->source)
+                        << "\n  redis:  allowed=" << db->allowed << " remaining=" << db->remaining
+                        << " reset_after=" << db->reset_after << " retry_after=" << db->retry_after
+                        << " source=" << DecisionSourceName(db->source);
+      leased += da->source == DecisionSource::kLease ? 1 : 0;
+      ++compared;
+    }
+    // Both limiters end (their leases go back); both stores must hold the same state.
+    const auto sa = a->Stats(), sb = b->Stats();
+    EXPECT_EQ(sa.lease_grants, sb.lease_grants);
+    a.reset();
+    b.reset();
+    for (const char* key : keys) {
+      const std::string k = *StoreKey(prefix, key, p.name);
+      const StoreCheck peek{&p, k, 0};
+      if (!Compare(*memory, std::span<const StoreCheck>(&peek, 1), clock->Now(),
+                   "final state seed " + std::to_string(seed))) {
+        return;
+      }
+    }
+  }
+  EXPECT_GT(compared, 12 * 300);
+  EXPECT_GT(leased, compared / 4) << "too few decisions came from a lease to mean much";
 }
 
 }  // namespace

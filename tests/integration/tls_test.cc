@@ -8,13 +8,11 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 
 #include "redis_server.h"
 #include "sluice/policy.h"
 #include "sluice/redis_store.h"
+#include "tls_certs.h"
 
 namespace sluice::testing {
 namespace {
@@ -35,44 +33,21 @@ int FreePort() {
   return ntohs(a.sin_port);
 }
 
-// Certificates in a temporary directory, made by the openssl command.
+// Certificates in a temporary directory, made by the openssl command (tls_certs.h).
 struct Certs {
-  std::string dir;
+  std::unique_ptr<TestCerts> certs;
   bool ok = false;
-  std::string Path(const std::string& f) const { return dir + "/" + f; }
+  std::string Path(const std::string& f) const { return certs->Path(f); }
 
   Certs() {
-    char tmpl[] = "/tmp/sluice-tls-XXXXXX";
-    dir = mkdtemp(tmpl);
-    std::ofstream(Path("server.ext")) << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
-    std::ofstream(Path("client.ext")) << "extendedKeyUsage=clientAuth\n";
-    const std::string d = dir;
-    const std::string q = " >/dev/null 2>&1";
-    const std::string cmds[] = {
-        "openssl req -x509 -newkey rsa:2048 -nodes -keyout " + d + "/ca.key -out " + d +
-            "/ca.crt -days 2 -subj /CN=sluice-test-ca" + q,
-        "openssl req -x509 -newkey rsa:2048 -nodes -keyout " + d + "/other.key -out " + d +
-            "/other.crt -days 2 -subj /CN=untrusted-ca" + q,
-        "openssl req -newkey rsa:2048 -nodes -keyout " + d + "/server.key -out " + d +
-            "/server.csr -subj /CN=localhost" + q,
-        "openssl x509 -req -in " + d + "/server.csr -CA " + d + "/ca.crt -CAkey " + d +
-            "/ca.key -CAcreateserial -out " + d + "/server.crt -days 2 -extfile " + d +
-            "/server.ext" + q,
-        "openssl req -newkey rsa:2048 -nodes -keyout " + d + "/client.key -out " + d +
-            "/client.csr -subj /CN=sluice-client" + q,
-        "openssl x509 -req -in " + d + "/client.csr -CA " + d + "/ca.crt -CAkey " + d +
-            "/ca.key -CAcreateserial -out " + d + "/client.crt -days 2 -extfile " + d +
-            "/client.ext" + q,
-    };
-    for (const std::string& c : cmds) {
-      if (std::system(c.c_str()) != 0) {
-        ADD_FAILURE() << "failed: " << c << " (is the openssl command installed?)";
-        return;
-      }
+    auto c = TestCerts::Make();
+    if (!c.ok()) {
+      ADD_FAILURE() << c.status().ToString();
+      return;
     }
+    certs = std::move(*c);
     ok = true;
   }
-  ~Certs() { std::filesystem::remove_all(dir); }
 };
 
 struct TlsRedis {
@@ -80,15 +55,12 @@ struct TlsRedis {
   int tls_port = 0;
 };
 
-TlsRedis StartTlsRedis(const Certs& c, bool require_client_cert) {
+TlsRedis StartTlsRedis(const Certs& c, bool require_client_cert,
+                       const std::string& cert = "server") {
   TlsRedis t;
   t.tls_port = FreePort();
   RedisServerOptions o;
-  o.args = {"--tls-port",         std::to_string(t.tls_port),
-            "--tls-cert-file",    c.Path("server.crt"),
-            "--tls-key-file",     c.Path("server.key"),
-            "--tls-ca-cert-file", c.Path("ca.crt"),
-            "--tls-auth-clients", require_client_cert ? "yes" : "no"};
+  o.args = c.certs->ServerArgs(t.tls_port, cert, require_client_cert);
   auto s = RedisServer::Start(o);
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   if (s.ok()) t.server = std::move(*s);
@@ -166,6 +138,23 @@ TEST_F(Tls, BadCertificatesAreClearErrorsWithinConnectTimeout) {
   EXPECT_TRUE(CreateAndDecide(
                   TlsUrl("127.0.0.1", "tls_ca=" + certs_->Path("other.crt") + "&tls_insecure=1"))
                   .ok());
+}
+
+// A server whose certificate has expired, and one whose (valid, trusted) certificate
+// is for another name: each refused at the handshake, naming why.
+TEST_F(Tls, ExpiredAndMismatchedServerCertificatesAreClearErrors) {
+  TlsRedis expired = StartTlsRedis(*certs_, false, "expired");
+  ASSERT_NE(expired.server, nullptr);
+  ExpectUnavailableWithin("rediss://127.0.0.1:" + std::to_string(expired.tls_port) +
+                              "?tls_ca=" + certs_->Path("ca.crt"),
+                          "certificate has expired");
+  TlsRedis mismatch = StartTlsRedis(*certs_, false, "mismatch");
+  ASSERT_NE(mismatch.server, nullptr);
+  const std::string url = "rediss://127.0.0.1:" + std::to_string(mismatch.tls_port) +
+                          "?tls_ca=" + certs_->Path("ca.crt");
+  ExpectUnavailableWithin(url, "not for '127.0.0.1'");
+  // tls_sni with the name the certificate has is the fix (as for managed endpoints).
+  EXPECT_TRUE(CreateAndDecide(url + "&tls_sni=wrong.example").ok());
 }
 
 TEST_F(Tls, TlsToAPlainPortAndPlainToATlsPortAreClearErrors) {

@@ -184,6 +184,23 @@ TEST(Config, SharedPolicyWithDifferentUnitMultiplierIsRejected) {
             std::string::npos);
 }
 
+// http_threads sized cpp-httplib's thread pool; it meant nothing after the move to an
+// event-driven front end and was accepted silently.
+TEST(Config, HttpThreadsIsRefusedWithTheReplacement) {
+  EXPECT_EQ(ErrorOf("sluiced:\n  log_level: info\n  http_threads: 64\ndomain: a\n"),
+            "test.yaml:3: http_threads is no longer supported: the HTTP front end is "
+            "event-driven and holds no thread per connection; remove it (http_io_threads or "
+            "--http-io-threads sets the I/O threads, one per core by default)");
+  auto c = ParseConfig("sluiced:\n  http_io_threads: 2\n  max_keys: 1000\ndomain: a\n", "t");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->settings.http_io_threads, 2u);
+  EXPECT_EQ(c->settings.max_keys, 1000u);
+  EXPECT_NE(ErrorOf("sluiced:\n  max_keys: 0\ndomain: a\n").find("test.yaml:2: max_keys must be"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("sluiced:\n  http_io_threads: 1000\ndomain: a\n").find("test.yaml:2:"),
+            std::string::npos);
+}
+
 TEST(Config, InvalidYamlNamesTheLine) {
   const std::string e = ErrorOf("domain: a\ndescriptors:\n  - key: k\n    value: [unclosed\n");
   EXPECT_EQ(e.rfind("test.yaml:", 0), 0u) << e;

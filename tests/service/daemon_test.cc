@@ -502,6 +502,79 @@ descriptors:
   EXPECT_NE(out.find("1 domain(s), 2 limit(s)"), std::string::npos) << out;
 }
 
+std::string Get(int port, const std::string& path) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(5, 0);
+  auto r = c.Get(path);
+  return r ? std::to_string(r->status) + " " + r->body : "no answer";
+}
+
+// The embedded store's key cap from the file, the environment and the flag (flag wins),
+// shown as gauges; at the cap new keys are decided by failure mode, counted and logged
+// as key_cap, not as over_limit.
+TEST(DaemonKeyCap, SetByFileEnvOrFlagAndReportedApartFromOverLimit) {
+  TempDir dir;
+  const std::string config = dir.File("cap.yaml");
+  WriteFile(config, R"(sluiced:
+  reload_poll: 0
+  max_keys: 5
+domain: c
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: sliding_window_log}
+)");
+  {
+    Sluiced d = StartSluiced(config, dir.File("file.log"));
+    ASSERT_GT(d.http_port, 0);
+    EXPECT_NE(Get(d.http_port, "/metrics").find("sluiced_store_max_keys{store=\"embedded\"} 5"),
+              std::string::npos);
+  }
+  ::setenv("SLUICED_MAX_KEYS", "4", 1);
+  {
+    Sluiced d = StartSluiced(config, dir.File("env.log"));
+    ASSERT_GT(d.http_port, 0);
+    EXPECT_NE(Get(d.http_port, "/metrics").find("sluiced_store_max_keys{store=\"embedded\"} 4"),
+              std::string::npos);
+  }
+  Sluiced d = StartSluiced(config, dir.File("flag.log"), {"--max-keys", "2"});
+  ::unsetenv("SLUICED_MAX_KEYS");
+  ASSERT_GT(d.http_port, 0);
+  // The readiness probe peeks (holds no key): two keys fit.
+  EXPECT_EQ(Get(d.http_port, "/v1/check?domain=c&key=k&value=a").substr(0, 3), "200");
+  EXPECT_EQ(Get(d.http_port, "/v1/check?domain=c&key=k&value=a").substr(0, 3), "429");
+  EXPECT_EQ(Get(d.http_port, "/v1/check?domain=c&key=k&value=b").substr(0, 3), "200");
+  // At the cap: fail_open lets a new key through, counted as key_cap.
+  EXPECT_EQ(Get(d.http_port, "/v1/check?domain=c&key=k&value=c").substr(0, 3), "200");
+  const std::string m = Get(d.http_port, "/metrics");
+  EXPECT_NE(m.find("sluiced_store_max_keys{store=\"embedded\"} 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("sluiced_store_keys{store=\"embedded\"} 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("descriptor=\"k\",outcome=\"key_cap\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("descriptor=\"k\",outcome=\"over_limit\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("sluiced_key_cap_refusals_total 1"), std::string::npos) << m;
+  EXPECT_TRUE(WaitFor([&] {
+    return d.LogText().find("event=key_cap_reached") != std::string::npos;
+  })) << d.LogText();
+  EXPECT_NE(d.LogText().find("store=embedded keys=2 max_keys=2 refused=1"), std::string::npos)
+      << d.LogText();
+}
+
+// http_threads meant nothing since the event-driven front end and was accepted silently:
+// it is refused with FILE:LINE and its replacement, at start and by --check-config.
+TEST(DaemonStartup, HttpThreadsIsRefusedWithFileAndLine) {
+  TempDir dir;
+  const std::string config = dir.File("old.yaml");
+  WriteFile(config, "sluiced:\n  http_threads: 64\ndomain: x\n");
+  for (const char* flag : {"--config", "--check-config"}) {
+    auto p = Process::Spawn({SLUICED_BINARY, flag, config}, dir.File(std::string(flag) + ".log"));
+    ASSERT_TRUE(p);
+    EXPECT_EQ(p->Wait(std::chrono::seconds(30)), 1) << flag;
+    const std::string log = ReadFile(dir.File(std::string(flag) + ".log"));
+    EXPECT_NE(log.find(config + ":2: http_threads is no longer supported"), std::string::npos)
+        << log;
+    EXPECT_NE(log.find("--http-io-threads"), std::string::npos) << log;
+  }
+}
+
 TEST(DaemonStartup, HelpDocumentsEveryFlag) {
   TempDir dir;
   auto p = Process::Spawn({SLUICED_BINARY, "--help"}, dir.File("log"));

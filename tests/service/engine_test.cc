@@ -929,5 +929,68 @@ TEST_F(EngineTest, MoreThanSixteenMatchedLimitsIsInvalidArgument) {
   EXPECT_EQ(s.message(), "the request's descriptors match 18 limits (at most 16 in one request)");
 }
 
+// At the embedded store's key cap a new key is decided by its rule's failure mode: that
+// is counted as outcome="key_cap", never as the limit's "over_limit" (or "ok"), and the
+// keys held are a gauge.
+TEST_F(EngineTest, KeyCapIsReportedApartFromOverLimit) {
+  store = std::make_shared<MemoryStore>(MemoryStoreOptions{.max_keys = 2, .shards = 1});
+  Load(R"(
+sluiced: {max_keys: 2}
+domain: d
+descriptors:
+  - key: open
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: closed
+    rate_limit: {unit: hour, requests_per_unit: 1, failure_mode: fail_closed}
+)");
+  EXPECT_EQ(Ask("d", {D{{{"open", "a"}}}}).overall_code, Code::kOk);
+  EXPECT_EQ(Ask("d", {D{{{"open", "a"}}}}).overall_code, Code::kOverLimit);  // a real denial
+  EXPECT_EQ(Ask("d", {D{{{"closed", "b"}}}}).overall_code, Code::kOk);
+  // The store holds 2 keys: new ones are at the cap.
+  EXPECT_EQ(Ask("d", {D{{{"open", "c"}}}}).overall_code, Code::kOk);           // fail_open
+  EXPECT_EQ(Ask("d", {D{{{"closed", "e"}}}}).overall_code, Code::kOverLimit);  // fail_closed
+  const std::string m = engine->RenderMetrics();
+  EXPECT_NE(
+      m.find("sluiced_decisions_total{domain=\"d\",descriptor=\"open\",outcome=\"over_limit\"} 1"),
+      std::string::npos)
+      << m;
+  EXPECT_NE(
+      m.find("sluiced_decisions_total{domain=\"d\",descriptor=\"open\",outcome=\"key_cap\"} 1"),
+      std::string::npos)
+      << m;
+  EXPECT_NE(
+      m.find(
+          "sluiced_decisions_total{domain=\"d\",descriptor=\"closed\",outcome=\"over_limit\"} 0"),
+      std::string::npos)
+      << m;
+  EXPECT_NE(
+      m.find("sluiced_decisions_total{domain=\"d\",descriptor=\"closed\",outcome=\"key_cap\"} 1"),
+      std::string::npos)
+      << m;
+  EXPECT_NE(m.find("sluiced_store_keys{store=\"embedded\"} 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("sluiced_store_max_keys{store=\"embedded\"} 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("sluiced_key_cap_refusals_total 2"), std::string::npos) << m;
+}
+
+// With a remote store a failure-mode decision is a store outage, not the key cap.
+TEST_F(EngineTest, RemoteStoreFailuresAreNotKeyCap) {
+  auto remote = std::make_shared<RemoteLikeStore>();
+  store.reset();
+  auto c = ParseConfig(
+      "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, "
+      "requests_per_unit: 1, failure_mode: fail_closed}\n",
+      "engine.yaml");
+  ASSERT_TRUE(c.ok());
+  auto e = Engine::Create(*c, Engine::Options{remote, clock});
+  ASSERT_TRUE(e.ok());
+  engine = std::move(*e);
+  remote->down = true;
+  EXPECT_EQ(Ask("d", {D{{{"k", "a"}}}}).overall_code, Code::kOverLimit);
+  const std::string m = engine->RenderMetrics();
+  EXPECT_NE(m.find("descriptor=\"k\",outcome=\"key_cap\"} 0"), std::string::npos) << m;
+  EXPECT_EQ(m.find("sluiced_store_keys{store=\"embedded\"}"), std::string::npos) << m;
+  EXPECT_NE(m.find("sluiced_store_keys{store=\"local_fallback\"} 0"), std::string::npos) << m;
+}
+
 }  // namespace
 }  // namespace sluice::service

@@ -178,9 +178,18 @@ Result<std::unique_ptr<RedisCluster>> RedisCluster::Start(RedisClusterOptions op
                  // A replica may always take over, however long its link was down.
                  "--cluster-replica-validity-factor", "0"};
       for (const std::string& a : options.args) so.args.push_back(a);
+      int tls_port = 0;
+      if (options.tls != nullptr) {
+        auto t = FreeLoopbackPort();
+        if (!t.ok()) return t.status();
+        tls_port = *t;
+        for (const std::string& a : options.tls->ServerArgs(tls_port)) so.args.push_back(a);
+        so.args.insert(so.args.end(), {"--tls-cluster", "yes", "--tls-replication", "yes"});
+      }
       auto s = RedisServer::Start(std::move(so));
       if (s.ok()) {
         node = std::move(*s);
+        if (tls_port != 0) c->tls_ports_.push_back(tls_port);
       } else {
         last = s.status();
         if (last.code() == ErrorCode::kNotFound) return last;
@@ -224,9 +233,21 @@ std::string RedisCluster::SeedUrl(std::size_t node) const {
   return "redis-cluster://127.0.0.1:" + std::to_string(nodes_[node]->port());
 }
 
+std::string RedisCluster::TlsUrl(const std::string& query) const {
+  if (tls_ports_.empty()) return "";
+  std::string url = "rediss-cluster://";
+  for (std::size_t i = 0; i < tls_ports_.size(); ++i) {
+    if (i > 0) url += ",";
+    url += "127.0.0.1:" + std::to_string(tls_ports_[i]);
+  }
+  url += "?tls_ca=" + options_.tls->Path("ca.crt");
+  if (!query.empty()) url += "&" + query;
+  return url;
+}
+
 int RedisCluster::IndexOfPort(int port) const {
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
-    if (nodes_[i]->port() == port) return static_cast<int>(i);
+    if (nodes_[i]->port() == port || tls_port(i) == port) return static_cast<int>(i);
   }
   return -1;
 }

@@ -24,6 +24,7 @@
 
 #include "redis_server.h"
 #include "sluice/status.h"
+#include "tls_certs.h"
 
 namespace sluice::testing {
 
@@ -36,6 +37,11 @@ struct RedisClusterOptions {
   std::vector<std::string> args;
   // Bound on the whole start (creation and agreement).
   int start_timeout_ms = 60'000;
+  // When set (it must outlive the cluster), every node also serves TLS on a port of its
+  // own (server.crt; clients need no certificate), with `tls-cluster yes` (the bus and
+  // the ports the cluster announces to TLS clients) and `tls-replication yes`. The
+  // plain ports stay open for the fixture's own commands.
+  const TestCerts* tls = nullptr;
 };
 
 // One node as the cluster sees it (from CLUSTER NODES).
@@ -60,6 +66,11 @@ class RedisCluster {
   std::string Url() const;
   // redis-cluster://127.0.0.1:P of one node only.
   std::string SeedUrl(std::size_t node) const;
+  // rediss-cluster://127.0.0.1:T1,...?tls_ca=<ca.crt> (+ "&" + `query` when given):
+  // every node's TLS port. Empty without RedisClusterOptions::tls.
+  std::string TlsUrl(const std::string& query = "") const;
+  // Node i's TLS port (0 without TLS).
+  int tls_port(std::size_t i) const { return i < tls_ports_.size() ? tls_ports_[i] : 0; }
 
   std::size_t size() const { return nodes_.size(); }
   RedisServer& node(std::size_t i) { return *nodes_[i]; }
@@ -113,6 +124,7 @@ class RedisCluster {
   RedisCluster() = default;
   std::vector<std::unique_ptr<RedisServer>> nodes_;
   std::vector<bool> alive_;
+  std::vector<int> tls_ports_;
   RedisClusterOptions options_;
 };
 

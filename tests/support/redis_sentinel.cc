@@ -93,12 +93,25 @@ Result<std::unique_ptr<RedisSentinelGroup>> RedisSentinelGroup::Start(
   if (!node.password.empty()) {
     node.args.insert(node.args.end(), {"--masterauth", node.password});
   }
-  auto primary = RedisServer::Start(node);
+  auto with_tls = [&](int i) -> Result<RedisServerOptions> {
+    RedisServerOptions o = node;
+    if (g->options_.tls == nullptr) return o;
+    auto port = FreeLoopbackPort();
+    if (!port.ok()) return port.status();
+    g->node_tls_port_[i] = *port;
+    for (const std::string& a : g->options_.tls->ServerArgs(*port)) o.args.push_back(a);
+    o.args.insert(o.args.end(), {"--tls-replication", "yes"});
+    return o;
+  };
+  auto primary_options = with_tls(0);
+  if (!primary_options.ok()) return primary_options.status();
+  auto primary = RedisServer::Start(*primary_options);
   if (!primary.ok()) return primary.status();
   g->nodes_[0] = std::move(*primary);
-  node.args.insert(node.args.end(),
-                   {"--replicaof", "127.0.0.1", std::to_string(g->nodes_[0]->port())});
-  auto replica = RedisServer::Start(node);
+  node.args.insert(node.args.end(), {"--replicaof", "127.0.0.1", std::to_string(g->DataPort(0))});
+  auto replica_options = with_tls(1);
+  if (!replica_options.ok()) return replica_options.status();
+  auto replica = RedisServer::Start(*replica_options);
   if (!replica.ok()) return replica.status();
   g->nodes_[1] = std::move(*replica);
 
@@ -138,7 +151,7 @@ Status RedisSentinelGroup::LaunchSentinel(int index) {
       std::ofstream f(conf, std::ios::trunc);
       f << "port " << *port << "\nbind 127.0.0.1\ndaemonize no\n"
         << "dir " << dir << "\nlogfile " << dir << "/sentinel.log\n"
-        << "sentinel monitor " << name << " 127.0.0.1 " << nodes_[0]->port() << " 2\n"
+        << "sentinel monitor " << name << " 127.0.0.1 " << DataPort(0) << " 2\n"
         << "sentinel down-after-milliseconds " << name << " " << options_.down_after_ms << "\n"
         << "sentinel failover-timeout " << name << " " << options_.failover_timeout_ms << "\n"
         << "sentinel parallel-syncs " << name << " 1\n";
@@ -147,6 +160,18 @@ Status RedisSentinelGroup::LaunchSentinel(int index) {
       }
       if (!options_.sentinel_password.empty()) {
         f << "requirepass " << options_.sentinel_password << "\n";
+      }
+      if (options_.tls != nullptr) {
+        if (sentinel_tls_port_[index] == 0) {
+          auto tls_port = FreeLoopbackPort();
+          if (!tls_port.ok()) return tls_port.status();
+          sentinel_tls_port_[index] = *tls_port;
+        }
+        const std::vector<std::string> a = options_.tls->ServerArgs(sentinel_tls_port_[index]);
+        for (std::size_t i = 0; i + 1 < a.size(); i += 2) {
+          f << a[i].substr(2) << " " << a[i + 1] << "\n";  // "--tls-port", "N" -> "tls-port N"
+        }
+        f << "tls-replication yes\n";
       }
       if (!f) return Status::Internal("cannot write " + conf);
     }
@@ -224,6 +249,26 @@ std::string RedisSentinelGroup::Url() const {
   return url;
 }
 
+std::string RedisSentinelGroup::TlsUrl(const std::string& query) const {
+  if (options_.tls == nullptr) return "";
+  std::string url = "rediss-sentinel://";
+  if (!options_.password.empty()) url += ":" + options_.password + "@";
+  for (int i = 0; i < 3; ++i) {
+    if (i > 0) url += ",";
+    url += "127.0.0.1:" + std::to_string(sentinel_tls_port_[i]);
+  }
+  url += "/" + options_.master_name + "?tls_ca=" + options_.tls->Path("ca.crt");
+  if (!options_.sentinel_password.empty()) {
+    url += "&sentinel_password=" + options_.sentinel_password;
+  }
+  if (!query.empty()) url += "&" + query;
+  return url;
+}
+
+int RedisSentinelGroup::DataPort(int node) const {
+  return options_.tls != nullptr ? node_tls_port_[node] : nodes_[node]->port();
+}
+
 std::vector<int> RedisSentinelGroup::sentinel_ports() const {
   return {sentinel_port_[0], sentinel_port_[1], sentinel_port_[2]};
 }
@@ -244,7 +289,7 @@ Result<int> RedisSentinelGroup::ReportedPrimaryPort(int index) const {
 
 // Every sentinel reports nodes_[node] as primary, and that node says it is master.
 Status RedisSentinelGroup::WaitPrimaryReported(int node, int timeout_ms) {
-  const int want = nodes_[node]->port();
+  const int want = DataPort(node);
   const auto deadline = Clock::now() + milliseconds(timeout_ms);
   std::string why;
   for (;;) {
@@ -281,8 +326,8 @@ Status RedisSentinelGroup::WaitHealthy(int timeout_ms) {
   std::string why;
   for (;;) {
     why.clear();
-    const int primary_port = nodes_[primary_]->port();
-    const int replica_port = nodes_[1 - primary_]->port();
+    const int primary_port = DataPort(primary_);
+    const int replica_port = DataPort(1 - primary_);
     for (int i = 0; i < 3 && why.empty(); ++i) {
       const std::string who = "sentinel " + std::to_string(i);
       auto port = ReportedPrimaryPort(i);

@@ -22,6 +22,7 @@
 
 #include "redis_server.h"
 #include "sluice/status.h"
+#include "tls_certs.h"
 
 namespace sluice::testing {
 
@@ -40,6 +41,12 @@ struct RedisSentinelGroupOptions {
   int start_timeout_ms = 60'000;
   // Extra arguments for both data nodes.
   std::vector<std::string> node_args;
+  // When set (it must outlive the group): the data nodes and the sentinels also serve
+  // TLS (server.crt, no client certificate needed) on ports of their own, with
+  // `tls-replication yes` everywhere, so replication, the sentinels' monitoring and
+  // their hello messages all run over TLS and the sentinels report TLS ports. The
+  // plain ports stay open for the fixture's own commands.
+  const TestCerts* tls = nullptr;
 };
 
 class RedisSentinelGroup {
@@ -54,6 +61,9 @@ class RedisSentinelGroup {
   // (with ?sentinel_password=… when the sentinels have one).
   std::string Url() const;
   std::vector<int> sentinel_ports() const;
+  // rediss-sentinel://…sentinel TLS ports…/MASTER_NAME?tls_ca=<ca.crt> (+ "&" + `query`).
+  // Empty without RedisSentinelGroupOptions::tls.
+  std::string TlsUrl(const std::string& query = "") const;
   // The data node the fixture last saw promoted (by Start, Failover or KillPrimary).
   RedisServer& primary() { return *nodes_[primary_]; }
   RedisServer& replica() { return *nodes_[1 - primary_]; }
@@ -80,6 +90,8 @@ class RedisSentinelGroup {
   RedisSentinelGroup() = default;
   Status LaunchSentinel(int index);
   Status WaitPrimaryReported(int node, int timeout_ms);
+  // The port the sentinels know data node i by: its TLS port with TLS, else its port.
+  int DataPort(int node) const;
 
   RedisSentinelGroupOptions options_;
   std::string dir_;
@@ -87,6 +99,8 @@ class RedisSentinelGroup {
   int primary_ = 0;  // index into nodes_
   int killed_ = -1;  // index into nodes_ of a node KillPrimary stopped
   int sentinel_port_[3] = {0, 0, 0};
+  int sentinel_tls_port_[3] = {0, 0, 0};
+  int node_tls_port_[2] = {0, 0};
   pid_t sentinel_pid_[3] = {-1, -1, -1};
 };
 

@@ -1,0 +1,43 @@
+// The leased policies shared by lease_test.cc and its helper process.
+#pragma once
+
+#include <chrono>
+#include <vector>
+
+#include "sluice/policy.h"
+
+namespace sluice::testing {
+
+// Per-process lease bound of LeasePolicies(); the fleet's over-admission bound for
+// token bucket and GCRA is processes x this (docs/algorithms.md, "Leases").
+inline constexpr std::uint64_t kLoadLease = 30;
+
+// 300 per second, as tests/integration/concurrency_policies.h, each with a lease of
+// up to 30 units valid for at most 100 ms (window / 10).
+inline std::vector<Policy> LeasePolicies() {
+  using std::chrono::seconds;
+  std::vector<Policy> p = {
+      Policy::FixedWindow("lfixed", 300, seconds(1)),
+      Policy::SlidingWindowCounter("lcounter", 300, seconds(1)),
+      Policy::TokenBucket("lbucket", 300, 300, seconds(1)),
+      Policy::Gcra("lgcra", 300, seconds(1), 300),
+  };
+  for (Policy& x : p) {
+    x.failure_mode = FailureMode::kFailClosed;
+    x.lease = kLoadLease;
+  }
+  return p;
+}
+
+// What a killed process may hold: a fixed window of 2000 per hour with leases of up
+// to 100 units (valid 6 minutes: the test's whole run).
+inline constexpr std::uint64_t kHeldLimit = 2000;
+inline constexpr std::uint64_t kHeldLease = 100;
+inline Policy HeldPolicy() {
+  Policy p = Policy::FixedWindow("held", kHeldLimit, std::chrono::hours(1));
+  p.failure_mode = FailureMode::kFailClosed;
+  p.lease = kHeldLease;
+  return p;
+}
+
+}  // namespace sluice::testing

@@ -1,0 +1,71 @@
+// Runs a built binary (e.g. the `sluice` CLI) with arguments and captures its exit
+// status, stdout, stderr and wall time. Header-only: the binary's path comes from the
+// test's compile definitions.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace sluice::testing {
+
+struct CliOutcome {
+  int rc = -1;  // exit status, or 128 + signal
+  std::string out;
+  std::string err;
+  std::chrono::milliseconds took{0};
+
+  std::string Describe() const {
+    return "exit " + std::to_string(rc) + "\nstdout: " + out + "\nstderr: " + err;
+  }
+};
+
+inline CliOutcome RunCli(const std::string& binary, const std::vector<std::string>& args) {
+  auto read = [](const std::string& path) {
+    std::ifstream f(path);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  };
+  char dir[] = "/tmp/sluice-cli-run.XXXXXX";
+  if (mkdtemp(dir) == nullptr) return {};
+  const std::string out_path = std::string(dir) + "/out";
+  const std::string err_path = std::string(dir) + "/err";
+  std::vector<std::string> storage = {binary};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int o = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int e = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(o, STDOUT_FILENO);
+    dup2(e, STDERR_FILENO);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+  }
+  CliOutcome r;
+  r.took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                 start);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read(out_path);
+  r.err = read(err_path);
+  std::remove(out_path.c_str());
+  std::remove(err_path.c_str());
+  rmdir(dir);
+  return r;
+}
+
+}  // namespace sluice::testing
