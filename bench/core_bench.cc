@@ -4,10 +4,13 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -113,10 +116,11 @@ void BM_HotKey(benchmark::State& state) {
   state.SetLabel(AlgorithmName(a));
 }
 
-// The shard MemoryStore puts a caller key in (default options: 64 shards).
+// The shard MemoryStore puts a caller key in (default options).
 std::size_t ShardOf(const Limiter& limiter, std::string_view key) {
   const std::string store_key = *StoreKey("sluice", key, limiter.policies()[0].name);
-  return memory_internal::ShardIndex(memory_internal::HashKey(store_key), 64);
+  return memory_internal::ShardIndex(memory_internal::HashKey(store_key),
+                                     MemoryStoreOptions{}.shards);
 }
 
 // N threads, each on a key of its own (and 1M other live keys). Thread i takes the
@@ -142,6 +146,91 @@ void BM_OwnKeyPerThread(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations());
   state.SetLabel(AlgorithmName(a));
+}
+
+// The reference the in-process goals are measured against: the limiter one would write
+// by hand in a few lines. One std::unordered_map<std::string, double> of GCRA
+// theoretical arrival times behind one std::mutex, time from std::chrono::steady_clock
+// read on every call, and the store key ("sluice:{<key>}:api", no escaping) built in
+// a new std::string on every call. Same policy as BenchPolicy(kGcra): one unit per
+// hour, burst 1e9, so it never denies during a run.
+class NaiveLimiter {
+ public:
+  bool Acquire(std::string_view key) {
+    std::string k = "sluice:{";
+    k.append(key);
+    k.append("}:api");
+    const double now = static_cast<double>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                               std::chrono::steady_clock::now().time_since_epoch())
+                                               .count());
+    std::lock_guard<std::mutex> lock(mu_);
+    double& tat = tat_[std::move(k)];
+    const double new_tat = std::max(tat, now) + kInterval;
+    if (new_tat - now > kTau) return false;
+    tat = new_tat;
+    return true;
+  }
+
+ private:
+  static constexpr double kInterval = 3'600'000'000.0;  // 1 per hour, in microseconds
+  static constexpr double kTau = kInterval * 1e9;
+  std::mutex mu_;
+  std::unordered_map<std::string, double> tat_;
+};
+
+NaiveLimiter& NaivePopulated() {
+  static NaiveLimiter* limiter = [] {
+    auto* l = new NaiveLimiter;
+    for (std::size_t i = 0; i < kLiveKeys; ++i) {
+      if (!l->Acquire(Key(i))) std::abort();
+    }
+    return l;
+  }();
+  return *limiter;
+}
+
+void CheckNaive(bool allowed, benchmark::State& state) {
+  if (!allowed) state.SkipWithError("unexpected denial");
+}
+
+// The naive reference on the same 1M keys, in the same access patterns as
+// BM_Acquire1M, BM_Acquire1MHotSet and BM_HotKey.
+void BM_Naive1M(benchmark::State& state) {
+  NaiveLimiter& limiter = NaivePopulated();
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const bool ok = limiter.Acquire(Key(i++));
+    benchmark::DoNotOptimize(ok);
+    CheckNaive(ok, state);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel("naive gcra");
+}
+
+void BM_Naive1MHotSet(benchmark::State& state) {
+  NaiveLimiter& limiter = NaivePopulated();
+  const auto hot = static_cast<std::size_t>(state.range(0));
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const bool ok = limiter.Acquire(Key(i));
+    i = i + 1 == hot ? 0 : i + 1;
+    benchmark::DoNotOptimize(ok);
+    CheckNaive(ok, state);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel("naive gcra");
+}
+
+void BM_NaiveHotKey(benchmark::State& state) {
+  NaiveLimiter& limiter = NaivePopulated();
+  const std::string_view key = Key(42);
+  for (auto _ : state) {
+    const bool ok = limiter.Acquire(key);
+    benchmark::DoNotOptimize(ok);
+    CheckNaive(ok, state);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel("naive gcra");
 }
 
 // For reference: the cost of reading the default clock, which every decision does once.
@@ -207,6 +296,9 @@ BENCHMARK(BM_OwnKeyPerThread)
     ->Threads(1)
     ->Threads(2)
     ->UseRealTime();
+BENCHMARK(BM_Naive1M);
+BENCHMARK(BM_Naive1MHotSet)->ArgName("hot_keys")->Arg(4096);
+BENCHMARK(BM_NaiveHotKey)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(BM_SteadyEpochClockNow);
 BENCHMARK(BM_RandomLoad64MiB);
 

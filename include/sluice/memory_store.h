@@ -9,6 +9,10 @@
 
 namespace sluice {
 
+namespace memory_internal {
+struct Access;
+}  // namespace memory_internal
+
 struct MemoryStoreOptions {
   // Hard cap on live keys, so that a flood of unique keys cannot exhaust memory.
   // When it is reached, expired keys are swept; if none can be freed, a check on a
@@ -17,7 +21,7 @@ struct MemoryStoreOptions {
   // make room, so a limited key is never handed a fresh budget.
   std::size_t max_keys = std::size_t{1} << 22;
   // Number of independently locked shards (rounded up to a power of two, at least 1).
-  std::size_t shards = 64;
+  std::size_t shards = 16;
 };
 
 // Counters for tests and operators.
@@ -48,6 +52,7 @@ class MemoryStore final : public Store {
   MemoryStoreStats Stats() const;
 
  private:
+  friend struct memory_internal::Access;  // the Limiter's one-check fast path
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

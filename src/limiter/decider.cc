@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "limiter/lease.h"
+#include "memory/memory_store_internal.h"
 #include "sluice/memory_store.h"
 
 namespace sluice::decide {
@@ -142,6 +143,8 @@ std::size_t BindingIndex(std::span<const Decision> d) {
 struct Decider::Impl {
   Options options;
   MemoryStore fallback_store;
+  // The store when it is a MemoryStore: one-check batches then take its fast path.
+  MemoryStore* memory = nullptr;
   bool use_deny_cache = false;
   DenyCache deny_cache;
   LeaseTable leases;
@@ -150,6 +153,7 @@ struct Decider::Impl {
   explicit Impl(Options o)
       : options(std::move(o)),
         fallback_store(MemoryStoreOptions{.max_keys = options.fallback_max_keys, .shards = 16}),
+        memory(dynamic_cast<MemoryStore*>(options.store.get())),
         use_deny_cache(options.deny_cache && options.store->IsRemote()),
         deny_cache(use_deny_cache ? options.deny_cache_bytes : 0),
         leases(options.lease_max_keys) {}
@@ -158,7 +162,10 @@ struct Decider::Impl {
 
   // One group (all enforced or all shadow) ready for the store.
   struct Group {
-    StoreCheck sc[kMaxChecks];
+    Group() {}  // sc is filled by MakeGroup for the checks used, not zeroed per call
+    union {
+      StoreCheck sc[kMaxChecks];
+    };
     const Check* checks = nullptr;
     std::size_t n = 0;
     bool too_big = false;
@@ -461,6 +468,25 @@ Decider::~Decider() {
 Result<std::size_t> Decider::Decide(std::span<const Check> checks, std::span<Decision> out) {
   if (Status s = Impl::Validate(checks, out.size()); !s.ok()) return s;
   Impl& im = *impl_;
+  if (checks.size() == 1 && im.memory != nullptr && !checks[0].policy->shadow &&
+      checks[0].policy->lease == 0 && checks[0].cost <= checks[0].policy->Capacity()) {
+    // One enforced check, without a lease, on the in-process store (the deny cache is off for it):
+    // the key is hashed and its slot prefetched before the clock is read, and nothing else is
+    // copied or cleared. A store error takes the general path's handling.
+    const Check& c = checks[0];
+    const StoreCheck sc{c.policy, c.key, c.cost};
+    const std::uint64_t hash = memory_internal::Access::Prepare(*im.memory, c.key);
+    const Micros now = im.options.clock->Now();
+    const std::uint16_t idx = out[0].policy_index;
+    const Status s = memory_internal::Access::EvaluateOne(*im.memory, sc, hash, now, &out[0]);
+    out[0].policy_index = idx;
+    if (!s.ok()) {
+      Impl::Group g;
+      Impl::MakeGroup(checks, g);
+      if (Status st = im.AfterStore(g, s, now, out); !st.ok()) return st;
+    }
+    return im.Finish(checks, out);
+  }
   const Micros now = im.options.clock->Now();
   // Shadow checks are decided in a batch of their own: a would-be denial by a shadow
   // policy must not stop the enforced ones from being charged (nor the other way

@@ -59,12 +59,15 @@ constexpr std::array<bool, 256> kPlainByte = [] {
 
 namespace limiter_internal {
 
-void BuildStoreKey(std::string& out, std::string_view prefix, std::string_view key,
-                   std::string_view policy) {
+std::string_view BuildStoreKeyView(std::string& buf, std::string_view prefix, std::string_view key,
+                                   std::string_view policy) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   const std::size_t longest = prefix.size() + 2 + 3 * key.size() + 2 + policy.size();
-  if (out.size() < longest) out.resize(longest);
-  char* p = out.data();
+  // Grown, never shrunk: once the buffer has held the longest key, nothing is
+  // allocated or cleared here.
+  if (buf.size() < longest) buf.resize(std::max(longest, 2 * buf.size()));
+  char* const start = buf.data();
+  char* p = start;
   std::memcpy(p, prefix.data(), prefix.size());
   p += prefix.size();
   *p++ = ':';
@@ -84,12 +87,19 @@ void BuildStoreKey(std::string& out, std::string_view prefix, std::string_view k
   *p++ = ':';
   std::memcpy(p, policy.data(), policy.size());
   p += policy.size();
-  out.resize(static_cast<std::size_t>(p - out.data()));
+  return {start, static_cast<std::size_t>(p - start)};
+}
+
+void BuildStoreKey(std::string& out, std::string_view prefix, std::string_view key,
+                   std::string_view policy) {
+  const std::size_t n = BuildStoreKeyView(out, prefix, key, policy).size();
+  out.resize(n);
 }
 
 }  // namespace limiter_internal
 
 using limiter_internal::BuildStoreKey;
+using limiter_internal::BuildStoreKeyView;
 
 struct Limiter::Impl {
   LimiterOptions options;
@@ -196,8 +206,9 @@ Result<Decision> Limiter::Acquire(std::span<const Check> checks, std::span<Decis
         return Status::InvalidArgument("policy '" + p.name + "' is checked twice for one key");
       }
     }
-    BuildStoreKey(keys[i], impl_->options.key_prefix, c.key, p.name);
-    dchecks[i] = decide::Check{&p, &impl_->fallback_policies[c.policy], keys[i], c.cost};
+    dchecks[i] =
+        decide::Check{&p, &impl_->fallback_policies[c.policy],
+                      BuildStoreKeyView(keys[i], impl_->options.key_prefix, c.key, p.name), c.cost};
   }
   Scratch<Decision, kMaxChecks> local;
   std::span<Decision> out = per_check.empty() ? std::span<Decision>(local.data(), checks.size())

@@ -12,6 +12,8 @@
 // than 30 bytes cost a heap block more, and a second cache miss per decision.
 #include "sluice/memory_store.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
@@ -29,25 +31,56 @@ namespace sluice {
 
 namespace memory_internal {
 
+namespace {
+
+std::uint64_t Load64(const char* p) {
+  std::uint64_t w;
+  std::memcpy(&w, p, 8);
+  return w;
+}
+std::uint64_t Load32(const char* p) {
+  std::uint32_t w;
+  std::memcpy(&w, p, 4);
+  return w;
+}
+// 64x64 -> 128-bit multiply, folded: the mixing step of wyhash.
+std::uint64_t Mum(std::uint64_t a, std::uint64_t b) {
+  const unsigned __int128 r = static_cast<unsigned __int128>(a) * b;
+  return static_cast<std::uint64_t>(r) ^ static_cast<std::uint64_t>(r >> 64);
+}
+
+}  // namespace
+
 std::uint64_t HashKey(std::string_view k) {
-  // FNV-1a over 8-byte words, then a strong 64-bit finaliser (splitmix64).
-  std::uint64_t h = 0xcbf29ce484222325ULL ^ k.size();
-  std::size_t i = 0;
-  for (; i + 8 <= k.size(); i += 8) {
-    std::uint64_t w;
-    std::memcpy(&w, k.data() + i, 8);
-    h = (h ^ w) * 0x100000001b3ULL;
-    h ^= h >> 29;
+  // wyhash's structure: 16 bytes per multiply, the last 16 bytes (overlapping) and
+  // the length folded in at the end. A 29-byte Limiter key takes three dependent
+  // multiplies instead of the four rounds and finaliser of FNV-over-words before.
+  constexpr std::uint64_t kS0 = 0xa0761d6478bd642fULL;
+  constexpr std::uint64_t kS1 = 0xe7037ed1a0b428dbULL;
+  constexpr std::uint64_t kS2 = 0x8ebc6af09c88c6e3ULL;
+  const char* p = k.data();
+  const std::size_t n = k.size();
+  std::uint64_t seed = kS0 ^ n;
+  std::uint64_t a = 0, b = 0;
+  if (n <= 16) {
+    if (n >= 8) {
+      a = Load64(p);
+      b = Load64(p + n - 8);
+    } else if (n >= 4) {
+      a = Load32(p);
+      b = Load32(p + n - 4);
+    } else if (n > 0) {
+      const auto u = [p](std::size_t i) { return std::uint64_t{static_cast<unsigned char>(p[i])}; };
+      a = (u(0) << 16) | (u(n >> 1) << 8) | u(n - 1);
+    }
+  } else {
+    for (std::size_t i = 0; i + 16 < n; i += 16) {
+      seed = Mum(Load64(p + i) ^ kS1, Load64(p + i + 8) ^ seed);
+    }
+    a = Load64(p + n - 16);
+    b = Load64(p + n - 8);
   }
-  std::uint64_t tail = 0;
-  std::memcpy(&tail, k.data() + i, k.size() - i);
-  h = (h ^ tail) * 0x100000001b3ULL;
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ULL;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebULL;
-  h ^= h >> 31;
-  return h | 1;  // 0 marks an empty slot
+  return Mum(kS2 ^ n, Mum(a ^ kS1, b ^ seed)) | 1;  // 0 marks an empty slot
 }
 
 }  // namespace memory_internal
@@ -203,6 +236,65 @@ struct alignas(64) Slot {
 static_assert(sizeof(Slot) == 64);
 static_assert(offsetof(Slot, key) % alignof(char*) == 0);
 
+// A table's slots, zeroed (every slot empty). Arrays of 2 MiB or more start on a 2 MiB
+// boundary and ask for transparent huge pages over their whole 2 MiB pages: a decision
+// on a random key of a big table then needs no page walk (with 4 KiB pages, 1M keys
+// span ~24,000 pages, far more than the TLB holds, and each miss walks the page
+// tables before the slot's own cache miss). The memory comes from malloc so that
+// LeakSanitizer still scans it for the heap keys it points to.
+class SlotArray {
+ public:
+  static constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+  SlotArray() = default;
+  explicit SlotArray(std::size_t n) : n_(n) {
+    const std::size_t bytes = n * sizeof(Slot);
+    void* p = bytes >= kHugePage ? std::aligned_alloc(kHugePage, RoundUp(bytes, kHugePage))
+                                 : std::aligned_alloc(alignof(Slot), bytes);
+    if (p == nullptr) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+    if (bytes >= kHugePage) (void)::madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
+#endif
+    std::memset(p, 0, bytes);
+    p_ = static_cast<Slot*>(p);
+  }
+  ~SlotArray() {
+    std::free(p_);
+  }
+  SlotArray(const SlotArray&) = delete;
+  SlotArray& operator=(const SlotArray&) = delete;
+  void swap(SlotArray& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+  }
+
+  std::size_t size() const {
+    return n_;
+  }
+  bool empty() const {
+    return n_ == 0;
+  }
+  Slot* data() {
+    return p_;
+  }
+  Slot& operator[](std::size_t i) {
+    return p_[i];
+  }
+  Slot* begin() {
+    return p_;
+  }
+  Slot* end() {
+    return p_ + n_;
+  }
+
+ private:
+  static std::size_t RoundUp(std::size_t n, std::size_t to) {
+    return (n + to - 1) / to * to;
+  }
+  Slot* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
 class Table {
  public:
   ~Table() {
@@ -212,6 +304,18 @@ class Table {
   }
 
   std::size_t size() const { return size_; }
+
+  // Starts loading the home slot of `hash` into the cache. Called without the lock:
+  // it reads the array's address and size from copies kept for it (they may be stale
+  // by a concurrent Grow; a prefetch of a stale address loads nothing useful but
+  // never faults).
+  void Prefetch(std::uint64_t hash) const {
+    const std::size_t n = prefetch_size_.load(std::memory_order_relaxed);
+    if (n != 0) {
+      __builtin_prefetch(prefetch_base_.load(std::memory_order_relaxed) +
+                         memory_internal::HomeSlot(hash, n));
+    }
+  }
 
   Slot* Find(std::uint64_t hash, std::string_view key) {
     if (slots_.empty()) return nullptr;
@@ -308,9 +412,16 @@ class Table {
 
   void Grow() {
     std::size_t cap = std::max<std::size_t>(16, slots_.size() + slots_.size() / 2);
-    std::vector<Slot> old;
+    // A table of a huge page or more fills its last huge page: it then lives wholly
+    // in huge pages, and the extra slots shorten probe sequences.
+    constexpr std::size_t kPerHugePage = SlotArray::kHugePage / sizeof(Slot);
+    if (cap >= kPerHugePage) cap = (cap + kPerHugePage - 1) / kPerHugePage * kPerHugePage;
+    SlotArray bigger(cap);
+    SlotArray old;
     old.swap(slots_);
-    slots_.assign(cap, Slot{});
+    slots_.swap(bigger);
+    prefetch_base_.store(slots_.data(), std::memory_order_relaxed);
+    prefetch_size_.store(slots_.size(), std::memory_order_relaxed);
     for (Slot& s : old) {
       if (s.empty()) continue;
       std::size_t i = Home(s.Hash());
@@ -320,10 +431,45 @@ class Table {
     hand_ = 0;
   }
 
-  std::vector<Slot> slots_;
+  SlotArray slots_;
+  std::atomic<Slot*> prefetch_base_{nullptr};
+  std::atomic<std::size_t> prefetch_size_{0};
   std::size_t size_ = 0;
   std::size_t hand_ = 0;
   Micros next_expiry_ = std::numeric_limits<Micros>::max();
+};
+
+// A shard's lock: a word that is 0 (free), 1 (held) or 2 (held, maybe with waiters).
+// A thread that finds it held spins briefly before it sleeps (std::atomic::wait, a
+// futex on Linux). A decision holds the lock for a few dozen nanoseconds, far less
+// than a futex sleep and wake-up cost: std::mutex (glibc) sleeps at the first
+// failed attempt, so two threads on one hot key spent most of their time in
+// futex system calls and two threads decided fewer keys than one.
+class ShardLock {
+ public:
+  void lock() {
+    std::uint32_t c = 0;
+    if (word_.compare_exchange_strong(c, 1, std::memory_order_acquire)) return;
+    for (int spin = 0; spin < kSpins; ++spin) {
+      Pause();
+      if (word_.load(std::memory_order_relaxed) != 0) continue;
+      c = 0;
+      if (word_.compare_exchange_weak(c, 1, std::memory_order_acquire)) return;
+    }
+    while (word_.exchange(2, std::memory_order_acquire) != 0) word_.wait(2);
+  }
+  void unlock() {
+    if (word_.exchange(0, std::memory_order_release) == 2) word_.notify_one();
+  }
+
+ private:
+  static constexpr int kSpins = 200;
+  static void Pause() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  std::atomic<std::uint32_t> word_{0};
 };
 
 // Two cache lines: what every decision writes (the lock and `latest`) on the first,
@@ -331,11 +477,12 @@ class Table {
 // the second, so that threads deciding in the same shard move one line between
 // cores, not two.
 struct alignas(64) Shard {
-  std::mutex mu;
+  ShardLock mu;
   // The latest `now` this shard has decided at. Decisions use at least this time, so
   // the store's time never goes back: a state dropped because it was back to "full"
   // at a later time is never missed by a request stamped earlier (otherwise whether
-  // an idle key had been swept would change that request's decision).
+  // an idle key had been swept would change that request's decision). Written only
+  // when it moves.
   Micros latest = std::numeric_limits<Micros>::min();
   alignas(64) Table table;
 };
@@ -387,6 +534,59 @@ void RefundSlot(const Policy& p, Slot* s, Micros now, std::uint64_t cost) {
   }
 }
 
+constexpr std::size_t kMaxBatch = 16;
+
+// The prologue Evaluate and Refund share: each key's hash and shard, the shards
+// involved locked in index order (so that batches never deadlock) until the object
+// goes, and the batch's time raised to the latest any of them has decided at (the
+// store's time never goes back). A batch of one key, the common case, locks one
+// shard without sorting.
+class LockedShards {
+ public:
+  LockedShards(std::vector<Shard>& shards, std::span<const StoreCheck> checks, Micros* now)
+      : shards_(shards), n_(checks.size()) {
+    const std::size_t mask = shards.size() - 1;
+    for (std::size_t i = 0; i < n_; ++i) {
+      hash[i] = HashKey(checks[i].key);
+      shard[i] = memory_internal::ShardIndex(hash[i], mask + 1);
+      order_[i] = shard[i];
+    }
+    if (n_ > 1) {
+      std::sort(order_, order_ + n_);
+      locked_ = static_cast<std::size_t>(std::unique(order_, order_ + n_) - order_);
+    } else {
+      locked_ = n_;
+    }
+    for (std::size_t i = 0; i < locked_; ++i) shards_[order_[i]].mu.lock();
+    Micros t = *now;
+    for (std::size_t i = 0; i < locked_; ++i) t = std::max(t, shards_[order_[i]].latest);
+    for (std::size_t i = 0; i < locked_; ++i) {
+      if (shards_[order_[i]].latest != t) shards_[order_[i]].latest = t;
+    }
+    *now = t;
+  }
+  ~LockedShards() {
+    for (std::size_t i = locked_; i-- > 0;) shards_[order_[i]].mu.unlock();
+  }
+  LockedShards(const LockedShards&) = delete;
+  LockedShards& operator=(const LockedShards&) = delete;
+
+  // The distinct shards locked, in index order.
+  std::size_t locked() const { return locked_; }
+  Shard& locked_shard(std::size_t i) { return shards_[order_[i]]; }
+  Table& table_of(std::size_t check) { return shards_[shard[check]].table; }
+  Shard& shard_of(std::size_t check) { return shards_[shard[check]]; }
+
+  std::uint64_t hash[kMaxBatch];
+  std::size_t shard[kMaxBatch];
+
+ private:
+  std::vector<Shard>& shards_;
+  std::size_t n_;
+  std::size_t order_[kMaxBatch];
+  std::size_t locked_ = 0;
+};
+
 }  // namespace
 
 struct MemoryStore::Impl {
@@ -430,41 +630,78 @@ struct MemoryStore::Impl {
 MemoryStore::MemoryStore(MemoryStoreOptions options) : impl_(std::make_unique<Impl>(options)) {}
 MemoryStore::~MemoryStore() = default;
 
+namespace memory_internal {
+
+std::uint64_t Access::Prepare(MemoryStore& store, std::string_view key) {
+  const std::uint64_t hash = HashKey(key);
+  const std::vector<Shard>& shards = store.impl_->shards;
+  shards[ShardIndex(hash, shards.size())].table.Prefetch(hash);
+  return hash;
+}
+
+Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, std::uint64_t hash, Micros now,
+                           Decision* out) {
+  const Policy& p = *c.policy;
+  if (p.algorithm != Algorithm::kSlidingWindowLog) {
+    // The common case, a word state that is live (not back to full): decided and
+    // committed under the shard lock with nothing else to do. It is exactly what the
+    // batch path below does for such a check (no reservation, insert or sweep).
+    Shard& shard = store.impl_->shards[ShardIndex(hash, store.impl_->shards.size())];
+    std::lock_guard<ShardLock> lock(shard.mu);
+    Micros t = now;
+    if (shard.latest > t) {
+      t = shard.latest;
+    } else if (shard.latest != t) {
+      shard.latest = t;
+    }
+    Slot* s = shard.table.Find(hash, c.key);
+    if (s != nullptr && s->tag == TagOf(p.algorithm) && s->expires > t) {
+      State next;
+      Micros expires;
+      *out = RunWord(p, s->state, /*fresh=*/false, t, c.cost, &next, &expires);
+      if (out->allowed && c.cost > 0) {
+        s->state = next;
+        s->expires = expires;
+        shard.table.NoteExpiry(expires);
+      }
+      return Status::Ok();
+    }
+  }
+  return EvaluateBatch(store, std::span<const StoreCheck>(&c, 1), now, std::span<Decision>(out, 1));
+}
+
+}  // namespace memory_internal
+
 Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
                              std::span<Decision> out) {
-  constexpr std::size_t kMaxBatch = 16;
   if (checks.empty()) return Status::Ok();
   if (checks.size() > kMaxBatch) {
     return Status::InvalidArgument("at most 16 limits can be checked at once");
   }
   if (out.size() < checks.size()) return Status::InvalidArgument("output span too small");
-
-  std::uint64_t hashes[kMaxBatch];
-  std::size_t shard_ids[kMaxBatch];
-  std::size_t order[kMaxBatch];
-  for (std::size_t i = 0; i < checks.size(); ++i) {
-    hashes[i] = HashKey(checks[i].key);
-    shard_ids[i] = impl_->ShardOf(hashes[i]);
-    order[i] = shard_ids[i];
+  if (checks.size() == 1) {
+    return memory_internal::Access::EvaluateOne(*this, checks[0], HashKey(checks[0].key), now,
+                                                &out[0]);
   }
-  // Lock the shards involved in index order (no deadlock between batches).
-  std::sort(order, order + checks.size());
-  const std::size_t nlocks =
-      static_cast<std::size_t>(std::unique(order, order + checks.size()) - order);
-  for (std::size_t i = 0; i < nlocks; ++i) impl_->shards[order[i]].mu.lock();
-  struct Unlock {
-    Impl* impl;
-    const std::size_t* order;
-    std::size_t n;
-    ~Unlock() {
-      for (std::size_t i = n; i-- > 0;) impl->shards[order[i]].mu.unlock();
-    }
-  } unlock{impl_.get(), order, nlocks};
-  for (std::size_t i = 0; i < nlocks; ++i) now = std::max(now, impl_->shards[order[i]].latest);
-  for (std::size_t i = 0; i < nlocks; ++i) impl_->shards[order[i]].latest = now;
+  return memory_internal::Access::EvaluateBatch(*this, checks, now, out);
+}
 
+// Any batch: the shards involved are locked for the whole batch, every check decided,
+// then all are committed or none.
+Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
+                                              std::span<const StoreCheck> checks, Micros now,
+                                              std::span<Decision> out) {
+  const std::unique_ptr<MemoryStore::Impl>& impl_ = store.impl_;
+  LockedShards locks(impl_->shards, checks, &now);
+  const std::uint64_t* hashes = locks.hash;
+  const std::size_t nlocks = locks.locked();
   Slot* slots[kMaxBatch];
-  State next[kMaxBatch];
+  // Filled for the checks that use them: left uninitialised, not zeroed per call.
+  union NextStates {
+    NextStates() {}
+    State s[kMaxBatch];
+  } next_states;
+  State* next = next_states.s;
   Micros expires[kMaxBatch];
   bool all_allowed = true;
   bool consumes = false;
@@ -474,7 +711,7 @@ Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const StoreCheck& c = checks[i];
     const Policy& p = *c.policy;
-    Table& table = impl_->shards[shard_ids[i]].table;
+    Table& table = locks.table_of(i);
     Slot* s = table.Find(hashes[i], c.key);
     if (s != nullptr && s->tag != TagOf(p.algorithm)) {
       // The key was used with another algorithm: its state means nothing here.
@@ -514,7 +751,7 @@ Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
           !core::TokenBucketStartsOnDenial(p)) {
         continue;
       }
-      Shard& shard = impl_->shards[shard_ids[i]];
+      Shard& shard = locks.shard_of(i);
       Slot* s = shard.table.Find(hashes[i], c.key);
       if (s != nullptr && s->expires > now) continue;  // started already
       if (s == nullptr) {
@@ -539,7 +776,7 @@ Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
   std::size_t reserved = 0;
   for (std::size_t i = 0; i < checks.size(); ++i) {
     if (!needs_room[i]) continue;
-    Shard& shard = impl_->shards[shard_ids[i]];
+    Shard& shard = locks.shard_of(i);
     moved = true;  // Reserve may sweep
     if (!impl_->Reserve(shard, now)) {
       impl_->total.fetch_sub(reserved, std::memory_order_relaxed);
@@ -554,7 +791,7 @@ Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
     const StoreCheck& c = checks[i];
     if (c.cost == 0) continue;
     const Policy& p = *c.policy;
-    Table& table = impl_->shards[shard_ids[i]].table;
+    Table& table = locks.table_of(i);
     // The common case (every key known) reuses the slots found above.
     Slot* s = moved ? table.Find(hashes[i], c.key) : slots[i];
     if (s == nullptr) {
@@ -584,7 +821,7 @@ Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
   // reclaimed faster than new ones arrive. (At the key cap, Reserve sweeps fully.)
   // Every slot of this batch now expires after `now`, so this cannot remove one.
   for (std::size_t i = 0; inserts > 0 && i < nlocks; ++i) {
-    const std::size_t removed = impl_->shards[order[i]].table.SweepSome(now, 4);
+    const std::size_t removed = locks.locked_shard(i).table.SweepSome(now, 4);
     if (removed > 0) {
       impl_->total.fetch_sub(removed, std::memory_order_relaxed);
       impl_->expired.fetch_add(removed, std::memory_order_relaxed);
@@ -594,7 +831,6 @@ Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
 }
 
 Status MemoryStore::Refund(std::span<const StoreCheck> checks, Micros now) {
-  constexpr std::size_t kMaxBatch = 16;
   if (checks.size() > kMaxBatch) {
     return Status::InvalidArgument("at most 16 limits can be refunded at once");
   }
@@ -607,32 +843,18 @@ Status MemoryStore::Refund(std::span<const StoreCheck> checks, Micros now) {
                                      std::to_string(c.policy->Capacity()));
     }
   }
-  std::uint64_t hashes[kMaxBatch];
-  std::size_t shard_ids[kMaxBatch];
-  std::size_t order[kMaxBatch];
-  for (std::size_t i = 0; i < checks.size(); ++i) {
-    hashes[i] = HashKey(checks[i].key);
-    shard_ids[i] = impl_->ShardOf(hashes[i]);
-    order[i] = shard_ids[i];
-  }
-  std::sort(order, order + checks.size());
-  const std::size_t nlocks =
-      static_cast<std::size_t>(std::unique(order, order + checks.size()) - order);
-  for (std::size_t i = 0; i < nlocks; ++i) impl_->shards[order[i]].mu.lock();
-  // Same time rule as Evaluate: the store's time never goes back.
-  for (std::size_t i = 0; i < nlocks; ++i) now = std::max(now, impl_->shards[order[i]].latest);
-  for (std::size_t i = 0; i < nlocks; ++i) impl_->shards[order[i]].latest = now;
+  // Same prologue (and time rule) as Evaluate.
+  LockedShards locks(impl_->shards, checks, &now);
   // Refunds insert and erase nothing, so slots found stay where they are.
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const StoreCheck& c = checks[i];
-    Table& table = impl_->shards[shard_ids[i]].table;
-    Slot* s = table.Find(hashes[i], c.key);
+    Table& table = locks.table_of(i);
+    Slot* s = table.Find(locks.hash[i], c.key);
     // No state, or another algorithm's: nothing of this policy to give back.
     if (s == nullptr || s->tag != TagOf(c.policy->algorithm)) continue;
     RefundSlot(*c.policy, s, now, c.cost);
     table.NoteExpiry(s->expires);
   }
-  for (std::size_t i = nlocks; i-- > 0;) impl_->shards[order[i]].mu.unlock();
   return Status::Ok();
 }
 
@@ -640,7 +862,7 @@ Status MemoryStore::Reset(const Policy& policy, std::string_view key) {
   (void)policy;
   const std::uint64_t h = HashKey(key);
   Shard& shard = impl_->shards[impl_->ShardOf(h)];
-  std::lock_guard<std::mutex> lock(shard.mu);
+  std::lock_guard<ShardLock> lock(shard.mu);
   if (Slot* s = shard.table.Find(h, key)) {
     shard.table.EraseSlot(s);
     impl_->total.fetch_sub(1, std::memory_order_relaxed);

@@ -3,11 +3,28 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
+
+#include "sluice/memory_store.h"
 
 namespace sluice::memory_internal {
 
-// 64-bit hash of a store key (FNV-1a over words, splitmix64 finaliser).
+// The one-check fast path the Decider takes for a MemoryStore (decider.cc): the key
+// is hashed and its home slot prefetched first, so that the memory load overlaps the
+// clock read and the bookkeeping that follow; then one check is decided with that hash.
+struct Access {
+  // HashKey(key), after starting to load the key's home slot.
+  static std::uint64_t Prepare(MemoryStore& store, std::string_view key);
+  // store.Evaluate({&check, 1}, now, {out, 1}) for a key whose HashKey is `hash`.
+  static Status EvaluateOne(MemoryStore& store, const StoreCheck& check, std::uint64_t hash,
+                            Micros now, Decision* out);
+  // The general path of MemoryStore::Evaluate (validated arguments).
+  static Status EvaluateBatch(MemoryStore& store, std::span<const StoreCheck> checks, Micros now,
+                              std::span<Decision> out);
+};
+
+// 64-bit hash of a store key (wyhash-style multiply-fold; never 0).
 std::uint64_t HashKey(std::string_view key);
 
 // The shard of `hash` among `shards` (a power of two). Uses low bits of the hash (above

@@ -17,6 +17,7 @@ namespace sluice::testing {
 namespace {
 
 using limiter_internal::BuildStoreKey;
+using limiter_internal::BuildStoreKeyView;
 
 TEST(LimiterHotPath, BuildStoreKeyMatchesStoreKeyForEveryByte) {
   std::string out;
@@ -32,6 +33,7 @@ TEST(LimiterHotPath, BuildStoreKeyMatchesStoreKeyForEveryByte) {
 TEST(LimiterHotPath, BuildStoreKeyMatchesStoreKeyOnRandomKeysReusingTheBuffer) {
   std::mt19937_64 rng(7);
   std::string out;
+  std::string view_buf;
   for (int i = 0; i < 2000; ++i) {
     const std::size_t len = 1 + rng() % kMaxKeyBytes;
     std::string key(len, '\0');
@@ -43,6 +45,10 @@ TEST(LimiterHotPath, BuildStoreKeyMatchesStoreKeyOnRandomKeysReusingTheBuffer) {
     const std::string policy = i % 3 ? "api" : "per-day.limit_7";
     BuildStoreKey(out, prefix, key, policy);
     ASSERT_EQ(out, StoreKey(prefix, key, policy).value()) << i;
+    // The view variant, with a buffer that keeps the longest key seen so far.
+    ASSERT_EQ(BuildStoreKeyView(view_buf, prefix, key, policy),
+              StoreKey(prefix, key, policy).value())
+        << i;
   }
 }
 
