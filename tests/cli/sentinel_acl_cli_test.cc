@@ -1,4 +1,4 @@
-// `sluice check` on a Sentinel group and its bad input, and an ACL user without
+// `sluice check` and `sluice bench` on a Sentinel group, check's bad input, and an ACL user without
 // EVALSHA: the built binary against real servers. Errors exit 3 with a message that
 // says what is wrong, within --connect-timeout.
 #include <fcntl.h>
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_runner.h"
 #include "gtest/gtest.h"
 #include "redis_sentinel.h"
 #include "redis_server.h"
@@ -105,6 +106,9 @@ TEST(CliSentinel, ChecksThroughTheSentinelsAndNamesBadInput) {
   Outcome ok = Sluice(Check(url));
   EXPECT_EQ(ok.rc, 0) << Describe(ok);
   EXPECT_NE(ok.out.find("allowed: 4 of 5 left"), std::string::npos) << ok.out;
+  // `sluice bench` over redis-sentinel:// decides on the primary.
+  testing::CliOutcome bench = testing::RunBench(SLUICE_CLI_BIN, url);
+  EXPECT_EQ(testing::BenchProblems(bench), "") << bench.Describe();
 
   // The master name the sentinels do not know.
   std::string unknown = url;

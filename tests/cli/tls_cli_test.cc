@@ -1,5 +1,5 @@
 // `sluice check` over rediss:// against a real TLS redis-server (certificates made by
-// openssl in the test): it decides; TLS to a plain port, plain to a TLS port, a cluster
+// openssl in the test): check and bench decide; TLS to a plain port, plain to a TLS port, a cluster
 // seed that is not a cluster node, an expired and a mismatched server certificate each
 // exit 3 with a message naming what is wrong, within --connect-timeout.
 #include <gtest/gtest.h>
@@ -50,6 +50,10 @@ TEST(CliTls, ChecksOverRedissAndExits3OnBadInput) {
   CliOutcome ok = Check("rediss://127.0.0.1:" + std::to_string(good.tls_port) + ca);
   EXPECT_EQ(ok.rc, 0) << ok.Describe();
   EXPECT_NE(ok.out.find("allowed: 4 of 5 left"), std::string::npos) << ok.Describe();
+  // `sluice bench` over rediss:// makes its decisions too.
+  CliOutcome bench =
+      RunBench(SLUICE_CLI_BIN, "rediss://127.0.0.1:" + std::to_string(good.tls_port) + ca);
+  EXPECT_EQ(BenchProblems(bench), "") << bench.Describe();
 
   // TLS to the server's plain port, plain to its TLS port, and a cluster URL whose seed
   // is a plain server: each exits 3 naming the problem, within --connect-timeout.

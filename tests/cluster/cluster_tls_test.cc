@@ -138,5 +138,28 @@ TEST_F(ClusterTls, SluiceCheckWorksOverTlsAndExits3OnABadCertificate) {
   EXPECT_LT(bad.took, milliseconds(1000) + kMargin);
 }
 
+// The same cluster serves plain clients on its plain ports (it announces the port that
+// matches the connection): `sluice check` over redis-cluster://, and `sluice bench` over
+// both redis-cluster:// and rediss-cluster://, decide.
+TEST_F(ClusterTls, SluiceCheckAndBenchOverPlainAndTlsClusterUrls) {
+  ASSERT_TRUE(cluster_->FlushAll().ok());
+  CliOutcome ok = RunCli(SLUICE_CLI_BIN, {"check", "--key", "cli:plain", "--rate", "5/min",
+                                          "--redis", cluster_->Url(), "--connect-timeout", "2s"});
+  EXPECT_EQ(ok.rc, 0) << ok.Describe();
+  EXPECT_NE(ok.out.find("allowed: 4 of 5 left"), std::string::npos) << ok.Describe();
+  for (const std::string& url : {cluster_->Url(), cluster_->TlsUrl()}) {
+    CliOutcome b = RunBench(SLUICE_CLI_BIN, url);
+    EXPECT_EQ(BenchProblems(b), "") << url << ": " << b.Describe();
+  }
+  // The bench keys landed on more than one primary.
+  int primaries_with_keys = 0;
+  for (std::size_t i = 0; i < cluster_->size(); ++i) {
+    auto n = cluster_->Command(i, {"DBSIZE"});
+    ASSERT_TRUE(n.ok());
+    primaries_with_keys += n->integer > 0;
+  }
+  EXPECT_GE(primaries_with_keys, 2);
+}
+
 }  // namespace
 }  // namespace sluice::testing

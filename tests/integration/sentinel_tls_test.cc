@@ -1,7 +1,7 @@
 // rediss-sentinel:// against a real Sentinel group over TLS (data nodes and sentinels
 // serve TLS, `tls-replication yes`, so the sentinels report TLS ports; certificates made
 // by openssl in the test): the store discovers the primary and decides over TLS, follows
-// a SENTINEL FAILOVER to the new primary, and `sluice check` works over it.
+// a SENTINEL FAILOVER to the new primary, and `sluice check` and `sluice bench` work over it.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -57,6 +57,8 @@ TEST(SentinelTls, DecidesFollowsAFailoverAndSluiceCheckWorks) {
                                            "--redis", url, "--connect-timeout", "2s"});
   EXPECT_EQ(cli.rc, 0) << cli.Describe();
   EXPECT_NE(cli.out.find("allowed: 4 of 5 left"), std::string::npos) << cli.Describe();
+  CliOutcome bench = RunBench(SLUICE_CLI_BIN, url);
+  EXPECT_EQ(BenchProblems(bench), "") << bench.Describe();
 
   // An untrusted certificate: exit 3 naming the verification, within --connect-timeout.
   std::string untrusted = url;

@@ -1,6 +1,7 @@
 // sluiced on a Sentinel-managed Redis (a real group started by the test): two
 // processes share one limit through the sentinels' primary, and the limit survives a
-// failover (the state was replicated; both processes follow the new primary).
+// failover (the state was replicated; both processes follow the new primary); and one
+// process over rediss-sentinel:// (TLS sentinels and data nodes).
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -8,6 +9,7 @@
 
 #include "process.h"
 #include "redis_sentinel.h"
+#include "tls_certs.h"
 
 namespace sluice::testing {
 namespace {
@@ -64,6 +66,30 @@ TEST(SluicedSentinel, TwoProcessesShareOneLimitAcrossAFailover) {
   ASSERT_TRUE(on_new.ok() && on_old.ok());
   EXPECT_FALSE(on_new->elements.empty());
   EXPECT_TRUE(on_old->elements.empty()) << "a process kept writing to the old primary";
+}
+
+// rediss-sentinel://: the sentinels and the data nodes serve TLS (certificates made by
+// openssl in the test); sluiced finds the primary through them and decides there.
+TEST(SluicedSentinelTls, DecidesOverRedissSentinel) {
+  auto certs = TestCerts::Make();
+  ASSERT_TRUE(certs.ok()) << certs.status().ToString();
+  RedisSentinelGroupOptions go;
+  go.password = "node-secret";
+  go.tls = certs->get();
+  auto group = RedisSentinelGroup::Start(go);
+  ASSERT_TRUE(group.ok()) << group.status().ToString();
+  TempDir dir;
+  WriteFile(dir.File("sluiced.yaml"), kConfig);
+  const std::string url = (*group)->TlsUrl();
+  Sluiced a = StartSluiced(dir.File("sluiced.yaml"), dir.File("a.log"), {"--redis", url});
+  ASSERT_GT(a.http_port, 0) << a.LogText();
+  int allowed = 0;
+  for (int i = 0; i < 12; ++i) allowed += Check(a.http_port, "u1") == 200;
+  EXPECT_EQ(allowed, 10) << a.LogText();
+  // The state was written on the primary (its plain port, the fixture's view).
+  auto on_primary = (*group)->primary().Command({"KEYS", "*u1*"});
+  ASSERT_TRUE(on_primary.ok());
+  EXPECT_FALSE(on_primary->elements.empty());
 }
 
 }  // namespace

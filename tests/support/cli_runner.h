@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -66,6 +67,33 @@ inline CliOutcome RunCli(const std::string& binary, const std::vector<std::strin
   std::remove(err_path.c_str());
   rmdir(dir);
   return r;
+}
+
+// The integer after "KEY": in a one-line JSON object (e.g. `sluice bench --json`), or -1
+// when the key is absent.
+inline long long JsonInteger(const std::string& json, const std::string& key) {
+  const std::string k = "\"" + key + "\":";
+  const auto at = json.find(k);
+  if (at == std::string::npos) return -1;
+  return std::strtoll(json.c_str() + at + k.size(), nullptr, 10);
+}
+
+// `sluice bench` on `url`: `requests` decisions from 4 callers, summary as JSON.
+inline CliOutcome RunBench(const std::string& binary, const std::string& url, int requests = 300) {
+  return RunCli(binary, {"bench", "--redis", url, "--requests", std::to_string(requests), "-c", "4",
+                         "--json", "-q", "--connect-timeout", "2s"});
+}
+
+// What is wrong with a RunBench outcome ("" when it exited 0 having made exactly
+// `requests` decisions, some allowed, none an error).
+inline std::string BenchProblems(const CliOutcome& b, int requests = 300) {
+  std::string p;
+  if (b.rc != 0) p += "exit " + std::to_string(b.rc) + "; ";
+  if (JsonInteger(b.out, "decisions") != requests)
+    p += "decisions != " + std::to_string(requests) + "; ";
+  if (JsonInteger(b.out, "allowed") <= 0) p += "nothing allowed; ";
+  if (JsonInteger(b.out, "error_total") != 0) p += "errors; ";
+  return p;
 }
 
 }  // namespace sluice::testing
