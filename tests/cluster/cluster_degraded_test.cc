@@ -84,7 +84,8 @@ TEST(ClusterDegradedStart, StartsWithoutSeedsDecidesByFailureModeAndRecovers) {
   ASSERT_TRUE(recovered) << "no decision from the store within 30 s of the cluster's start";
   // Decisions now come from the cluster, on every algorithm's key as usual.
   for (int i = 0; i < 30; ++i) {
-    const Check k{0, "after" + std::to_string(i), 1};
+    const std::string key = "after" + std::to_string(i);  // Check holds a view of it
+    const Check k{0, key, 1};
     auto d = (*limiter)->Acquire(std::span<const Check>(&k, 1));
     ASSERT_TRUE(d.ok());
     EXPECT_EQ(d->source, DecisionSource::kStore);
