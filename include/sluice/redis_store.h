@@ -61,9 +61,9 @@ struct RedisStoreOptions {
   bool require_connection = true;
   // Coalescing (docs/redis.md, "Coalesced calls"): the decisions queued on one
   // connection at the same moment (concurrent callers; 8 or more, or this many if
-  // fewer) are sent as ONE script call of up to this many callers' batches, each still decided all or nothing and answered
-  // on its own, each caller keeping its own deadline. On Redis Cluster only batches
-  // of one hash slot share a call. 1 turns it off (one script call per decision). 2-256.
+  // fewer) are sent as ONE script call of up to this many callers' batches, each still decided all
+  // or nothing and answered on its own, each caller keeping its own deadline. On Redis Cluster only
+  // batches of one hash slot share a call. 1 turns it off (one script call per decision). 2-256.
   int coalesce = 32;
   // Tests only: scripts use the `now` the caller passes instead of Redis's TIME, so a
   // request sequence can be replayed identically against MemoryStore. TTLs are then
