@@ -99,6 +99,14 @@ struct Policy {
   // window / 10. A lease also ends at the end of the window it was taken in (fixed
   // window, sliding window counter).
   Micros lease_validity = 0;
+  // Blocks (docs/library.md, "Penalties and blocks"). 0, the default, is off.
+  // Otherwise, in microseconds (at most 366 days): once a request of a key is denied by
+  // this policy (or Limiter::Penalize leaves the key over its limit), every request of
+  // the key is denied for block_for from that moment, even when its budget has come
+  // back; the decision's retry_after is the time left of the block (or the algorithm's
+  // own retry time, if later). Denials during a block do not extend it; Reset ends it.
+  // Not with `lease` (a lease decides locally and would not see the block).
+  Micros block_for = 0;
 
   // The largest cost one request may have: burst for bucket/GCRA, limit otherwise.
   std::uint64_t Capacity() const;

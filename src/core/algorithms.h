@@ -126,4 +126,31 @@ void SlidingWindowLogCommit(const Policy& p, SlidingLog& log, Micros now, std::u
 void SlidingWindowLogRefund(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
                             Micros* expires);
 
+// Penalties and blocks (Limiter::Penalize, Policy::block_for; core/penalties.cc).
+//
+// A penalty consumes `cost` units whatever the decision, up to a bound: a key's usage
+// is never taken beyond twice its capacity (window counts at most 2 x limit, token
+// bucket tokens at least -capacity, a GCRA TAT at most now + 2 x tau, a sliding log's
+// units at most 2 x limit), so a penalised key is back to full within about two windows
+// (refill periods) at most. Each returns the decision of a peek (cost 0: whether a
+// request of cost 1 could pass) at the state after the penalty, and that state's
+// expiry. The state is normalised first as a decision would (window roll, refill,
+// time raised), and a fresh state is a new one.
+Decision FixedWindowPenalize(const Policy& p, const FixedWindowState& in, bool fresh, Micros now,
+                             std::uint64_t cost, FixedWindowState* out, Micros* expires);
+Decision SlidingWindowCounterPenalize(const Policy& p, const SlidingCounterState& in, bool fresh,
+                                      Micros now, std::uint64_t cost, SlidingCounterState* out,
+                                      Micros* expires);
+Decision TokenBucketPenalize(const Policy& p, const TokenBucketState& in, bool fresh, Micros now,
+                             std::uint64_t cost, TokenBucketState* out, Micros* expires);
+Decision GcraPenalize(const Policy& p, const GcraState& in, bool fresh, Micros now,
+                      std::uint64_t cost, GcraState* out, Micros* expires);
+// The log may grow to 2 x limit units (a store sizes its buffer for that).
+Decision SlidingWindowLogPenalize(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
+                                  Micros* expires);
+
+// The decision `d` of a key that is blocked for `left` more microseconds: denied,
+// nothing remaining, retry_after and reset_after at least `left`.
+void ApplyBlock(Decision* d, Micros left);
+
 }  // namespace sluice::core

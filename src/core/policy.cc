@@ -215,6 +215,21 @@ Status ValidatePolicy(const Policy& p) {
                     std::to_string(p.window / 10) + "us (got " + std::to_string(p.lease_validity) +
                     "us)"));
   }
+  // Blocks (Policy::block_for).
+  if (p.block_for < 0) {
+    return Status::InvalidArgument(
+        Fail(p, "block_for must not be negative (got " + std::to_string(p.block_for) + "us)"));
+  }
+  if (p.block_for > kMaxWindow) {
+    return Status::InvalidArgument(
+        Fail(p, "block_for must be at most 366 days (got " + std::to_string(p.block_for) + "us)"));
+  }
+  if (p.block_for > 0 && p.lease != 0) {
+    return Status::InvalidArgument(
+        Fail(p,
+             "block_for cannot be combined with lease (a lease decides locally, without "
+             "seeing the block)"));
+  }
   return Status::Ok();
 }
 

@@ -50,7 +50,7 @@ Decision SlidingWindowLog(const Policy& p, SlidingLog& log, Micros now, std::uin
   } else {
     d.reset_after = used > 0 ? log.at(log.size() - 1).ts + p.window - t : 0;
   }
-  d.remaining = p.limit - used;
+  d.remaining = used < p.limit ? p.limit - used : 0;  // a penalty may exceed the limit
   *expires = t + d.reset_after;
   return d;
 }

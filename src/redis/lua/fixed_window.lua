@@ -28,7 +28,7 @@ else
 end
 reset = 0
 if count > 0 then reset = ws + w - t end
-remaining = limit - count
+remaining = max(0, limit - count) -- a penalty may take count beyond the limit
 expires = ws + w
 if allowed and cost > 0 then
   state = struct.pack('<Bddd', 0, expires, ws, count)
