@@ -20,8 +20,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "core/algorithms.h"
@@ -145,8 +148,11 @@ class RingLog final : public core::SlidingLog {
   void push_back(core::LogEntry e) override {
     LogBuffer* b = *buf_;
     if (b->count == b->capacity) {
+      // Up to the limit; beyond it only for penalties, which may take a log to twice
+      // its limit (core::SlidingWindowLogPenalize).
+      const std::uint64_t bound = b->capacity < limit_ ? limit_ : 2 * limit_;
       const auto cap = static_cast<std::uint32_t>(std::min<std::uint64_t>(
-          limit_, std::max<std::uint64_t>(4, std::uint64_t{b->capacity} * 2)));
+          bound, std::max<std::uint64_t>(4, std::uint64_t{b->capacity} * 2)));
       LogBuffer* n = LogBuffer::Make(cap);
       n->last_seen = b->last_seen;
       n->used = b->used;
@@ -472,6 +478,49 @@ class ShardLock {
   std::atomic<std::uint32_t> word_{0};
 };
 
+// Blocks (Policy::block_for) of one shard's keys: block-until by store key. Apart from
+// the slots, so that a slot stays one cache line for the many keys that are never
+// blocked; a shard allocates it at its first block. Expired blocks are dropped when
+// met, and all of them whenever the map has doubled since the last sweep. Each entry
+// counts as a key against MemoryStoreOptions::max_keys: the functions that add or drop
+// entries say how many, for the store's count.
+class BlockTable {
+ public:
+  // Microseconds left of the block of `key` at `now`; 0 when not blocked. An expired
+  // entry is dropped (*dropped = 1).
+  Micros Left(std::string_view key, Micros now, std::size_t* dropped) {
+    *dropped = 0;
+    auto it = blocks_.find(key);
+    if (it == blocks_.end()) return 0;
+    if (it->second > now) return it->second - now;
+    blocks_.erase(it);
+    *dropped = 1;
+    return 0;
+  }
+  // Records a block of `key` (not blocked: Left said 0) until `until`. Returns the
+  // expired entries swept to make room.
+  std::size_t Start(std::string_view key, Micros until, Micros now) {
+    std::size_t swept = 0;
+    if (blocks_.size() >= sweep_at_) {
+      swept = std::erase_if(blocks_, [now](const auto& b) { return b.second <= now; });
+      sweep_at_ = std::max<std::size_t>(64, 2 * blocks_.size());
+    }
+    blocks_.insert_or_assign(std::string(key), until);
+    return swept;
+  }
+  // Ends the block of `key`; returns the entries dropped (0 or 1).
+  std::size_t Erase(std::string_view key) {
+    auto it = blocks_.find(key);
+    if (it == blocks_.end()) return 0;
+    blocks_.erase(it);
+    return 1;
+  }
+
+ private:
+  std::map<std::string, Micros, std::less<>> blocks_;
+  std::size_t sweep_at_ = 64;
+};
+
 // Two cache lines: what every decision writes (the lock and `latest`) on the first,
 // the table header (read on every decision, written only by inserts and sweeps) on
 // the second, so that threads deciding in the same shard move one line between
@@ -484,7 +533,15 @@ struct alignas(64) Shard {
   // an idle key had been swept would change that request's decision). Written only
   // when it moves.
   Micros latest = std::numeric_limits<Micros>::min();
+  // Blocks of this shard's keys (null until the first one; owned). A plain pointer
+  // keeps Shard standard-layout (the offsetof below).
+  BlockTable* blocks = nullptr;
   alignas(64) Table table;
+
+  Shard() = default;
+  ~Shard() { delete blocks; }
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
 };
 static_assert(offsetof(Shard, table) == 64, "lock and latest share the first line");
 
@@ -620,6 +677,33 @@ struct MemoryStore::Impl {
     }
   }
 
+  // Blocks (Policy::block_for) of check `c` (of a policy with block_for) in `shard`
+  // (locked), whose decision is `d`: a blocked key is denied; a denial by the policy
+  // itself (`starts`: not during a block) starts a block, recorded if the key cap
+  // leaves room for it (otherwise the denial stands without a block, counted in
+  // rejected_full). Returns true when it may have swept the shard's table.
+  bool ApplyBlocks(Shard& shard, const StoreCheck& c, Micros now, bool starts, Decision* d) {
+    std::size_t dropped = 0;
+    const Micros left =
+        shard.blocks != nullptr ? shard.blocks->Left(c.key, now, &dropped) : Micros{0};
+    if (dropped > 0) total.fetch_sub(dropped, std::memory_order_relaxed);
+    if (left > 0) {
+      core::ApplyBlock(d, left);
+      return false;
+    }
+    if (!starts || d->allowed) return false;
+    if (!Reserve(shard, now)) {
+      rejected_full.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    if (shard.blocks == nullptr) shard.blocks = new BlockTable();
+    const Micros until = now + c.policy->block_for;
+    const std::size_t swept = shard.blocks->Start(c.key, until, now);
+    if (swept > 0) total.fetch_sub(swept, std::memory_order_relaxed);
+    core::ApplyBlock(d, c.policy->block_for);
+    return true;
+  }
+
   MemoryStoreOptions options;
   std::vector<Shard> shards;
   std::atomic<std::size_t> total{0};
@@ -642,7 +726,7 @@ std::uint64_t Access::Prepare(MemoryStore& store, std::string_view key) {
 Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, std::uint64_t hash, Micros now,
                            Decision* out) {
   const Policy& p = *c.policy;
-  if (p.algorithm != Algorithm::kSlidingWindowLog) {
+  if (p.algorithm != Algorithm::kSlidingWindowLog && p.block_for == 0 && !c.force) {
     // The common case, a word state that is live (not back to full): decided and
     // committed under the shard lock with nothing else to do. It is exactly what the
     // batch path below does for such a check (no reservation, insert or sweep).
@@ -692,6 +776,14 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
                                               std::span<const StoreCheck> checks, Micros now,
                                               std::span<Decision> out) {
   const std::unique_ptr<MemoryStore::Impl>& impl_ = store.impl_;
+  // Penalties (StoreCheck::force): a batch of them has its own path.
+  const bool forced = checks[0].force;
+  for (const StoreCheck& c : checks) {
+    if (c.force != forced) {
+      return Status::InvalidArgument("a batch mixes forced checks (penalties) with others");
+    }
+  }
+  if (forced) return PenalizeBatch(store, checks, now, out);
   LockedShards locks(impl_->shards, checks, &now);
   const std::uint64_t* hashes = locks.hash;
   const std::size_t nlocks = locks.locked();
@@ -736,6 +828,11 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
       const bool fresh = s == nullptr || s->expires <= now;
       const State in = s != nullptr ? s->state : State{};
       out[i] = RunWord(p, in, fresh, now, c.cost, &next[i], &expires[i]);
+    }
+    // Blocks (Policy::block_for): a blocked key is denied; a denial by the policy
+    // itself (not during a block, and not a peek) starts a block.
+    if (p.block_for > 0) [[unlikely]] {
+      moved = impl_->ApplyBlocks(locks.shard_of(i), c, now, c.cost > 0, &out[i]) || moved;
     }
     all_allowed = all_allowed && out[i].allowed;
     consumes = consumes || c.cost > 0;
@@ -830,6 +927,83 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
   return Status::Ok();
 }
 
+// Penalties (StoreCheck::force): every check's cost is consumed whatever the
+// decision (bounded, core/penalties.cc), and its decision is a peek at the state after;
+// a key left over its limit starts its block (Policy::block_for) unless it is blocked.
+// All checks are applied, or none (the key cap).
+Status memory_internal::Access::PenalizeBatch(MemoryStore& store,
+                                              std::span<const StoreCheck> checks, Micros now,
+                                              std::span<Decision> out) {
+  const std::unique_ptr<MemoryStore::Impl>& impl_ = store.impl_;
+  LockedShards locks(impl_->shards, checks, &now);
+  // Room for the keys that need a slot (as EvaluateBatch's commit): a key of another
+  // algorithm is dropped first, its state means nothing here.
+  std::size_t reserved = 0;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const StoreCheck& c = checks[i];
+    Table& table = locks.table_of(i);
+    Slot* s = table.Find(locks.hash[i], c.key);
+    if (s != nullptr && s->tag != TagOf(c.policy->algorithm)) {
+      table.EraseSlot(s);
+      impl_->total.fetch_sub(1, std::memory_order_relaxed);
+      s = nullptr;
+    }
+    if (s != nullptr && s->expires > now) continue;
+    if (!impl_->Reserve(locks.shard_of(i), now)) {
+      impl_->total.fetch_sub(reserved, std::memory_order_relaxed);
+      impl_->rejected_full.fetch_add(1, std::memory_order_relaxed);
+      return Status::ResourceExhausted("in-process store is full (" +
+                                       std::to_string(impl_->options.max_keys) + " keys)");
+    }
+    ++reserved;
+  }
+  std::size_t inserts = 0;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const StoreCheck& c = checks[i];
+    const Policy& p = *c.policy;
+    Table& table = locks.table_of(i);
+    Slot* s = table.Find(locks.hash[i], c.key);
+    bool fresh = s == nullptr || s->expires <= now;
+    if (s == nullptr) {
+      s = table.Insert(locks.hash[i], c.key, p.algorithm);
+      if (p.algorithm == Algorithm::kSlidingWindowLog) {
+        s->state.log =
+            LogBuffer::Make(static_cast<std::uint32_t>(std::min<std::uint64_t>(p.limit, 4)));
+      }
+      ++inserts;
+    }
+    if (p.algorithm == Algorithm::kSlidingWindowLog) {
+      RingLog log(&s->state.log, p.limit);
+      out[i] = core::SlidingWindowLogPenalize(p, log, now, c.cost, &s->expires);
+    } else {
+      const State in = s->state;
+      switch (p.algorithm) {
+        case Algorithm::kFixedWindow:
+          out[i] = core::FixedWindowPenalize(p, in.fixed, fresh, now, c.cost, &s->state.fixed,
+                                             &s->expires);
+          break;
+        case Algorithm::kSlidingWindowCounter:
+          out[i] = core::SlidingWindowCounterPenalize(p, in.counter, fresh, now, c.cost,
+                                                      &s->state.counter, &s->expires);
+          break;
+        case Algorithm::kTokenBucket:
+          out[i] = core::TokenBucketPenalize(p, in.bucket, fresh, now, c.cost, &s->state.bucket,
+                                             &s->expires);
+          break;
+        case Algorithm::kGcra:
+          out[i] = core::GcraPenalize(p, in.gcra, fresh, now, c.cost, &s->state.gcra, &s->expires);
+          break;
+        case Algorithm::kSlidingWindowLog:
+          break;
+      }
+    }
+    table.NoteExpiry(s->expires);
+    if (p.block_for > 0) (void)impl_->ApplyBlocks(locks.shard_of(i), c, now, true, &out[i]);
+  }
+  if (reserved > inserts) impl_->total.fetch_sub(reserved - inserts, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
 Status MemoryStore::Refund(std::span<const StoreCheck> checks, Micros now) {
   if (checks.size() > kMaxBatch) {
     return Status::InvalidArgument("at most 16 limits can be refunded at once");
@@ -865,6 +1039,9 @@ Status MemoryStore::Reset(const Policy& policy, std::string_view key) {
   std::lock_guard<ShardLock> lock(shard.mu);
   if (Slot* s = shard.table.Find(h, key)) {
     shard.table.EraseSlot(s);
+    impl_->total.fetch_sub(1, std::memory_order_relaxed);
+  }
+  if (shard.blocks != nullptr && shard.blocks->Erase(key) > 0) {  // Reset ends a block too
     impl_->total.fetch_sub(1, std::memory_order_relaxed);
   }
   return Status::Ok();
