@@ -191,7 +191,7 @@ class Loader {
     CheckKeys(n, "rate_limit",
               {"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces",
                "algorithm", "burst", "failure_mode", "fallback_divisor", "policy", "lease",
-               "lease_validity"});
+               "lease_validity", "block_for"});
     RateLimitSpec r;
     r.line = Line(n);
     r.algorithm = s.default_algorithm;
@@ -257,6 +257,13 @@ class Loader {
       if (r.lease == 0) Fail(v, "lease_validity needs a lease");
       r.lease_validity = *us;
     }
+    // Blocks: `block_for: 10m` (Policy::block_for).
+    if (const YAML::Node v = n["block_for"]) {
+      auto us = ParseDuration(Str(v, "block_for"));
+      if (!us.ok()) Fail(v, "block_for: " + us.status().message());
+      if (*us > 366LL * 24 * 3600 * 1'000'000) Fail(v, "block_for must be at most 366 days");
+      r.block_for = *us;
+    }
     if (const YAML::Node p = n["policy"]) {
       r.policy = Str(p, "policy");
       Policy probe;
@@ -295,6 +302,7 @@ class Loader {
     p.fallback_divisor = r.fallback_divisor;
     p.lease = r.lease;
     p.lease_validity = r.lease_validity;
+    p.block_for = r.block_for;
     if (Status st = ValidatePolicy(p); !st.ok()) {
       std::string m = st.message();
       const std::string prefix = "policy 'probe': ";

@@ -99,6 +99,8 @@ Status RuleSet::AddDescriptors(const std::string& domain, Node& node,
       // Hot-key leases (checked with the rest of the policy when the file was parsed).
       rule->policy.lease = rule->unlimited ? 0 : s.lease;
       rule->policy.lease_validity = rule->unlimited ? 0 : s.lease_validity;
+      // Blocks (Policy::block_for; checked with the rest of the policy at parse time).
+      rule->policy.block_for = rule->unlimited ? 0 : s.block_for;
       // Limits of one descriptor share its store key and differ by policy name: two
       // with the same name would be one counter charged twice.
       for (const Rule* o = c->rule; o != nullptr; o = o->next) {
