@@ -447,6 +447,10 @@ Status ValidateChecks(std::span<const StoreCheck> checks) {
                                      std::to_string(c.policy->Capacity()) + " of policy '" +
                                      c.policy->name + "': such a request could never pass");
     }
+    // Penalties (StoreCheck::force): a batch is all forced or all plain.
+    if (c.force != checks[0].force) {
+      return Status::InvalidArgument("a batch mixes forced checks (penalties) with others");
+    }
   }
   return Status::Ok();
 }
@@ -467,6 +471,12 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
   }
   if (checks.empty()) {
     done(Status::Ok(), {});
+    return nullptr;
+  }
+  if (cluster && checks.size() > 1 && checks[0].force && redis::CountSlots(checks) > 1) {
+    // A penalty is applied whole, never undone by a refund: one slot only (the
+    // Limiter's keys for one caller key share a hash tag).
+    done(Status::InvalidArgument("a penalty's keys must be in one hash slot"), {});
     return nullptr;
   }
   if (cluster && checks.size() > 1 && redis::CountSlots(checks) > 1) {
@@ -600,9 +610,14 @@ Status RedisStore::Refund(std::span<const StoreCheck> checks, Micros now) {
 }
 
 Status RedisStore::Reset(const Policy& policy, std::string_view key) {
-  std::string wire = policy.algorithm == Algorithm::kSlidingWindowLog
-                         ? redis::EncodeCommand({"DEL", key, std::string(key) + ":log"})
-                         : redis::EncodeCommand({"DEL", key});
+  const bool log = policy.algorithm == Algorithm::kSlidingWindowLog;
+  // Blocks (Policy::block_for): the block key goes with the state (lua/penalties.lua).
+  const bool block = policy.block_for > 0;
+  redis::CommandBuilder b(2 + (log ? 1 : 0) + (block ? 1 : 0));
+  b.Add("DEL").Add(key);
+  if (log) b.Add(std::string(key) + ":log");
+  if (block) b.Add(std::string(key) + ":b");
+  std::string wire = b.Take();
   auto r = impl_->router->Call(key, redis::Command{std::move(wire), {}},
                                redis::DeadlineAfter(impl_->options.call_timeout));
   if (!r.ok()) return r.status();

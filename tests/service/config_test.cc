@@ -162,7 +162,7 @@ TEST(Config, SeveralLimitsOnOneDescriptor) {
                            "      - {unit: hour, requests_per_unit: 5, colour: red}\n"),
             "test.yaml:6: unknown field 'colour' in rate_limit (allowed: unit, requests_per_unit, "
             "unit_multiplier, unlimited, name, replaces, algorithm, burst, failure_mode, "
-            "fallback_divisor, policy, lease, lease_validity)");
+            "fallback_divisor, policy, lease, lease_validity, block_for)");
   EXPECT_EQ(ErrorOf(head + "    rate_limits:\n      - {unit: hour, requests_per_unit: 5, name: x}\n"
                            "      - {unit: day, requests_per_unit: 50, name: x}\n"),
             "test.yaml:6: rate_limits: name 'x' is used twice (first on line 5)");
@@ -414,6 +414,35 @@ TEST(Config, LoadConfigReportsMissingFile) {
   auto c = LoadConfig("/nonexistent/sluiced.yaml");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("/nonexistent/sluiced.yaml: cannot open"), std::string::npos);
+}
+
+// `block_for` (Policy::block_for): a duration; bad values fail with FILE:LINE.
+TEST(Config, BlockFor) {
+  auto c = ParseConfig(R"(
+domain: login
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5, block_for: 15m}
+)",
+                       "test.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->domains[0].descriptors[0].rate_limit.block_for, 15 * 60 * 1'000'000LL);
+  const std::string head = "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n";
+  EXPECT_EQ(ErrorOf(head + "      unit: second\n      requests_per_unit: 1\n"
+                           "      block_for: soon\n"),
+            "test.yaml:7: block_for: duration 'soon' needs a unit: us, ms, s, m/min, h/hour or "
+            "d/day");
+  EXPECT_EQ(ErrorOf(head + "      unit: second\n      requests_per_unit: 1\n"
+                           "      block_for: -5m\n"),
+            "test.yaml:7: block_for: duration '-5m' needs a unit: us, ms, s, m/min, h/hour or "
+            "d/day");
+  EXPECT_EQ(ErrorOf(head + "      unit: second\n      requests_per_unit: 1\n"
+                           "      block_for: 400d\n"),
+            "test.yaml:7: block_for must be at most 366 days");
+  EXPECT_EQ(ErrorOf(head + "      unit: second\n      requests_per_unit: 10\n"
+                           "      lease: 2\n      block_for: 1m\n"),
+            "test.yaml:5: rate_limit: block_for cannot be combined with lease (a lease decides "
+            "locally, without seeing the block)");
 }
 
 }  // namespace

@@ -929,6 +929,23 @@ TEST_F(EngineTest, MoreThanSixteenMatchedLimitsIsInvalidArgument) {
   EXPECT_EQ(s.message(), "the request's descriptors match 18 limits (at most 16 in one request)");
 }
 
+// `block_for` in a rule (Policy::block_for): once over the limit, the descriptor value is
+// denied for the block's length even after its window has rolled over.
+TEST_F(EngineTest, BlockForKeepsDenying) {
+  Load(R"(
+domain: login
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2, block_for: 10m}
+)");
+  EXPECT_EQ(Passes("login", D{{{"user", "eve"}}}, 3), 2);
+  clock->Advance(5 * 60 * kSec);  // five windows later: still blocked
+  EXPECT_EQ(Passes("login", D{{{"user", "eve"}}}, 1), 0);
+  EXPECT_EQ(Passes("login", D{{{"user", "bob"}}}, 1), 1);
+  clock->Advance(5 * 60 * kSec);
+  EXPECT_EQ(Passes("login", D{{{"user", "eve"}}}, 3), 2);
+}
+
 // Counts evaluations and refunds (the lease tests below).
 class LeaseCountingStore final : public Store {
  public:
