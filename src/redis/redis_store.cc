@@ -340,8 +340,16 @@ std::size_t EncodeCoalesced(bool caller_time, const std::vector<const redis::Coa
 // items, one letter each. A check with extensions runs the batch script: the one-check
 // scripts and coalesced calls take plain checks only, so the common call stays lean.
 void AppendExt(const StoreCheck& c, std::string& out) {
-  (void)c;
-  (void)out;
+  // Blocks and penalties (issue #12; lua/penalties.lua): b = Policy::block_for in us,
+  // f=1 a forced check (Limiter::Penalize).
+  if (c.policy->block_for > 0) {
+    if (!out.empty()) out.push_back(';');
+    out.append("b=").append(std::to_string(c.policy->block_for));
+  }
+  if (c.force) {
+    if (!out.empty()) out.push_back(';');
+    out.append("f=1");
+  }
 }
 
 // True when every check is plain (no extensions): only then may a call use a one-check

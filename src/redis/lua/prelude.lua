@@ -11,7 +11,7 @@
 -- REFUND[id](c, now, cost) gives cost back to an existing state (Store::Refund; a call
 -- sends every check's cost negated, and then nothing is decided).
 -- A call with ONE check runs a lean script of its own instead (single_head.lua);
--- the sliding log's is this prelude + sliding_window_log.lua + dispatch.lua.
+-- the sliding log's is this prelude + sliding_window_log.lua + penalties.lua + dispatch.lua.
 --
 -- Every algorithm mirrors src/core/<algorithm>.cc operation for operation: IEEE
 -- double arithmetic in the same order, the same epsilon, the same ceil/floor, so
