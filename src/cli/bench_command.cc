@@ -108,6 +108,10 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
                  "decisions/s over all callers, paced (threads only: --api limiter or "
                  "memory://); default: as fast as possible")
       ->check(MoreThanZero());
+  std::string block_for_text;
+  app.add_option("--block-for", block_for_text,
+                 "the policy's block_for (e.g. 1m): once denied, a key stays denied that long "
+                 "(Policy::block_for; its decisions run the batch script on Redis)");
   app.add_option("--seed", config.seed, "random seed for key choice")->capture_default_str();
   app.add_flag("--json", json, "print the summary as one JSON object");
   app.add_flag("-q,--quiet", quiet, "no progress line");
@@ -121,6 +125,13 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   auto policy = BuildPolicy(pf, "1000/s");
   if (!policy.ok()) return usage(policy.status().message());
   config.policy = *policy;
+  if (!block_for_text.empty()) {
+    auto b = ParsePositiveDuration("--block-for", block_for_text);
+    if (!b.ok()) return usage(b.status().message());
+    config.policy.block_for = *b;
+    if (Status s = ValidatePolicy(config.policy); !s.ok())
+      return usage("--block-for: " + s.message());
+  }
   if (hot_key) config.keys = 1;
   config.api = api == "limiter" ? BenchApi::kLimiter : BenchApi::kStore;
   config.deny_cache = !no_deny_cache;

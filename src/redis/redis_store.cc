@@ -364,15 +364,15 @@ bool AllPlain(std::span<const StoreCheck> checks) {
 }
 
 // EVALSHA of `script` over `checks`: KEYS are each check's key (and a sliding log's
-// ":log" key), ARGV the clock mode and seven arguments per check (six numbers and the
-// extensions). A refund negates every
-// cost (lua/dispatch.lua) and expects an empty reply; a decision records each check's
-// capacity in `call` (Decision::limit).
+// ":log" key, then a block policy's ":b" key), ARGV the clock mode and seven arguments per check
+// (six numbers and the extensions). A refund negates every cost (lua/dispatch.lua) and expects an
+// empty reply; a decision records each check's capacity in `call` (Decision::limit).
 std::string EncodeEval(const redis::Script& script, std::span<const StoreCheck> checks, Micros now,
                        bool use_caller_time, bool refund, Call& call) {
   std::size_t nkeys = 0;
   for (const StoreCheck& c : checks) {
     nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
+    nkeys += c.policy->block_for > 0 ? 1 : 0;  // blocks: the block key (lua/penalties.lua)
   }
   redis::CommandBuilder b(3 + nkeys + 2 + 7 * checks.size());
   b.Add("EVALSHA").Add(script.sha).Add(static_cast<long long>(nkeys));
@@ -382,6 +382,11 @@ std::string EncodeEval(const redis::Script& script, std::span<const StoreCheck> 
     if (c.policy->algorithm == Algorithm::kSlidingWindowLog) {
       log_key.assign(c.key);
       log_key.append(":log");
+      b.Add(log_key);
+    }
+    if (c.policy->block_for > 0) {  // declared, as Redis asks of every key a script uses
+      log_key.assign(c.key);
+      log_key.append(":b");
       b.Add(log_key);
     }
   }

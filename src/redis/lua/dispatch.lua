@@ -1,4 +1,5 @@
--- The batch. KEYS: one key per check (two for a sliding window log: state, entries).
+-- The batch. KEYS: one key per check (two for a sliding window log: state, entries;
+-- then the block key of a policy with block_for, penalties.lua).
 -- ARGV[1]: "" to use Redis's clock (TIME), or the caller's now in microseconds
 -- (tests only). ARGV[2]: extra TTL in ms (0; caller-time mode pads TTLs so that
 -- Redis's own expiry, on its clock, cannot drop state the caller's clock still needs).
@@ -23,6 +24,10 @@ for i = 0, (#ARGV - 2) / 7 - 1 do
   k = k + 1
   if c.alg == 1 then
     c.key2 = KEYS[k]
+    k = k + 1
+  end
+  if c.x and c.x.b then -- a policy with block_for: its block key (penalties.lua)
+    c.bkey = KEYS[k]
     k = k + 1
   end
   local decide = DECIDE[c.alg]

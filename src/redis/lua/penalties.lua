@@ -5,8 +5,9 @@
 -- one-check scripts or the coalesced one, which do not include this file).
 --
 -- A block is a key of its own: the state key + ':b' (inside the same hash tag, so in
--- the same slot), holding the block's end in us on the script's clock, with a TTL to
--- then. Read and written only by checks of a policy with block_for.
+-- the same slot; declared in KEYS after the check's own, as c.bkey), holding the
+-- block's end in us on the script's clock, with a TTL to then. Read and written only
+-- by checks of a policy with block_for.
 
 -- FORCE[id](c, now): takes c.cost by force, bounded so that a key's usage stays at most
 -- twice its capacity (window counts <= 2 x limit, tokens >= -capacity, TAT <= now +
@@ -98,7 +99,7 @@ end
 -- denial by the policy itself (not a peek, not during a block), or a penalty that left
 -- the key over its limit, starts the block. Denials during a block do not extend it.
 local function apply_block(c, now, forced, allowed, remaining, reset, retry)
-  local bkey = c.key .. ':b'
+  local bkey = c.bkey
   local untl = tonumber(redis.call('GET', bkey))
   local left = 0
   if untl and untl > now then left = untl - now end
