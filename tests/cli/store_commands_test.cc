@@ -268,6 +268,7 @@ TEST_F(CliRedisTest, BadFlagsExitTwoNamingTheFlag) {
       {{"bench", "--duration", "5"}, "--duration"},
       {{"bench", "--api", "magic"}, "--api"},
       {{"bench", "-c", "0"}, "--concurrency"},
+      {{"bench", "--block-for", "soon"}, "--block-for"},
   };
   for (const Case& c : cases) {
     Outcome r = Sluice(Args(c.args));
@@ -368,6 +369,15 @@ TEST(CliBench, MemoryStoreNeedsNoServer) {
   EXPECT_EQ(JsonNumber(r.out, "decisions"), 2000) << r.out;
   EXPECT_EQ(JsonNumber(r.out, "allowed"), 100) << r.out;
   EXPECT_EQ(r.out.find("store_calls"), std::string::npos) << r.out;
+}
+
+// --block-for: once the hot key is over its limit it stays denied (Policy::block_for).
+TEST(CliBench, BlockForKeepsTheKeyDenied) {
+  Outcome r = Sluice({"bench", "--store", "memory://", "--requests", "500", "-c", "2", "--hot-key",
+                      "--rate", "10/h", "-a", "token_bucket", "--block-for", "1h", "--json", "-q"});
+  ASSERT_EQ(r.rc, 0) << Describe(r);
+  EXPECT_EQ(JsonNumber(r.out, "allowed"), 10) << r.out;
+  EXPECT_EQ(JsonNumber(r.out, "denied"), 490) << r.out;
 }
 
 // True when `s` is well-formed UTF-8 (RFC 3629), checked independently of the tool.
