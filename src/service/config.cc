@@ -191,7 +191,7 @@ class Loader {
     CheckKeys(n, "rate_limit",
               {"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces",
                "algorithm", "burst", "failure_mode", "fallback_divisor", "policy", "lease",
-               "lease_validity"});
+               "lease_validity", "on_change"});
     RateLimitSpec r;
     r.line = Line(n);
     r.algorithm = s.default_algorithm;
@@ -257,6 +257,11 @@ class Loader {
       if (r.lease == 0) Fail(v, "lease_validity needs a lease");
       r.lease_validity = *us;
     }
+    if (const YAML::Node oc = n["on_change"]) {
+      auto m = ParseOnChange(Str(oc, "on_change"));
+      if (!m.ok()) Fail(oc, m.status().message());
+      r.on_change = *m;
+    }
     if (const YAML::Node p = n["policy"]) {
       r.policy = Str(p, "policy");
       Policy probe;
@@ -295,6 +300,7 @@ class Loader {
     p.fallback_divisor = r.fallback_divisor;
     p.lease = r.lease;
     p.lease_validity = r.lease_validity;
+    p.on_change = r.on_change.value_or(OnChange::kAsIs);
     if (Status st = ValidatePolicy(p); !st.ok()) {
       std::string m = st.message();
       const std::string prefix = "policy 'probe': ";
