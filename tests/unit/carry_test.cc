@@ -135,6 +135,22 @@ TEST_F(CarryTest, SlidingCounterModes) {
   }
 }
 
+// The in-process store keeps a sliding counter's parameters id in the top bits of its
+// previous count: counts up to the largest limit (10^12) stay exact.
+TEST_F(CarryTest, SlidingCounterLargestCountsKeepTheirRecord) {
+  const Policy v1 = With(Policy::SlidingWindowCounter("api", 1'000'000'000'000, seconds(10)),
+                         OnChange::kProportional);
+  const Policy v2 = With(Policy::SlidingWindowCounter("api", 500'000'000'000, seconds(10)),
+                         OnChange::kProportional);
+  Use(v1, 999'999'999'999);
+  clock->Set(kT0 + 10'000'000);  // the next window's start: the count is the previous one
+  Use(v1, 1);
+  EXPECT_EQ(Remaining(v1), 0u);
+  clock->Advance(5'000'000);  // half of it weighs 499,999,999,999.5 + 1
+  EXPECT_EQ(Remaining(v1), 499'999'999'999u);
+  EXPECT_EQ(Remaining(v2), 249'999'999'999u);  // ceil(prev / 2) / 2 + ceil(1 / 2)
+}
+
 // Token bucket: 100 tokens of capacity, 50 used; the capacity becomes 200.
 TEST_F(CarryTest, TokenBucketModes) {
   for (OnChange m : {OnChange::kReset, OnChange::kProportional, OnChange::kAsIs}) {
