@@ -100,7 +100,9 @@ TEST_F(CarryTest, FixedWindowModes) {
     EXPECT_EQ(Remaining(v2), want) << OnChangeName(m);
     EXPECT_EQ(Takes(v2, 300), static_cast<int>(want)) << OnChangeName(m);
     // Back to the old limit: the state now records 200, so it is converted again.
-    if (m == OnChange::kProportional) EXPECT_EQ(Remaining(v1), 0u);
+    if (m == OnChange::kProportional) {
+      EXPECT_EQ(Remaining(v1), 0u);
+    }
   }
 }
 
