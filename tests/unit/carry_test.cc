@@ -106,6 +106,26 @@ TEST_F(CarryTest, FixedWindowModes) {
   }
 }
 
+// A bug found by the differential test: under as_is (the default, and what earlier
+// releases did) a limit decreased below the used count made the in-process store
+// report remaining = limit - count wrapped around (18446744073709551613 for 8 used of a
+// new limit of 5); the Redis reply decoder clamped it to 0.
+TEST_F(CarryTest, AsIsLimitDecreaseBelowTheCountLeavesNothing) {
+  for (const Policy& v1 : {Policy::FixedWindow("api", 10, seconds(60)),
+                           Policy::SlidingWindowLog("api", 10, seconds(60))}) {
+    store = std::make_shared<MemoryStore>();
+    Policy v2 = v1;
+    v2.limit = 5;
+    Use(v1, 8);
+    EXPECT_EQ(Remaining(v2), 0u) << AlgorithmName(v1.algorithm);
+    auto l = Make(v2);
+    auto d = l->Acquire("k");
+    ASSERT_TRUE(d.ok());
+    EXPECT_FALSE(d->allowed);
+    EXPECT_EQ(d->remaining, 0u) << AlgorithmName(v1.algorithm);
+  }
+}
+
 TEST_F(CarryTest, FixedWindowProportionalDownRoundsUsedUp) {
   const Policy v1 = With(Policy::FixedWindow("api", 3, seconds(60)), OnChange::kProportional);
   const Policy v2 = With(Policy::FixedWindow("api", 2, seconds(60)), OnChange::kProportional);
