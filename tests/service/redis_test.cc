@@ -87,7 +87,7 @@ TEST(SluicedRedis, ReloadWithOnChangeProportionalKeepsTheUsedFraction) {
     SCOPED_TRACE(algorithm);
     ASSERT_TRUE((*redis)->Command({"FLUSHALL"}).ok());
     WriteFile(dir.File("sluiced.yaml"), config(10, algorithm));
-    Sluiced a = StartSluiced(dir.File("sluiced.yaml"), dir.File("a.log"),
+    Sluiced a = StartSluiced(dir.File("sluiced.yaml"), dir.File(std::string(algorithm) + ".log"),
                              {"--redis", (*redis)->Url(), "--redis-timeout-ms", "5000"});
     ASSERT_GT(a.http_port, 0);
     for (int i = 0; i < 5; ++i) ASSERT_EQ(Check(a.http_port, "user", "u1"), 200);
