@@ -159,4 +159,32 @@ Decision SlidingWindowLogPenalize(const Policy& p, SlidingLog& log, Micros now, 
 // nothing remaining, retry_after and reset_after at least `left`.
 void ApplyBlock(Decision* d, Micros left);
 
+// --- carry-over (Policy::on_change; issue #12 item 4) ---
+// The parameters a state was written under, as the stores record them with a state
+// written by a policy whose on_change is not kAsIs: doubles, exactly what the Lua
+// scripts pack (limit, window in us, capacity).
+struct WrittenUnder {
+  double limit = 0;
+  double window = 0;
+  double cap = 0;
+};
+WrittenUnder ParamsOf(const Policy& p);
+// True when `w` is what `p` would record (nothing to carry over).
+bool SameParams(const Policy& p, const WrittenUnder& w);
+
+// kProportional conversions of a state written under `w` (!SameParams) into one under
+// `p`, applied before the decision (the stores write the result only when the request
+// commits, like any decision). Each returns false when the state is to be taken as
+// fresh instead (a window algorithm whose window changed). kReset never converts: the
+// state is fresh; kAsIs never converts: the state is used as it is.
+//  - window algorithms: every count c becomes min(limit, ceil(c * limit / w.limit));
+//  - token bucket: refilled at the old rate up to t = max(now, last), capped at the old
+//    capacity, then scaled by capacity / w.cap; `last` becomes t;
+//  - GCRA: the TAT's distance from now, d = tat - now, becomes d * tau / old tau
+//    (tau = window / limit * capacity); a TAT at or before now stays.
+bool CarryFixedWindow(const Policy& p, const WrittenUnder& w, FixedWindowState* s);
+bool CarrySlidingWindowCounter(const Policy& p, const WrittenUnder& w, SlidingCounterState* s);
+bool CarryTokenBucket(const Policy& p, const WrittenUnder& w, Micros now, TokenBucketState* s);
+bool CarryGcra(const Policy& p, const WrittenUnder& w, Micros now, GcraState* s);
+
 }  // namespace sluice::core

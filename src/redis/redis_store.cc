@@ -359,6 +359,14 @@ void AppendExt(const StoreCheck& c, std::string& out) {
     out.append("w=");
     out.append(std::to_string(c.max_wait));
   }
+  // --- carry-over (Policy::on_change; issue #12 item 4) ---
+  // o=r (reset) or o=p (proportional); as_is, the default, sends nothing. The bodies
+  // (lua/<algorithm>.lua) then record the parameters with the state they write and
+  // convert a state recorded under others.
+  if (c.policy->on_change != OnChange::kAsIs) {
+    if (!out.empty()) out.push_back(';');
+    out.append(c.policy->on_change == OnChange::kReset ? "o=r" : "o=p");
+  }
 }
 
 // True when every check is plain (no extensions): only then may a call use a one-check

@@ -813,3 +813,86 @@ TEST_F(Differential, Reservations) {
 
 }  // namespace
 }  // namespace sluice::testing
+
+// --- carry-over (Policy::on_change; issue #12 item 4) ---
+namespace sluice::testing {
+namespace {
+
+// A policy of the same name with new parameters (limit, window, burst) and a mode;
+// sometimes the parameters stay. Keeps the algorithm (one of the O(1) ones).
+Policy ChangedPolicy(std::mt19937_64& rng, const Policy& from) {
+  static const Micros kWindows[] = {1'000, 250'000, 1'000'000, 3'300'000, 60'000'000};
+  static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 17, 100, 1000};
+  Policy p = from;
+  if (rng() % 4 != 0) p.limit = kLimits[rng() % std::size(kLimits)];
+  if (rng() % 4 == 0) p.window = kWindows[rng() % std::size(kWindows)];
+  p.burst = 0;
+  if ((p.algorithm == Algorithm::kTokenBucket || p.algorithm == Algorithm::kGcra) && rng() % 2) {
+    p.burst = p.limit + rng() % (2 * p.limit + 1);
+  }
+  // (initial_tokens stays off: under as_is a bucket's "new again" time is the one
+  // computed under the old parameters in the script and under the new ones in
+  // process; docs/algorithms.md, "Changing a limit".)
+  p.initial_tokens.reset();
+  const OnChange modes[] = {OnChange::kReset, OnChange::kProportional, OnChange::kAsIs};
+  p.on_change = modes[rng() % 3];
+  EXPECT_TRUE(ValidatePolicy(p).ok()) << Describe(p);
+  return p;
+}
+
+// One policy name whose parameters and mode change mid-sequence, on a few keys, with
+// time moving forward, refunds, and batches with a second, unchanging policy (so the
+// changed policy goes through the batch script both alone and with others): both stores
+// must decide alike, field by field.
+TEST_F(Differential, LimitChangesMidSequence) {
+  int compared = 0, changes = 0;
+  for (std::uint64_t seed = 700; seed < 712; ++seed) {
+    std::mt19937_64 rng(seed);
+    DifferentialMemoryStore memory;
+    Policy p = RandomPolicy(rng, 0);
+    if (p.algorithm == Algorithm::kSlidingWindowLog) p.algorithm = Algorithm::kGcra;
+    p.initial_tokens.reset();
+    p.name = "carry";
+    p = ChangedPolicy(rng, p);
+    Policy other = Policy::FixedWindow("other", 1000, std::chrono::seconds(1));
+    const char* keys[] = {"alice", "bob", "{carol}"};
+    Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
+    for (int step = 0; step < 600; ++step) {
+      if (rng() % 25 == 0) {
+        p = ChangedPolicy(rng, p);
+        ++changes;
+      }
+      switch (rng() % 4) {
+        case 0:
+          break;
+        case 1:
+          now += static_cast<Micros>(rng() % 100);
+          break;
+        case 2:
+          now += static_cast<Micros>(rng() % (2 * p.window / p.limit + 1));
+          break;
+        default:
+          now += static_cast<Micros>(rng() % 3'000'000);
+      }
+      const char* key = keys[rng() % std::size(keys)];
+      const std::string k1 = *StoreKey("carry" + std::to_string(seed), key, p.name);
+      const std::string k2 = *StoreKey("carry" + std::to_string(seed), key, other.name);
+      StoreCheck checks[2] = {{&p, k1, RandomCost(rng, p)}, {&other, k2, 1}};
+      const std::size_t n = rng() % 3 == 0 ? 2 : 1;
+      const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step) +
+                                " mode " + OnChangeName(p.on_change);
+      if (rng() % 6 == 0) {
+        checks[0].cost = std::max<std::uint64_t>(1, checks[0].cost);
+        if (!CompareRefund(memory, std::span<const StoreCheck>(checks, n), now, where)) return;
+      } else if (!Compare(memory, std::span<const StoreCheck>(checks, n), now, where)) {
+        return;
+      }
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 12 * 600);
+  EXPECT_GT(changes, 12 * 600 / 40);
+}
+
+}  // namespace
+}  // namespace sluice::testing
