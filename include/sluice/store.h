@@ -31,6 +31,13 @@ struct StoreCheck {
   // of cost 1 could pass now). In one batch either every check is forced or none is
   // (InvalidArgument otherwise); a forced batch is applied whole, atomically.
   bool force = false;
+  // Reservations (Limiter::Reserve): the longest the caller accepts to wait, in
+  // microseconds; 0 = a plain decision. Token bucket and GCRA then allow a request
+  // that could pass within max_wait, taking its budget now at its future slot, and
+  // report Decision::wait (docs/algorithms.md, "Reservations"). The window
+  // algorithms ignore it (they never take future budget). 0 <= max_wait <=
+  // policy->window (the Limiter checks this); ignored for a peek (cost 0).
+  Micros max_wait = 0;
 };
 
 // Called with the outcome of an asynchronous evaluation. `decisions` is valid only

@@ -41,6 +41,10 @@ struct Check {
   // 0 peeks (nothing is consumed). A cost above the policy's capacity could never
   // pass: that check is denied and the whole batch only peeked.
   std::uint64_t cost = 1;
+  // Reservations (StoreCheck::max_wait): 0 = a plain decision. The caller validates it
+  // (0..policy->window). Never decided from a lease; the deny cache does not deny it
+  // when the cached denial ends within max_wait.
+  Micros max_wait = 0;
 };
 
 struct Options {
@@ -69,7 +73,8 @@ using DoneCallback = std::function<void(const Status& status, std::span<const De
 Policy FallbackPolicy(const Policy& p);
 
 // The binding decision of a batch: a denial with the longest retry_after, else the
-// one with the least remaining (the first on ties). `d` must not be empty.
+// one with the longest wait (reservations), then the least remaining (the first on
+// ties). `d` must not be empty.
 std::size_t BindingIndex(std::span<const Decision> d);
 
 // Thread-safe.

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/algorithms.h"
@@ -98,6 +99,18 @@ using memory_internal::HashKey;
 constexpr std::uint8_t TagOf(Algorithm a) {
   return static_cast<std::uint8_t>(static_cast<std::uint8_t>(a) + 1);
 }
+
+// --- carry-over (Policy::on_change; issue #12 item 4) ---
+// A slot written by a policy whose on_change is not kAsIs records the parameters it was
+// written under: the tag has kCarryTag set, and the state holds the id of the
+// parameters in the store's ParamsRegistry (CarryId/SetCarryId below). Such slots never
+// take the one-check fast path (its tag test fails), so the common path is unchanged.
+constexpr std::uint8_t kCarryTag = 0x80;
+// Ids are 24 bits (a sliding counter keeps its id in the top bits of `prev`, whose
+// counts stay below 2^40 > 10^12, the largest limit).
+constexpr std::uint32_t kMaxCarryId = (1u << 24) - 1;
+constexpr int kCounterIdShift = 40;
+constexpr std::uint64_t kCounterMask = (std::uint64_t{1} << kCounterIdShift) - 1;
 
 // A growable ring buffer of log entries, allocated with malloc so the slot can hold a
 // bare pointer. Capacity doubles up to the policy's limit.
@@ -183,6 +196,32 @@ union State {
   LogBuffer* log;
 };
 static_assert(sizeof(State) == 24);
+static_assert(sizeof(core::FixedWindowState) <= 16 && sizeof(core::TokenBucketState) <= 16 &&
+              sizeof(core::GcraState) <= 16);
+
+// The parameters id a carry slot's state holds (bytes 16-19 of the state for fixed
+// window, token bucket and GCRA, the top 24 bits of `prev` for a sliding counter).
+std::uint32_t CarryId(Algorithm a, const State& st) {
+  if (a == Algorithm::kSlidingWindowCounter) {
+    return static_cast<std::uint32_t>(st.counter.prev >> kCounterIdShift);
+  }
+  std::uint32_t id;
+  std::memcpy(&id, reinterpret_cast<const char*>(&st) + 16, sizeof(id));
+  return id;
+}
+void SetCarryId(Algorithm a, State& st, std::uint32_t id) {
+  if (a == Algorithm::kSlidingWindowCounter) {
+    st.counter.prev = (st.counter.prev & kCounterMask) | (std::uint64_t{id} << kCounterIdShift);
+    return;
+  }
+  std::memcpy(reinterpret_cast<char*>(&st) + 16, &id, sizeof(id));
+}
+// The state without its id, as the algorithms read it.
+State CleanState(Algorithm a, const State& st) {
+  State out = st;
+  if (a == Algorithm::kSlidingWindowCounter) out.counter.prev &= kCounterMask;
+  return out;
+}
 
 // A key longer than kInlineKey: its bytes live on the heap; its hash is kept in the
 // slot so that probing past it, or moving it, never touches the heap.
@@ -235,7 +274,9 @@ struct alignas(64) Slot {
   }
   void Free() {
     if (key_len == kHeapKey) std::free(Heap().data);
-    if (tag == TagOf(Algorithm::kSlidingWindowLog) && state.log) std::free(state.log);
+    if ((tag & ~kCarryTag) == TagOf(Algorithm::kSlidingWindowLog) && state.log) {
+      std::free(state.log);
+    }
     tag = 0;
   }
 };
@@ -546,17 +587,18 @@ struct alignas(64) Shard {
 static_assert(offsetof(Shard, table) == 64, "lock and latest share the first line");
 
 // Runs one non-log algorithm on `state` (or a fresh state).
+// `max_wait`: StoreCheck::max_wait (reservations; only bucket and GCRA use it).
 Decision RunWord(const Policy& p, const State& in, bool fresh, Micros now, std::uint64_t cost,
-                 State* out, Micros* expires) {
+                 State* out, Micros* expires, Micros max_wait) {
   switch (p.algorithm) {
     case Algorithm::kFixedWindow:
       return core::FixedWindow(p, in.fixed, fresh, now, cost, &out->fixed, expires);
     case Algorithm::kSlidingWindowCounter:
       return core::SlidingWindowCounter(p, in.counter, fresh, now, cost, &out->counter, expires);
     case Algorithm::kTokenBucket:
-      return core::TokenBucket(p, in.bucket, fresh, now, cost, &out->bucket, expires);
+      return core::TokenBucket(p, in.bucket, fresh, now, cost, &out->bucket, expires, max_wait);
     case Algorithm::kGcra:
-      return core::Gcra(p, in.gcra, fresh, now, cost, &out->gcra, expires);
+      return core::Gcra(p, in.gcra, fresh, now, cost, &out->gcra, expires, max_wait);
     case Algorithm::kSlidingWindowLog:
       break;
   }
@@ -565,14 +607,19 @@ Decision RunWord(const Policy& p, const State& in, bool fresh, Micros now, std::
 
 // Refunds `cost` to the state in `s` (an existing slot of p's algorithm). A word
 // state back to full (expires <= now) is fresh: nothing to give back.
-void RefundSlot(const Policy& p, Slot* s, Micros now, std::uint64_t cost) {
+// A carry slot (kCarryTag) is refunded only when it records `carry_id`, p's own
+// parameters (0: p's are not registered): a state written under others gives nothing
+// back; it keeps its id.
+void RefundSlot(const Policy& p, Slot* s, Micros now, std::uint64_t cost, std::uint32_t carry_id) {
   if (p.algorithm == Algorithm::kSlidingWindowLog) {
     RingLog log(&s->state.log, p.limit);
     core::SlidingWindowLogRefund(p, log, now, cost, &s->expires);
     return;
   }
   if (s->expires <= now) return;
-  const State in = s->state;
+  const bool carry = (s->tag & kCarryTag) != 0;
+  if (carry && (carry_id == 0 || CarryId(p.algorithm, s->state) != carry_id)) return;
+  const State in = carry ? CleanState(p.algorithm, s->state) : s->state;
   switch (p.algorithm) {
     case Algorithm::kFixedWindow:
       core::FixedWindowRefund(p, in.fixed, now, cost, &s->state.fixed, &s->expires);
@@ -589,6 +636,69 @@ void RefundSlot(const Policy& p, Slot* s, Micros now, std::uint64_t cost) {
     case Algorithm::kSlidingWindowLog:
       break;
   }
+  if (carry) SetCarryId(p.algorithm, s->state, carry_id);
+}
+
+// Marks a word slot just written for a check whose parameters have id `id` (0: the
+// policy records none, kAsIs): a carry slot holding the id, or a plain one.
+void MarkCarry(Slot* s, Algorithm a, std::uint32_t id) {
+  if (id == 0) {
+    s->tag = TagOf(a);
+    return;
+  }
+  s->tag = static_cast<std::uint8_t>(TagOf(a) | kCarryTag);
+  SetCarryId(a, s->state, id);
+}
+
+// Carry-over: the registry of parameters that carry slots record, by id (1-based;
+// 0 means none). It only grows (one entry per distinct limit, window and capacity a
+// policy with a carry-over mode has used in this store); past kMaxCarryId entries,
+// new parameters get 0 and their states are written without a record (as kAsIs).
+class ParamsRegistry {
+ public:
+  std::uint32_t Id(const Policy& p) {
+    const core::WrittenUnder w = core::ParamsOf(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto k = std::make_tuple(w.limit, w.window, w.cap);
+    auto it = ids_.find(k);
+    if (it != ids_.end()) return it->second;
+    if (list_.size() >= kMaxCarryId) return 0;
+    list_.push_back(w);
+    const auto id = static_cast<std::uint32_t>(list_.size());
+    ids_.emplace(k, id);
+    return id;
+  }
+  core::WrittenUnder Get(std::uint32_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return list_[id - 1];
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<core::WrittenUnder> list_;
+  std::map<std::tuple<double, double, double>, std::uint32_t> ids_;
+};
+
+// Applies p.on_change to the state of a carry slot written under parameters `id`
+// (!= p's `own` id): false when the state is to be taken as fresh; else `in` holds the
+// state to decide on (converted for kProportional, as it is for kAsIs).
+bool CarryOver(const Policy& p, ParamsRegistry& registry, std::uint32_t id, Micros now, State* in) {
+  if (p.on_change == OnChange::kAsIs) return true;
+  if (p.on_change == OnChange::kReset) return false;
+  const core::WrittenUnder w = registry.Get(id);
+  switch (p.algorithm) {
+    case Algorithm::kFixedWindow:
+      return core::CarryFixedWindow(p, w, &in->fixed);
+    case Algorithm::kSlidingWindowCounter:
+      return core::CarrySlidingWindowCounter(p, w, &in->counter);
+    case Algorithm::kTokenBucket:
+      return core::CarryTokenBucket(p, w, now, &in->bucket);
+    case Algorithm::kGcra:
+      return core::CarryGcra(p, w, now, &in->gcra);
+    case Algorithm::kSlidingWindowLog:
+      break;
+  }
+  return true;
 }
 
 constexpr std::size_t kMaxBatch = 16;
@@ -706,6 +816,7 @@ struct MemoryStore::Impl {
 
   MemoryStoreOptions options;
   std::vector<Shard> shards;
+  ParamsRegistry carry_params;  // carry-over (Policy::on_change)
   std::atomic<std::size_t> total{0};
   std::atomic<std::uint64_t> rejected_full{0};
   std::atomic<std::uint64_t> expired{0};
@@ -739,10 +850,12 @@ Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, std::uint64_
       shard.latest = t;
     }
     Slot* s = shard.table.Find(hash, c.key);
-    if (s != nullptr && s->tag == TagOf(p.algorithm) && s->expires > t) {
+    // (A policy with a carry-over mode records its parameters: the batch path.)
+    if (s != nullptr && s->tag == TagOf(p.algorithm) && s->expires > t &&
+        p.on_change == OnChange::kAsIs) {
       State next;
       Micros expires;
-      *out = RunWord(p, s->state, /*fresh=*/false, t, c.cost, &next, &expires);
+      *out = RunWord(p, s->state, /*fresh=*/false, t, c.cost, &next, &expires, c.max_wait);
       if (out->allowed && c.cost > 0) {
         s->state = next;
         s->expires = expires;
@@ -797,6 +910,10 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
   Micros expires[kMaxBatch];
   bool all_allowed = true;
   bool consumes = false;
+  // Carry-over: the id of each check's parameters when its policy records them (0
+  // otherwise), and whether a state was taken as fresh because of a change.
+  std::uint32_t carry_id[kMaxBatch];
+  bool carried_fresh[kMaxBatch];
   // Set once anything may have moved slots (erase, sweep, insert): found slot
   // pointers must then be looked up again.
   bool moved = false;
@@ -804,8 +921,10 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
     const StoreCheck& c = checks[i];
     const Policy& p = *c.policy;
     Table& table = locks.table_of(i);
+    carry_id[i] = p.on_change != OnChange::kAsIs ? impl_->carry_params.Id(p) : 0;
+    carried_fresh[i] = false;
     Slot* s = table.Find(hashes[i], c.key);
-    if (s != nullptr && s->tag != TagOf(p.algorithm)) {
+    if (s != nullptr && (s->tag & ~kCarryTag) != TagOf(p.algorithm)) {
       // The key was used with another algorithm: its state means nothing here.
       table.EraseSlot(s);
       moved = true;
@@ -825,9 +944,23 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
         out[i] = core::SlidingWindowLog(p, log, now, c.cost, /*commit=*/false, &expires[i]);
       }
     } else {
-      const bool fresh = s == nullptr || s->expires <= now;
-      const State in = s != nullptr ? s->state : State{};
-      out[i] = RunWord(p, in, fresh, now, c.cost, &next[i], &expires[i]);
+      bool fresh = s == nullptr || s->expires <= now;
+      State in = s != nullptr ? s->state : State{};
+      if (!fresh && (s->tag & kCarryTag) != 0) {
+        // Written with its parameters: carried over when they are not p's.
+        in = CleanState(p.algorithm, in);
+        const std::uint32_t was = CarryId(p.algorithm, s->state);
+        if (was != carry_id[i] &&
+            (!CarryOver(p, impl_->carry_params, was, now, &in) ||
+             (p.algorithm == Algorithm::kTokenBucket && p.on_change != OnChange::kAsIs &&
+              core::TokenBucketIsNew(p, in.bucket, now)))) {
+          // Fresh (reset, a window change, or a bucket new again under p): a token
+          // bucket then starts like a new one (core/token_bucket.cc).
+          fresh = true;
+          carried_fresh[i] = true;
+        }
+      }
+      out[i] = RunWord(p, in, fresh, now, c.cost, &next[i], &expires[i], c.max_wait);
     }
     // Blocks (Policy::block_for): a blocked key is denied; a denial by the policy
     // itself (not during a block, and not a peek) starts a block.
@@ -850,7 +983,7 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
       }
       Shard& shard = locks.shard_of(i);
       Slot* s = shard.table.Find(hashes[i], c.key);
-      if (s != nullptr && s->expires > now) continue;  // started already
+      if (s != nullptr && s->expires > now && !carried_fresh[i]) continue;  // started already
       if (s == nullptr) {
         // At the key cap the bucket is not started: the request was denied anyway,
         // and the next one starts it.
@@ -858,6 +991,7 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
         s = shard.table.Insert(hashes[i], c.key, p.algorithm);
       }
       core::TokenBucketStart(p, now, &s->state.bucket, &s->expires);
+      MarkCarry(s, p.algorithm, carry_id[i]);
       shard.table.NoteExpiry(s->expires);
     }
     return Status::Ok();
@@ -906,6 +1040,7 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
     } else {
       s->state = next[i];
       s->expires = expires[i];
+      MarkCarry(s, p.algorithm, carry_id[i]);
     }
     table.NoteExpiry(s->expires);
   }
@@ -1025,8 +1160,10 @@ Status MemoryStore::Refund(std::span<const StoreCheck> checks, Micros now) {
     Table& table = locks.table_of(i);
     Slot* s = table.Find(locks.hash[i], c.key);
     // No state, or another algorithm's: nothing of this policy to give back.
-    if (s == nullptr || s->tag != TagOf(c.policy->algorithm)) continue;
-    RefundSlot(*c.policy, s, now, c.cost);
+    if (s == nullptr || (s->tag & ~kCarryTag) != TagOf(c.policy->algorithm)) continue;
+    const std::uint32_t own =
+        (s->tag & kCarryTag) != 0 ? impl_->carry_params.Id(*c.policy) : std::uint32_t{0};
+    RefundSlot(*c.policy, s, now, c.cost, own);
     table.NoteExpiry(s->expires);
   }
   return Status::Ok();

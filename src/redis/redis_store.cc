@@ -350,6 +350,23 @@ void AppendExt(const StoreCheck& c, std::string& out) {
     if (!out.empty()) out.push_back(';');
     out.append("f=1");
   }
+  // -- Reservations (issue #12 item 2): w = max_wait in us, read by token_bucket.lua and
+  // gcra.lua. Only they take future budget: a window algorithm's reservation is a plain
+  // decision and stays on the lean script (as does a peek).
+  if (c.max_wait > 0 && c.cost > 0 &&
+      (c.policy->algorithm == Algorithm::kTokenBucket || c.policy->algorithm == Algorithm::kGcra)) {
+    if (!out.empty()) out.push_back(';');
+    out.append("w=");
+    out.append(std::to_string(c.max_wait));
+  }
+  // --- carry-over (Policy::on_change; issue #12 item 4) ---
+  // o=r (reset) or o=p (proportional); as_is, the default, sends nothing. The bodies
+  // (lua/<algorithm>.lua) then record the parameters with the state they write and
+  // convert a state recorded under others.
+  if (c.policy->on_change != OnChange::kAsIs) {
+    if (!out.empty()) out.push_back(';');
+    out.append(c.policy->on_change == OnChange::kReset ? "o=r" : "o=p");
+  }
 }
 
 // True when every check is plain (no extensions): only then may a call use a one-check

@@ -191,7 +191,7 @@ class Loader {
     CheckKeys(n, "rate_limit",
               {"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces",
                "algorithm", "burst", "failure_mode", "fallback_divisor", "policy", "lease",
-               "lease_validity", "block_for"});
+               "lease_validity", "block_for", "on_change"});
     RateLimitSpec r;
     r.line = Line(n);
     r.algorithm = s.default_algorithm;
@@ -264,6 +264,11 @@ class Loader {
       if (*us > 366LL * 24 * 3600 * 1'000'000) Fail(v, "block_for must be at most 366 days");
       r.block_for = *us;
     }
+    if (const YAML::Node oc = n["on_change"]) {
+      auto m = ParseOnChange(Str(oc, "on_change"));
+      if (!m.ok()) Fail(oc, m.status().message());
+      r.on_change = *m;
+    }
     if (const YAML::Node p = n["policy"]) {
       r.policy = Str(p, "policy");
       Policy probe;
@@ -303,6 +308,7 @@ class Loader {
     p.lease = r.lease;
     p.lease_validity = r.lease_validity;
     p.block_for = r.block_for;
+    p.on_change = r.on_change.value_or(OnChange::kAsIs);
     if (Status st = ValidatePolicy(p); !st.ok()) {
       std::string m = st.message();
       const std::string prefix = "policy 'probe': ";
