@@ -25,12 +25,6 @@ struct StoreCheck {
   const Policy* policy = nullptr;
   std::string_view key;
   std::uint64_t cost = 1;
-  // Penalties (Limiter::Penalize): the cost is consumed whatever the decision, up to a
-  // bound (a key's usage at most twice its capacity, docs/algorithms.md "Penalties"),
-  // and the check's Decision describes the key afterwards (as a peek: whether a request
-  // of cost 1 could pass now). In one batch either every check is forced or none is
-  // (InvalidArgument otherwise); a forced batch is applied whole, atomically.
-  bool force = false;
   // Reservations (Limiter::Reserve): the longest the caller accepts to wait, in
   // microseconds; 0 = a plain decision. Token bucket and GCRA then allow a request
   // that could pass within max_wait, taking its budget now at its future slot, and
@@ -38,6 +32,12 @@ struct StoreCheck {
   // algorithms ignore it (they never take future budget). 0 <= max_wait <=
   // policy->window (the Limiter checks this); ignored for a peek (cost 0).
   Micros max_wait = 0;
+  // Penalties (Limiter::Penalize): the cost is consumed whatever the decision, up to a
+  // bound (a key's usage at most twice its capacity, docs/algorithms.md "Penalties"),
+  // and the check's Decision describes the key afterwards (as a peek: whether a request
+  // of cost 1 could pass now). In one batch either every check is forced or none is
+  // (InvalidArgument otherwise); a forced batch is applied whole, atomically.
+  bool force = false;
 };
 
 // Called with the outcome of an asynchronous evaluation. `decisions` is valid only

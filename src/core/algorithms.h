@@ -155,8 +155,8 @@ Decision GcraPenalize(const Policy& p, const GcraState& in, bool fresh, Micros n
 Decision SlidingWindowLogPenalize(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
                                   Micros* expires);
 
-// The decision `d` of a key that is blocked for `left` more microseconds: denied,
-// nothing remaining, retry_after and reset_after at least `left`.
+// The decision `d` of a key that is blocked for `left` more microseconds: denied (no
+// reservation wait), nothing remaining, retry_after and reset_after at least `left`.
 void ApplyBlock(Decision* d, Micros left);
 
 // --- carry-over (Policy::on_change; issue #12 item 4) ---

@@ -66,6 +66,7 @@ Decision SlidingWindowLogPenalize(const Policy& p, SlidingLog& log, Micros now, 
 
 void ApplyBlock(Decision* d, Micros left) {
   d->allowed = false;
+  d->wait = 0;  // a blocked reservation takes nothing (Decision::wait is for allowed ones)
   d->remaining = 0;
   d->retry_after = std::max(d->retry_after, left);
   d->reset_after = std::max(d->reset_after, left);

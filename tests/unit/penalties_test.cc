@@ -230,6 +230,30 @@ TEST(Penalize, ShadowReportsAllowed) {
   EXPECT_TRUE(d->shadow_denied);
 }
 
+// A blocked key cannot reserve: the reservation is denied with no wait, nothing taken,
+// retry_after the time left of the block. A reservation beyond max_wait is a denial and
+// starts the block like any other.
+TEST(BlockFor, BlocksReservations) {
+  Harness h({WithBlock(Policy::TokenBucket("tb", 2, 1, seconds(1)), 60 * kSec)});
+  auto r = h.limiter->Reserve("k", 2, kSec);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->allowed());
+  EXPECT_EQ(r->wait(), 0);
+  r = h.limiter->Reserve("k", 1, kSec / 2);  // needs 1 s, more than max_wait: denied
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->allowed());
+  EXPECT_EQ(r->decision().retry_after, 60 * kSec);  // and the block started
+  h.clock->Advance(10 * kSec);                      // the bucket is full again ...
+  r = h.limiter->Reserve("k", 1, kSec);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->allowed());  // ... but the key is blocked
+  EXPECT_EQ(r->wait(), 0);
+  EXPECT_FALSE(r->held());
+  EXPECT_EQ(r->decision().retry_after, 50 * kSec);
+  h.clock->Advance(50 * kSec);
+  EXPECT_EQ(h.TakeN(3), 2);
+}
+
 // The pure functions: a penalty is bounded at twice the capacity whatever its size.
 TEST(CorePenalties, Bounds) {
   const Policy fw = Policy::FixedWindow("f", 4, seconds(1));
