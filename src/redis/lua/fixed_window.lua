@@ -58,5 +58,7 @@ if allowed and cost > 0 then
   else
     state = struct.pack('<Bddd', 0, expires, ws, count)
   end
-  if same then patch, patch_at = struct.pack('<d', count), 17 end
+  -- (only while the stored expiry, and so the key's TTL, is still right: a window
+  -- length changed under the same policy name moves it)
+  if same and e == expires then patch, patch_at = struct.pack('<d', count), 17 end
 end
