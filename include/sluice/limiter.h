@@ -156,7 +156,29 @@ class Limiter {
   // an Acquire(checks) call); all are refunded atomically.
   Status Refund(std::span<const Check> checks);
 
-  // Forgets `key` under every policy: its full limits are available again.
+  // Penalties and blocks (docs/library.md, "Penalties and blocks").
+  // Takes `cost` units from `key` under every policy, atomically, even when that takes
+  // the key over its limit ("a failed login costs 5"): window counts may exceed the
+  // limit, token bucket tokens go negative, a GCRA TAT moves forward, a sliding log
+  // gains the entry; bounded so that a key's usage is at most twice its capacity.
+  // A policy with block_for whose key is then over its limit (a request of cost 1 would
+  // be denied) starts its block, unless the key is blocked already. Returns the state
+  // after the penalty as a Peek would report it: the binding decision (`per_policy`
+  // as for Acquire), allowed when a request of cost 1 could still pass, retry_after
+  // until one could (the block's end when blocked). Errors: InvalidArgument for a bad
+  // key or a cost of 0 or above a policy's capacity; a store error is returned as is
+  // (no failure mode applies: nothing to allow or deny), and the penalty may or may not
+  // have been applied (DeadlineExceeded).
+  Result<Decision> Penalize(std::string_view key, std::uint64_t cost = 1,
+                            std::span<Decision> per_policy = {});
+
+  // Gives `cost` units back to `key` under every policy ("a proven-good client"): the
+  // same operation as Refund(key, cost), so it never mints budget beyond a full limit
+  // and works off a penalty's overdraft first. It does not end a block (Reset does).
+  Status Reward(std::string_view key, std::uint64_t cost = 1);
+
+  // Forgets `key` under every policy: its full limits are available again, and a
+  // block (Policy::block_for) ends.
   Status Reset(std::string_view key);
 
   // ---- Waiting instead of rejecting (issue #12; docs/library.md, docs/algorithms.md) ----

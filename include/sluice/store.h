@@ -25,6 +25,12 @@ struct StoreCheck {
   const Policy* policy = nullptr;
   std::string_view key;
   std::uint64_t cost = 1;
+  // Penalties (Limiter::Penalize): the cost is consumed whatever the decision, up to a
+  // bound (a key's usage at most twice its capacity, docs/algorithms.md "Penalties"),
+  // and the check's Decision describes the key afterwards (as a peek: whether a request
+  // of cost 1 could pass now). In one batch either every check is forced or none is
+  // (InvalidArgument otherwise); a forced batch is applied whole, atomically.
+  bool force = false;
   // Reservations (Limiter::Reserve): the longest the caller accepts to wait, in
   // microseconds; 0 = a plain decision. Token bucket and GCRA then allow a request
   // that could pass within max_wait, taking its budget now at its future slot, and
@@ -50,6 +56,9 @@ class Store {
   // (out.size() >= checks.size()). If every check allows, all costs are consumed;
   // otherwise nothing is. An error status means nothing is known (the store may or may
   // not have applied the checks if the error is kDeadlineExceeded).
+  // Blocks (Policy::block_for): a check of a blocked key is denied, with retry_after the
+  // time left of the block; a check (cost > 0) that its policy denies starts the block.
+  // Forced checks (StoreCheck::force) are always applied; see there.
   // Thread-safe. The keys need to live only for the duration of the call.
   virtual Status Evaluate(std::span<const StoreCheck> checks, Micros now,
                           std::span<Decision> out) = 0;
@@ -78,7 +87,8 @@ class Store {
   // once. The default implementation calls Refund and then `done` inline.
   virtual void RefundAsync(std::span<const StoreCheck> checks, Micros now, RefundCallback done);
 
-  // Forgets the state of `key` under `policy`, so its full limit is available again.
+  // Forgets the state of `key` under `policy`, so its full limit is available again;
+  // ends a block of the key (Policy::block_for) too.
   virtual Status Reset(const Policy& policy, std::string_view key) = 0;
 
   // True when a call leaves the process (network); the Limiter enables its local deny

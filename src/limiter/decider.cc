@@ -695,6 +695,45 @@ void Decider::DecideAsync(std::span<const Check> checks, DoneCallback done) {
   }
 }
 
+Result<std::size_t> Decider::Penalize(std::span<const Check> checks, std::span<Decision> out) {
+  if (Status s = Impl::Validate(checks, out.size()); !s.ok()) return s;
+  Impl& im = *impl_;
+  StoreCheck sc[kMaxChecks];
+  std::uint16_t idx[kMaxChecks];
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const Check& c = checks[i];
+    if (c.cost == 0 || c.cost > c.policy->Capacity()) {
+      return Status::InvalidArgument("penalty cost " + std::to_string(c.cost) + " of policy '" +
+                                     c.policy->name + "' must be 1-" +
+                                     std::to_string(c.policy->Capacity()));
+    }
+    sc[i] = StoreCheck{c.policy, c.key, c.cost};
+    sc[i].force = true;
+    idx[i] = out[i].policy_index;
+    out[i] = Decision{};
+  }
+  const Micros now = im.options.clock->Now();
+  if (Status s = im.options.store->Evaluate(std::span<const StoreCheck>(sc, checks.size()), now,
+                                            out.first(checks.size()));
+      !s.ok()) {
+    return s;
+  }
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    out[i].policy_index = idx[i];
+    // This process's lease of the key would keep granting units the penalty took:
+    // it ends (its units stay taken, the conservative side).
+    if (checks[i].policy->lease != 0) im.leases.Drop(checks[i].key);
+    // The key stays denied for any cost until then (a penalty only takes budget).
+    if (!out[i].allowed && im.use_deny_cache) im.deny_cache.Insert(checks[i].key, 1, now, out[i]);
+    if (!out[i].allowed && checks[i].policy->shadow) {
+      out[i].allowed = true;
+      out[i].shadow_denied = true;
+      out[i].retry_after = 0;
+    }
+  }
+  return BindingIndex(out.first(checks.size()));
+}
+
 Status Decider::Reset(const Policy& policy, const Policy* fallback, std::string_view key) {
   if (Status s = impl_->options.store->Reset(policy, key); !s.ok()) return s;
   (void)impl_->fallback_store.Reset(fallback != nullptr ? *fallback : policy, key);

@@ -100,6 +100,14 @@ class Decider {
   // call. policy_index of the decisions is the check's index.
   void DecideAsync(std::span<const Check> checks, DoneCallback done);
 
+  // Penalties (Limiter::Penalize): consumes every check's cost by force
+  // (StoreCheck::force) in one atomic store call and writes each check's decision after
+  // the penalty (a peek for cost 1; blocks applied) into `out`; denials feed the deny
+  // cache. Shadow policies report allowed with shadow_denied. No failure mode applies:
+  // a store error is returned (InvalidArgument for bad checks). Not counted as
+  // decisions. Returns the binding index.
+  Result<std::size_t> Penalize(std::span<const Check> checks, std::span<Decision> out);
+
   // Forgets `key` under `policy`: the store's state, the fallback's, the deny cache
   // and this process's lease of it (not given back: the key is full again).
   Status Reset(const Policy& policy, const Policy* fallback, std::string_view key);

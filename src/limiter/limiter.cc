@@ -318,6 +318,43 @@ Status Limiter::Refund(std::span<const Check> checks) {
   return s;
 }
 
+Result<Decision> Limiter::Penalize(std::string_view key, std::uint64_t cost,
+                                   std::span<Decision> per_policy) {
+  const auto& ps = impl_->options.policies;
+  if (key.empty() || key.size() > kMaxKeyBytes) {
+    return Status::InvalidArgument("key must be 1-" + std::to_string(kMaxKeyBytes) + " bytes");
+  }
+  if (!per_policy.empty() && per_policy.size() < ps.size()) {
+    return Status::InvalidArgument("per-policy output has fewer slots than policies");
+  }
+  std::string keys[kMaxChecks];
+  Scratch<decide::Check, kMaxChecks> dchecks;
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const Policy& p = ps[i];
+    if (cost == 0 || cost > p.Capacity()) {
+      return Status::InvalidArgument("penalty cost " + std::to_string(cost) + " of policy '" +
+                                     p.name + "' must be 1-" + std::to_string(p.Capacity()));
+    }
+    BuildStoreKey(keys[i], impl_->options.key_prefix, key, p.name);
+    dchecks[i] = decide::Check{&p, &impl_->fallback_policies[i], keys[i], cost};
+  }
+  Scratch<Decision, kMaxChecks> local;
+  std::span<Decision> out = per_policy.empty() ? std::span<Decision>(local.data(), ps.size())
+                                               : per_policy.first(ps.size());
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    out[i] = Decision{};
+    out[i].policy_index = static_cast<std::uint16_t>(i);
+  }
+  auto bind =
+      impl_->decider.Penalize(std::span<const decide::Check>(dchecks.data(), ps.size()), out);
+  if (!bind.ok()) return bind.status();
+  return out[*bind];
+}
+
+Status Limiter::Reward(std::string_view key, std::uint64_t cost) {
+  return Refund(key, cost);
+}
+
 Status Limiter::Reset(std::string_view key) {
   if (key.empty() || key.size() > kMaxKeyBytes) {
     return Status::InvalidArgument("key must be 1-" + std::to_string(kMaxKeyBytes) + " bytes");
