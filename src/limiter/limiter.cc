@@ -265,9 +265,11 @@ Result<Decision> Limiter::Impl::Decide(std::span<const Check> checks, Micros max
                                      "us of policy '" + p.name +
                                      "': a reservation may wait at most one window");
     }
-    dchecks[i] = decide::Check{&p, &fallback_policies[c.policy],
-                               BuildStoreKeyView(keys[i], options.key_prefix, c.key, p.name),
-                               c.cost, max_wait};
+    dchecks[i] = decide::Check{.policy = &p,
+                               .fallback = &fallback_policies[c.policy],
+                               .key = BuildStoreKeyView(keys[i], options.key_prefix, c.key, p.name),
+                               .cost = c.cost,
+                               .max_wait = max_wait};
   }
   Scratch<Decision, kMaxChecks> local;
   std::span<Decision> out = per_check.empty() ? std::span<Decision>(local.data(), checks.size())
