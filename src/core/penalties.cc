@@ -70,6 +70,7 @@ void ApplyBlock(Decision* d, Micros left) {
   d->remaining = 0;
   d->retry_after = std::max(d->retry_after, left);
   d->reset_after = std::max(d->reset_after, left);
+  d->wait = 0;  // reservations: a blocked key reserves nothing (as lua/penalties.lua answers)
 }
 
 }  // namespace sluice::core

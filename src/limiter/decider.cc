@@ -182,8 +182,10 @@ struct Decider::Impl {
     g.too_big = false;
     for (const Check& c : checks) g.too_big = g.too_big || c.cost > c.policy->Capacity();
     for (std::size_t i = 0; i < checks.size(); ++i) {
-      g.sc[i] = StoreCheck{checks[i].policy, checks[i].key, g.too_big ? 0 : checks[i].cost,
-                           checks[i].max_wait};
+      g.sc[i] = StoreCheck{.policy = checks[i].policy,
+                           .key = checks[i].key,
+                           .cost = g.too_big ? 0 : checks[i].cost,
+                           .max_wait = checks[i].max_wait};
     }
   }
 
@@ -492,7 +494,7 @@ Result<std::size_t> Decider::Decide(std::span<const Check> checks, std::span<Dec
     // the key is hashed and its slot prefetched before the clock is read, and nothing else is
     // copied or cleared. A store error takes the general path's handling.
     const Check& c = checks[0];
-    const StoreCheck sc{c.policy, c.key, c.cost, c.max_wait};
+    const StoreCheck sc{.policy = c.policy, .key = c.key, .cost = c.cost, .max_wait = c.max_wait};
     const std::uint64_t hash = memory_internal::Access::Prepare(*im.memory, c.key);
     const Micros now = im.options.clock->Now();
     const std::uint16_t idx = out[0].policy_index;

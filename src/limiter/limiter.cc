@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 
 #include "limiter/decider.h"
 #include "limiter/limiter_internal.h"
@@ -123,6 +125,43 @@ struct Limiter::Impl {
   // Acquire(checks) with StoreCheck::max_wait = `max_wait` (0: a plain decision).
   Result<Decision> Decide(std::span<const Check> checks, Micros max_wait,
                           std::span<Decision> per_check);
+
+  // AcquireWaiting's lines: the callers waiting on the same checks (policy and key
+  // pairs), in arrival order, each with the time it is due to try (again). A caller
+  // tries only when no caller ahead of it is due: callers who wake at the same moment
+  // (a window opening) try in arrival order. Only callers of AcquireWaiting queue.
+  struct Waiter {
+    std::uint64_t ticket;
+    Micros due;
+  };
+  struct Line {
+    std::uint64_t next = 0;
+    std::vector<Waiter> waiters;  // arrival order
+  };
+  std::mutex line_mu;
+  std::condition_variable line_cv;
+  std::unordered_map<std::string, Line> lines;
+
+  // A place in a line of Limiter::Impl (joined on construction, left on destruction).
+  class LinePlace {
+   public:
+    LinePlace(Impl& impl, std::string key, Micros due);
+    ~LinePlace();
+    LinePlace(const LinePlace&) = delete;
+    LinePlace& operator=(const LinePlace&) = delete;
+    // Blocks until no caller ahead is due at the clock's now, or `cancel` is cancelled
+    // (returns false). Callers ahead that are due are trying now: the wait is short.
+    bool AwaitTurn(const Clock& clock, CancellationToken* cancel);
+    // Sets when this caller tries again, and lets those behind it go.
+    void SetDue(Micros due);
+    void Leave();
+
+   private:
+    Impl& impl_;
+    std::string key_;
+    std::uint64_t ticket_ = 0;
+    bool in_line_ = true;
+  };
 };
 
 Result<std::unique_ptr<Limiter>> Limiter::Create(LimiterOptions options) {
@@ -226,9 +265,11 @@ Result<Decision> Limiter::Impl::Decide(std::span<const Check> checks, Micros max
                                      "us of policy '" + p.name +
                                      "': a reservation may wait at most one window");
     }
-    dchecks[i] = decide::Check{&p, &fallback_policies[c.policy],
-                               BuildStoreKeyView(keys[i], options.key_prefix, c.key, p.name),
-                               c.cost, max_wait};
+    dchecks[i] = decide::Check{.policy = &p,
+                               .fallback = &fallback_policies[c.policy],
+                               .key = BuildStoreKeyView(keys[i], options.key_prefix, c.key, p.name),
+                               .cost = c.cost,
+                               .max_wait = max_wait};
   }
   Scratch<Decision, kMaxChecks> local;
   std::span<Decision> out = per_check.empty() ? std::span<Decision>(local.data(), checks.size())
@@ -407,18 +448,96 @@ Result<Decision> Limiter::AcquireWaiting(std::string_view key, std::uint64_t cos
                         per_policy);
 }
 
+Limiter::Impl::LinePlace::LinePlace(Impl& impl, std::string key, Micros due)
+    : impl_(impl), key_(std::move(key)) {
+  std::lock_guard<std::mutex> lock(impl_.line_mu);
+  Line& line = impl_.lines[key_];
+  ticket_ = line.next++;
+  line.waiters.push_back({ticket_, due});
+}
+
+Limiter::Impl::LinePlace::~LinePlace() {
+  Leave();
+}
+
+void Limiter::Impl::LinePlace::Leave() {
+  if (!in_line_) return;
+  in_line_ = false;
+  {
+    std::lock_guard<std::mutex> lock(impl_.line_mu);
+    auto it = impl_.lines.find(key_);
+    auto& w = it->second.waiters;
+    w.erase(std::find_if(w.begin(), w.end(), [&](const auto& x) { return x.ticket == ticket_; }));
+    if (w.empty()) impl_.lines.erase(it);
+  }
+  impl_.line_cv.notify_all();
+}
+
+void Limiter::Impl::LinePlace::SetDue(Micros due) {
+  {
+    std::lock_guard<std::mutex> lock(impl_.line_mu);
+    for (auto& x : impl_.lines[key_].waiters) {
+      if (x.ticket == ticket_) x.due = due;
+    }
+  }
+  impl_.line_cv.notify_all();
+}
+
+bool Limiter::Impl::LinePlace::AwaitTurn(const Clock& clock, CancellationToken* cancel) {
+  std::uint64_t id = 0;
+  // Subscribed before the line's lock is taken: a token already cancelled runs the
+  // callback at once, and it takes that lock.
+  if (cancel != nullptr) {
+    id = cancel->OnCancel([this] {
+      std::lock_guard<std::mutex> lock(impl_.line_mu);
+      impl_.line_cv.notify_all();
+    });
+  }
+  bool turn;
+  {
+    std::unique_lock<std::mutex> lock(impl_.line_mu);
+    impl_.line_cv.wait(lock, [&] {
+      if (cancel != nullptr && cancel->IsCancelled()) return true;
+      const Micros now = clock.Now();
+      for (const auto& x : impl_.lines[key_].waiters) {
+        if (x.ticket == ticket_) return true;
+        if (x.due <= now) return false;  // a caller ahead is trying
+      }
+      return true;
+    });
+    turn = cancel == nullptr || !cancel->IsCancelled();
+  }
+  if (cancel != nullptr) cancel->Unsubscribe(id);
+  return turn;
+}
+
 Result<Decision> Limiter::AcquireWaiting(std::span<const Check> checks, Micros max_wait,
                                          CancellationToken* cancel, std::span<Decision> per_check) {
   Sleeper& sleeper = *impl_->options.sleeper;
-  Micros left = max_wait;
-  Micros waited = 0;
+  const Clock& clock = *impl_->options.clock;
+  const Micros start = clock.Now();
+  // Time is read from the limiter's clock (waiting in line counts against max_wait).
+  const Micros deadline = start + std::max<Micros>(0, max_wait);
+  std::string line_key;
+  for (const Check& c : checks) {
+    line_key.append(std::to_string(c.policy)).push_back('\0');
+    line_key.append(c.key).push_back('\0');
+  }
+  Impl::LinePlace place(*impl_, std::move(line_key), start);
   for (;;) {
     if (cancel != nullptr && cancel->IsCancelled()) {
       return Status::Cancelled("the wait was cancelled before anything was taken");
     }
+    if (!place.AwaitTurn(clock, cancel)) {
+      return Status::Cancelled("the wait was cancelled before anything was taken");
+    }
+    const Micros now = clock.Now();
+    const Micros left = max_wait < 0 ? max_wait : std::max<Micros>(0, deadline - now);
+    const Micros waited = std::max<Micros>(0, now - start);
     auto r = Reserve(checks, left, per_check);
     if (!r.ok()) return r.status();
     if (r->allowed()) {
+      place.Leave();  // the budget is taken, in arrival order: those behind may go
       if (!sleeper.SleepFor(r->wait(), cancel)) {
         const Status refund = r->Cancel();
         return Status::Cancelled(
@@ -435,11 +554,10 @@ Result<Decision> Limiter::AcquireWaiting(std::span<const Check> checks, Micros m
     // retry_after is beyond `left` by definition.)
     const Decision& d = r->decision();
     if (d.retry_after <= 0 || d.retry_after > left) return d;
+    place.SetDue(now + d.retry_after);
     if (!sleeper.SleepFor(d.retry_after, cancel)) {
       return Status::Cancelled("the wait was cancelled before anything was taken");
     }
-    left -= d.retry_after;
-    waited += d.retry_after;
   }
 }
 

@@ -713,6 +713,12 @@ TEST_F(Differential, Reservations) {
         p.algorithm = i % 2 ? Algorithm::kGcra : Algorithm::kTokenBucket;
         if (p.algorithm == Algorithm::kGcra) p.initial_tokens.reset();
       }
+      // With the other features of #12 on some: a blocked key reserves nothing, and a
+      // state recorded with its parameters reserves as any other.
+      if (i % 4 == 1) p.block_for = 1 + static_cast<Micros>(rng() % p.window);
+      if (i % 4 == 2 && p.algorithm != Algorithm::kSlidingWindowLog) {
+        p.on_change = OnChange::kProportional;
+      }
       ASSERT_TRUE(ValidatePolicy(p).ok()) << Describe(p);
       policies.push_back(p);
     }

@@ -363,6 +363,29 @@ TEST(Reservation, DenyCacheDoesNotDenyAReservationThatFits) {
   EXPECT_EQ(remote->calls, calls + 1);
 }
 
+// Window algorithms: waiters of one process that wake at the same moment (the window
+// opening) try in arrival order, whatever order their threads run in.
+TEST(AcquireWaiting, WindowWaitersOfOneProcessAreServedInArrivalOrder) {
+  for (int round = 0; round < 20; ++round) {
+    SCOPED_TRACE(round);
+    WaitHarness h({Policy::FixedWindow("f", 1, std::chrono::seconds(1))}, /*auto_advance=*/false);
+    h.clock->Advance(500 * kMs);
+    ASSERT_TRUE(h.limiter->Acquire("k")->allowed);  // the window is full until +1 s
+    Result<Decision> first = Status::Internal("not run"), second = Status::Internal("not run");
+    std::thread t1([&] { first = h.limiter->AcquireWaiting("k", 1, 1'000 * kMs); });
+    ASSERT_TRUE(h.sleeper->AwaitSleepers(1, std::chrono::seconds(30)));
+    std::thread t2([&] { second = h.limiter->AcquireWaiting("k", 1, 1'000 * kMs); });
+    ASSERT_TRUE(h.sleeper->AwaitSleepers(2, std::chrono::seconds(30)));
+    h.sleeper->Advance(500 * kMs);  // both wake at the window's start; one unit in it
+    t1.join();
+    t2.join();
+    ASSERT_TRUE(first.ok() && second.ok());
+    EXPECT_TRUE(first->allowed) << "the first to arrive is served first";
+    EXPECT_EQ(first->wait, 500 * kMs);
+    EXPECT_FALSE(second->allowed) << "the next window is beyond the second's max_wait";
+  }
+}
+
 // The sleepers themselves.
 TEST(Sleepers, ManualSleeperWakesOnAdvanceOrCancel) {
   auto clock = std::make_shared<ManualClock>(kNoon);
