@@ -49,8 +49,10 @@ function(emit name)
 endfunction()
 
 set(emitted "")
+# (concurrency: issue #12 item 1; its checks always carry ext, so only the batch script
+# needs it.)
 emit(kBatchScript prelude decide:fixed_window:0 sliding_window_log decide:sliding_window_counter:2
-     decide:token_bucket:3 decide:gcra:4 refunds dispatch)
+     decide:token_bucket:3 decide:gcra:4 refunds concurrency dispatch)
 emit(kCoalescedScript prelude decide:fixed_window:0 sliding_window_log
      decide:sliding_window_counter:2 decide:token_bucket:3 decide:gcra:4 refunds coalesced)
 emit(kSingleFixedWindow single_head fixed_window single_tail)
@@ -68,7 +70,7 @@ string(APPEND cc "    case Algorithm::kFixedWindow: return kSingleFixedWindow;\n
 string(APPEND cc "    case Algorithm::kSlidingWindowLog: return kSingleSlidingWindowLog;\n")
 string(APPEND cc "    case Algorithm::kSlidingWindowCounter: return kSingleSlidingWindowCounter;\n")
 string(APPEND cc "    case Algorithm::kTokenBucket: return kSingleTokenBucket;\n")
-string(APPEND cc "    case Algorithm::kGcra: return kSingleGcra;\n  }\n  return kBatchScript;\n}\n\n")
+string(APPEND cc "    case Algorithm::kGcra: return kSingleGcra;\n    default: break;\n  }\n  return kBatchScript;\n}\n\n")
 string(APPEND cc "std::vector<std::string> AllScripts() {\n  return {std::string(kBatchScript.source)")
 foreach(s kCoalescedScript kSingleFixedWindow kSingleSlidingWindowLog kSingleSlidingWindowCounter kSingleTokenBucket kSingleGcra)
   string(APPEND cc ",\n          std::string(${s}.source)")

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/algorithms.h"
 #include "redis/cluster_router.h"
 #include "redis/cluster_slots.h"
 #include "redis/cross_slot.h"
@@ -447,6 +448,10 @@ Status ValidateChecks(std::span<const StoreCheck> checks) {
                                      std::to_string(c.policy->Capacity()) + " of policy '" +
                                      c.policy->name + "': such a request could never pass");
     }
+    // --- concurrency limits (issue #12 item 1) ---
+    if (c.policy->algorithm == Algorithm::kConcurrency || c.op != PermitOp::kAcquire) {
+      if (Status s = core::ValidatePermitCheck(c); !s.ok()) return s;
+    }
   }
   return Status::Ok();
 }
@@ -470,6 +475,16 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
     return nullptr;
   }
   if (cluster && checks.size() > 1 && redis::CountSlots(checks) > 1) {
+    // --- concurrency limits: a permit cannot be refunded (only released), so a batch
+    // with one must be atomic, in one slot (a Limiter's keys of one caller key are).
+    for (const StoreCheck& c : checks) {
+      if (c.policy->algorithm == Algorithm::kConcurrency) {
+        done(Status::InvalidArgument("a batch with a check of concurrency policy '" +
+                                     c.policy->name + "' must have all its keys in one hash slot"),
+             {});
+        return nullptr;
+      }
+    }
     // Keys in several hash slots: reserve per slot, refund if any slot denies
     // (redis/cross_slot.h). Each slot's part comes back here as a one-slot batch.
     redis::EvaluateAcrossSlots(
@@ -493,8 +508,9 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
                                     ? redis::SingleCheckScript(checks[0].policy->algorithm)
                                     : redis::BatchScript();
   // The sliding log's one-check script is the batch script's body (batch arguments).
-  const bool lean =
-      checks.size() == 1 && checks[0].policy->algorithm != Algorithm::kSlidingWindowLog;
+  const bool lean = checks.size() == 1 &&
+                    checks[0].policy->algorithm != Algorithm::kSlidingWindowLog &&
+                    checks[0].policy->algorithm != Algorithm::kConcurrency;
   std::string wire =
       lean ? EncodeSingle(script, checks[0], now, impl_->options.use_caller_time, *call)
            : EncodeEval(script, checks, now, impl_->options.use_caller_time,
