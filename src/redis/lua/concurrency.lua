@@ -32,7 +32,9 @@ DECIDE[5] = function(c, now)
   local held = permits_trim(c, now)
   local limit = c.limit
   if op == 'r' or op == 'x' then
-    -- applied now, whatever the batch decides (dispatch.lua commits acquires only)
+    -- applied now, whatever the batch decides (dispatch.lua leaves c.solo checks out
+    -- of the all-or-nothing)
+    c.solo = true
     local found = false
     if op == 'r' then
       found = redis.call('ZREM', c.key, x.p) == 1
