@@ -134,6 +134,13 @@ class Limiter {
   Result<Permit> AcquirePermit(std::string_view key, std::uint64_t cost = 1,
                                std::span<Decision> per_policy = {});
 
+  // Like AcquirePermit(key, cost) but each check names its policy, key and cost (as
+  // Acquire(checks)): one slot under each check of a concurrency policy (whatever its
+  // cost) and each rate check's cost, all in one atomic store call. The Permit holds
+  // (and releases, extends) every concurrency check's slot; its key() is the first
+  // check's. Errors: as Acquire(checks), or when no check is of a concurrency policy.
+  Result<Permit> AcquirePermit(std::span<const Check> checks, std::span<Decision> per_check = {});
+
   // Releases the permit `permit_id` of `key` under every concurrency policy, for a
   // permit held by id (another process, an HTTP client; Permit::Detach). Errors:
   // InvalidArgument for a bad key or an id that is not kPermitIdLength hex characters;
@@ -157,6 +164,7 @@ class Limiter {
   friend class Permit;  // Release / Extend / the destructor
   // Releases or extends what `permit` holds (its store and fallback policies).
   Status PermitCall(Permit& permit, PermitOp op);
+  Status PermitById(std::string_view key, std::string_view permit_id, PermitOp op);
   void CountReleaseError();
   struct Impl;
   explicit Limiter(std::unique_ptr<Impl> impl);

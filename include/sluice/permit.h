@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "sluice/decision.h"
 #include "sluice/status.h"
@@ -54,7 +55,8 @@ class Permit {
   // The permit's id (kPermitIdLength hex characters), made by the limiter; also set
   // when the acquisition was denied (then nothing holds it).
   const std::string& id() const { return id_; }
-  // The caller key the permit was acquired for.
+  // The caller key the permit was acquired for (of the first check, for the form with
+  // checks).
   const std::string& key() const { return key_; }
   // The binding decision of the acquisition: allowed, remaining (free slots after this
   // one, or the least remaining of the rate policies), retry_after when denied (for a
@@ -83,14 +85,19 @@ class Permit {
 
  private:
   friend class Limiter;
+  // One slot the permit holds: a concurrency policy (index in the limiter) and caller
+  // key, in the limiter's store or in its local fallback store (a kLocalFallback
+  // decision). A fail-open slot is held nowhere and not listed.
+  struct Slot {
+    std::uint16_t policy = 0;
+    bool in_fallback = false;
+    std::string key;
+  };
   Limiter* limiter_ = nullptr;
   std::string key_;
   std::string id_;
   Decision decision_;
-  // Bit i: the permit is held under policy i in the limiter's store (kStore decision)
-  // or in the local fallback store (kLocalFallback decision). Fail-open: neither.
-  std::uint32_t in_store_ = 0;
-  std::uint32_t in_fallback_ = 0;
+  std::vector<Slot> slots_;
   bool held_ = false;
 };
 

@@ -328,63 +328,91 @@ LimiterStats Limiter::Stats() const {
 Result<Permit> Limiter::AcquirePermit(std::string_view key, std::uint64_t cost,
                                       std::span<Decision> per_policy) {
   const auto& ps = impl_->options.policies;
-  if (!impl_->has_concurrency) {
-    return Status::InvalidArgument(
-        "AcquirePermit needs a concurrency policy (Policy::Concurrency) and this limiter has "
-        "none: use Acquire");
-  }
   if (cost == 0) {
     return Status::InvalidArgument("AcquirePermit's cost must be at least 1 (Peek takes nothing)");
   }
-  if (!per_policy.empty() && per_policy.size() < ps.size()) {
-    return Status::InvalidArgument("per-policy output has fewer slots than policies");
+  Scratch<Check, kMaxChecks> checks;
+  for (std::size_t i = 0; i < ps.size(); ++i) checks[i] = Check{i, key, cost};
+  return AcquirePermit(std::span<const Check>(checks.data(), ps.size()), per_policy);
+}
+
+Result<Permit> Limiter::AcquirePermit(std::span<const Check> checks,
+                                      std::span<Decision> per_check) {
+  const auto& ps = impl_->options.policies;
+  if (checks.empty()) return Status::InvalidArgument("no checks given");
+  if (checks.size() > kMaxChecks) return Status::InvalidArgument("at most 16 checks per call");
+  if (!per_check.empty() && per_check.size() < checks.size()) {
+    return Status::InvalidArgument("per-check output has fewer slots than checks");
+  }
+  // Each concurrency check takes one slot, whatever its cost.
+  Scratch<Check, kMaxChecks> own;
+  bool any = false;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    own[i] = checks[i];
+    if (checks[i].policy < ps.size() && ps[checks[i].policy].algorithm == Algorithm::kConcurrency) {
+      own[i].cost = 1;
+      any = true;
+    }
+  }
+  if (!any) {
+    return Status::InvalidArgument(
+        "AcquirePermit needs a check of a concurrency policy (Policy::Concurrency) and there "
+        "is none: use Acquire");
   }
   Permit permit;
   permit.id_ = permit_internal::NewPermitId();
-  Scratch<Check, kMaxChecks> checks;
-  for (std::size_t i = 0; i < ps.size(); ++i) checks[i] = Check{i, key, cost};
   Scratch<Decision, kMaxChecks> local;
-  std::span<Decision> out = per_policy.empty() ? std::span<Decision>(local.data(), ps.size())
-                                               : per_policy.first(ps.size());
-  auto d = impl_->Decide(std::span<const Check>(checks.data(), ps.size()), out, permit.id_);
+  std::span<Decision> out = per_check.empty() ? std::span<Decision>(local.data(), checks.size())
+                                              : per_check.first(checks.size());
+  auto d = impl_->Decide(std::span<const Check>(own.data(), checks.size()), out, permit.id_);
   if (!d.ok()) return d.status();
   permit.limiter_ = this;
-  permit.key_.assign(key);
+  permit.key_.assign(checks[0].key);
   permit.decision_ = *d;
   if (!d->allowed) return permit;
   permit.held_ = true;
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    if (ps[i].algorithm != Algorithm::kConcurrency || out[i].shadow_denied) continue;
-    if (out[i].source == DecisionSource::kStore) permit.in_store_ |= 1u << i;
-    if (out[i].source == DecisionSource::kLocalFallback) permit.in_fallback_ |= 1u << i;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    if (ps[checks[i].policy].algorithm != Algorithm::kConcurrency || out[i].shadow_denied) {
+      continue;
+    }
+    const bool store = out[i].source == DecisionSource::kStore;
+    const bool fallback = out[i].source == DecisionSource::kLocalFallback;
+    if (!store && !fallback) continue;  // fail-open: held nowhere
+    permit.slots_.push_back(Permit::Slot{static_cast<std::uint16_t>(checks[i].policy), fallback,
+                                         std::string(checks[i].key)});
   }
   return permit;
 }
 
 namespace {
 
-// Releases or extends `id` of `key` under the policies of `mask` in `store` (their
-// policies from `policies`). Sets *found when any of them held it.
-Status PermitOnStore(Store& store, const std::vector<Policy>& policies, std::uint32_t mask,
-                     const std::string& prefix, std::string_view key, std::string_view id,
-                     PermitOp op, Micros now, bool* found) {
+// One slot to release or extend: a policy (index) and a caller key.
+struct PermitSlot {
+  std::size_t policy;
+  std::string_view key;
+};
+
+// Releases or extends `id` in the slots `slots` of `store` (their policies from
+// `policies`). Sets *found when any of them held it.
+Status PermitOnStore(Store& store, const std::vector<Policy>& policies,
+                     std::span<const PermitSlot> slots, const std::string& prefix,
+                     std::string_view id, PermitOp op, Micros now, bool* found) {
+  if (slots.empty()) return Status::Ok();
+  if (slots.size() > kMaxChecks) return Status::InvalidArgument("at most 16 checks per call");
   std::string keys[kMaxChecks];
   StoreCheck checks[kMaxChecks];
-  std::size_t n = 0;
-  for (std::size_t i = 0; i < policies.size(); ++i) {
-    if ((mask & (1u << i)) == 0) continue;
-    BuildStoreKey(keys[n], prefix, key, policies[i].name);
-    checks[n] = StoreCheck{&policies[i], keys[n], 1};
+  for (std::size_t n = 0; n < slots.size(); ++n) {
+    const Policy& p = policies[slots[n].policy];
+    BuildStoreKey(keys[n], prefix, slots[n].key, p.name);
+    checks[n] = StoreCheck{&p, keys[n], 1};
     checks[n].permit = id;
     checks[n].op = op;
-    ++n;
   }
-  if (n == 0) return Status::Ok();
   Decision out[kMaxChecks];
-  Status s =
-      store.Evaluate(std::span<const StoreCheck>(checks, n), now, std::span<Decision>(out, n));
+  Status s = store.Evaluate(std::span<const StoreCheck>(checks, slots.size()), now,
+                            std::span<Decision>(out, slots.size()));
   if (!s.ok()) return s;
-  for (std::size_t i = 0; i < n; ++i) *found = *found || out[i].allowed;
+  for (std::size_t i = 0; i < slots.size(); ++i) *found = *found || out[i].allowed;
   return Status::Ok();
 }
 
@@ -398,14 +426,21 @@ Status NotHeld(std::string_view key, std::string_view id, PermitOp op) {
 }  // namespace
 
 Status Limiter::PermitCall(Permit& permit, PermitOp op) {
-  if (permit.in_store_ == 0 && permit.in_fallback_ == 0) return Status::Ok();  // fail-open
+  if (permit.slots_.empty()) return Status::Ok();  // fail-open: held nowhere
+  PermitSlot in_store[kMaxChecks], in_fallback[kMaxChecks];
+  std::size_t ns = 0, nf = 0;
+  for (const Permit::Slot& slot : permit.slots_) {
+    (slot.in_fallback ? in_fallback[nf++] : in_store[ns++]) = PermitSlot{slot.policy, slot.key};
+  }
   const Micros now = impl_->options.clock->Now();
   bool found = false;
-  Status s = PermitOnStore(impl_->decider.store(), impl_->options.policies, permit.in_store_,
-                           impl_->options.key_prefix, permit.key_, permit.id_, op, now, &found);
+  Status s = PermitOnStore(impl_->decider.store(), impl_->options.policies,
+                           std::span<const PermitSlot>(in_store, ns), impl_->options.key_prefix,
+                           permit.id_, op, now, &found);
   if (!s.ok()) return s;
-  s = PermitOnStore(impl_->decider.fallback_store(), impl_->fallback_policies, permit.in_fallback_,
-                    impl_->options.key_prefix, permit.key_, permit.id_, op, now, &found);
+  s = PermitOnStore(impl_->decider.fallback_store(), impl_->fallback_policies,
+                    std::span<const PermitSlot>(in_fallback, nf), impl_->options.key_prefix,
+                    permit.id_, op, now, &found);
   if (!s.ok()) return s;
   return found ? Status::Ok() : NotHeld(permit.key_, permit.id_, op);
 }
@@ -429,31 +464,28 @@ Status CheckPermitArgs(bool has_concurrency, std::string_view key, std::string_v
 }  // namespace
 
 Status Limiter::Release(std::string_view key, std::string_view permit_id) {
-  if (Status s = CheckPermitArgs(impl_->has_concurrency, key, permit_id); !s.ok()) return s;
-  std::uint32_t mask = 0;
-  for (std::size_t i = 0; i < impl_->options.policies.size(); ++i) {
-    if (impl_->options.policies[i].algorithm == Algorithm::kConcurrency) mask |= 1u << i;
-  }
-  bool found = false;
-  Status s = PermitOnStore(impl_->decider.store(), impl_->options.policies, mask,
-                           impl_->options.key_prefix, key, permit_id, PermitOp::kRelease,
-                           impl_->options.clock->Now(), &found);
-  if (!s.ok()) return s;
-  return found ? Status::Ok() : NotHeld(key, permit_id, PermitOp::kRelease);
+  return PermitById(key, permit_id, PermitOp::kRelease);
 }
 
 Status Limiter::Extend(std::string_view key, std::string_view permit_id) {
+  return PermitById(key, permit_id, PermitOp::kExtend);
+}
+
+Status Limiter::PermitById(std::string_view key, std::string_view permit_id, PermitOp op) {
   if (Status s = CheckPermitArgs(impl_->has_concurrency, key, permit_id); !s.ok()) return s;
-  std::uint32_t mask = 0;
+  PermitSlot slots[kMaxChecks];
+  std::size_t n = 0;
   for (std::size_t i = 0; i < impl_->options.policies.size(); ++i) {
-    if (impl_->options.policies[i].algorithm == Algorithm::kConcurrency) mask |= 1u << i;
+    if (impl_->options.policies[i].algorithm == Algorithm::kConcurrency) {
+      slots[n++] = PermitSlot{i, key};
+    }
   }
   bool found = false;
-  Status s = PermitOnStore(impl_->decider.store(), impl_->options.policies, mask,
-                           impl_->options.key_prefix, key, permit_id, PermitOp::kExtend,
-                           impl_->options.clock->Now(), &found);
+  Status s = PermitOnStore(impl_->decider.store(), impl_->options.policies,
+                           std::span<const PermitSlot>(slots, n), impl_->options.key_prefix,
+                           permit_id, op, impl_->options.clock->Now(), &found);
   if (!s.ok()) return s;
-  return found ? Status::Ok() : NotHeld(key, permit_id, PermitOp::kExtend);
+  return found ? Status::Ok() : NotHeld(key, permit_id, op);
 }
 
 void Limiter::CountReleaseError() {

@@ -82,11 +82,10 @@ Permit::Permit(Permit&& other) noexcept
       key_(std::move(other.key_)),
       id_(std::move(other.id_)),
       decision_(other.decision_),
-      in_store_(other.in_store_),
-      in_fallback_(other.in_fallback_),
+      slots_(std::move(other.slots_)),
       held_(other.held_) {
   other.held_ = false;
-  other.in_store_ = other.in_fallback_ = 0;
+  other.slots_.clear();
 }
 
 Permit& Permit::operator=(Permit&& other) noexcept {
@@ -96,11 +95,10 @@ Permit& Permit::operator=(Permit&& other) noexcept {
     key_ = std::move(other.key_);
     id_ = std::move(other.id_);
     decision_ = other.decision_;
-    in_store_ = other.in_store_;
-    in_fallback_ = other.in_fallback_;
+    slots_ = std::move(other.slots_);
     held_ = other.held_;
     other.held_ = false;
-    other.in_store_ = other.in_fallback_ = 0;
+    other.slots_.clear();
   }
   return *this;
 }

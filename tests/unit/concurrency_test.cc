@@ -234,7 +234,8 @@ TEST(Permits, ReleaseAndExtendById) {
 }
 
 TEST(Permits, RateAndConcurrencyAreAllOrNothing) {
-  Harness h({Policy::Concurrency("inflight", 2, kLease), Policy::FixedWindow("rate", 3, std::chrono::minutes(1))});
+  Harness h({Policy::Concurrency("inflight", 2, kLease),
+             Policy::FixedWindow("rate", 3, std::chrono::minutes(1))});
   Decision per[2];
   auto a = h.limiter->AcquirePermit("k", 1, per);
   ASSERT_TRUE(a->held());
@@ -308,6 +309,30 @@ TEST(Permits, MovingAPermitMovesTheSlotAndAssignmentReleasesTheOld) {
   EXPECT_EQ(h.limiter->Peek("k")->remaining, 1u);
   ASSERT_TRUE(b.Release().ok());
   EXPECT_EQ(h.limiter->Peek("k")->remaining, 2u);
+}
+
+TEST(Permits, TheFormWithChecksHoldsEverySlotOfItsKeys) {
+  Harness h({Policy::Concurrency("per_ip", 1, kLease), Policy::Concurrency("per_route", 2, kLease),
+             Policy::FixedWindow("rate", 10, std::chrono::minutes(1))});
+  const Check a[] = {{0, "ip1", 1}, {1, "route", 7}, {2, "ip1", 2}};
+  Decision per[3];
+  auto p1 = h.limiter->AcquirePermit(a, per);
+  ASSERT_TRUE(p1.ok()) << p1.status().ToString();
+  ASSERT_TRUE(p1->held());
+  EXPECT_EQ(p1->key(), "ip1");
+  EXPECT_EQ(per[1].remaining, 1u);  // one slot, whatever the check's cost
+  EXPECT_EQ(per[2].remaining, 8u);
+  const Check b[] = {{0, "ip2", 1}, {1, "route", 1}};
+  auto p2 = h.limiter->AcquirePermit(b);
+  ASSERT_TRUE(p2->held());
+  const Check c[] = {{0, "ip3", 1}, {1, "route", 1}};
+  EXPECT_FALSE(h.limiter->AcquirePermit(c)->held());  // the route is full
+  ASSERT_TRUE(p1->Release().ok());                    // frees ip1 and one route slot
+  EXPECT_TRUE(h.limiter->AcquirePermit(c)->held());
+  const Check d[] = {{0, "ip1", 1}};
+  EXPECT_TRUE(h.limiter->AcquirePermit(d)->held());
+  const Check rate_only[] = {{2, "ip1", 1}};
+  EXPECT_EQ(h.limiter->AcquirePermit(rate_only).status().code(), ErrorCode::kInvalidArgument);
 }
 
 // A store whose every call fails.
