@@ -18,7 +18,8 @@ struct MemoryStoreOptions {
   // When it is reached, expired keys are swept; if none can be freed, a check on a
   // key the store does not know fails with kResourceExhausted (the Limiter then
   // applies the policy's FailureMode). Keys already tracked are never evicted to
-  // make room, so a limited key is never handed a fresh budget.
+  // make room, so a limited key is never handed a fresh budget. A block (Policy::
+  // block_for) counts as a key while it lasts; at the cap a denial starts no block.
   std::size_t max_keys = std::size_t{1} << 22;
   // Number of independently locked shards (rounded up to a power of two, at least 1).
   std::size_t shards = 16;
@@ -26,7 +27,9 @@ struct MemoryStoreOptions {
 
 // Counters for tests and operators.
 struct MemoryStoreStats {
-  std::size_t keys = 0;             // live keys (expired ones not yet swept included)
+  // Live keys (expired ones not yet swept included), plus one per block being kept
+  // (Policy::block_for: a blocked key's block is kept apart from its state).
+  std::size_t keys = 0;
   std::uint64_t rejected_full = 0;  // checks refused because the key cap was reached
   std::uint64_t expired = 0;        // keys dropped because their state was back to full
 };

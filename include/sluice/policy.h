@@ -59,6 +59,28 @@ const char* FailureModeName(FailureMode m);
 // Parses the names above ("open", "closed", "fallback" too).
 Result<FailureMode> ParseFailureMode(std::string_view name);
 
+// --- carry-over (issue #12 item 4) ---
+// What a store does when it meets a key's state written under other parameters
+// (limit, window or burst) of a policy with the same name: a sluiced reload, or a new
+// Limiter with a changed Policy. Applied lazily, per key, when a request meets the
+// state. docs/algorithms.md, "Changing a limit", defines each mode per algorithm.
+enum class OnChange : std::uint8_t {
+  // The state counts as fresh: the full new limit is available.
+  kReset = 0,
+  // The used fraction is kept: 50 of 100 used is 100 of 200 used under a limit of 200
+  // (token bucket: tokens scaled by new/old capacity; GCRA: the TAT's distance from now
+  // scaled by new/old burst tolerance). Window algorithms reset when the window changes.
+  kProportional = 1,
+  // The state is read as it is (what every earlier release did): counts stay, tokens
+  // stay (capped at the new capacity), a GCRA TAT stays. The default.
+  kAsIs = 2,
+};
+
+// "reset", "proportional", "as_is".
+const char* OnChangeName(OnChange m);
+// Parses the names above. Returns InvalidArgument naming the unknown value.
+Result<OnChange> ParseOnChange(std::string_view name);
+
 // A named limit. Plain value type; validate with ValidatePolicy (Limiter::Create does).
 //
 // Every algorithm is configured as `limit` requests per `window`:
@@ -108,6 +130,21 @@ struct Policy {
   // window / 10. A lease also ends at the end of the window it was taken in (fixed
   // window, sliding window counter).
   Micros lease_validity = 0;
+  // Blocks (docs/library.md, "Penalties and blocks"). 0, the default, is off.
+  // Otherwise, in microseconds (at most 366 days): once a request of a key is denied by
+  // this policy (or Limiter::Penalize leaves the key over its limit), every request of
+  // the key is denied for block_for from that moment, even when its budget has come
+  // back; the decision's retry_after is the time left of the block (or the algorithm's
+  // own retry time, if later). Denials during a block do not extend it; Reset ends it.
+  // Not with `lease` (a lease decides locally and would not see the block).
+  Micros block_for = 0;
+  // Carry-over: what happens to a key's state written under other parameters of a
+  // policy with this name (see OnChange). Only the default, kAsIs, applies to
+  // sliding_window_log. A policy with another mode makes its stores record the
+  // parameters with each state they write (on Redis: the batch script, never a
+  // one-check lean script). A state that records no parameters (written under kAsIs, or
+  // by an earlier release) is taken as written under the current ones.
+  OnChange on_change = OnChange::kAsIs;
 
   // The largest cost one request may have: burst for bucket/GCRA, limit otherwise.
   std::uint64_t Capacity() const;

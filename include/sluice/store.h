@@ -44,6 +44,19 @@ struct StoreCheck {
   // its own (never all or nothing, and never held back by another check's denial);
   // their cost is ignored.
   PermitOp op = PermitOp::kAcquire;
+  // Penalties (Limiter::Penalize): the cost is consumed whatever the decision, up to a
+  // bound (a key's usage at most twice its capacity, docs/algorithms.md "Penalties"),
+  // and the check's Decision describes the key afterwards (as a peek: whether a request
+  // of cost 1 could pass now). In one batch either every check is forced or none is
+  // (InvalidArgument otherwise); a forced batch is applied whole, atomically.
+  bool force = false;
+  // Reservations (Limiter::Reserve): the longest the caller accepts to wait, in
+  // microseconds; 0 = a plain decision. Token bucket and GCRA then allow a request
+  // that could pass within max_wait, taking its budget now at its future slot, and
+  // report Decision::wait (docs/algorithms.md, "Reservations"). The window
+  // algorithms ignore it (they never take future budget). 0 <= max_wait <=
+  // policy->window (the Limiter checks this); ignored for a peek (cost 0).
+  Micros max_wait = 0;
 };
 
 // Called with the outcome of an asynchronous evaluation. `decisions` is valid only
@@ -66,6 +79,9 @@ class Store {
   // any check, all or nothing, and holds `permit` until it is released or its lease
   // passes; release and extend checks (StoreCheck::op) are applied whatever the other
   // checks decide, and their Decision::allowed says whether the permit was held.
+  // Blocks (Policy::block_for): a check of a blocked key is denied, with retry_after the
+  // time left of the block; a check (cost > 0) that its policy denies starts the block.
+  // Forced checks (StoreCheck::force) are always applied; see there.
   // Thread-safe. The keys (and permit ids) need to live only for the duration of the call.
   virtual Status Evaluate(std::span<const StoreCheck> checks, Micros now,
                           std::span<Decision> out) = 0;
@@ -94,7 +110,8 @@ class Store {
   // once. The default implementation calls Refund and then `done` inline.
   virtual void RefundAsync(std::span<const StoreCheck> checks, Micros now, RefundCallback done);
 
-  // Forgets the state of `key` under `policy`, so its full limit is available again.
+  // Forgets the state of `key` under `policy`, so its full limit is available again;
+  // ends a block of the key (Policy::block_for) too.
   virtual Status Reset(const Policy& policy, std::string_view key) = 0;
 
   // True when a call leaves the process (network); the Limiter enables its local deny

@@ -71,8 +71,12 @@ struct TokenBucketState {
   Micros last = 0;
 };
 // `fresh` or a state that is new again (TokenBucketIsNew) starts at initial_tokens.
+// Reservations (`max_wait` > 0, cost > 0): a request a plain decision would deny with
+// retry_after <= max_wait is allowed with Decision::wait = that retry_after, and its
+// cost is taken at once (tokens go negative, down to about -rate * max_wait).
 Decision TokenBucket(const Policy& p, const TokenBucketState& in, bool fresh, Micros now,
-                     std::uint64_t cost, TokenBucketState* out, Micros* expires);
+                     std::uint64_t cost, TokenBucketState* out, Micros* expires,
+                     Micros max_wait = 0);
 // True when initial_tokens is below the capacity: then a request (cost > 0) on a new
 // bucket starts it even when it is not committed (denied, or another check of its
 // batch denied), with the state TokenBucketStart gives. Stores write that state.
@@ -89,8 +93,10 @@ void TokenBucketRefund(const Policy& p, const TokenBucketState& in, Micros now, 
 struct GcraState {
   double tat = 0;  // theoretical arrival time, microseconds
 };
+// Reservations (`max_wait` > 0, cost > 0): as TokenBucket's; the TAT then moves
+// beyond now + tau, by up to max_wait.
 Decision Gcra(const Policy& p, const GcraState& in, bool fresh, Micros now, std::uint64_t cost,
-              GcraState* out, Micros* expires);
+              GcraState* out, Micros* expires, Micros max_wait = 0);
 // Moves the TAT back by `cost` emission intervals, never below `now`.
 void GcraRefund(const Policy& p, const GcraState& in, Micros now, std::uint64_t cost,
                 GcraState* out, Micros* expires);
@@ -128,6 +134,61 @@ void SlidingWindowLogCommit(const Policy& p, SlidingLog& log, Micros now, std::u
 // newest entries (the newest one left may keep part of its cost).
 void SlidingWindowLogRefund(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
                             Micros* expires);
+
+// Penalties and blocks (Limiter::Penalize, Policy::block_for; core/penalties.cc).
+//
+// A penalty consumes `cost` units whatever the decision, up to a bound: a key's usage
+// is never taken beyond twice its capacity (window counts at most 2 x limit, token
+// bucket tokens at least -capacity, a GCRA TAT at most now + 2 x tau, a sliding log's
+// units at most 2 x limit), so a penalised key is back to full within about two windows
+// (refill periods) at most. Each returns the decision of a peek (cost 0: whether a
+// request of cost 1 could pass) at the state after the penalty, and that state's
+// expiry. The state is normalised first as a decision would (window roll, refill,
+// time raised), and a fresh state is a new one.
+Decision FixedWindowPenalize(const Policy& p, const FixedWindowState& in, bool fresh, Micros now,
+                             std::uint64_t cost, FixedWindowState* out, Micros* expires);
+Decision SlidingWindowCounterPenalize(const Policy& p, const SlidingCounterState& in, bool fresh,
+                                      Micros now, std::uint64_t cost, SlidingCounterState* out,
+                                      Micros* expires);
+Decision TokenBucketPenalize(const Policy& p, const TokenBucketState& in, bool fresh, Micros now,
+                             std::uint64_t cost, TokenBucketState* out, Micros* expires);
+Decision GcraPenalize(const Policy& p, const GcraState& in, bool fresh, Micros now,
+                      std::uint64_t cost, GcraState* out, Micros* expires);
+// The log may grow to 2 x limit units (a store sizes its buffer for that).
+Decision SlidingWindowLogPenalize(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
+                                  Micros* expires);
+
+// The decision `d` of a key that is blocked for `left` more microseconds: denied,
+// nothing remaining, retry_after and reset_after at least `left`.
+void ApplyBlock(Decision* d, Micros left);
+
+// --- carry-over (Policy::on_change; issue #12 item 4) ---
+// The parameters a state was written under, as the stores record them with a state
+// written by a policy whose on_change is not kAsIs: doubles, exactly what the Lua
+// scripts pack (limit, window in us, capacity).
+struct WrittenUnder {
+  double limit = 0;
+  double window = 0;
+  double cap = 0;
+};
+WrittenUnder ParamsOf(const Policy& p);
+// True when `w` is what `p` would record (nothing to carry over).
+bool SameParams(const Policy& p, const WrittenUnder& w);
+
+// kProportional conversions of a state written under `w` (!SameParams) into one under
+// `p`, applied before the decision (the stores write the result only when the request
+// commits, like any decision). Each returns false when the state is to be taken as
+// fresh instead (a window algorithm whose window changed). kReset never converts: the
+// state is fresh; kAsIs never converts: the state is used as it is.
+//  - window algorithms: every count c becomes min(limit, ceil(c * limit / w.limit));
+//  - token bucket: refilled at the old rate up to t = max(now, last), capped at the old
+//    capacity, then scaled by capacity / w.cap; `last` becomes t;
+//  - GCRA: the TAT's distance from now, d = tat - now, becomes d * tau / old tau
+//    (tau = window / limit * capacity); a TAT at or before now stays.
+bool CarryFixedWindow(const Policy& p, const WrittenUnder& w, FixedWindowState* s);
+bool CarrySlidingWindowCounter(const Policy& p, const WrittenUnder& w, SlidingCounterState* s);
+bool CarryTokenBucket(const Policy& p, const WrittenUnder& w, Micros now, TokenBucketState* s);
+bool CarryGcra(const Policy& p, const WrittenUnder& w, Micros now, GcraState* s);
 
 }  // namespace sluice::core
 

@@ -33,7 +33,8 @@ Decision FixedWindow(const Policy& p, const FixedWindowState& in, bool fresh, Mi
   } else {
     d.retry_after = ws + w - t;
   }
-  d.remaining = p.limit - count;
+  // (count may exceed the limit after a penalty or a limit decrease)
+  d.remaining = count < p.limit ? p.limit - count : 0;
   d.reset_after = count > 0 ? ws + w - t : 0;
   out->window_start = ws;
   out->count = count;

@@ -101,6 +101,26 @@ Result<FailureMode> ParseFailureMode(std::string_view name) {
                                  "' (expected fail_open, fail_closed or local_fallback)");
 }
 
+const char* OnChangeName(OnChange m) {
+  switch (m) {
+    case OnChange::kReset:
+      return "reset";
+    case OnChange::kProportional:
+      return "proportional";
+    case OnChange::kAsIs:
+      return "as_is";
+  }
+  return "unknown";
+}
+
+Result<OnChange> ParseOnChange(std::string_view name) {
+  if (name == "reset") return OnChange::kReset;
+  if (name == "proportional") return OnChange::kProportional;
+  if (name == "as_is") return OnChange::kAsIs;
+  return Status::InvalidArgument("unknown on_change mode '" + std::string(name) +
+                                 "' (expected reset, proportional or as_is)");
+}
+
 std::uint64_t Policy::Capacity() const {
   if (algorithm == Algorithm::kTokenBucket || algorithm == Algorithm::kGcra) {
     return burst == 0 ? limit : burst;
@@ -188,6 +208,12 @@ Status ValidateConcurrency(const Policy& p) {
              "hot-key leases (lease, lease_validity) do not apply to concurrency; its "
              "permits' lease is the policy's window"));
   }
+  if (p.block_for != 0) {
+    return Status::InvalidArgument(Fail(p, "block_for does not apply to concurrency"));
+  }
+  if (p.on_change != OnChange::kAsIs) {
+    return Status::InvalidArgument(Fail(p, "on_change does not apply to concurrency"));
+  }
   return Status::Ok();
 }
 
@@ -265,11 +291,39 @@ Status ValidatePolicy(const Policy& p) {
                                                  std::to_string(p.Capacity()) + ")"));
     }
   }
+  // Carry-over: the O(1) algorithms only (a sliding log keeps its entries as they are).
+  if (static_cast<unsigned>(p.on_change) > 2) {
+    return Status::InvalidArgument(Fail(p, "on_change is not a known mode"));
+  }
+  if (p.on_change != OnChange::kAsIs && p.algorithm != Algorithm::kFixedWindow &&
+      p.algorithm != Algorithm::kSlidingWindowCounter && p.algorithm != Algorithm::kTokenBucket &&
+      p.algorithm != Algorithm::kGcra) {
+    return Status::InvalidArgument(
+        Fail(p, std::string("on_change ") + OnChangeName(p.on_change) + " does not apply to " +
+                    AlgorithmName(p.algorithm) +
+                    " (only as_is; reset and proportional apply to fixed_window, "
+                    "sliding_window_counter, token_bucket and gcra)"));
+  }
   if (p.lease_validity < 0 || p.lease_validity > p.window / 10) {
     return Status::InvalidArgument(
         Fail(p, "lease_validity must be 0 (window / 10) or up to window / 10 = " +
                     std::to_string(p.window / 10) + "us (got " + std::to_string(p.lease_validity) +
                     "us)"));
+  }
+  // Blocks (Policy::block_for).
+  if (p.block_for < 0) {
+    return Status::InvalidArgument(
+        Fail(p, "block_for must not be negative (got " + std::to_string(p.block_for) + "us)"));
+  }
+  if (p.block_for > kMaxWindow) {
+    return Status::InvalidArgument(
+        Fail(p, "block_for must be at most 366 days (got " + std::to_string(p.block_for) + "us)"));
+  }
+  if (p.block_for > 0 && p.lease != 0) {
+    return Status::InvalidArgument(
+        Fail(p,
+             "block_for cannot be combined with lease (a lease decides locally, without "
+             "seeing the block)"));
   }
   return Status::Ok();
 }

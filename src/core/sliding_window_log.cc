@@ -50,7 +50,8 @@ Decision SlidingWindowLog(const Policy& p, SlidingLog& log, Micros now, std::uin
   } else {
     d.reset_after = used > 0 ? log.at(log.size() - 1).ts + p.window - t : 0;
   }
-  d.remaining = p.limit - used;
+  // (used may exceed the limit after a penalty or a limit decrease)
+  d.remaining = used < p.limit ? p.limit - used : 0;
   *expires = t + d.reset_after;
   return d;
 }

@@ -46,6 +46,10 @@ struct Check {
   // process may free a slot before its retry time).
   std::string_view permit;
   PermitOp op = PermitOp::kAcquire;
+  // Reservations (StoreCheck::max_wait): 0 = a plain decision. The caller validates it
+  // (0..policy->window). Never decided from a lease; the deny cache does not deny it
+  // when the cached denial ends within max_wait.
+  Micros max_wait = 0;
 };
 
 struct Options {
@@ -74,7 +78,8 @@ using DoneCallback = std::function<void(const Status& status, std::span<const De
 Policy FallbackPolicy(const Policy& p);
 
 // The binding decision of a batch: a denial with the longest retry_after, else the
-// one with the least remaining (the first on ties). `d` must not be empty.
+// one with the longest wait (reservations), then the least remaining (the first on
+// ties). `d` must not be empty.
 std::size_t BindingIndex(std::span<const Decision> d);
 
 // Thread-safe.
@@ -99,6 +104,14 @@ class Decider {
   // once, inline or on the store's I/O thread. `checks` need to live only during the
   // call. policy_index of the decisions is the check's index.
   void DecideAsync(std::span<const Check> checks, DoneCallback done);
+
+  // Penalties (Limiter::Penalize): consumes every check's cost by force
+  // (StoreCheck::force) in one atomic store call and writes each check's decision after
+  // the penalty (a peek for cost 1; blocks applied) into `out`; denials feed the deny
+  // cache. Shadow policies report allowed with shadow_denied. No failure mode applies:
+  // a store error is returned (InvalidArgument for bad checks). Not counted as
+  // decisions. Returns the binding index.
+  Result<std::size_t> Penalize(std::span<const Check> checks, std::span<Decision> out);
 
   // Forgets `key` under `policy`: the store's state, the fallback's, the deny cache
   // and this process's lease of it (not given back: the key is full again).

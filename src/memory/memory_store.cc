@@ -20,8 +20,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <new>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/algorithms.h"
@@ -96,6 +100,18 @@ constexpr std::uint8_t TagOf(Algorithm a) {
   return static_cast<std::uint8_t>(static_cast<std::uint8_t>(a) + 1);
 }
 
+// --- carry-over (Policy::on_change; issue #12 item 4) ---
+// A slot written by a policy whose on_change is not kAsIs records the parameters it was
+// written under: the tag has kCarryTag set, and the state holds the id of the
+// parameters in the store's ParamsRegistry (CarryId/SetCarryId below). Such slots never
+// take the one-check fast path (its tag test fails), so the common path is unchanged.
+constexpr std::uint8_t kCarryTag = 0x80;
+// Ids are 24 bits (a sliding counter keeps its id in the top bits of `prev`, whose
+// counts stay below 2^40 > 10^12, the largest limit).
+constexpr std::uint32_t kMaxCarryId = (1u << 24) - 1;
+constexpr int kCounterIdShift = 40;
+constexpr std::uint64_t kCounterMask = (std::uint64_t{1} << kCounterIdShift) - 1;
+
 // A growable ring buffer of log entries, allocated with malloc so the slot can hold a
 // bare pointer. Capacity doubles up to the policy's limit.
 struct LogBuffer {
@@ -145,8 +161,11 @@ class RingLog final : public core::SlidingLog {
   void push_back(core::LogEntry e) override {
     LogBuffer* b = *buf_;
     if (b->count == b->capacity) {
+      // Up to the limit; beyond it only for penalties, which may take a log to twice
+      // its limit (core::SlidingWindowLogPenalize).
+      const std::uint64_t bound = b->capacity < limit_ ? limit_ : 2 * limit_;
       const auto cap = static_cast<std::uint32_t>(std::min<std::uint64_t>(
-          limit_, std::max<std::uint64_t>(4, std::uint64_t{b->capacity} * 2)));
+          bound, std::max<std::uint64_t>(4, std::uint64_t{b->capacity} * 2)));
       LogBuffer* n = LogBuffer::Make(cap);
       n->last_seen = b->last_seen;
       n->used = b->used;
@@ -244,6 +263,32 @@ union State {
   PermitBuffer* permits;  // concurrency limits
 };
 static_assert(sizeof(State) == 24);
+static_assert(sizeof(core::FixedWindowState) <= 16 && sizeof(core::TokenBucketState) <= 16 &&
+              sizeof(core::GcraState) <= 16);
+
+// The parameters id a carry slot's state holds (bytes 16-19 of the state for fixed
+// window, token bucket and GCRA, the top 24 bits of `prev` for a sliding counter).
+std::uint32_t CarryId(Algorithm a, const State& st) {
+  if (a == Algorithm::kSlidingWindowCounter) {
+    return static_cast<std::uint32_t>(st.counter.prev >> kCounterIdShift);
+  }
+  std::uint32_t id;
+  std::memcpy(&id, reinterpret_cast<const char*>(&st) + 16, sizeof(id));
+  return id;
+}
+void SetCarryId(Algorithm a, State& st, std::uint32_t id) {
+  if (a == Algorithm::kSlidingWindowCounter) {
+    st.counter.prev = (st.counter.prev & kCounterMask) | (std::uint64_t{id} << kCounterIdShift);
+    return;
+  }
+  std::memcpy(reinterpret_cast<char*>(&st) + 16, &id, sizeof(id));
+}
+// The state without its id, as the algorithms read it.
+State CleanState(Algorithm a, const State& st) {
+  State out = st;
+  if (a == Algorithm::kSlidingWindowCounter) out.counter.prev &= kCounterMask;
+  return out;
+}
 
 // A key longer than kInlineKey: its bytes live on the heap; its hash is kept in the
 // slot so that probing past it, or moving it, never touches the heap.
@@ -296,7 +341,9 @@ struct alignas(64) Slot {
   }
   void Free() {
     if (key_len == kHeapKey) std::free(Heap().data);
-    if (tag == TagOf(Algorithm::kSlidingWindowLog) && state.log) std::free(state.log);
+    if ((tag & ~kCarryTag) == TagOf(Algorithm::kSlidingWindowLog) && state.log) {
+      std::free(state.log);
+    }
     if (tag == TagOf(Algorithm::kConcurrency) && state.permits) std::free(state.permits);
     tag = 0;
   }
@@ -540,6 +587,49 @@ class ShardLock {
   std::atomic<std::uint32_t> word_{0};
 };
 
+// Blocks (Policy::block_for) of one shard's keys: block-until by store key. Apart from
+// the slots, so that a slot stays one cache line for the many keys that are never
+// blocked; a shard allocates it at its first block. Expired blocks are dropped when
+// met, and all of them whenever the map has doubled since the last sweep. Each entry
+// counts as a key against MemoryStoreOptions::max_keys: the functions that add or drop
+// entries say how many, for the store's count.
+class BlockTable {
+ public:
+  // Microseconds left of the block of `key` at `now`; 0 when not blocked. An expired
+  // entry is dropped (*dropped = 1).
+  Micros Left(std::string_view key, Micros now, std::size_t* dropped) {
+    *dropped = 0;
+    auto it = blocks_.find(key);
+    if (it == blocks_.end()) return 0;
+    if (it->second > now) return it->second - now;
+    blocks_.erase(it);
+    *dropped = 1;
+    return 0;
+  }
+  // Records a block of `key` (not blocked: Left said 0) until `until`. Returns the
+  // expired entries swept to make room.
+  std::size_t Start(std::string_view key, Micros until, Micros now) {
+    std::size_t swept = 0;
+    if (blocks_.size() >= sweep_at_) {
+      swept = std::erase_if(blocks_, [now](const auto& b) { return b.second <= now; });
+      sweep_at_ = std::max<std::size_t>(64, 2 * blocks_.size());
+    }
+    blocks_.insert_or_assign(std::string(key), until);
+    return swept;
+  }
+  // Ends the block of `key`; returns the entries dropped (0 or 1).
+  std::size_t Erase(std::string_view key) {
+    auto it = blocks_.find(key);
+    if (it == blocks_.end()) return 0;
+    blocks_.erase(it);
+    return 1;
+  }
+
+ private:
+  std::map<std::string, Micros, std::less<>> blocks_;
+  std::size_t sweep_at_ = 64;
+};
+
 // Two cache lines: what every decision writes (the lock and `latest`) on the first,
 // the table header (read on every decision, written only by inserts and sweeps) on
 // the second, so that threads deciding in the same shard move one line between
@@ -552,22 +642,31 @@ struct alignas(64) Shard {
   // an idle key had been swept would change that request's decision). Written only
   // when it moves.
   Micros latest = std::numeric_limits<Micros>::min();
+  // Blocks of this shard's keys (null until the first one; owned). A plain pointer
+  // keeps Shard standard-layout (the offsetof below).
+  BlockTable* blocks = nullptr;
   alignas(64) Table table;
+
+  Shard() = default;
+  ~Shard() { delete blocks; }
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
 };
 static_assert(offsetof(Shard, table) == 64, "lock and latest share the first line");
 
 // Runs one non-log algorithm on `state` (or a fresh state).
+// `max_wait`: StoreCheck::max_wait (reservations; only bucket and GCRA use it).
 Decision RunWord(const Policy& p, const State& in, bool fresh, Micros now, std::uint64_t cost,
-                 State* out, Micros* expires) {
+                 State* out, Micros* expires, Micros max_wait) {
   switch (p.algorithm) {
     case Algorithm::kFixedWindow:
       return core::FixedWindow(p, in.fixed, fresh, now, cost, &out->fixed, expires);
     case Algorithm::kSlidingWindowCounter:
       return core::SlidingWindowCounter(p, in.counter, fresh, now, cost, &out->counter, expires);
     case Algorithm::kTokenBucket:
-      return core::TokenBucket(p, in.bucket, fresh, now, cost, &out->bucket, expires);
+      return core::TokenBucket(p, in.bucket, fresh, now, cost, &out->bucket, expires, max_wait);
     case Algorithm::kGcra:
-      return core::Gcra(p, in.gcra, fresh, now, cost, &out->gcra, expires);
+      return core::Gcra(p, in.gcra, fresh, now, cost, &out->gcra, expires, max_wait);
     case Algorithm::kSlidingWindowLog:
     case Algorithm::kConcurrency:
       break;
@@ -577,7 +676,10 @@ Decision RunWord(const Policy& p, const State& in, bool fresh, Micros now, std::
 
 // Refunds `cost` to the state in `s` (an existing slot of p's algorithm). A word
 // state back to full (expires <= now) is fresh: nothing to give back.
-void RefundSlot(const Policy& p, Slot* s, Micros now, std::uint64_t cost) {
+// A carry slot (kCarryTag) is refunded only when it records `carry_id`, p's own
+// parameters (0: p's are not registered): a state written under others gives nothing
+// back; it keeps its id.
+void RefundSlot(const Policy& p, Slot* s, Micros now, std::uint64_t cost, std::uint32_t carry_id) {
   if (p.algorithm == Algorithm::kConcurrency) return;  // permits are released, not refunded
   if (p.algorithm == Algorithm::kSlidingWindowLog) {
     RingLog log(&s->state.log, p.limit);
@@ -585,7 +687,9 @@ void RefundSlot(const Policy& p, Slot* s, Micros now, std::uint64_t cost) {
     return;
   }
   if (s->expires <= now) return;
-  const State in = s->state;
+  const bool carry = (s->tag & kCarryTag) != 0;
+  if (carry && (carry_id == 0 || CarryId(p.algorithm, s->state) != carry_id)) return;
+  const State in = carry ? CleanState(p.algorithm, s->state) : s->state;
   switch (p.algorithm) {
     case Algorithm::kFixedWindow:
       core::FixedWindowRefund(p, in.fixed, now, cost, &s->state.fixed, &s->expires);
@@ -603,6 +707,69 @@ void RefundSlot(const Policy& p, Slot* s, Micros now, std::uint64_t cost) {
     case Algorithm::kConcurrency:
       break;
   }
+  if (carry) SetCarryId(p.algorithm, s->state, carry_id);
+}
+
+// Marks a word slot just written for a check whose parameters have id `id` (0: the
+// policy records none, kAsIs): a carry slot holding the id, or a plain one.
+void MarkCarry(Slot* s, Algorithm a, std::uint32_t id) {
+  if (id == 0) {
+    s->tag = TagOf(a);
+    return;
+  }
+  s->tag = static_cast<std::uint8_t>(TagOf(a) | kCarryTag);
+  SetCarryId(a, s->state, id);
+}
+
+// Carry-over: the registry of parameters that carry slots record, by id (1-based;
+// 0 means none). It only grows (one entry per distinct limit, window and capacity a
+// policy with a carry-over mode has used in this store); past kMaxCarryId entries,
+// new parameters get 0 and their states are written without a record (as kAsIs).
+class ParamsRegistry {
+ public:
+  std::uint32_t Id(const Policy& p) {
+    const core::WrittenUnder w = core::ParamsOf(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto k = std::make_tuple(w.limit, w.window, w.cap);
+    auto it = ids_.find(k);
+    if (it != ids_.end()) return it->second;
+    if (list_.size() >= kMaxCarryId) return 0;
+    list_.push_back(w);
+    const auto id = static_cast<std::uint32_t>(list_.size());
+    ids_.emplace(k, id);
+    return id;
+  }
+  core::WrittenUnder Get(std::uint32_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return list_[id - 1];
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<core::WrittenUnder> list_;
+  std::map<std::tuple<double, double, double>, std::uint32_t> ids_;
+};
+
+// Applies p.on_change to the state of a carry slot written under parameters `id`
+// (!= p's `own` id): false when the state is to be taken as fresh; else `in` holds the
+// state to decide on (converted for kProportional, as it is for kAsIs).
+bool CarryOver(const Policy& p, ParamsRegistry& registry, std::uint32_t id, Micros now, State* in) {
+  if (p.on_change == OnChange::kAsIs) return true;
+  if (p.on_change == OnChange::kReset) return false;
+  const core::WrittenUnder w = registry.Get(id);
+  switch (p.algorithm) {
+    case Algorithm::kFixedWindow:
+      return core::CarryFixedWindow(p, w, &in->fixed);
+    case Algorithm::kSlidingWindowCounter:
+      return core::CarrySlidingWindowCounter(p, w, &in->counter);
+    case Algorithm::kTokenBucket:
+      return core::CarryTokenBucket(p, w, now, &in->bucket);
+    case Algorithm::kGcra:
+      return core::CarryGcra(p, w, now, &in->gcra);
+    case Algorithm::kSlidingWindowLog:
+      break;
+  }
+  return true;
 }
 
 constexpr std::size_t kMaxBatch = 16;
@@ -698,8 +865,36 @@ struct MemoryStore::Impl {
     }
   }
 
+  // Blocks (Policy::block_for) of check `c` (of a policy with block_for) in `shard`
+  // (locked), whose decision is `d`: a blocked key is denied; a denial by the policy
+  // itself (`starts`: not during a block) starts a block, recorded if the key cap
+  // leaves room for it (otherwise the denial stands without a block, counted in
+  // rejected_full). Returns true when it may have swept the shard's table.
+  bool ApplyBlocks(Shard& shard, const StoreCheck& c, Micros now, bool starts, Decision* d) {
+    std::size_t dropped = 0;
+    const Micros left =
+        shard.blocks != nullptr ? shard.blocks->Left(c.key, now, &dropped) : Micros{0};
+    if (dropped > 0) total.fetch_sub(dropped, std::memory_order_relaxed);
+    if (left > 0) {
+      core::ApplyBlock(d, left);
+      return false;
+    }
+    if (!starts || d->allowed) return false;
+    if (!Reserve(shard, now)) {
+      rejected_full.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    if (shard.blocks == nullptr) shard.blocks = new BlockTable();
+    const Micros until = now + c.policy->block_for;
+    const std::size_t swept = shard.blocks->Start(c.key, until, now);
+    if (swept > 0) total.fetch_sub(swept, std::memory_order_relaxed);
+    core::ApplyBlock(d, c.policy->block_for);
+    return true;
+  }
+
   MemoryStoreOptions options;
   std::vector<Shard> shards;
+  ParamsRegistry carry_params;  // carry-over (Policy::on_change)
   std::atomic<std::size_t> total{0};
   std::atomic<std::uint64_t> rejected_full{0};
   std::atomic<std::uint64_t> expired{0};
@@ -720,7 +915,8 @@ std::uint64_t Access::Prepare(MemoryStore& store, std::string_view key) {
 Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, std::uint64_t hash, Micros now,
                            Decision* out) {
   const Policy& p = *c.policy;
-  if (p.algorithm != Algorithm::kSlidingWindowLog && p.algorithm != Algorithm::kConcurrency) {
+  if (p.algorithm != Algorithm::kSlidingWindowLog && p.algorithm != Algorithm::kConcurrency &&
+      p.block_for == 0 && !c.force) {
     // The common case, a word state that is live (not back to full): decided and
     // committed under the shard lock with nothing else to do. It is exactly what the
     // batch path below does for such a check (no reservation, insert or sweep).
@@ -733,10 +929,12 @@ Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, std::uint64_
       shard.latest = t;
     }
     Slot* s = shard.table.Find(hash, c.key);
-    if (s != nullptr && s->tag == TagOf(p.algorithm) && s->expires > t) {
+    // (A policy with a carry-over mode records its parameters: the batch path.)
+    if (s != nullptr && s->tag == TagOf(p.algorithm) && s->expires > t &&
+        p.on_change == OnChange::kAsIs) {
       State next;
       Micros expires;
-      *out = RunWord(p, s->state, /*fresh=*/false, t, c.cost, &next, &expires);
+      *out = RunWord(p, s->state, /*fresh=*/false, t, c.cost, &next, &expires, c.max_wait);
       if (out->allowed && c.cost > 0) {
         s->state = next;
         s->expires = expires;
@@ -774,6 +972,14 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
     if (c.policy->algorithm != Algorithm::kConcurrency && c.op == PermitOp::kAcquire) continue;
     if (Status v = core::ValidatePermitCheck(c); !v.ok()) return v;
   }
+  // Penalties (StoreCheck::force): a batch of them has its own path.
+  const bool forced = checks[0].force;
+  for (const StoreCheck& c : checks) {
+    if (c.force != forced) {
+      return Status::InvalidArgument("a batch mixes forced checks (penalties) with others");
+    }
+  }
+  if (forced) return PenalizeBatch(store, checks, now, out);
   LockedShards locks(impl_->shards, checks, &now);
   const std::uint64_t* hashes = locks.hash;
   const std::size_t nlocks = locks.locked();
@@ -787,6 +993,10 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
   Micros expires[kMaxBatch];
   bool all_allowed = true;
   bool consumes = false;
+  // Carry-over: the id of each check's parameters when its policy records them (0
+  // otherwise), and whether a state was taken as fresh because of a change.
+  std::uint32_t carry_id[kMaxBatch];
+  bool carried_fresh[kMaxBatch];
   // Set once anything may have moved slots (erase, sweep, insert): found slot
   // pointers must then be looked up again.
   bool moved = false;
@@ -794,8 +1004,10 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
     const StoreCheck& c = checks[i];
     const Policy& p = *c.policy;
     Table& table = locks.table_of(i);
+    carry_id[i] = p.on_change != OnChange::kAsIs ? impl_->carry_params.Id(p) : 0;
+    carried_fresh[i] = false;
     Slot* s = table.Find(hashes[i], c.key);
-    if (s != nullptr && s->tag != TagOf(p.algorithm)) {
+    if (s != nullptr && (s->tag & ~kCarryTag) != TagOf(p.algorithm)) {
       // The key was used with another algorithm: its state means nothing here.
       table.EraseSlot(s);
       moved = true;
@@ -835,9 +1047,28 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
         out[i] = core::SlidingWindowLog(p, log, now, c.cost, /*commit=*/false, &expires[i]);
       }
     } else {
-      const bool fresh = s == nullptr || s->expires <= now;
-      const State in = s != nullptr ? s->state : State{};
-      out[i] = RunWord(p, in, fresh, now, c.cost, &next[i], &expires[i]);
+      bool fresh = s == nullptr || s->expires <= now;
+      State in = s != nullptr ? s->state : State{};
+      if (!fresh && (s->tag & kCarryTag) != 0) {
+        // Written with its parameters: carried over when they are not p's.
+        in = CleanState(p.algorithm, in);
+        const std::uint32_t was = CarryId(p.algorithm, s->state);
+        if (was != carry_id[i] &&
+            (!CarryOver(p, impl_->carry_params, was, now, &in) ||
+             (p.algorithm == Algorithm::kTokenBucket && p.on_change != OnChange::kAsIs &&
+              core::TokenBucketIsNew(p, in.bucket, now)))) {
+          // Fresh (reset, a window change, or a bucket new again under p): a token
+          // bucket then starts like a new one (core/token_bucket.cc).
+          fresh = true;
+          carried_fresh[i] = true;
+        }
+      }
+      out[i] = RunWord(p, in, fresh, now, c.cost, &next[i], &expires[i], c.max_wait);
+    }
+    // Blocks (Policy::block_for): a blocked key is denied; a denial by the policy
+    // itself (not during a block, and not a peek) starts a block.
+    if (p.block_for > 0) [[unlikely]] {
+      moved = impl_->ApplyBlocks(locks.shard_of(i), c, now, c.cost > 0, &out[i]) || moved;
     }
     all_allowed = all_allowed && out[i].allowed;
     consumes = consumes || c.cost > 0;
@@ -855,7 +1086,7 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
       }
       Shard& shard = locks.shard_of(i);
       Slot* s = shard.table.Find(hashes[i], c.key);
-      if (s != nullptr && s->expires > now) continue;  // started already
+      if (s != nullptr && s->expires > now && !carried_fresh[i]) continue;  // started already
       if (s == nullptr) {
         // At the key cap the bucket is not started: the request was denied anyway,
         // and the next one starts it.
@@ -863,6 +1094,7 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
         s = shard.table.Insert(hashes[i], c.key, p.algorithm);
       }
       core::TokenBucketStart(p, now, &s->state.bucket, &s->expires);
+      MarkCarry(s, p.algorithm, carry_id[i]);
       shard.table.NoteExpiry(s->expires);
     }
     return Status::Ok();
@@ -920,6 +1152,7 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
     } else {
       s->state = next[i];
       s->expires = expires[i];
+      MarkCarry(s, p.algorithm, carry_id[i]);
     }
     table.NoteExpiry(s->expires);
   }
@@ -938,6 +1171,83 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
       impl_->expired.fetch_add(removed, std::memory_order_relaxed);
     }
   }
+  return Status::Ok();
+}
+
+// Penalties (StoreCheck::force): every check's cost is consumed whatever the
+// decision (bounded, core/penalties.cc), and its decision is a peek at the state after;
+// a key left over its limit starts its block (Policy::block_for) unless it is blocked.
+// All checks are applied, or none (the key cap).
+Status memory_internal::Access::PenalizeBatch(MemoryStore& store,
+                                              std::span<const StoreCheck> checks, Micros now,
+                                              std::span<Decision> out) {
+  const std::unique_ptr<MemoryStore::Impl>& impl_ = store.impl_;
+  LockedShards locks(impl_->shards, checks, &now);
+  // Room for the keys that need a slot (as EvaluateBatch's commit): a key of another
+  // algorithm is dropped first, its state means nothing here.
+  std::size_t reserved = 0;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const StoreCheck& c = checks[i];
+    Table& table = locks.table_of(i);
+    Slot* s = table.Find(locks.hash[i], c.key);
+    if (s != nullptr && s->tag != TagOf(c.policy->algorithm)) {
+      table.EraseSlot(s);
+      impl_->total.fetch_sub(1, std::memory_order_relaxed);
+      s = nullptr;
+    }
+    if (s != nullptr && s->expires > now) continue;
+    if (!impl_->Reserve(locks.shard_of(i), now)) {
+      impl_->total.fetch_sub(reserved, std::memory_order_relaxed);
+      impl_->rejected_full.fetch_add(1, std::memory_order_relaxed);
+      return Status::ResourceExhausted("in-process store is full (" +
+                                       std::to_string(impl_->options.max_keys) + " keys)");
+    }
+    ++reserved;
+  }
+  std::size_t inserts = 0;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const StoreCheck& c = checks[i];
+    const Policy& p = *c.policy;
+    Table& table = locks.table_of(i);
+    Slot* s = table.Find(locks.hash[i], c.key);
+    bool fresh = s == nullptr || s->expires <= now;
+    if (s == nullptr) {
+      s = table.Insert(locks.hash[i], c.key, p.algorithm);
+      if (p.algorithm == Algorithm::kSlidingWindowLog) {
+        s->state.log =
+            LogBuffer::Make(static_cast<std::uint32_t>(std::min<std::uint64_t>(p.limit, 4)));
+      }
+      ++inserts;
+    }
+    if (p.algorithm == Algorithm::kSlidingWindowLog) {
+      RingLog log(&s->state.log, p.limit);
+      out[i] = core::SlidingWindowLogPenalize(p, log, now, c.cost, &s->expires);
+    } else {
+      const State in = s->state;
+      switch (p.algorithm) {
+        case Algorithm::kFixedWindow:
+          out[i] = core::FixedWindowPenalize(p, in.fixed, fresh, now, c.cost, &s->state.fixed,
+                                             &s->expires);
+          break;
+        case Algorithm::kSlidingWindowCounter:
+          out[i] = core::SlidingWindowCounterPenalize(p, in.counter, fresh, now, c.cost,
+                                                      &s->state.counter, &s->expires);
+          break;
+        case Algorithm::kTokenBucket:
+          out[i] = core::TokenBucketPenalize(p, in.bucket, fresh, now, c.cost, &s->state.bucket,
+                                             &s->expires);
+          break;
+        case Algorithm::kGcra:
+          out[i] = core::GcraPenalize(p, in.gcra, fresh, now, c.cost, &s->state.gcra, &s->expires);
+          break;
+        case Algorithm::kSlidingWindowLog:
+          break;
+      }
+    }
+    table.NoteExpiry(s->expires);
+    if (p.block_for > 0) (void)impl_->ApplyBlocks(locks.shard_of(i), c, now, true, &out[i]);
+  }
+  if (reserved > inserts) impl_->total.fetch_sub(reserved - inserts, std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -962,8 +1272,10 @@ Status MemoryStore::Refund(std::span<const StoreCheck> checks, Micros now) {
     Table& table = locks.table_of(i);
     Slot* s = table.Find(locks.hash[i], c.key);
     // No state, or another algorithm's: nothing of this policy to give back.
-    if (s == nullptr || s->tag != TagOf(c.policy->algorithm)) continue;
-    RefundSlot(*c.policy, s, now, c.cost);
+    if (s == nullptr || (s->tag & ~kCarryTag) != TagOf(c.policy->algorithm)) continue;
+    const std::uint32_t own =
+        (s->tag & kCarryTag) != 0 ? impl_->carry_params.Id(*c.policy) : std::uint32_t{0};
+    RefundSlot(*c.policy, s, now, c.cost, own);
     table.NoteExpiry(s->expires);
   }
   return Status::Ok();
@@ -976,6 +1288,9 @@ Status MemoryStore::Reset(const Policy& policy, std::string_view key) {
   std::lock_guard<ShardLock> lock(shard.mu);
   if (Slot* s = shard.table.Find(h, key)) {
     shard.table.EraseSlot(s);
+    impl_->total.fetch_sub(1, std::memory_order_relaxed);
+  }
+  if (shard.blocks != nullptr && shard.blocks->Erase(key) > 0) {  // Reset ends a block too
     impl_->total.fetch_sub(1, std::memory_order_relaxed);
   }
   return Status::Ok();

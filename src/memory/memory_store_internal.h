@@ -22,6 +22,9 @@ struct Access {
   // The general path of MemoryStore::Evaluate (validated arguments).
   static Status EvaluateBatch(MemoryStore& store, std::span<const StoreCheck> checks, Micros now,
                               std::span<Decision> out);
+  // A batch of forced checks (StoreCheck::force: penalties), validated arguments.
+  static Status PenalizeBatch(MemoryStore& store, std::span<const StoreCheck> checks, Micros now,
+                              std::span<Decision> out);
 };
 
 // 64-bit hash of a store key (wyhash-style multiply-fold; never 0).

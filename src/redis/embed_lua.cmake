@@ -8,10 +8,11 @@
 # this file puts each body in both scripts that need it:
 # - the batch script: prelude + each body wrapped as DECIDE[id] (the wrapper below sets
 #   the locals from the check `c` and hands the outcome back in `c`) + the sliding log
-#   + the O(1) refunds + dispatch (any checks, all or nothing; refunds);
+#   + the O(1) refunds + penalties and blocks + dispatch (any checks, all or nothing;
+#   refunds; penalties);
 # - one script per algorithm for a single check, indexed by sluice::Algorithm:
 #   single_head + the body + single_tail for the O(1) algorithms (lean straight-line
-#   code, no tables or closures), and prelude + sliding_window_log + dispatch for the
+#   code, no tables or closures), and prelude + sliding_window_log + penalties + dispatch for the
 #   sliding log (the batch script with only the one algorithm it needs defined);
 # - the coalesced script: the batch script's parts with coalesced.lua in place of
 #   dispatch.lua (several callers' independent groups in one call).
@@ -52,11 +53,11 @@ set(emitted "")
 # (concurrency: issue #12 item 1; its checks always carry ext, so only the batch script
 # needs it.)
 emit(kBatchScript prelude decide:fixed_window:0 sliding_window_log decide:sliding_window_counter:2
-     decide:token_bucket:3 decide:gcra:4 refunds concurrency dispatch)
+     decide:token_bucket:3 decide:gcra:4 refunds penalties concurrency dispatch)
 emit(kCoalescedScript prelude decide:fixed_window:0 sliding_window_log
      decide:sliding_window_counter:2 decide:token_bucket:3 decide:gcra:4 refunds coalesced)
 emit(kSingleFixedWindow single_head fixed_window single_tail)
-emit(kSingleSlidingWindowLog prelude sliding_window_log dispatch)
+emit(kSingleSlidingWindowLog prelude sliding_window_log penalties dispatch)
 emit(kSingleSlidingWindowCounter single_head sliding_window_counter single_tail)
 emit(kSingleTokenBucket single_head token_bucket single_tail)
 emit(kSingleGcra single_head gcra single_tail)

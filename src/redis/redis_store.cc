@@ -352,6 +352,33 @@ void AppendExt(const StoreCheck& c, std::string& out) {
       out.append(c.permit);
     }
   }
+  // Blocks and penalties (issue #12; lua/penalties.lua): b = Policy::block_for in us,
+  // f=1 a forced check (Limiter::Penalize).
+  if (c.policy->block_for > 0) {
+    if (!out.empty()) out.push_back(';');
+    out.append("b=").append(std::to_string(c.policy->block_for));
+  }
+  if (c.force) {
+    if (!out.empty()) out.push_back(';');
+    out.append("f=1");
+  }
+  // -- Reservations (issue #12 item 2): w = max_wait in us, read by token_bucket.lua and
+  // gcra.lua. Only they take future budget: a window algorithm's reservation is a plain
+  // decision and stays on the lean script (as does a peek).
+  if (c.max_wait > 0 && c.cost > 0 &&
+      (c.policy->algorithm == Algorithm::kTokenBucket || c.policy->algorithm == Algorithm::kGcra)) {
+    if (!out.empty()) out.push_back(';');
+    out.append("w=");
+    out.append(std::to_string(c.max_wait));
+  }
+  // --- carry-over (Policy::on_change; issue #12 item 4) ---
+  // o=r (reset) or o=p (proportional); as_is, the default, sends nothing. The bodies
+  // (lua/<algorithm>.lua) then record the parameters with the state they write and
+  // convert a state recorded under others.
+  if (c.policy->on_change != OnChange::kAsIs) {
+    if (!out.empty()) out.push_back(';');
+    out.append(c.policy->on_change == OnChange::kReset ? "o=r" : "o=p");
+  }
 }
 
 // True when every check is plain (no extensions): only then may a call use a one-check
@@ -486,6 +513,10 @@ Status ValidateChecks(std::span<const StoreCheck> checks) {
     if (c.policy->algorithm == Algorithm::kConcurrency || c.op != PermitOp::kAcquire) {
       if (Status s = core::ValidatePermitCheck(c); !s.ok()) return s;
     }
+    // Penalties (StoreCheck::force): a batch is all forced or all plain.
+    if (c.force != checks[0].force) {
+      return Status::InvalidArgument("a batch mixes forced checks (penalties) with others");
+    }
   }
   return Status::Ok();
 }
@@ -506,6 +537,12 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
   }
   if (checks.empty()) {
     done(Status::Ok(), {});
+    return nullptr;
+  }
+  if (cluster && checks.size() > 1 && checks[0].force && redis::CountSlots(checks) > 1) {
+    // A penalty is applied whole, never undone by a refund: one slot only (the
+    // Limiter's keys for one caller key share a hash tag).
+    done(Status::InvalidArgument("a penalty's keys must be in one hash slot"), {});
     return nullptr;
   }
   if (cluster && checks.size() > 1 && redis::CountSlots(checks) > 1) {
@@ -654,9 +691,14 @@ Status RedisStore::Refund(std::span<const StoreCheck> checks, Micros now) {
 }
 
 Status RedisStore::Reset(const Policy& policy, std::string_view key) {
-  std::string wire = policy.algorithm == Algorithm::kSlidingWindowLog
-                         ? redis::EncodeCommand({"DEL", key, std::string(key) + ":log"})
-                         : redis::EncodeCommand({"DEL", key});
+  const bool log = policy.algorithm == Algorithm::kSlidingWindowLog;
+  // Blocks (Policy::block_for): the block key goes with the state (lua/penalties.lua).
+  const bool block = policy.block_for > 0;
+  redis::CommandBuilder b(2 + (log ? 1 : 0) + (block ? 1 : 0));
+  b.Add("DEL").Add(key);
+  if (log) b.Add(std::string(key) + ":log");
+  if (block) b.Add(std::string(key) + ":b");
+  std::string wire = b.Take();
   auto r = impl_->router->Call(key, redis::Command{std::move(wire), {}},
                                redis::DeadlineAfter(impl_->options.call_timeout));
   if (!r.ok()) return r.status();

@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-#include "service/utf8.h"
+#include "core/utf8.h"
 
 namespace sluice::service {
 namespace {
@@ -191,7 +191,7 @@ class Loader {
     CheckKeys(n, "rate_limit",
               {"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces",
                "algorithm", "burst", "failure_mode", "fallback_divisor", "policy", "lease",
-               "lease_validity"});
+               "lease_validity", "block_for", "on_change"});
     RateLimitSpec r;
     r.line = Line(n);
     r.algorithm = s.default_algorithm;
@@ -257,6 +257,18 @@ class Loader {
       if (r.lease == 0) Fail(v, "lease_validity needs a lease");
       r.lease_validity = *us;
     }
+    // Blocks: `block_for: 10m` (Policy::block_for).
+    if (const YAML::Node v = n["block_for"]) {
+      auto us = ParseDuration(Str(v, "block_for"));
+      if (!us.ok()) Fail(v, "block_for: " + us.status().message());
+      if (*us > 366LL * 24 * 3600 * 1'000'000) Fail(v, "block_for must be at most 366 days");
+      r.block_for = *us;
+    }
+    if (const YAML::Node oc = n["on_change"]) {
+      auto m = ParseOnChange(Str(oc, "on_change"));
+      if (!m.ok()) Fail(oc, m.status().message());
+      r.on_change = *m;
+    }
     if (const YAML::Node p = n["policy"]) {
       r.policy = Str(p, "policy");
       Policy probe;
@@ -295,6 +307,8 @@ class Loader {
     p.fallback_divisor = r.fallback_divisor;
     p.lease = r.lease;
     p.lease_validity = r.lease_validity;
+    p.block_for = r.block_for;
+    p.on_change = r.on_change.value_or(OnChange::kAsIs);
     if (Status st = ValidatePolicy(p); !st.ok()) {
       std::string m = st.message();
       const std::string prefix = "policy 'probe': ";
@@ -615,7 +629,7 @@ Result<Config> ParseConfig(const std::string& text, const std::string& file) {
     while (begin <= text.size()) {
       std::size_t end = text.find('\n', begin);
       if (end == std::string::npos) end = text.size();
-      if (!ValidUtf8(std::string_view(text).substr(begin, end - begin))) {
+      if (!core::ValidUtf8(std::string_view(text).substr(begin, end - begin))) {
         return Status::InvalidArgument(file + ":" + std::to_string(n) +
                                        ": not UTF-8 text (a config file must be UTF-8)");
       }

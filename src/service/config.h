@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,9 +55,16 @@ struct RateLimitSpec {
   // `lease`, `lease_validity`: hot-key leases (Policy::lease); 0 is off / window / 10.
   std::uint64_t lease = 0;
   Micros lease_validity = 0;
+  // `block_for`: once over the limit, deny the key for this long (Policy::block_for);
+  // 0 is off.
+  Micros block_for = 0;
   // `policy`: the sluice policy name (store keys, metrics). Empty: derived from the
   // parameters, so an unchanged limit keeps its counters across reloads.
   std::string policy;
+  // `on_change: reset | proportional | as_is` (carry-over, Policy::on_change). Set:
+  // the policy name leaves out the rate, window and burst, so that a changed limit
+  // keeps the key's state and converts it by this mode.
+  std::optional<OnChange> on_change;
   int line = 0;
 };
 

@@ -28,7 +28,7 @@ const char* AlgorithmCode(Algorithm a) {
 
 Status RuleSet::FinishRule(Rule& r, const std::string& policy_name, Algorithm algorithm,
                            std::uint64_t burst, FailureMode failure, std::uint32_t divisor,
-                           bool shadow) const {
+                           bool shadow, std::optional<OnChange> on_change) const {
   if (r.unlimited) return Status::Ok();
   Policy& p = r.policy;
   p.algorithm = algorithm;
@@ -38,10 +38,15 @@ Status RuleSet::FinishRule(Rule& r, const std::string& policy_name, Algorithm al
   p.failure_mode = failure;
   p.fallback_divisor = divisor;
   p.shadow = shadow || r.quota_mode || config_.settings.shadow_mode;
+  p.on_change = on_change.value_or(OnChange::kAsIs);
   // The name carries every parameter that shapes the stored state, so a changed limit
-  // starts afresh while an unchanged one keeps its counters across reloads.
-  const std::string params = std::string(AlgorithmCode(algorithm)) + "." + std::to_string(p.limit) +
-                             "." + std::to_string(p.window / 1000) + "." + std::to_string(burst);
+  // starts afresh while an unchanged one keeps its counters across reloads. With
+  // `on_change` (carry-over) it does not: a changed limit keeps the key and the store
+  // converts its state by that mode (docs/sluiced.md, "Changing a limit").
+  const std::string params =
+      on_change ? std::string("oc.") + AlgorithmCode(algorithm)
+                : std::string(AlgorithmCode(algorithm)) + "." + std::to_string(p.limit) + "." +
+                      std::to_string(p.window / 1000) + "." + std::to_string(burst);
   // Two limits with equal parameters but different failure modes can meet in one
   // request: the mode joins the name unless it is the default, so their store keys
   // differ.
@@ -91,7 +96,7 @@ Status RuleSet::AddDescriptors(const std::string& domain, Node& node,
       rule->quota_mode = d.quota_mode;
       rule->counters = metrics_->Descriptor(domain, rule->path);
       if (Status st = FinishRule(*rule, s.policy, s.algorithm, s.burst, s.failure_mode,
-                                 s.fallback_divisor, d.shadow_mode);
+                                 s.fallback_divisor, d.shadow_mode, s.on_change);
           !st.ok()) {
         return Status::InvalidArgument(config_.file + ":" + std::to_string(s.line) + ": " +
                                        st.message());
@@ -99,6 +104,8 @@ Status RuleSet::AddDescriptors(const std::string& domain, Node& node,
       // Hot-key leases (checked with the rest of the policy when the file was parsed).
       rule->policy.lease = rule->unlimited ? 0 : s.lease;
       rule->policy.lease_validity = rule->unlimited ? 0 : s.lease_validity;
+      // Blocks (Policy::block_for; checked with the rest of the policy at parse time).
+      rule->policy.block_for = rule->unlimited ? 0 : s.block_for;
       // Limits of one descriptor share its store key and differ by policy name: two
       // with the same name would be one counter charged twice.
       for (const Rule* o = c->rule; o != nullptr; o = o->next) {
@@ -108,7 +115,8 @@ Status RuleSet::AddDescriptors(const std::string& domain, Node& node,
               ": rate_limits: this limit and the one on line " +
               std::to_string(limits[o->index]->line) +
               " would share one counter (same algorithm, rate, window, burst, failure mode and "
-              "policy): remove one or give them different parameters");
+              "policy; with on_change, the same algorithm and policy): remove one or give them "
+              "different parameters or policy names");
         }
       }
       if (prev == nullptr) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -124,8 +125,8 @@ class RuleSet {
  private:
   RuleSet() = default;
   Status FinishRule(Rule& r, const std::string& policy_name, Algorithm algorithm,
-                    std::uint64_t burst, FailureMode failure, std::uint32_t divisor,
-                    bool shadow) const;
+                    std::uint64_t burst, FailureMode failure, std::uint32_t divisor, bool shadow,
+                    std::optional<OnChange> on_change = std::nullopt) const;
   Status AddDescriptors(const std::string& domain, Node& node,
                         const std::vector<DescriptorSpec>& specs, const std::string& parent);
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -697,6 +698,302 @@ TEST_F(Differential, PermitsAcquireReleaseExtendAndExpire) {
   EXPECT_EQ(compared, 6 * 800);
   EXPECT_GT(acquires, 6 * 800 / 3);
   EXPECT_GT(releases, 6 * 800 / 10);
+}
+
+// Penalties and blocks (issue #12 item 3): policies with and without block_for, on one
+// caller key per batch (as the Limiter sends them: one hash tag), with plain checks,
+// peeks, penalties (forced checks), rewards (refunds) and resets at random, time moving
+// forward in steps around the windows and the blocks. Every decision, field by field,
+// and the state left (a peek after each penalty, reward and reset) must be the same.
+TEST_F(Differential, BlocksPenaltiesAndRewards) {
+  int compared = 0, penalties = 0, blocked = 0;
+  for (std::uint64_t seed = 500; seed < 506; ++seed) {
+    std::mt19937_64 rng(seed);
+    DifferentialMemoryStore memory;
+    std::vector<Policy> policies;
+    for (int i = 0; i < 6; ++i) {
+      Policy p = RandomPolicy(rng, i);
+      p.window = std::min<Micros>(p.window, 60'000'000);
+      if (i % 3 != 2) p.block_for = 1 + static_cast<Micros>(rng() % (3 * p.window));
+      ASSERT_TRUE(ValidatePolicy(p).ok()) << Describe(p);
+      policies.push_back(p);
+    }
+    const char* callers[] = {"mallory", "trent"};
+    const std::string prefix = "pen" + std::to_string(seed);
+    Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
+    for (int step = 0; step < 700; ++step) {
+      const Policy& tp = policies[rng() % policies.size()];
+      switch (rng() % 5) {
+        case 0:
+          break;
+        case 1:
+          now += static_cast<Micros>(rng() % (2 * tp.window / tp.limit + 1));
+          break;
+        case 2:
+          now += static_cast<Micros>(rng() % (tp.block_for + tp.window + 1));
+          break;
+        default:
+          now += static_cast<Micros>(rng() % 1000);
+      }
+      const char* caller = callers[rng() % 2];
+      // 1-3 distinct policies of this caller key.
+      std::string keys[3];
+      StoreCheck checks[3];
+      std::size_t used = 0;
+      for (std::size_t i = 0, n = 1 + rng() % 3; i < n; ++i) {
+        const std::size_t pi = rng() % policies.size();
+        const std::string k = *StoreKey(prefix, caller, policies[pi].name);
+        bool dup = false;
+        for (std::size_t j = 0; j < used; ++j) dup = dup || keys[j] == k;
+        if (dup) continue;
+        keys[used] = k;
+        checks[used] = StoreCheck{&policies[pi], keys[used], RandomCost(rng, policies[pi])};
+        ++used;
+      }
+      const std::span<const StoreCheck> batch(checks, used);
+      const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step);
+      const unsigned op = rng() % 10;
+      if (op < 3) {  // a penalty
+        for (std::size_t i = 0; i < used; ++i) {
+          checks[i].cost = std::max<std::uint64_t>(1, checks[i].cost);
+          checks[i].force = true;
+        }
+        if (!Compare(memory, batch, now, where + " (penalty)")) return;
+        for (std::size_t i = 0; i < used; ++i) checks[i].force = false;
+        ++penalties;
+      } else if (op == 3) {  // a reward
+        for (std::size_t i = 0; i < used; ++i) {
+          checks[i].cost = std::max<std::uint64_t>(1, checks[i].cost);
+        }
+        if (!CompareRefund(memory, batch, now, where + " (reward)")) return;
+      } else if (op == 4 && rng() % 4 == 0) {  // a reset of the first check's key
+        ASSERT_TRUE(memory.Reset(*checks[0].policy, checks[0].key).ok());
+        ASSERT_TRUE(redis_->Reset(*checks[0].policy, checks[0].key).ok());
+        checks[0].cost = 0;
+        if (!Compare(memory, batch.first(1), now, where + " (peek after a reset)")) return;
+      } else {
+        if (!Compare(memory, batch, now, where)) return;
+      }
+      // The state left, by a peek of each check; counts the denials of block policies.
+      for (std::size_t i = 0; i < used; ++i) {
+        StoreCheck peek = checks[i];
+        peek.cost = 0;
+        peek.force = false;
+        Decision d;
+        ASSERT_TRUE(memory.Evaluate({&peek, 1}, now, {&d, 1}).ok());
+        Decision r;
+        ASSERT_TRUE(redis_->Evaluate({&peek, 1}, now, {&r, 1}).ok());
+        ASSERT_TRUE(SameDecision(d, r)) << where << " peek of check " << i;
+        if (!d.allowed && peek.policy->block_for > 0 && d.retry_after > 0) ++blocked;
+      }
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 6 * 700);
+  EXPECT_GT(penalties, 6 * 700 / 5);
+  EXPECT_GT(blocked, 6 * 700 / 10) << "too few denied keys of block policies to mean much";
+}
+
+// ---- Reservations (issue #12 item 2) ----
+
+// Reservations (StoreCheck::max_wait) and their cancellations (refunds) in both stores,
+// with simulated time: random policies of all five algorithms (bucket and GCRA reserve
+// future budget; the window algorithms decide plainly), random max_wait from 0 to the
+// window, multi-check batches, and cancellations of earlier allowed reservations.
+// Every field must match, Decision::wait included, and the state left too (peeks
+// after each cancellation).
+TEST_F(Differential, Reservations) {
+  int compared = 0, waited = 0, cancelled = 0;
+  for (std::uint64_t seed = 500; seed < 506; ++seed) {
+    std::mt19937_64 rng(seed);
+    DifferentialMemoryStore memory;
+    std::vector<Policy> policies;
+    for (int i = 0; i < 8; ++i) {
+      Policy p = RandomPolicy(rng, i);
+      // Mostly the algorithms that reserve.
+      if (i < 5 && p.algorithm != Algorithm::kGcra) {
+        p.algorithm = i % 2 ? Algorithm::kGcra : Algorithm::kTokenBucket;
+        if (p.algorithm == Algorithm::kGcra) p.initial_tokens.reset();
+      }
+      ASSERT_TRUE(ValidatePolicy(p).ok()) << Describe(p);
+      policies.push_back(p);
+    }
+    const char* keys[] = {"alice", "bob"};
+    struct Held {
+      std::string keys[3];
+      StoreCheck checks[3];
+      std::size_t n = 0;
+    };
+    std::vector<Held> held;
+    Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
+    for (int step = 0; step < 1200; ++step) {
+      const Policy& tp = policies[rng() % policies.size()];
+      switch (rng() % 5) {
+        case 0:
+        case 1:
+          break;  // same instant: reservations pile up
+        case 2:
+          now += static_cast<Micros>(rng() % (tp.window / tp.limit + 1));
+          break;
+        case 3:
+          now += static_cast<Micros>(rng() % 100);
+          break;
+        default:
+          now += static_cast<Micros>(rng() % (static_cast<std::uint64_t>(tp.window) + 1));
+      }
+      const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step);
+      if (!held.empty() && rng() % 5 == 0) {
+        // Cancel an earlier allowed reservation: a refund of its checks.
+        const std::size_t at = rng() % held.size();
+        Held h = std::move(held[at]);
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(at));
+        for (std::size_t i = 0; i < h.n; ++i) h.checks[i].key = h.keys[i];
+        if (!CompareRefund(memory, std::span<const StoreCheck>(h.checks, h.n), now, where)) return;
+        ++cancelled;
+        continue;
+      }
+      Held h;
+      const std::size_t n = 1 + rng() % 3;
+      Micros smallest_window = std::numeric_limits<Micros>::max();
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t pi = rng() % policies.size();
+        auto k = StoreKey("resv" + std::to_string(seed), keys[rng() % 2], policies[pi].name);
+        ASSERT_TRUE(k.ok());
+        bool dup = false;
+        for (std::size_t j = 0; j < h.n; ++j) dup = dup || h.keys[j] == *k;
+        if (dup) continue;
+        h.keys[h.n] = *k;
+        std::uint64_t cost = RandomCost(rng, policies[pi]);
+        if (cost == 0 && rng() % 2) cost = 1;  // fewer peeks than the other tests
+        h.checks[h.n] = StoreCheck{&policies[pi], {}, cost};
+        smallest_window = std::min(smallest_window, policies[pi].window);
+        ++h.n;
+      }
+      // The Limiter checks 0 <= max_wait <= every policy's window.
+      const Micros max_wait =
+          rng() % 4 == 0
+              ? 0
+              : static_cast<Micros>(rng() % (static_cast<std::uint64_t>(smallest_window) + 1));
+      for (std::size_t i = 0; i < h.n; ++i) {
+        h.checks[i].key = h.keys[i];
+        h.checks[i].max_wait = max_wait;
+      }
+      Decision a[3], b[3];
+      ASSERT_TRUE(memory.Evaluate(std::span<const StoreCheck>(h.checks, h.n), now, a).ok());
+      Status sb = redis_->Evaluate(std::span<const StoreCheck>(h.checks, h.n), now, b);
+      ASSERT_TRUE(sb.ok()) << where << " " << sb.ToString();
+      bool all = true;
+      for (std::size_t i = 0; i < h.n; ++i) {
+        all = all && a[i].allowed;
+        const bool same = a[i].allowed == b[i].allowed && a[i].remaining == b[i].remaining &&
+                          a[i].reset_after == b[i].reset_after &&
+                          a[i].retry_after == b[i].retry_after && a[i].limit == b[i].limit &&
+                          a[i].wait == b[i].wait;
+        ASSERT_TRUE(same) << where << " check " << i << " " << Describe(*h.checks[i].policy)
+                          << " cost=" << h.checks[i].cost << " max_wait=" << max_wait
+                          << " now=" << now << "\n  memory: allowed=" << a[i].allowed
+                          << " remaining=" << a[i].remaining << " reset_after=" << a[i].reset_after
+                          << " retry_after=" << a[i].retry_after << " wait=" << a[i].wait
+                          << "\n  redis:  allowed=" << b[i].allowed
+                          << " remaining=" << b[i].remaining << " reset_after=" << b[i].reset_after
+                          << " retry_after=" << b[i].retry_after << " wait=" << b[i].wait;
+        if (a[i].wait > 0) {
+          EXPECT_LE(a[i].wait, max_wait) << where;
+          ++waited;
+        }
+      }
+      ++compared;
+      bool costs = true;
+      for (std::size_t i = 0; i < h.n; ++i) costs = costs && h.checks[i].cost > 0;
+      if (all && costs && held.size() < 64) held.push_back(std::move(h));
+    }
+  }
+  EXPECT_GT(compared, 6 * 900);
+  EXPECT_GT(waited, 150) << "too few reservations had to wait to mean much";
+  EXPECT_GT(cancelled, 6 * 100);
+}
+
+}  // namespace
+}  // namespace sluice::testing
+
+// --- carry-over (Policy::on_change; issue #12 item 4) ---
+namespace sluice::testing {
+namespace {
+
+// A policy of the same name with new parameters (limit, window, burst) and a mode;
+// sometimes the parameters stay. Keeps the algorithm (one of the O(1) ones).
+Policy ChangedPolicy(std::mt19937_64& rng, const Policy& from) {
+  static const Micros kWindows[] = {1'000, 250'000, 1'000'000, 3'300'000, 60'000'000};
+  static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 17, 100, 1000};
+  Policy p = from;
+  if (rng() % 4 != 0) p.limit = kLimits[rng() % std::size(kLimits)];
+  if (rng() % 4 == 0) p.window = kWindows[rng() % std::size(kWindows)];
+  p.burst = 0;
+  if ((p.algorithm == Algorithm::kTokenBucket || p.algorithm == Algorithm::kGcra) && rng() % 2) {
+    p.burst = p.limit + rng() % (2 * p.limit + 1);
+  }
+  // (initial_tokens stays off: under as_is a bucket's "new again" time is the one
+  // computed under the old parameters in the script and under the new ones in
+  // process; docs/algorithms.md, "Changing a limit".)
+  p.initial_tokens.reset();
+  const OnChange modes[] = {OnChange::kReset, OnChange::kProportional, OnChange::kAsIs};
+  p.on_change = modes[rng() % 3];
+  EXPECT_TRUE(ValidatePolicy(p).ok()) << Describe(p);
+  return p;
+}
+
+// One policy name whose parameters and mode change mid-sequence, on a few keys, with
+// time moving forward, refunds, and batches with a second, unchanging policy (so the
+// changed policy goes through the batch script both alone and with others): both stores
+// must decide alike, field by field.
+TEST_F(Differential, LimitChangesMidSequence) {
+  int compared = 0, changes = 0;
+  for (std::uint64_t seed = 700; seed < 712; ++seed) {
+    std::mt19937_64 rng(seed);
+    DifferentialMemoryStore memory;
+    Policy p = RandomPolicy(rng, 0);
+    if (p.algorithm == Algorithm::kSlidingWindowLog) p.algorithm = Algorithm::kGcra;
+    p.initial_tokens.reset();
+    p.name = "carry";
+    p = ChangedPolicy(rng, p);
+    Policy other = Policy::FixedWindow("other", 1000, std::chrono::seconds(1));
+    const char* keys[] = {"alice", "bob", "{carol}"};
+    Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
+    for (int step = 0; step < 600; ++step) {
+      if (rng() % 25 == 0) {
+        p = ChangedPolicy(rng, p);
+        ++changes;
+      }
+      switch (rng() % 4) {
+        case 0:
+          break;
+        case 1:
+          now += static_cast<Micros>(rng() % 100);
+          break;
+        case 2:
+          now += static_cast<Micros>(rng() % (2 * p.window / p.limit + 1));
+          break;
+        default:
+          now += static_cast<Micros>(rng() % 3'000'000);
+      }
+      const char* key = keys[rng() % std::size(keys)];
+      const std::string k1 = *StoreKey("carry" + std::to_string(seed), key, p.name);
+      const std::string k2 = *StoreKey("carry" + std::to_string(seed), key, other.name);
+      StoreCheck checks[2] = {{&p, k1, RandomCost(rng, p)}, {&other, k2, 1}};
+      const std::size_t n = rng() % 3 == 0 ? 2 : 1;
+      const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step) +
+                                " mode " + OnChangeName(p.on_change);
+      if (rng() % 6 == 0) {
+        checks[0].cost = std::max<std::uint64_t>(1, checks[0].cost);
+        if (!CompareRefund(memory, std::span<const StoreCheck>(checks, n), now, where)) return;
+      } else if (!Compare(memory, std::span<const StoreCheck>(checks, n), now, where)) {
+        return;
+      }
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 12 * 600);
+  EXPECT_GT(changes, 12 * 600 / 40);
 }
 
 }  // namespace

@@ -113,6 +113,29 @@ sluiced:
   EXPECT_EQ(c->settings.nginx_headers.at("X-Forwarded-For"), "client");
 }
 
+// Carry-over (issue #12 item 4): `on_change` per rate_limit; a bad value or a mode the
+// algorithm cannot take is an error at its line.
+TEST(Config, OnChangeIsParsedAndBadValuesNameTheLine) {
+  const std::string head =
+      "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
+      "      requests_per_unit: 1\n";
+  auto c = ParseConfig(head + "      on_change: proportional\n", "test.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  ASSERT_TRUE(c->domains[0].descriptors[0].rate_limit.on_change.has_value());
+  EXPECT_EQ(*c->domains[0].descriptors[0].rate_limit.on_change, OnChange::kProportional);
+  auto plain = ParseConfig(head, "test.yaml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->domains[0].descriptors[0].rate_limit.on_change.has_value());
+  EXPECT_EQ(ErrorOf(head + "      on_change: keep\n"),
+            "test.yaml:7: unknown on_change mode 'keep' (expected reset, proportional or as_is)");
+  const std::string log = ErrorOf(head +
+                                  "      algorithm: sliding_window_log\n"
+                                  "      on_change: reset\n");
+  EXPECT_EQ(log.rfind("test.yaml:", 0), 0u) << log;
+  EXPECT_NE(log.find("on_change reset does not apply to sliding_window_log"), std::string::npos)
+      << log;
+}
+
 TEST(Config, UnknownFieldsAreErrorsWithLine) {
   EXPECT_EQ(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limt:\n      unit: second\n"),
             "test.yaml:4: unknown field 'rate_limt' in descriptor (allowed: key, value, "
@@ -162,7 +185,7 @@ TEST(Config, SeveralLimitsOnOneDescriptor) {
                            "      - {unit: hour, requests_per_unit: 5, colour: red}\n"),
             "test.yaml:6: unknown field 'colour' in rate_limit (allowed: unit, requests_per_unit, "
             "unit_multiplier, unlimited, name, replaces, algorithm, burst, failure_mode, "
-            "fallback_divisor, policy, lease, lease_validity)");
+            "fallback_divisor, policy, lease, lease_validity, block_for, on_change)");
   EXPECT_EQ(ErrorOf(head + "    rate_limits:\n      - {unit: hour, requests_per_unit: 5, name: x}\n"
                            "      - {unit: day, requests_per_unit: 50, name: x}\n"),
             "test.yaml:6: rate_limits: name 'x' is used twice (first on line 5)");
@@ -414,6 +437,35 @@ TEST(Config, LoadConfigReportsMissingFile) {
   auto c = LoadConfig("/nonexistent/sluiced.yaml");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("/nonexistent/sluiced.yaml: cannot open"), std::string::npos);
+}
+
+// `block_for` (Policy::block_for): a duration; bad values fail with FILE:LINE.
+TEST(Config, BlockFor) {
+  auto c = ParseConfig(R"(
+domain: login
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5, block_for: 15m}
+)",
+                       "test.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->domains[0].descriptors[0].rate_limit.block_for, 15 * 60 * 1'000'000LL);
+  const std::string head = "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n";
+  EXPECT_EQ(ErrorOf(head + "      unit: second\n      requests_per_unit: 1\n"
+                           "      block_for: soon\n"),
+            "test.yaml:7: block_for: duration 'soon' needs a unit: us, ms, s, m/min, h/hour or "
+            "d/day");
+  EXPECT_EQ(ErrorOf(head + "      unit: second\n      requests_per_unit: 1\n"
+                           "      block_for: -5m\n"),
+            "test.yaml:7: block_for: duration '-5m' needs a unit: us, ms, s, m/min, h/hour or "
+            "d/day");
+  EXPECT_EQ(ErrorOf(head + "      unit: second\n      requests_per_unit: 1\n"
+                           "      block_for: 400d\n"),
+            "test.yaml:7: block_for must be at most 366 days");
+  EXPECT_EQ(ErrorOf(head + "      unit: second\n      requests_per_unit: 10\n"
+                           "      lease: 2\n      block_for: 1m\n"),
+            "test.yaml:5: rate_limit: block_for cannot be combined with lease (a lease decides "
+            "locally, without seeing the block)");
 }
 
 }  // namespace

@@ -299,6 +299,38 @@ descriptors:
   EXPECT_EQ(engine->Stats().generation, 2u);
 }
 
+// Carry-over (issue #12 item 4): with `on_change: proportional` a changed limit keeps
+// the key's state and its used fraction (5 of 10 used is 10 of 20 used), named policy
+// or not; without it an unnamed limit starts afresh, as before.
+TEST_F(EngineTest, ReloadWithOnChangeProportionalKeepsTheUsedFraction) {
+  const auto config = [](int limit) {
+    const std::string n = std::to_string(limit);
+    return "domain: d\ndescriptors:\n"
+           "  - key: a\n"
+           "    rate_limit: {unit: hour, requests_per_unit: " +
+           n +
+           ", on_change: proportional}\n"
+           "  - key: b\n"
+           "    rate_limit: {unit: hour, requests_per_unit: " +
+           n +
+           ", policy: api, on_change: proportional, algorithm: token_bucket}\n"
+           "  - key: c\n"
+           "    rate_limit: {unit: hour, requests_per_unit: " +
+           n + "}\n";
+  };
+  Load(config(10));
+  EXPECT_EQ(Passes("d", {{{"a", "x"}}}, 5), 5);
+  EXPECT_EQ(Passes("d", {{{"b", "x"}}}, 5), 5);
+  EXPECT_EQ(Passes("d", {{{"c", "x"}}}, 5), 5);
+  ASSERT_TRUE(Reload(config(20)).ok());
+  EXPECT_EQ(Passes("d", {{{"a", "x"}}}, 30), 10) << "5 of 10 used must be 10 of 20 used";
+  EXPECT_EQ(Passes("d", {{{"b", "x"}}}, 30), 10) << "5 of 10 tokens must be 10 of 20";
+  EXPECT_EQ(Passes("d", {{{"c", "x"}}}, 30), 20) << "without on_change: a new limit";
+  // And back down: 20 of 20 used is 10 of 10 used.
+  ASSERT_TRUE(Reload(config(10)).ok());
+  EXPECT_EQ(Passes("d", {{{"a", "x"}}}, 5), 0);
+}
+
 TEST_F(EngineTest, LimitOverride) {
   Load(kMatching);
   RateLimitRequest req;
@@ -929,6 +961,23 @@ TEST_F(EngineTest, MoreThanSixteenMatchedLimitsIsInvalidArgument) {
   EXPECT_EQ(s.message(), "the request's descriptors match 18 limits (at most 16 in one request)");
 }
 
+// `block_for` in a rule (Policy::block_for): once over the limit, the descriptor value is
+// denied for the block's length even after its window has rolled over.
+TEST_F(EngineTest, BlockForKeepsDenying) {
+  Load(R"(
+domain: login
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2, block_for: 10m}
+)");
+  EXPECT_EQ(Passes("login", D{{{"user", "eve"}}}, 3), 2);
+  clock->Advance(5 * 60 * kSec);  // five windows later: still blocked
+  EXPECT_EQ(Passes("login", D{{{"user", "eve"}}}, 1), 0);
+  EXPECT_EQ(Passes("login", D{{{"user", "bob"}}}, 1), 1);
+  clock->Advance(5 * 60 * kSec);
+  EXPECT_EQ(Passes("login", D{{{"user", "eve"}}}, 3), 2);
+}
+
 // Counts evaluations and refunds (the lease tests below).
 class LeaseCountingStore final : public Store {
  public:
@@ -999,6 +1048,17 @@ descriptors:
   const int multi = counting->calls.load();
   EXPECT_EQ(Passes("api", D{{{"pair", "p"}}}, 10), 10);
   EXPECT_EQ(counting->calls.load() - multi, 10);
+
+  // /metrics shows the lease counters the limiter kept.
+  const LimiterStats st = engine->Stats().limiter;
+  const std::string m = engine->RenderMetrics();
+  for (auto [event, n] : {std::pair{"hit", st.lease_hits}, std::pair{"grant", st.lease_grants},
+                          std::pair{"return", st.lease_returns}}) {
+    EXPECT_GT(n, 0u) << event;
+    const std::string series =
+        "sluiced_lease_total{event=\"" + std::string(event) + "\"} " + std::to_string(n) + "\n";
+    EXPECT_NE(m.find(series), std::string::npos) << series << m;
+  }
 }
 
 TEST(EngineConfig, BadLeasesAreNamedWithTheLine) {

@@ -2,6 +2,7 @@
 // test) enforce one limit together; with Redis gone, each limit's failure mode decides.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <signal.h>
 
 #include "process.h"
 #include "redis_server.h"
@@ -66,6 +67,42 @@ TEST(SluicedRedis, TwoProcessesShareOneLimit) {
   EXPECT_NE(m->body.find(R"(sluiced_failure_policy_total{outcome="fail_closed"} 1)"),
             std::string::npos);
   EXPECT_NE(m->body.find("sluiced_store_errors_total 2"), std::string::npos);
+}
+
+// Carry-over (issue #12 item 4): a reload that doubles a limit with `on_change:
+// proportional` keeps each key's used fraction on Redis (5 of 10 used is 10 of 20 used):
+// the check carries its mode to the batch script, which converts the recorded state.
+TEST(SluicedRedis, ReloadWithOnChangeProportionalKeepsTheUsedFraction) {
+  auto redis = RedisServer::Start();
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  TempDir dir;
+  const auto config = [](int limit, const char* algorithm) {
+    return std::string("sluiced:\n  reload_poll: 0\ndomain: shared\ndescriptors:\n") +
+           "  - key: user\n    rate_limit: {unit: day, requests_per_unit: " +
+           std::to_string(limit) + ", on_change: proportional, algorithm: " + algorithm + "}\n";
+  };
+  // Token bucket and GCRA: no window boundary to race with on Redis's own clock (the
+  // window algorithms' conversion is covered by EngineTest and the differential test).
+  for (const char* algorithm : {"token_bucket", "gcra"}) {
+    SCOPED_TRACE(algorithm);
+    ASSERT_TRUE((*redis)->Command({"FLUSHALL"}).ok());
+    WriteFile(dir.File("sluiced.yaml"), config(10, algorithm));
+    Sluiced a = StartSluiced(dir.File("sluiced.yaml"), dir.File(std::string(algorithm) + ".log"),
+                             {"--redis", (*redis)->Url(), "--redis-timeout-ms", "5000"});
+    ASSERT_GT(a.http_port, 0);
+    for (int i = 0; i < 5; ++i) ASSERT_EQ(Check(a.http_port, "user", "u1"), 200);
+    WriteFile(dir.File("sluiced.yaml"), config(20, algorithm));
+    a.process->Signal(SIGHUP);
+    httplib::Client c("127.0.0.1", a.http_port);
+    ASSERT_TRUE(WaitFor([&] {
+      auto m = c.Get("/metrics");
+      return m && m->body.find("sluiced_config_generation 2") != std::string::npos;
+    })) << a.LogText();
+    int allowed = 0;
+    for (int i = 0; i < 25; ++i) allowed += Check(a.http_port, "user", "u1") == 200;
+    // (both refill meanwhile at 20/day: far less than one unit during this test)
+    EXPECT_EQ(allowed, 10) << "5 of 10 used must be 10 of 20 used";
+  }
 }
 
 // An unreachable Redis at start is an outage (sluiced starts degraded: see

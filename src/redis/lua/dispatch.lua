@@ -30,7 +30,20 @@ for i = 0, (#ARGV - 2) / 7 - 1 do
   if c.cost < 0 then
     REFUND[c.alg](c, now, -c.cost)
   else
-    local allowed, remaining, reset, retry = decide(c, now)
+    local allowed, remaining, reset, retry
+    -- Penalties and blocks (issue #12, penalties.lua): a forced check (x.f) takes its
+    -- cost by force and answers with a peek at the state after it (cost 0 from here on,
+    -- so it is not committed again); a policy with block_for (x.b) applies its block.
+    local forced = c.x and c.x.f
+    if forced then
+      FORCE[c.alg](c, now)
+      c.cost = 0
+    end
+    allowed, remaining, reset, retry = decide(c, now)
+    if c.x and c.x.b then
+      allowed, remaining, reset, retry = apply_block(c, now, forced, allowed, remaining, reset,
+        retry)
+    end
     checks[#checks + 1] = c
     out[#out + 1] = allowed and 1 or 0
     out[#out + 1] = remaining

@@ -11,7 +11,7 @@
 -- REFUND[id](c, now, cost) gives cost back to an existing state (Store::Refund; a call
 -- sends every check's cost negated, and then nothing is decided).
 -- A call with ONE check runs a lean script of its own instead (single_head.lua);
--- the sliding log's is this prelude + sliding_window_log.lua + dispatch.lua.
+-- the sliding log's is this prelude + sliding_window_log.lua + penalties.lua + dispatch.lua.
 --
 -- Every algorithm mirrors src/core/<algorithm>.cc operation for operation: IEEE
 -- double arithmetic in the same order, the same epsilon, the same ceil/floor, so
@@ -67,15 +67,43 @@ end
 local WORD = {[0] = '<Bddd', [2] = '<Bdddd', [3] = '<Bddd', [4] = '<Bdd'}
 local WORD_SIZE = {[0] = 25, [2] = 33, [3] = 25, [4] = 17}
 
+-- Carry-over (Policy::on_change): the same fields, then the limit, window and capacity
+-- the state was written under (<algorithm>.lua). load() reads such a state only when
+-- they are c's own (a refund to a state written under others gives nothing back) and
+-- sets c.carry, so that pack_word() writes the same layout back.
+local CARRY = {[0] = '<Bdddddd', [2] = '<Bddddddd', [3] = '<Bdddddd', [4] = '<Bddddd'}
+local CARRY_SIZE = {[0] = 49, [2] = 57, [3] = 49, [4] = 41}
+
 -- Returns true and the fields as numbers; false when the key is absent, written by
 -- another algorithm, or back to full (expires <= now), exactly when the in-process
 -- store treats a key as fresh.
 local function load(c, now)
   local raw = redis.call('GET', c.key)
-  if not raw or #raw ~= WORD_SIZE[c.alg] or string.byte(raw) ~= c.alg then return false end
-  local _, e, x, y, z = struct.unpack(WORD[c.alg], raw)
-  if not (e > now) then return false end
-  return true, x, y, z
+  if not raw or string.byte(raw) ~= c.alg then return false end
+  if #raw == WORD_SIZE[c.alg] then
+    local _, e, x, y, z = struct.unpack(WORD[c.alg], raw)
+    if not (e > now) then return false end
+    c.carry = false
+    return true, x, y, z
+  end
+  if #raw ~= CARRY_SIZE[c.alg] then return false end
+  local v = {struct.unpack(CARRY[c.alg], raw)}
+  local n = #v -- the fields, then unpack's next position
+  if not (v[2] > now) or v[n - 3] ~= c.limit or v[n - 2] ~= c.window or v[n - 1] ~= c.cap then
+    return false
+  end
+  c.carry = true
+  return true, v[3], v[4], v[5]
+end
+
+-- The word state of c with `expires` and the given fields, in the layout load() found.
+local function pack_word(c, ...)
+  if not c.carry then return struct.pack(WORD[c.alg], c.alg, c.expires, ...) end
+  local v = {c.alg, c.expires, ...}
+  v[#v + 1] = c.limit
+  v[#v + 1] = c.window
+  v[#v + 1] = c.cap
+  return struct.pack(CARRY[c.alg], unpack(v))
 end
 
 -- Writes a word-sized state computed by DECIDE (c.state, with c.expires inside) with

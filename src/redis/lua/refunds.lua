@@ -8,7 +8,7 @@ REFUND[0] = function(c, now, cost)
   local found, sws, scount = load(c, now)
   if not found or sws < floor_to(now, c.window) then return end
   c.expires = sws + c.window
-  c.state = struct.pack('<Bddd', 0, c.expires, sws, scount - min(scount, cost))
+  c.state = pack_word(c, sws, scount - min(scount, cost))
   store_word(c, now)
 end
 
@@ -19,7 +19,7 @@ REFUND[2] = function(c, now, cost)
   if not found or sws < floor_to(now, c.window) then return end
   local curr = scurr - min(scurr, cost)
   if curr > 0 then c.expires = sws + 2 * c.window else c.expires = sws + c.window end
-  c.state = struct.pack('<Bdddd', 2, c.expires, sws, curr, sprev)
+  c.state = pack_word(c, sws, curr, sprev)
   store_word(c, now)
 end
 
@@ -37,7 +37,7 @@ REFUND[3] = function(c, now, cost)
   if not (tokens + EPS >= capacity) then reset = ceil((capacity - tokens) / rate) end
   c.expires = t + reset
   if c.init >= 0 and c.init < capacity then c.expires = c.expires + c.window end
-  c.state = struct.pack('<Bddd', 3, c.expires, tokens, t)
+  c.state = pack_word(c, tokens, t)
   store_word(c, now)
 end
 
@@ -49,6 +49,7 @@ REFUND[4] = function(c, now, cost)
   local stat = raw and tonumber(raw)
   if stat then
     if not (ceil(stat) > now) then return end
+    c.carry = false
   else
     local found, otat = load(c, now)
     if not found then return end
@@ -57,5 +58,6 @@ REFUND[4] = function(c, now, cost)
   local tat = max(now, stat - cost * (c.window / c.limit))
   c.expires = ceil(tat)
   c.state = tat
+  if c.carry then c.state = pack_word(c, tat) end
   store_word(c, now)
 end

@@ -3,22 +3,42 @@
 -- State: struct.pack('<Bdddd', 2, expires, window_start, curr, prev). A write in the
 -- window the state holds, with a count already in it, changes only curr (bytes 17-24;
 -- expires, ws + 2w, and the TTL stay): `patch`, a SETRANGE (see fixed_window.lua).
+-- Carry-over: '<Bddddddd' adds the limit, window and capacity (fixed_window.lua); p
+-- scales both counts.
 local r = math.fmod(now, w) -- floor_to(now, w)
 if r < 0 then r = r + w end
 local ws = now - r
 local curr, prev = 0, 0
 local same = false
+local mode = x and x.o
+local e, sws, scurr, sprev
+local layout = not mode -- the stored layout is the one this check writes
 if raw and #raw == 33 and string.byte(raw) == 2 then
-  local _, e, sws, scurr, sprev = struct.unpack('<Bdddd', raw)
-  if e > now then
-    if sws >= ws then
-      ws = sws
-      curr = scurr
-      prev = sprev
-      same = scurr > 0
-    elseif sws == ws - w then
-      prev = scurr
+  local _
+  _, e, sws, scurr, sprev = struct.unpack('<Bdddd', raw)
+elseif raw and #raw == 57 and string.byte(raw) == 2 then
+  -- written with its parameters (carry-over: see fixed_window.lua)
+  local _, ol, ow, oc
+  _, e, sws, scurr, sprev, ol, ow, oc = struct.unpack('<Bddddddd', raw)
+  layout = mode and true
+  if mode and (ol ~= limit or ow ~= w or oc ~= cap) then
+    layout = false
+    if mode == 'p' and ow == w then
+      scurr = min(limit, ceil(scurr * limit / ol))
+      sprev = min(limit, ceil(sprev * limit / ol))
+    else
+      e = nil
     end
+  end
+end
+if e and e > now then
+  if sws >= ws then
+    ws = sws
+    curr = scurr
+    prev = sprev
+    same = layout and scurr > 0
+  elseif sws == ws - w then
+    prev = scurr
   end
 end
 local t = max(now, ws)
@@ -53,6 +73,10 @@ else
   expires = ws + w
 end
 if allowed and cost > 0 then
-  state = struct.pack('<Bdddd', 2, expires, ws, curr, prev)
+  if mode then
+    state = struct.pack('<Bddddddd', 2, expires, ws, curr, prev, limit, w, cap)
+  else
+    state = struct.pack('<Bdddd', 2, expires, ws, curr, prev)
+  end
   if same then patch, patch_at = struct.pack('<d', curr), 17 end
 end

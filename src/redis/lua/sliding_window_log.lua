@@ -123,7 +123,7 @@ DECIDE[1] = function(c, now)
     local last = redis.call('ZRANGE', c.key2, -1, -1, 'WITHSCORES')
     reset = tonumber(last[2]) + w - t
   end
-  return allowed, c.limit - used, reset, retry
+  return allowed, max(0, c.limit - used), reset, retry -- (a penalty may exceed the limit)
 end
 
 COMMIT[1] = function(c, now)

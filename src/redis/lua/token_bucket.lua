@@ -1,6 +1,8 @@
 -- Token bucket (algorithm 3), mirrors src/core/token_bucket.cc. The one source of its
 -- decision (see fixed_window.lua).
--- State: struct.pack('<Bddd', 3, expires, tokens, last).
+-- State: struct.pack('<Bddd', 3, expires, tokens, last). Carry-over: '<Bdddddd' adds
+-- the limit, window and capacity (fixed_window.lua); p refills at the old rate and
+-- scales the tokens by new / old capacity.
 local rate = limit / w
 -- With initial tokens below the capacity a bucket is new again only after a whole
 -- window at full, and a request on a new bucket starts it even when it is not
@@ -8,9 +10,28 @@ local rate = limit / w
 local keep = 0
 if init >= 0 and init < cap then keep = w end
 local tokens, t
+local mode = x and x.o
 local _, e, stokens, slast
 if raw and #raw == 25 and string.byte(raw) == 3 then
   _, e, stokens, slast = struct.unpack('<Bddd', raw)
+elseif raw and #raw == 49 and string.byte(raw) == 3 then
+  -- written with its parameters (carry-over: see fixed_window.lua)
+  local ol, ow, oc
+  _, e, stokens, slast, ol, ow, oc = struct.unpack('<Bdddddd', raw)
+  if mode and (ol ~= limit or ow ~= w or oc ~= cap) and e > now then
+    if mode == 'p' then
+      -- refilled at the old rate, then scaled by the capacities (src/core/carry.cc)
+      local t0 = max(now, slast)
+      stokens = min(oc, stokens + (t0 - slast) * (ol / ow)) * cap / oc
+      slast = t0
+      -- new again under the new parameters? (TokenBucketIsNew)
+      local tf = 0
+      if not (stokens + EPS >= cap) then tf = ceil((cap - stokens) / rate) end
+      e = slast + tf + keep
+    else
+      e = nil
+    end
+  end
 end
 if not (e and e > now) then
   if init >= 0 then tokens = init else tokens = cap end
@@ -19,7 +40,11 @@ if not (e and e > now) then
     local to_full = 0
     if not (tokens + EPS >= cap) then to_full = ceil((cap - tokens) / rate) end
     start_expires = t + to_full + keep
-    start = struct.pack('<Bddd', 3, start_expires, tokens, t)
+    if mode then
+      start = struct.pack('<Bdddddd', 3, start_expires, tokens, t, limit, w, cap)
+    else
+      start = struct.pack('<Bddd', 3, start_expires, tokens, t)
+    end
   end
 else
   t = max(now, slast)
@@ -31,9 +56,24 @@ if allowed then
   tokens = max(0, tokens - cost)
 else
   retry = max(1, ceil((need - tokens) / rate))
+  -- Reservation (issue #12; ext item w = max_wait in us, `x` the check's ext table):
+  -- allowed when the request could pass within max_wait; its tokens are taken now
+  -- (they go negative). Its wait is answered as a negative retry (redis/reply.cc).
+  local mw = x and tonumber(x.w) or 0
+  if mw > 0 and cost > 0 and retry <= mw then
+    allowed = true
+    tokens = tokens - cost
+    retry = -retry
+  end
 end
 remaining = max(0, floor(tokens + EPS))
 reset = 0
 if not (tokens + EPS >= cap) then reset = ceil((cap - tokens) / rate) end
 expires = t + reset + keep
-if allowed and cost > 0 then state = struct.pack('<Bddd', 3, expires, tokens, t) end
+if allowed and cost > 0 then
+  if mode then
+    state = struct.pack('<Bdddddd', 3, expires, tokens, t, limit, w, cap)
+  else
+    state = struct.pack('<Bddd', 3, expires, tokens, t)
+  end
+end
