@@ -35,6 +35,8 @@ inline Policy BenchPolicy(Algorithm a) {
       return Policy::TokenBucket("api", kHuge, 1, hours(1));
     case Algorithm::kGcra:
       return Policy::Gcra("api", 1, hours(1), kHuge);
+    case Algorithm::kConcurrency:  // not a rate: bench/permit_bench.cc
+      break;
   }
   return {};
 }

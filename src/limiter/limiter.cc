@@ -15,6 +15,7 @@
 
 #include "limiter/decider.h"
 #include "limiter/limiter_internal.h"
+#include "limiter/permit_internal.h"
 #include "sluice/key.h"
 #include "sluice/memory_store.h"
 
@@ -119,12 +120,17 @@ struct Limiter::Impl {
   }
 
   explicit Impl(LimiterOptions o) : options(std::move(o)), decider(DeciderOptions(options)) {
-    for (const Policy& p : options.policies) fallback_policies.push_back(decide::FallbackPolicy(p));
+    for (const Policy& p : options.policies) {
+      fallback_policies.push_back(decide::FallbackPolicy(p));
+      has_concurrency = has_concurrency || p.algorithm == Algorithm::kConcurrency;
+    }
   }
 
-  // Acquire(checks) with StoreCheck::max_wait = `max_wait` (0: a plain decision).
+  // Acquire(checks) with StoreCheck::max_wait = `max_wait` (0: a plain decision), and
+  // AcquirePermit when `permit` is not empty: then every check of a concurrency policy
+  // takes a slot for `permit` (its cost is 1).
   Result<Decision> Decide(std::span<const Check> checks, Micros max_wait,
-                          std::span<Decision> per_check);
+                          std::span<Decision> per_check, std::string_view permit = {});
 
   // AcquireWaiting's lines: the callers waiting on the same checks (policy and key
   // pairs), in arrival order, each with the time it is due to try (again). A caller
@@ -162,6 +168,10 @@ struct Limiter::Impl {
     std::uint64_t ticket_ = 0;
     bool in_line_ = true;
   };
+
+  // --- concurrency limits (issue #12 item 1) ---
+  bool has_concurrency = false;
+  std::atomic<std::uint64_t> permit_release_errors{0};
 };
 
 Result<std::unique_ptr<Limiter>> Limiter::Create(LimiterOptions options) {
@@ -224,7 +234,7 @@ Result<Decision> Limiter::Acquire(std::span<const Check> checks, std::span<Decis
 }
 
 Result<Decision> Limiter::Impl::Decide(std::span<const Check> checks, Micros max_wait,
-                                       std::span<Decision> per_check) {
+                                       std::span<Decision> per_check, std::string_view permit) {
   if (checks.empty()) return Status::InvalidArgument("no checks given");
   if (checks.size() > kMaxChecks) return Status::InvalidArgument("at most 16 checks per call");
   if (max_wait < 0) {
@@ -249,7 +259,7 @@ Result<Decision> Limiter::Impl::Decide(std::span<const Check> checks, Micros max
       return Status::InvalidArgument("key is " + std::to_string(c.key.size()) + " bytes; at most " +
                                      std::to_string(kMaxKeyBytes) + " are allowed");
     }
-    if (c.cost > p.Capacity()) {
+    if (c.cost > p.Capacity() && !(permit.size() > 0 && p.algorithm == Algorithm::kConcurrency)) {
       return Status::InvalidArgument("cost " + std::to_string(c.cost) + " exceeds the capacity " +
                                      std::to_string(p.Capacity()) + " of policy '" + p.name +
                                      "': such a request could never pass");
@@ -265,11 +275,20 @@ Result<Decision> Limiter::Impl::Decide(std::span<const Check> checks, Micros max
                                      "us of policy '" + p.name +
                                      "': a reservation may wait at most one window");
     }
-    dchecks[i] = decide::Check{.policy = &p,
-                               .fallback = &fallback_policies[c.policy],
-                               .key = BuildStoreKeyView(keys[i], options.key_prefix, c.key, p.name),
-                               .cost = c.cost,
-                               .max_wait = max_wait};
+    dchecks[i] =
+        decide::Check{&p, &fallback_policies[c.policy],
+                      BuildStoreKeyView(keys[i], options.key_prefix, c.key, p.name), c.cost};
+    dchecks[i].max_wait = max_wait;
+    if (p.algorithm == Algorithm::kConcurrency && c.cost > 0) {
+      // --- concurrency limits: a slot is taken only with a permit that can release it ---
+      if (permit.empty()) {
+        return Status::InvalidArgument("policy '" + p.name +
+                                       "' is a concurrency limit: use AcquirePermit (Acquire "
+                                       "would take a slot that nothing releases); Peek works");
+      }
+      dchecks[i].cost = 1;
+      dchecks[i].permit = permit;
+    }
   }
   Scratch<Decision, kMaxChecks> local;
   std::span<Decision> out = per_check.empty() ? std::span<Decision>(local.data(), checks.size())
@@ -286,8 +305,16 @@ Result<Decision> Limiter::Impl::Decide(std::span<const Check> checks, Micros max
 Status Limiter::Refund(std::string_view key, std::uint64_t cost) {
   const auto& ps = impl_->options.policies;
   Scratch<Check, kMaxChecks> checks;
-  for (std::size_t i = 0; i < ps.size(); ++i) checks[i] = Check{i, key, cost};
-  return Refund(std::span<const Check>(checks.data(), ps.size()));
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    // A concurrency slot is given back by releasing its permit, not by a refund.
+    if (ps[i].algorithm != Algorithm::kConcurrency) checks[n++] = Check{i, key, cost};
+  }
+  if (n == 0) {
+    return Status::InvalidArgument(
+        "every policy is a concurrency limit: there is nothing to refund (release the permit)");
+  }
+  return Refund(std::span<const Check>(checks.data(), n));
 }
 
 Status Limiter::Refund(std::span<const Check> checks) {
@@ -305,6 +332,11 @@ Status Limiter::Refund(std::span<const Check> checks) {
     const Policy& p = ps[c.policy];
     if (c.key.empty() || c.key.size() > kMaxKeyBytes) {
       return Status::InvalidArgument("key must be 1-" + std::to_string(kMaxKeyBytes) + " bytes");
+    }
+    if (p.algorithm == Algorithm::kConcurrency) {
+      return Status::InvalidArgument("policy '" + p.name +
+                                     "' is a concurrency limit: give its slot back with "
+                                     "Release, not Refund");
     }
     if (c.cost == 0 || c.cost > p.Capacity()) {
       return Status::InvalidArgument("refund cost " + std::to_string(c.cost) + " of policy '" +
@@ -333,6 +365,10 @@ Result<Decision> Limiter::Penalize(std::string_view key, std::uint64_t cost,
   Scratch<decide::Check, kMaxChecks> dchecks;
   for (std::size_t i = 0; i < ps.size(); ++i) {
     const Policy& p = ps[i];
+    if (p.algorithm == Algorithm::kConcurrency) {  // concurrency limits (issue #12 item 1)
+      return Status::InvalidArgument("policy '" + p.name +
+                                     "' is a concurrency limit: penalties apply to rates only");
+    }
     if (cost == 0 || cost > p.Capacity()) {
       return Status::InvalidArgument("penalty cost " + std::to_string(cost) + " of policy '" +
                                      p.name + "' must be 1-" + std::to_string(p.Capacity()));
@@ -562,7 +598,178 @@ Result<Decision> Limiter::AcquireWaiting(std::span<const Check> checks, Micros m
 }
 
 LimiterStats Limiter::Stats() const {
-  return impl_->decider.Stats();
+  LimiterStats s = impl_->decider.Stats();
+  s.permit_release_errors = impl_->permit_release_errors.load(std::memory_order_relaxed);
+  return s;
+}
+
+// --- concurrency limits (issue #12 item 1) ---
+
+Result<Permit> Limiter::AcquirePermit(std::string_view key, std::uint64_t cost,
+                                      std::span<Decision> per_policy) {
+  const auto& ps = impl_->options.policies;
+  if (cost == 0) {
+    return Status::InvalidArgument("AcquirePermit's cost must be at least 1 (Peek takes nothing)");
+  }
+  Scratch<Check, kMaxChecks> checks;
+  for (std::size_t i = 0; i < ps.size(); ++i) checks[i] = Check{i, key, cost};
+  return AcquirePermit(std::span<const Check>(checks.data(), ps.size()), per_policy);
+}
+
+Result<Permit> Limiter::AcquirePermit(std::span<const Check> checks,
+                                      std::span<Decision> per_check) {
+  const auto& ps = impl_->options.policies;
+  if (checks.empty()) return Status::InvalidArgument("no checks given");
+  if (checks.size() > kMaxChecks) return Status::InvalidArgument("at most 16 checks per call");
+  if (!per_check.empty() && per_check.size() < checks.size()) {
+    return Status::InvalidArgument("per-check output has fewer slots than checks");
+  }
+  // Each concurrency check takes one slot, whatever its cost.
+  Scratch<Check, kMaxChecks> own;
+  bool any = false;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    own[i] = checks[i];
+    if (checks[i].policy < ps.size() && ps[checks[i].policy].algorithm == Algorithm::kConcurrency) {
+      own[i].cost = 1;
+      any = true;
+    }
+  }
+  if (!any) {
+    return Status::InvalidArgument(
+        "AcquirePermit needs a check of a concurrency policy (Policy::Concurrency) and there "
+        "is none: use Acquire");
+  }
+  Permit permit;
+  permit.id_ = permit_internal::NewPermitId();
+  Scratch<Decision, kMaxChecks> local;
+  std::span<Decision> out = per_check.empty() ? std::span<Decision>(local.data(), checks.size())
+                                              : per_check.first(checks.size());
+  auto d = impl_->Decide(std::span<const Check>(own.data(), checks.size()), 0, out, permit.id_);
+  if (!d.ok()) return d.status();
+  permit.limiter_ = this;
+  permit.key_.assign(checks[0].key);
+  permit.decision_ = *d;
+  if (!d->allowed) return permit;
+  permit.held_ = true;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    if (ps[checks[i].policy].algorithm != Algorithm::kConcurrency || out[i].shadow_denied) {
+      continue;
+    }
+    const bool store = out[i].source == DecisionSource::kStore;
+    const bool fallback = out[i].source == DecisionSource::kLocalFallback;
+    if (!store && !fallback) continue;  // fail-open: held nowhere
+    permit.slots_.push_back(Permit::Slot{static_cast<std::uint16_t>(checks[i].policy), fallback,
+                                         std::string(checks[i].key)});
+  }
+  return permit;
+}
+
+namespace {
+
+// One slot to release or extend: a policy (index) and a caller key.
+struct PermitSlot {
+  std::size_t policy;
+  std::string_view key;
+};
+
+// Releases or extends `id` in the slots `slots` of `store` (their policies from
+// `policies`). Sets *found when any of them held it.
+Status PermitOnStore(Store& store, const std::vector<Policy>& policies,
+                     std::span<const PermitSlot> slots, const std::string& prefix,
+                     std::string_view id, PermitOp op, Micros now, bool* found) {
+  if (slots.empty()) return Status::Ok();
+  if (slots.size() > kMaxChecks) return Status::InvalidArgument("at most 16 checks per call");
+  std::string keys[kMaxChecks];
+  StoreCheck checks[kMaxChecks];
+  for (std::size_t n = 0; n < slots.size(); ++n) {
+    const Policy& p = policies[slots[n].policy];
+    BuildStoreKey(keys[n], prefix, slots[n].key, p.name);
+    checks[n] = StoreCheck{&p, keys[n], 1};
+    checks[n].permit = id;
+    checks[n].op = op;
+  }
+  Decision out[kMaxChecks];
+  Status s = store.Evaluate(std::span<const StoreCheck>(checks, slots.size()), now,
+                            std::span<Decision>(out, slots.size()));
+  if (!s.ok()) return s;
+  for (std::size_t i = 0; i < slots.size(); ++i) *found = *found || out[i].allowed;
+  return Status::Ok();
+}
+
+Status NotHeld(std::string_view key, std::string_view id, PermitOp op) {
+  return Status::NotFound(std::string("permit '") + std::string(id) + "' of key '" +
+                          std::string(key) + "' is not held (unknown, released already, or " +
+                          "expired after its lease)" +
+                          (op == PermitOp::kExtend ? ": it cannot be extended" : ""));
+}
+
+}  // namespace
+
+Status Limiter::PermitCall(Permit& permit, PermitOp op) {
+  if (permit.slots_.empty()) return Status::Ok();  // fail-open: held nowhere
+  PermitSlot in_store[kMaxChecks], in_fallback[kMaxChecks];
+  std::size_t ns = 0, nf = 0;
+  for (const Permit::Slot& slot : permit.slots_) {
+    (slot.in_fallback ? in_fallback[nf++] : in_store[ns++]) = PermitSlot{slot.policy, slot.key};
+  }
+  const Micros now = impl_->options.clock->Now();
+  bool found = false;
+  Status s = PermitOnStore(impl_->decider.store(), impl_->options.policies,
+                           std::span<const PermitSlot>(in_store, ns), impl_->options.key_prefix,
+                           permit.id_, op, now, &found);
+  if (!s.ok()) return s;
+  s = PermitOnStore(impl_->decider.fallback_store(), impl_->fallback_policies,
+                    std::span<const PermitSlot>(in_fallback, nf), impl_->options.key_prefix,
+                    permit.id_, op, now, &found);
+  if (!s.ok()) return s;
+  return found ? Status::Ok() : NotHeld(permit.key_, permit.id_, op);
+}
+
+namespace {
+
+Status CheckPermitArgs(bool has_concurrency, std::string_view key, std::string_view id) {
+  if (!has_concurrency) {
+    return Status::InvalidArgument("this limiter has no concurrency policy: no permit to release");
+  }
+  if (key.empty() || key.size() > kMaxKeyBytes) {
+    return Status::InvalidArgument("key must be 1-" + std::to_string(kMaxKeyBytes) + " bytes");
+  }
+  if (!IsPermitId(id)) {
+    return Status::InvalidArgument("permit id '" + std::string(id.substr(0, 64)) + "' must be " +
+                                   std::to_string(kPermitIdLength) + " lower-case hex characters");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Limiter::Release(std::string_view key, std::string_view permit_id) {
+  return PermitById(key, permit_id, PermitOp::kRelease);
+}
+
+Status Limiter::Extend(std::string_view key, std::string_view permit_id) {
+  return PermitById(key, permit_id, PermitOp::kExtend);
+}
+
+Status Limiter::PermitById(std::string_view key, std::string_view permit_id, PermitOp op) {
+  if (Status s = CheckPermitArgs(impl_->has_concurrency, key, permit_id); !s.ok()) return s;
+  PermitSlot slots[kMaxChecks];
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < impl_->options.policies.size(); ++i) {
+    if (impl_->options.policies[i].algorithm == Algorithm::kConcurrency) {
+      slots[n++] = PermitSlot{i, key};
+    }
+  }
+  bool found = false;
+  Status s = PermitOnStore(impl_->decider.store(), impl_->options.policies,
+                           std::span<const PermitSlot>(slots, n), impl_->options.key_prefix,
+                           permit_id, op, impl_->options.clock->Now(), &found);
+  if (!s.ok()) return s;
+  return found ? Status::Ok() : NotHeld(key, permit_id, op);
+}
+
+void Limiter::CountReleaseError() {
+  impl_->permit_release_errors.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Store::EvaluateAsync(std::span<const StoreCheck> checks, Micros now, EvaluateCallback done) {

@@ -140,6 +140,7 @@ long long MaxTtlMs(const Policy& p) {
   switch (p.algorithm) {
     case Algorithm::kFixedWindow:
     case Algorithm::kSlidingWindowLog:
+    case Algorithm::kConcurrency:  // the last permit's expiry: at most a lease
       return (p.window + 999) / 1000;
     case Algorithm::kSlidingWindowCounter:
       return (2 * p.window + 999) / 1000;

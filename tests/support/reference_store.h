@@ -102,6 +102,7 @@ class ReferenceStore final : public Store {
             out[i] = core::Gcra(p, in.gcra, fresh, now, c.cost, &n.gcra, &n.expires, c.max_wait);
             break;
           case Algorithm::kSlidingWindowLog:
+          case Algorithm::kConcurrency:  // not modelled here (differential_test.cc)
             break;
         }
       }
@@ -178,6 +179,7 @@ class ReferenceStore final : public Store {
           core::GcraRefund(p, in.gcra, now, c.cost, &e.gcra, &e.expires);
           break;
         case Algorithm::kSlidingWindowLog:
+        case Algorithm::kConcurrency:
           break;
       }
     }
