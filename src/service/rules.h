@@ -125,7 +125,7 @@ class RuleSet {
   RuleSet() = default;
   Status FinishRule(Rule& r, const std::string& policy_name, Algorithm algorithm,
                     std::uint64_t burst, FailureMode failure, std::uint32_t divisor,
-                    bool shadow) const;
+                    bool shadow, Micros permit_lease = 0) const;
   Status AddDescriptors(const std::string& domain, Node& node,
                         const std::vector<DescriptorSpec>& specs, const std::string& parent);
 

@@ -463,5 +463,136 @@ TEST(Middleware, NoRouteAndNoDefaultLimitsPasses) {
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(f.Get("/other", "192.0.2.1").pass());
 }
 
+// --- concurrency limits and waiting instead of rejecting (issue #12) ---------------
+
+std::vector<Policy> ConcurrencyPolicies() {
+  return {Policy::Concurrency("inflight", 1, seconds(30)),
+          Policy::FixedWindow("api", 100, minutes(1))};
+}
+
+MiddlewareOptions SlowRoute() {
+  MiddlewareOptions o;
+  o.routes = {{.path = "/slow", .limits = {{.policy = "inflight"}, {.policy = "api"}}}};
+  o.default_limits = {{.policy = "api"}};
+  return o;
+}
+
+TEST(Middleware, ConcurrencyRouteHoldsAPermitWhileTheVerdictLives) {
+  Fixture f(ConcurrencyPolicies(), SlowRoute());
+  const std::string key = JoinKey({"ip", "192.0.2.1"});
+  {
+    Verdict first = f.Get("/slow", "192.0.2.1");
+    ASSERT_TRUE(first.pass());
+    EXPECT_TRUE(first.permit.held());
+    EXPECT_EQ(HeaderOf(first, "RateLimit-Policy"),
+              "\"inflight\";q=1;qu=\"concurrent-requests\", \"api\";q=100;w=60");
+    // The handler is running: a second request of the client is refused, and nothing of
+    // its rate limit is taken.
+    f.clock->Advance(10 * kSec);
+    Verdict second = f.Get("/slow", "192.0.2.1");
+    ASSERT_EQ(second.status, 429);
+    EXPECT_FALSE(second.permit.held());
+    // Retry-After: until the held permit's lease ends (30 s after it was taken).
+    EXPECT_EQ(HeaderOf(second, "Retry-After"), "20");
+    EXPECT_NE(second.body.find("\"violated-policies\":[\"inflight\"]"), std::string::npos)
+        << second.body;
+    EXPECT_EQ(HeaderOf(second, "RateLimit"), "\"inflight\";r=0;t=20, \"api\";r=99;t=50");
+    // Other routes and clients are not held back.
+    EXPECT_TRUE(f.Get("/fast", "192.0.2.1").pass());
+    EXPECT_TRUE(f.Get("/slow", "192.0.2.2").pass());
+  }  // the first Verdict (the response sent) releases the permit
+  Verdict third = f.Get("/slow", "192.0.2.1");
+  EXPECT_TRUE(third.pass());
+  EXPECT_EQ(f.mw->Stats().limited, 1u);
+}
+
+TEST(Middleware, APermitNeverReleasedExpiresAfterItsLease) {
+  Fixture f(ConcurrencyPolicies(), SlowRoute());
+  Verdict held = f.Get("/slow", "192.0.2.1");
+  ASSERT_TRUE(held.pass());
+  std::string id = held.permit.Detach();  // a crashed handler: nobody releases it
+  EXPECT_FALSE(id.empty());
+  EXPECT_EQ(f.Get("/slow", "192.0.2.1").status, 429);
+  f.clock->Advance(30 * kSec);
+  EXPECT_TRUE(f.Get("/slow", "192.0.2.1").pass());
+}
+
+TEST(Middleware, ConcurrencyFailClosedIs503) {
+  std::vector<Policy> p = ConcurrencyPolicies();
+  p[0].failure_mode = FailureMode::kFailClosed;
+  Fixture f(std::move(p), SlowRoute(), std::make_shared<FailingStore>());
+  Verdict v = f.Get("/slow", "192.0.2.1");
+  EXPECT_EQ(v.status, 503);
+  EXPECT_FALSE(v.permit.held());
+  EXPECT_FALSE(HeaderOf(v, "Retry-After").empty());
+}
+
+// A sleep that only moves the manual clock, recording what it was asked to wait.
+struct SimulatedSleep {
+  std::shared_ptr<ManualClock> clock;
+  std::shared_ptr<std::vector<Micros>> waits = std::make_shared<std::vector<Micros>>();
+  void operator()(Micros us) const {
+    waits->push_back(us);
+    clock->Advance(us);
+  }
+};
+
+TEST(Middleware, MaxDelayWaitsInsteadOfRejecting) {
+  // 1 request per second, no burst beyond 1; wait up to 2.5 s.
+  MiddlewareOptions o;
+  o.routes = {{.path = "/api/*", .limits = {{.policy = "rate"}}, .max_delay = 2'500'000}};
+  Fixture f({Policy::Gcra("rate", 1, seconds(1), 1)}, std::move(o));
+  // Fixture built the middleware already; rebuild with the simulated sleep.
+  MiddlewareOptions o2 = f.mw->options();
+  SimulatedSleep sleep{f.clock};
+  o2.sleep = sleep;
+  f.mw = std::move(Middleware::Create(std::move(o2)).value());
+
+  Verdict a = f.Get("/api/x", "192.0.2.1");
+  ASSERT_TRUE(a.pass());
+  EXPECT_EQ(a.delay, 0);
+  EXPECT_EQ(HeaderOf(a, "Server-Timing"), "");
+  // Three more at the same instant: slots 1 s and 2 s ahead fit, 3 s does not.
+  Verdict b = f.Get("/api/x", "192.0.2.1");
+  ASSERT_TRUE(b.pass());
+  EXPECT_EQ(b.delay, 1'000'000);
+  EXPECT_EQ(HeaderOf(b, "Server-Timing"), "ratelimit-delay;dur=1000");
+  Verdict c = f.Get("/api/x", "192.0.2.1");
+  ASSERT_TRUE(c.pass());
+  EXPECT_EQ(c.delay, 2'000'000);
+  Verdict d = f.Get("/api/x", "192.0.2.1");
+  ASSERT_EQ(d.status, 429);
+  EXPECT_GE(std::stol(HeaderOf(d, "Retry-After")), 1);
+  // Waiting is done by the adapter through the injected sleep: simulated time only.
+  f.mw->Wait(b);
+  EXPECT_EQ(*sleep.waits, std::vector<Micros>{1'000'000});
+  f.mw->Wait(a);  // no delay: no sleep
+  EXPECT_EQ(sleep.waits->size(), 1u);
+  const MiddlewareStats st = f.mw->Stats();
+  EXPECT_EQ(st.delayed, 2u);
+  EXPECT_EQ(st.allowed, 3u);
+  EXPECT_EQ(st.limited, 1u);
+}
+
+TEST(Middleware, MaxDelayDefaultsAndErrors) {
+  auto expect_error = [](MiddlewareOptions o, const std::string& what) {
+    o.limiter = MakeLimiter(ConcurrencyPolicies(), std::make_shared<ManualClock>(kNoon));
+    auto r = Middleware::Create(std::move(o));
+    ASSERT_FALSE(r.ok()) << what;
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status().message();
+  };
+  MiddlewareOptions o = SlowRoute();
+  o.routes[0].max_delay = 1'000'000;
+  expect_error(o, "routes[0].max_delay: the route has a concurrency limit");
+  o = SlowRoute();
+  o.max_delay = -1;
+  expect_error(o, "max_delay must not be negative");
+  // The middleware-wide max_delay skips routes with a concurrency limit.
+  o = SlowRoute();
+  o.max_delay = 1'000'000;
+  o.limiter = MakeLimiter(ConcurrencyPolicies(), std::make_shared<ManualClock>(kNoon));
+  EXPECT_TRUE(Middleware::Create(std::move(o)).ok());
+}
+
 }  // namespace
 }  // namespace sluice::http
