@@ -89,10 +89,17 @@ key='sluice:{bench%3A__rand_int__}:bench'
 # numbers) for the batch script, the sliding log's and the one-check scripts before
 # issue #9 item 1; the lean layout after it (lua/single_head.lua: "" limit window cost,
 # then the capacity for a token bucket and GCRA, the initial tokens for a token bucket).
+# A batch layout from issue #12 on has a seventh argument per check (its extensions,
+# "" for a plain check: lua/dispatch.lua).
+batch_args() {
+  if grep -q "(#ARGV - 2) / 7" "$1"; then echo "\"\" 0 $2 1000 1000000 1000 -1 1 \"\""
+  else echo "\"\" 0 $2 1000 1000000 1000 -1 1"
+  fi
+}
 single_args() {
   local file=$2 id=$3
   if [[ $id == 1 ]] || ! grep -q "ARGV\[2\]: limit" "$file"; then
-    echo "\"\" 0 $id 1000 1000000 1000 -1 1"
+    batch_args "$file" "$id"
   elif [[ $id == 3 ]]; then echo '"" 1000 1000000 1 1000 -1'
   elif [[ $id == 4 ]]; then echo '"" 1000 1000000 1 1000'
   else echo '"" 1000 1000000 1'
@@ -123,7 +130,7 @@ rows="$tmp/rows.txt"
     name=${a%:*} id=${a#*:}
     keys_args="1 $key"
     [[ $id == 1 ]] && keys_args="2 $key $key:log"
-    args="\"\" 0 $id 1000 1000000 1000 -1 1"
+    args=$(batch_args "$tmp/new.kBatchScript.lua" "$id")
     # REF's own one-check script when it has one (REF after the lean scripts).
     before="$ref_script"
     [[ -f "$tmp/ref.kSingle$name.lua" ]] && before="$tmp/ref.kSingle$name.lua"

@@ -24,7 +24,7 @@ function(concat out_var)
       file(READ "${LUA_DIR}/${CMAKE_MATCH_1}.lua" content)
       string(APPEND body "DECIDE[${id}] = function(c, now)\n"
              "  local key, limit, w, cap, init, cost = c.key, c.limit, c.window, c.cap, c.init, c.cost\n"
-             "  local need = max(cost, 1)\n"
+             "  local need, x = max(cost, 1), c.x or false\n"
              "  local raw = redis.call('GET', key)\n"
              "  local allowed, remaining, reset, retry, state, expires, start, start_expires, patch, patch_at\n"
              "${content}"

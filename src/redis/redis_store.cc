@@ -334,8 +334,30 @@ std::size_t EncodeCoalesced(bool caller_time, const std::vector<const redis::Coa
   return count;
 }
 
+// A check's extensions (lua/dispatch.lua's 7th argument per check, read by the scripts
+// as `c.x`; docs/redis.md, "Check extensions"): ';'-separated 'k=v' items for what a
+// plain decision does not need, or "" for a plain check. Each feature appends its own
+// items, one letter each. A check with extensions runs the batch script: the one-check
+// scripts and coalesced calls take plain checks only, so the common call stays lean.
+void AppendExt(const StoreCheck& c, std::string& out) {
+  (void)c;
+  (void)out;
+}
+
+// True when every check is plain (no extensions): only then may a call use a one-check
+// script or be coalesced.
+bool AllPlain(std::span<const StoreCheck> checks) {
+  std::string ext;
+  for (const StoreCheck& c : checks) {
+    AppendExt(c, ext);
+    if (!ext.empty()) return false;
+  }
+  return true;
+}
+
 // EVALSHA of `script` over `checks`: KEYS are each check's key (and a sliding log's
-// ":log" key), ARGV the clock mode and six numbers per check. A refund negates every
+// ":log" key), ARGV the clock mode and seven arguments per check (six numbers and the
+// extensions). A refund negates every
 // cost (lua/dispatch.lua) and expects an empty reply; a decision records each check's
 // capacity in `call` (Decision::limit).
 std::string EncodeEval(const redis::Script& script, std::span<const StoreCheck> checks, Micros now,
@@ -344,9 +366,9 @@ std::string EncodeEval(const redis::Script& script, std::span<const StoreCheck> 
   for (const StoreCheck& c : checks) {
     nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
   }
-  redis::CommandBuilder b(3 + nkeys + 2 + 6 * checks.size());
+  redis::CommandBuilder b(3 + nkeys + 2 + 7 * checks.size());
   b.Add("EVALSHA").Add(script.sha).Add(static_cast<long long>(nkeys));
-  std::string log_key;
+  std::string log_key, ext;
   for (const StoreCheck& c : checks) {
     b.Add(c.key);
     if (c.policy->algorithm == Algorithm::kSlidingWindowLog) {
@@ -369,6 +391,9 @@ std::string EncodeEval(const redis::Script& script, std::span<const StoreCheck> 
         .Add(static_cast<long long>(p.Capacity()))
         .Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL)
         .Add(refund ? -cost : cost);
+    ext.clear();
+    AppendExt(c, ext);
+    b.Add(ext);
     if (!refund) call.capacity[call.n++] = p.Capacity();
   }
   return b.Take();
@@ -488,13 +513,15 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
   // One check (the common call) runs its algorithm's lean script, which costs Redis a
   // fraction of the batch script's CPU (lua/single_head.lua); both take the same
   // arguments and give the same reply.
+  // A check with extensions (AppendExt) always takes the batch script, uncoalesced.
   auto call = std::make_shared<Call>();
-  const redis::Script& script = checks.size() == 1
+  const bool plain = AllPlain(checks);
+  const redis::Script& script = checks.size() == 1 && plain
                                     ? redis::SingleCheckScript(checks[0].policy->algorithm)
                                     : redis::BatchScript();
   // The sliding log's one-check script is the batch script's body (batch arguments).
   const bool lean =
-      checks.size() == 1 && checks[0].policy->algorithm != Algorithm::kSlidingWindowLog;
+      checks.size() == 1 && plain && checks[0].policy->algorithm != Algorithm::kSlidingWindowLog;
   std::string wire =
       lean ? EncodeSingle(script, checks[0], now, impl_->options.use_caller_time, *call)
            : EncodeEval(script, checks, now, impl_->options.use_caller_time,
@@ -502,7 +529,7 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
   // Coalescing: the connection may merge this call with others queued with it
   // (connection.h); on a cluster only with calls of the same slot.
   redis::CoalesceInfo merge;
-  bool coalesce = options.coalesce > 1;
+  bool coalesce = options.coalesce > 1 && plain;
   for (const StoreCheck& c : checks) coalesce = coalesce && c.cost < kMaxCoalescedCost;
   if (coalesce) {
     merge.target = &coalesce_target;

@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "redis/scripts.h"
 #include "sluice/key.h"
 #include "store_backends.h"
 
@@ -34,6 +35,56 @@ std::unique_ptr<Limiter> MakeLimiter(std::shared_ptr<Store> store, std::vector<P
   auto l = Limiter::Create(std::move(o));
   EXPECT_TRUE(l.ok()) << l.status().ToString();
   return l.ok() ? std::move(*l) : nullptr;
+}
+
+// The batch script's seventh argument per check carries the check's extensions
+// (docs/redis.md, "Check extensions"). Items no feature reads change nothing: the
+// checks decide and commit exactly as plain ones, and the argument stride stays right
+// for the checks after them (a wrong stride would misread the second check's fields).
+TEST(RedisScripts, AChecksExtensionsKeepTheBatchLayout) {
+  RedisServer* server = SharedRedis();
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+  // Two fixed-window checks (limit 2 per hour; caller time 10 s into an hour), the first
+  // with unknown extension items, the second plain.
+  auto call = [&](const std::string& ext) {
+    return server->Command({"EVAL",
+                            std::string(redis::BatchScript().source),
+                            "2",
+                            "sluice:{ext}:a",
+                            "sluice:{ext}:b",
+                            "3610000000",
+                            "3600000",
+                            "0",
+                            "2",
+                            "3600000000",
+                            "2",
+                            "-1",
+                            "1",
+                            ext,
+                            "0",
+                            "2",
+                            "3600000000",
+                            "2",
+                            "-1",
+                            "1",
+                            ""});
+  };
+  for (long long remaining : {1, 0}) {
+    auto r = call("zz=1;q=abc");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->type, REDIS_REPLY_ARRAY) << r->str;
+    ASSERT_EQ(r->elements.size(), 8U);
+    for (std::size_t i : {0U, 4U}) {
+      EXPECT_EQ(r->elements[i].integer, 1) << "check " << i / 4 << " allowed";
+      EXPECT_EQ(r->elements[i + 1].integer, remaining) << "check " << i / 4 << " remaining";
+    }
+  }
+  auto denied = call("");
+  ASSERT_TRUE(denied.ok()) << denied.status().ToString();
+  ASSERT_EQ(denied->elements.size(), 8U);
+  EXPECT_EQ(denied->elements[0].integer, 0);
+  EXPECT_EQ(denied->elements[4].integer, 0);
 }
 
 // Three app servers whose clocks are 10 s apart share one bucket. The bucket refills

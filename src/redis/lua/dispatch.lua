@@ -2,8 +2,9 @@
 -- ARGV[1]: "" to use Redis's clock (TIME), or the caller's now in microseconds
 -- (tests only). ARGV[2]: extra TTL in ms (0; caller-time mode pads TTLs so that
 -- Redis's own expiry, on its clock, cannot drop state the caller's clock still needs).
--- Then six numbers per check: algorithm, limit, window (us), capacity,
--- initial tokens (-1: full), cost (0: peek; negative: a refund of -cost).
+-- Then seven arguments per check: algorithm, limit, window (us), capacity,
+-- initial tokens (-1: full), cost (0: peek; negative: a refund of -cost), and the
+-- check's extensions ("" for a plain check; prelude.lua's parse_ext, read as `c.x`).
 -- Returns four integers per check: allowed (1/0), remaining, reset_after, retry_after;
 -- for a refund (every cost negative, Store::Refund) nothing: an empty array.
 -- `now` comes from clock.lua, which every script starts with.
@@ -12,12 +13,12 @@ PAD = tonumber(ARGV[2])
 local checks, out = {}, {}
 local all, consumes = true, false
 local k = 1
-for i = 0, (#ARGV - 2) / 6 - 1 do
-  local b = 2 + i * 6
+for i = 0, (#ARGV - 2) / 7 - 1 do
+  local b = 2 + i * 7
   local c = {
     alg = tonumber(ARGV[b + 1]), limit = tonumber(ARGV[b + 2]), window = tonumber(ARGV[b + 3]),
     cap = tonumber(ARGV[b + 4]), init = tonumber(ARGV[b + 5]), cost = tonumber(ARGV[b + 6]),
-    key = KEYS[k],
+    x = parse_ext(ARGV[b + 7]), key = KEYS[k],
   }
   k = k + 1
   if c.alg == 1 then

@@ -37,6 +37,18 @@ local function floor_to(t, unit)
   return t - r
 end
 
+-- A check's extension argument (dispatch.lua's 7th per check): "" for a plain check,
+-- else ';'-separated 'k=v' items that the features of docs/redis.md ("Check
+-- extensions") read: w (max_wait, reservations), b and f (blocks, penalties), p and e
+-- (permits), o and l (limit changes). Returns a table of the values as strings (the
+-- feature converts them; a permit id is not a number), or false for "".
+local function parse_ext(s)
+  if s == '' then return false end
+  local x = {}
+  for k, v in string.gmatch(s, '([^;=]+)=([^;]*)') do x[k] = v end
+  return x
+end
+
 -- TTL in ms for state that is back to "full" at `expires` (microseconds).
 local function ttl_ms(expires, now)
   local ms = ceil((expires - now) / 1000)

@@ -11,7 +11,8 @@
 -- <algorithm>.lua is the algorithm's one decision body, which the batch script also
 -- wraps as DECIDE[id] (embed_lua.cmake), so a change is made once. A body reads the
 -- locals key, limit, w, cap, init, cost, need, raw (the GET of the state, or false)
--- and now, and sets allowed, remaining, reset, retry, expires, and, only when allowed
+-- and now, and x (the check's extensions, prelude.lua's parse_ext: always false here,
+-- since a check with extensions goes to the batch script), and sets allowed, remaining, reset, retry, expires, and, only when allowed
 -- with cost > 0, `state` (the new state to SET with its TTL) and maybe `patch` and
 -- `patch_at` (the bytes to SETRANGE at that offset of the stored state instead, when
 -- only they change and the key's TTL stays right) and, for a token bucket that
@@ -33,7 +34,7 @@ local limit, w, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local cap, init = limit, -1
 if ARGV[5] then cap = tonumber(ARGV[5]) end
 if ARGV[6] then init = tonumber(ARGV[6]) end
-local need = max(cost, 1)
+local need, x = max(cost, 1), false
 local allowed, remaining, reset, retry, state, expires, start, start_expires, patch, patch_at
 -- The state, or false when the key is absent. A state is used only if it has this
 -- algorithm's layout (docs/redis.md, "Key layout").
