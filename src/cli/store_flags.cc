@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/flags.h"
+#include "core/utf8.h"
 #include "sluice/memory_store.h"
 
 namespace sluice::cli {
@@ -160,37 +161,12 @@ std::string DescribeLimit(const Policy& p) {
   return s;
 }
 
-namespace {
-// Length of the well-formed UTF-8 sequence at the start of `s` (RFC 3629: no overlong
-// forms, no surrogates, nothing above U+10FFFF), or 0 when it is not one.
-std::size_t Utf8SequenceLength(std::string_view s) {
-  const auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
-  const auto cont = [&](std::size_t i) { return i < s.size() && (b(i) & 0xC0) == 0x80; };
-  const unsigned char c = b(0);
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
-  if (c >= 0xE0 && c <= 0xEF) {
-    if (!cont(1) || !cont(2)) return 0;
-    if (c == 0xE0 && b(1) < 0xA0) return 0;   // overlong
-    if (c == 0xED && b(1) >= 0xA0) return 0;  // UTF-16 surrogate
-    return 3;
-  }
-  if (c >= 0xF0 && c <= 0xF4) {
-    if (!cont(1) || !cont(2) || !cont(3)) return 0;
-    if (c == 0xF0 && b(1) < 0x90) return 0;   // overlong
-    if (c == 0xF4 && b(1) >= 0x90) return 0;  // above U+10FFFF
-    return 4;
-  }
-  return 0;  // a stray continuation byte, 0xC0, 0xC1 or 0xF5..0xFF
-}
-}  // namespace
-
 std::string JsonString(std::string_view s) {
   std::string out = "\"";
   for (std::size_t i = 0; i < s.size();) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     if (c >= 0x80) {
-      const std::size_t n = Utf8SequenceLength(s.substr(i));
+      const std::size_t n = core::Utf8SequenceLength(s.substr(i));
       if (n == 0) {
         out += "\\ufffd";
         ++i;

@@ -12,7 +12,7 @@
 #include <set>
 #include <sstream>
 
-#include "service/utf8.h"
+#include "core/utf8.h"
 
 namespace sluice::service {
 namespace {
@@ -668,7 +668,7 @@ Result<Config> ParseConfig(const std::string& text, const std::string& file) {
     while (begin <= text.size()) {
       std::size_t end = text.find('\n', begin);
       if (end == std::string::npos) end = text.size();
-      if (!ValidUtf8(std::string_view(text).substr(begin, end - begin))) {
+      if (!core::ValidUtf8(std::string_view(text).substr(begin, end - begin))) {
         return Status::InvalidArgument(file + ":" + std::to_string(n) +
                                        ": not UTF-8 text (a config file must be UTF-8)");
       }

@@ -257,6 +257,14 @@ std::string Engine::RenderMetrics() const {
   out.append("# TYPE sluiced_deny_cache_hits_total counter\n");
   line("sluiced_deny_cache_hits_total", "", st.limiter.deny_cache_hits);
   out.append(
+      "# HELP sluiced_lease_total Hot-key leases (lease in a rule): decisions allowed from "
+      "a lease without a store call (hit), leases taken from the store (grant) and "
+      "leases given back (return).\n");
+  out.append("# TYPE sluiced_lease_total counter\n");
+  line("sluiced_lease_total", "event=\"hit\"", st.limiter.lease_hits);
+  line("sluiced_lease_total", "event=\"grant\"", st.limiter.lease_grants);
+  line("sluiced_lease_total", "event=\"return\"", st.limiter.lease_returns);
+  out.append(
       "# HELP sluiced_deny_cache_bytes Bytes reserved by the deny cache (fixed at start).\n");
   out.append("# TYPE sluiced_deny_cache_bytes gauge\n");
   line("sluiced_deny_cache_bytes", "", st.deny_cache_bytes);

@@ -7,9 +7,9 @@
 
 #include <chrono>
 
+#include "core/utf8.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "service/log.h"
-#include "service/utf8.h"
 #include "sluice/bench/v1/empty.grpc.pb.h"
 
 namespace sluice::service {
@@ -22,12 +22,13 @@ namespace {
 // input.
 Status FromProto(Engine& engine, const pb::RateLimitRequest& request, RateLimitRequest* out) {
   RateLimitRequest& req = *out;
-  if (!ValidUtf8(request.domain())) return Status::InvalidArgument("domain is not valid UTF-8");
+  if (!core::ValidUtf8(request.domain()))
+    return Status::InvalidArgument("domain is not valid UTF-8");
   for (int i = 0; i < request.descriptors_size(); ++i) {
     const auto& d = request.descriptors(i);
     for (int j = 0; j < d.entries_size(); ++j) {
-      const bool key_ok = ValidUtf8(d.entries(j).key());
-      if (!key_ok || !ValidUtf8(d.entries(j).value())) {
+      const bool key_ok = core::ValidUtf8(d.entries(j).key());
+      if (!key_ok || !core::ValidUtf8(d.entries(j).value())) {
         return Status::InvalidArgument("descriptors[" + std::to_string(i) + "].entries[" +
                                        std::to_string(j) + "]." + (key_ok ? "value" : "key") +
                                        " is not valid UTF-8");

@@ -3,6 +3,8 @@
 
 #include <vector>
 
+#include "core/utf8.h"
+
 namespace sluice::service {
 namespace {
 
@@ -24,39 +26,6 @@ void AppendMetricLine(std::string& out, std::string_view name, std::string_view 
   out.push_back('\n');
 }
 
-namespace {
-
-// Length of the valid UTF-8 sequence at the start of `v` (RFC 3629: no overlongs, no
-// surrogates, at most U+10FFFF), or 0 when it is not one.
-std::size_t Utf8SequenceLength(std::string_view v) {
-  const auto b = [&](std::size_t i) { return static_cast<unsigned char>(v[i]); };
-  const unsigned char c = b(0);
-  if (c < 0x80) return 1;
-  std::size_t n = 0;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (v.size() < n) return 0;
-  if (b(1) < lo || b(1) > hi) return 0;
-  for (std::size_t i = 2; i < n; ++i) {
-    if (b(i) < 0x80 || b(i) > 0xBF) return 0;
-  }
-  return n;
-}
-
-}  // namespace
-
 std::string EscapeLabel(std::string_view v) {
   std::string out;
   out.reserve(v.size());
@@ -69,7 +38,7 @@ std::string EscapeLabel(std::string_view v) {
     } else if (c == '\n') {
       out.append("\\n");
       v.remove_prefix(1);
-    } else if (const std::size_t n = Utf8SequenceLength(v); n > 0) {
+    } else if (const std::size_t n = core::Utf8SequenceLength(v); n > 0) {
       out.append(v.substr(0, n));
       v.remove_prefix(n);
     } else {

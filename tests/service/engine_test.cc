@@ -999,6 +999,17 @@ descriptors:
   const int multi = counting->calls.load();
   EXPECT_EQ(Passes("api", D{{{"pair", "p"}}}, 10), 10);
   EXPECT_EQ(counting->calls.load() - multi, 10);
+
+  // /metrics shows the lease counters the limiter kept.
+  const LimiterStats st = engine->Stats().limiter;
+  const std::string m = engine->RenderMetrics();
+  for (auto [event, n] : {std::pair{"hit", st.lease_hits}, std::pair{"grant", st.lease_grants},
+                          std::pair{"return", st.lease_returns}}) {
+    EXPECT_GT(n, 0u) << event;
+    const std::string series =
+        "sluiced_lease_total{event=\"" + std::string(event) + "\"} " + std::to_string(n) + "\n";
+    EXPECT_NE(m.find(series), std::string::npos) << series << m;
+  }
 }
 
 TEST(EngineConfig, BadLeasesAreNamedWithTheLine) {
