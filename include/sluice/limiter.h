@@ -16,6 +16,7 @@
 
 #include "sluice/clock.h"
 #include "sluice/decision.h"
+#include "sluice/permit.h"
 #include "sluice/policy.h"
 #include "sluice/status.h"
 #include "sluice/store.h"
@@ -66,6 +67,9 @@ struct LimiterStats {
   std::uint64_t lease_hits = 0;
   std::uint64_t lease_grants = 0;
   std::uint64_t lease_returns = 0;
+  // --- concurrency limits (issue #12 item 1) ---
+  // Permits whose release by a Permit's destructor failed (they expire after their lease).
+  std::uint64_t permit_release_errors = 0;
 };
 
 // Thread-safe. All methods may be called concurrently from any thread. Decisions never
@@ -83,15 +87,20 @@ class Limiter {
   // consumed, or none is. Returns the binding decision (a denying one with the longest
   // retry_after, else the one with the least remaining); `per_policy`, if not empty
   // (size >= policies().size()), receives one decision per policy. Errors:
-  // InvalidArgument for an empty or over-long key, or a cost above a policy's capacity.
+  // InvalidArgument for an empty or over-long key, or a cost above a policy's capacity,
+  // or when a policy is a concurrency limit (its slot would never be released: use
+  // AcquirePermit; Peek works).
   Result<Decision> Acquire(std::string_view key, std::uint64_t cost = 1,
                            std::span<Decision> per_policy = {});
 
   // Like Acquire(key) but each check names its policy, key and cost; all are decided
-  // and consumed atomically. `per_check` receives one decision per check.
+  // and consumed atomically. `per_check` receives one decision per check. A check of a
+  // concurrency policy must have cost 0 (a peek): InvalidArgument otherwise.
   Result<Decision> Acquire(std::span<const Check> checks, std::span<Decision> per_check = {});
 
-  // What Acquire(key, 1) would answer, without consuming anything.
+  // What Acquire(key, 1) would answer, without consuming anything. For a concurrency
+  // policy: remaining = free slots, allowed when one is free, retry_after (when none
+  // is) = until the earliest held permit expires.
   Result<Decision> Peek(std::string_view key, std::span<Decision> per_policy = {});
 
   // Gives `cost` units back to `key` under every policy, atomically: "the request
@@ -107,6 +116,34 @@ class Limiter {
   // Like Refund(key, cost) but each check names its policy, key and cost (the checks of
   // an Acquire(checks) call); all are refunded atomically.
   Status Refund(std::span<const Check> checks);
+  // (Refund(key, cost) leaves concurrency policies alone; Refund(checks) naming one is
+  // an InvalidArgument: a permit is given back with Release.)
+
+  // --- concurrency limits (issue #12 item 1; sluice/permit.h) ---
+  // Takes a permit for `key`: one slot under every concurrency policy (fewer than
+  // max_in_flight held) and `cost` units from every rate policy, all in one atomic
+  // store call (all pass and are taken, or nothing is). The limiter makes the permit's
+  // id (128 random bits). Allowed: the Permit is held() and releases on destruction.
+  // Denied: the Permit holds nothing and its decision() says why (for a concurrency
+  // denial retry_after is until the earliest held permit expires; a release may free
+  // a slot sooner). `per_policy` as in Acquire. A store failure follows each policy's
+  // failure mode: fail-open allows a permit that holds nothing in the store (its
+  // release is a no-op), local fallback holds it in the in-process fallback store,
+  // fail-closed denies. Errors: InvalidArgument as Acquire (cost 1..capacity of each
+  // rate policy), or when no policy is a concurrency limit.
+  Result<Permit> AcquirePermit(std::string_view key, std::uint64_t cost = 1,
+                               std::span<Decision> per_policy = {});
+
+  // Releases the permit `permit_id` of `key` under every concurrency policy, for a
+  // permit held by id (another process, an HTTP client; Permit::Detach). Errors:
+  // InvalidArgument for a bad key or an id that is not kPermitIdLength hex characters;
+  // NotFound naming the permit when no concurrency policy holds it (unknown, released
+  // already, or expired); store errors (Unavailable, DeadlineExceeded) as is.
+  Status Release(std::string_view key, std::string_view permit_id);
+
+  // Moves the expiry of `permit_id` of `key` to now + lease under every concurrency
+  // policy that holds it. Errors as Release (NotFound: held by none, e.g. expired).
+  Status Extend(std::string_view key, std::string_view permit_id);
 
   // Forgets `key` under every policy: its full limits are available again.
   Status Reset(std::string_view key);
@@ -117,6 +154,10 @@ class Limiter {
   LimiterStats Stats() const;
 
  private:
+  friend class Permit;  // Release / Extend / the destructor
+  // Releases or extends what `permit` holds (its store and fallback policies).
+  Status PermitCall(Permit& permit, PermitOp op);
+  void CountReleaseError();
   struct Impl;
   explicit Limiter(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -28,9 +28,16 @@ enum class Algorithm : std::uint8_t {
   // Generic cell rate algorithm: rate limit/window with a burst tolerance; one
   // timestamp of state. Same limits as a token bucket, smaller state.
   kGcra = 4,
+  // --- concurrency limits (issue #12 item 1) ---
+  // Not a rate: at most `limit` permits held at once per key (in flight), each one
+  // until it is released or its lease (`window`) passes. Policy::Concurrency;
+  // Limiter::AcquirePermit takes a permit (sluice/permit.h). State: the held permits'
+  // ids and expiries.
+  kConcurrency = 5,
 };
 
-// "fixed_window", "sliding_window_log", "sliding_window_counter", "token_bucket", "gcra".
+// "fixed_window", "sliding_window_log", "sliding_window_counter", "token_bucket", "gcra",
+// "concurrency".
 const char* AlgorithmName(Algorithm a);
 // Parses the names above (and the short forms "fixed", "sliding_log", "sliding_counter",
 // "bucket"). Returns InvalidArgument naming the unknown value.
@@ -62,9 +69,11 @@ struct Policy {
   // Identifies the policy in keys, headers and metrics: 1-64 chars of [A-Za-z0-9_.-].
   std::string name;
   Algorithm algorithm = Algorithm::kSlidingWindowCounter;
-  // Units allowed per window (window algorithms) or refilled per window (bucket, GCRA).
+  // Units allowed per window (window algorithms) or refilled per window (bucket, GCRA);
+  // for a concurrency policy, the most permits held at once (max_in_flight).
   std::uint64_t limit = 0;
   // Window length or refill period, in microseconds; at least 1 ms, at most 366 days.
+  // For a concurrency policy: the permits' lease.
   Micros window = 0;
   // Token bucket capacity / GCRA burst. 0 means "same as limit". Ignored by window
   // algorithms.
@@ -116,6 +125,13 @@ struct Policy {
   // `limit` per `window`, with up to `burst` at once.
   static Policy Gcra(std::string name, std::uint64_t limit, std::chrono::microseconds window,
                      std::uint64_t burst);
+  // --- concurrency limits (issue #12 item 1) ---
+  // At most `max_in_flight` permits held at once per key; a permit not released within
+  // `lease` expires by itself (so a crashed holder cannot leak capacity), unless it is
+  // extended (Permit::Extend). limit = max_in_flight (1..1000000), window = lease (at
+  // least 1 ms; 0 or negative is an error naming the lease).
+  static Policy Concurrency(std::string name, std::uint64_t max_in_flight,
+                            std::chrono::microseconds lease);
 };
 
 // Checks every field of `p`; the error message names the policy and the field,

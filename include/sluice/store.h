@@ -18,6 +18,17 @@
 
 namespace sluice {
 
+// --- concurrency limits (issue #12 item 1) ---
+// What a check of a concurrency policy (Algorithm::kConcurrency) does with its permit.
+enum class PermitOp : std::uint8_t {
+  // Takes a slot for the permit (cost 1), or peeks (cost 0: no permit needed).
+  kAcquire = 0,
+  // Frees the permit's slot. Decision::allowed: whether the permit was held.
+  kRelease = 1,
+  // Moves the permit's expiry to now + lease. Decision::allowed: whether it was held.
+  kExtend = 2,
+};
+
 // One limit to evaluate: a validated policy, the full store key for it, and a cost.
 // Cost 0 is a peek: nothing is consumed, and allowed/retry_after answer for cost 1.
 // 1 <= cost <= policy->Capacity() otherwise (the Limiter checks this).
@@ -25,6 +36,14 @@ struct StoreCheck {
   const Policy* policy = nullptr;
   std::string_view key;
   std::uint64_t cost = 1;
+  // --- concurrency limits (issue #12 item 1): concurrency policies only ---
+  // The permit's id (kPermitIdLength lower-case hex characters, sluice/permit.h);
+  // empty for a peek. Ignored by the rate algorithms.
+  std::string_view permit;
+  // What the check does with `permit`. Release and extend are applied to each check on
+  // its own (never all or nothing, and never held back by another check's denial);
+  // their cost is ignored.
+  PermitOp op = PermitOp::kAcquire;
 };
 
 // Called with the outcome of an asynchronous evaluation. `decisions` is valid only
@@ -43,7 +62,11 @@ class Store {
   // (out.size() >= checks.size()). If every check allows, all costs are consumed;
   // otherwise nothing is. An error status means nothing is known (the store may or may
   // not have applied the checks if the error is kDeadlineExceeded).
-  // Thread-safe. The keys need to live only for the duration of the call.
+  // Concurrency checks (Algorithm::kConcurrency): an acquire (cost 1) is consumed like
+  // any check, all or nothing, and holds `permit` until it is released or its lease
+  // passes; release and extend checks (StoreCheck::op) are applied whatever the other
+  // checks decide, and their Decision::allowed says whether the permit was held.
+  // Thread-safe. The keys (and permit ids) need to live only for the duration of the call.
   virtual Status Evaluate(std::span<const StoreCheck> checks, Micros now,
                           std::span<Decision> out) = 0;
 

@@ -19,11 +19,14 @@
 // below now.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "sluice/clock.h"
 #include "sluice/decision.h"
 #include "sluice/policy.h"
+#include "sluice/store.h"
 
 namespace sluice::core {
 
@@ -125,5 +128,60 @@ void SlidingWindowLogCommit(const Policy& p, SlidingLog& log, Micros now, std::u
 // newest entries (the newest one left may keep part of its cost).
 void SlidingWindowLogRefund(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
                             Micros* expires);
+
+}  // namespace sluice::core
+
+// --- concurrency limits (issue #12 item 1) ---
+namespace sluice::core {
+
+// A held permit: its id (128 bits, the 32 hex characters of sluice/permit.h as two
+// words) and the time it expires by itself.
+struct PermitId {
+  std::uint64_t hi = 0, lo = 0;
+  bool operator==(const PermitId&) const = default;
+};
+struct PermitEntry {
+  PermitId id;
+  Micros expires = 0;
+};
+
+// Parses a permit id (kPermitIdLength lower-case hex characters); false if it is not one.
+bool ParsePermitId(std::string_view text, PermitId* out);
+
+// InvalidArgument unless `c` is a well-formed permit check: a release or extend only of
+// a concurrency policy, and with a permit id; an acquire of cost 1 with a permit id
+// (cost 0, a peek, needs none). Every store checks this.
+Status ValidatePermitCheck(const StoreCheck& c);
+
+// The permits held for one key, ordered by expiry (ties: in the order they were set).
+// Abstract like SlidingLog so the in-process store keeps a malloc'd ring. The Lua
+// mirror is a sorted set of ids scored by expiry (lua/concurrency.lua).
+class PermitSet {
+ public:
+  virtual ~PermitSet() = default;
+  virtual std::size_t size() const = 0;
+  virtual const PermitEntry& at(std::size_t i) const = 0;  // 0 = earliest expiry
+  virtual void pop_front() = 0;
+  virtual void erase(std::size_t i) = 0;
+  // Appends; e.expires is at least every entry's (always now + lease, now never going
+  // back). The store may grow its buffer.
+  virtual void push_back(PermitEntry e) = 0;
+};
+
+// Concurrency limit, op by op (StoreCheck::op). Every op first drops the permits that
+// expired by `now` (expires <= now). Then:
+//  - acquire (cost 1; 0 peeks): allowed <=> held + 1 <= limit; remaining = free slots
+//    after it; retry_after (denied) = until enough permits expire for one slot;
+//    reset_after = until the last held permit expires (0 when none). The permit is
+//    held only when `commit` is true (ConcurrencyCommit otherwise, once the batch
+//    allows); an id already held is set anew (one entry);
+//  - release: allowed <=> the permit was held; it is removed;
+//  - extend: allowed <=> the permit was held; it now expires at now + lease.
+// `*expires`: when the set will be empty (every held permit expired): now if empty.
+Decision Concurrency(const Policy& p, PermitSet& set, Micros now, const PermitId& id, PermitOp op,
+                     std::uint64_t cost, bool commit, Micros* expires);
+// Holds `id` from `now` until now + lease (an acquire that was decided with commit false).
+void ConcurrencyCommit(const Policy& p, PermitSet& set, Micros now, const PermitId& id,
+                       Micros* expires);
 
 }  // namespace sluice::core

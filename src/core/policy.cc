@@ -10,6 +10,7 @@ namespace {
 
 constexpr std::uint64_t kMaxLimit = 1'000'000'000'000ULL;  // exact in Lua's doubles
 constexpr std::uint64_t kMaxLogLimit = 1'000'000;          // one entry per unit per key
+constexpr std::uint64_t kMaxInFlight = 1'000'000;          // one entry per permit per key
 constexpr Micros kMinWindow = 1'000;                       // 1 ms
 constexpr Micros kMaxWindow = 366LL * 24 * 3600 * 1'000'000;
 
@@ -61,6 +62,8 @@ const char* AlgorithmName(Algorithm a) {
       return "token_bucket";
     case Algorithm::kGcra:
       return "gcra";
+    case Algorithm::kConcurrency:
+      return "concurrency";
   }
   return "unknown";
 }
@@ -72,9 +75,10 @@ Result<Algorithm> ParseAlgorithm(std::string_view name) {
     return Algorithm::kSlidingWindowCounter;
   if (name == "token_bucket" || name == "bucket") return Algorithm::kTokenBucket;
   if (name == "gcra") return Algorithm::kGcra;
+  if (name == "concurrency") return Algorithm::kConcurrency;
   return Status::InvalidArgument("unknown algorithm '" + std::string(name) +
                                  "' (expected fixed_window, sliding_window_log, "
-                                 "sliding_window_counter, token_bucket or gcra)");
+                                 "sliding_window_counter, token_bucket, gcra or concurrency)");
 }
 
 const char* FailureModeName(FailureMode m) {
@@ -144,6 +148,51 @@ Policy Policy::Gcra(std::string name, std::uint64_t limit, std::chrono::microsec
   return p;
 }
 
+Policy Policy::Concurrency(std::string name, std::uint64_t max_in_flight,
+                           std::chrono::microseconds lease) {
+  Policy p = FixedWindow(std::move(name), max_in_flight, lease);
+  p.algorithm = Algorithm::kConcurrency;
+  return p;
+}
+
+namespace {
+
+// A concurrency policy's fields have names of their own (max_in_flight, lease).
+Status ValidateConcurrency(const Policy& p) {
+  if (p.limit == 0) return Status::InvalidArgument(Fail(p, "max_in_flight must be > 0"));
+  if (p.limit > kMaxInFlight) {
+    return Status::InvalidArgument(
+        Fail(p, "max_in_flight must be at most 1000000 (got " + std::to_string(p.limit) + ")"));
+  }
+  if (p.window <= 0) {
+    return Status::InvalidArgument(Fail(p, "lease must be more than 0 (got " +
+                                               std::to_string(p.window) +
+                                               "us): a permit nobody releases must expire"));
+  }
+  if (p.window < kMinWindow) {
+    return Status::InvalidArgument(
+        Fail(p, "lease must be at least 1ms (got " + std::to_string(p.window) + "us)"));
+  }
+  if (p.window > kMaxWindow)
+    return Status::InvalidArgument(Fail(p, "lease must be at most 366 days"));
+  if (p.burst != 0) {
+    return Status::InvalidArgument(
+        Fail(p, "burst applies to token_bucket and gcra only, not concurrency"));
+  }
+  if (p.initial_tokens) {
+    return Status::InvalidArgument(Fail(p, "initial_tokens applies to token_bucket only"));
+  }
+  if (p.lease != 0 || p.lease_validity != 0) {
+    return Status::InvalidArgument(
+        Fail(p,
+             "hot-key leases (lease, lease_validity) do not apply to concurrency; its "
+             "permits' lease is the policy's window"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ValidatePolicy(const Policy& p) {
   if (p.name.empty() || p.name.size() > 64) {
     return Status::InvalidArgument("policy name must be 1-64 characters (got " +
@@ -154,9 +203,16 @@ Status ValidatePolicy(const Policy& p) {
       return Status::InvalidArgument(Fail(p, "name may only contain [A-Za-z0-9_.-]"));
     }
   }
-  if (static_cast<unsigned>(p.algorithm) > 4) {
-    return Status::InvalidArgument(Fail(p, "algorithm is not one of the five known ones"));
+  if (static_cast<unsigned>(p.algorithm) > 5) {
+    return Status::InvalidArgument(Fail(p, "algorithm is not one of the six known ones"));
   }
+  if (static_cast<unsigned>(p.failure_mode) > 2) {
+    return Status::InvalidArgument(Fail(p, "failure_mode is not a known mode"));
+  }
+  if (p.fallback_divisor == 0) {
+    return Status::InvalidArgument(Fail(p, "fallback_divisor must be >= 1"));
+  }
+  if (p.algorithm == Algorithm::kConcurrency) return ValidateConcurrency(p);
   if (p.limit == 0) return Status::InvalidArgument(Fail(p, "limit must be > 0"));
   if (p.limit > kMaxLimit) {
     return Status::InvalidArgument(

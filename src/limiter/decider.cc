@@ -171,13 +171,21 @@ struct Decider::Impl {
     bool too_big = false;
   };
 
+  // The store's view of `c` at `cost`.
+  static StoreCheck ToStoreCheck(const Check& c, std::uint64_t cost) {
+    StoreCheck sc{c.policy, c.key, cost};
+    sc.permit = c.permit;  // concurrency limits
+    sc.op = c.op;
+    return sc;
+  }
+
   static void MakeGroup(std::span<const Check> checks, Group& g) {
     g.checks = checks.data();
     g.n = checks.size();
     g.too_big = false;
     for (const Check& c : checks) g.too_big = g.too_big || c.cost > c.policy->Capacity();
     for (std::size_t i = 0; i < checks.size(); ++i) {
-      g.sc[i] = StoreCheck{checks[i].policy, checks[i].key, g.too_big ? 0 : checks[i].cost};
+      g.sc[i] = ToStoreCheck(checks[i], g.too_big ? 0 : checks[i].cost);
     }
   }
 
@@ -220,7 +228,10 @@ struct Decider::Impl {
       for (std::size_t i = 0; i < g.n; ++i) denied = denied || !out[i].allowed;
       for (std::size_t i = 0; i < g.n; ++i) {
         if (!out[i].allowed) {
-          if (use_deny_cache) deny_cache.Insert(g.sc[i].key, g.sc[i].cost, now, out[i]);
+          // (A concurrency slot may be released before its retry time: not cached.)
+          if (use_deny_cache && g.sc[i].policy->algorithm != Algorithm::kConcurrency) {
+            deny_cache.Insert(g.sc[i].key, g.sc[i].cost, now, out[i]);
+          }
         } else if (denied) {
           out[i].remaining = std::min(out[i].limit, out[i].remaining + g.sc[i].cost);
         }
@@ -265,7 +276,8 @@ struct Decider::Impl {
         case FailureMode::kLocalFallback: {
           const Policy& fp = c.fallback != nullptr ? *c.fallback : p;
           if (g.sc[i].cost <= fp.Capacity()) {
-            fb[n] = StoreCheck{&fp, g.sc[i].key, g.sc[i].cost};
+            fb[n] = g.sc[i];
+            fb[n].policy = &fp;
             fb_index[n++] = i;
             break;
           }
@@ -474,7 +486,7 @@ Result<std::size_t> Decider::Decide(std::span<const Check> checks, std::span<Dec
     // the key is hashed and its slot prefetched before the clock is read, and nothing else is
     // copied or cleared. A store error takes the general path's handling.
     const Check& c = checks[0];
-    const StoreCheck sc{c.policy, c.key, c.cost};
+    const StoreCheck sc = Impl::ToStoreCheck(c, c.cost);
     const std::uint64_t hash = memory_internal::Access::Prepare(*im.memory, c.key);
     const Micros now = im.options.clock->Now();
     const std::uint16_t idx = out[0].policy_index;
@@ -529,10 +541,11 @@ namespace {
 struct Pending {
   std::shared_ptr<Decider::Impl> impl;
   std::string keys[kMaxChecks];
-  Check checks[kMaxChecks];      // in caller order, keys pointing into `keys`
-  Check grouped[kMaxChecks];     // enforced first, then shadow
-  std::size_t from[kMaxChecks];  // grouped index -> caller index
-  Decision decided[kMaxChecks];  // grouped order
+  std::string permits[kMaxChecks];  // concurrency limits: copies of the permit ids
+  Check checks[kMaxChecks];         // in caller order, keys pointing into `keys`
+  Check grouped[kMaxChecks];        // enforced first, then shadow
+  std::size_t from[kMaxChecks];     // grouped index -> caller index
+  Decision decided[kMaxChecks];     // grouped order
   std::size_t n = 0;
   std::size_t enforced = 0;
   Micros now = 0;
@@ -655,6 +668,10 @@ void Decider::DecideAsync(std::span<const Check> checks, DoneCallback done) {
     p->keys[i].assign(checks[i].key);
     p->checks[i] = checks[i];
     p->checks[i].key = p->keys[i];
+    if (!checks[i].permit.empty()) {
+      p->permits[i].assign(checks[i].permit);
+      p->checks[i].permit = p->permits[i];
+    }
   }
   std::size_t k = 0;
   for (bool shadow : {false, true}) {
@@ -723,6 +740,9 @@ Store& Decider::store() const {
 }
 const Clock& Decider::clock() const {
   return *impl_->options.clock;
+}
+Store& Decider::fallback_store() const {
+  return impl_->fallback_store;
 }
 
 }  // namespace sluice::decide

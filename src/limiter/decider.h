@@ -41,6 +41,11 @@ struct Check {
   // 0 peeks (nothing is consumed). A cost above the policy's capacity could never
   // pass: that check is denied and the whole batch only peeked.
   std::uint64_t cost = 1;
+  // --- concurrency limits (issue #12 item 1): StoreCheck::permit and op ---
+  // A concurrency check's denial is never put in the deny cache (a release by any
+  // process may free a slot before its retry time).
+  std::string_view permit;
+  PermitOp op = PermitOp::kAcquire;
 };
 
 struct Options {
@@ -110,6 +115,9 @@ class Decider {
   std::size_t FallbackMaxKeys() const;
   Store& store() const;
   const Clock& clock() const;
+  // The in-process store kLocalFallback decides with (a permit taken there is released
+  // there: sluice::Permit).
+  Store& fallback_store() const;
 
   // Internal (the asynchronous steps in decider.cc name it).
   struct Impl;

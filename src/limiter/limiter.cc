@@ -13,6 +13,7 @@
 
 #include "limiter/decider.h"
 #include "limiter/limiter_internal.h"
+#include "limiter/permit_internal.h"
 #include "sluice/key.h"
 #include "sluice/memory_store.h"
 
@@ -117,8 +118,20 @@ struct Limiter::Impl {
   }
 
   explicit Impl(LimiterOptions o) : options(std::move(o)), decider(DeciderOptions(options)) {
-    for (const Policy& p : options.policies) fallback_policies.push_back(decide::FallbackPolicy(p));
+    for (const Policy& p : options.policies) {
+      fallback_policies.push_back(decide::FallbackPolicy(p));
+      has_concurrency = has_concurrency || p.algorithm == Algorithm::kConcurrency;
+    }
   }
+
+  // Acquire(checks), and AcquirePermit when `permit` is not empty: then every check of a
+  // concurrency policy takes a slot for `permit` (its cost is 1).
+  Result<Decision> Decide(std::span<const Check> checks, std::span<Decision> per_check,
+                          std::string_view permit);
+
+  // --- concurrency limits (issue #12 item 1) ---
+  bool has_concurrency = false;
+  std::atomic<std::uint64_t> permit_release_errors{0};
 };
 
 Result<std::unique_ptr<Limiter>> Limiter::Create(LimiterOptions options) {
@@ -176,6 +189,12 @@ Result<Decision> Limiter::Peek(std::string_view key, std::span<Decision> per_pol
 }
 
 Result<Decision> Limiter::Acquire(std::span<const Check> checks, std::span<Decision> per_check) {
+  return impl_->Decide(checks, per_check, {});
+}
+
+Result<Decision> Limiter::Impl::Decide(std::span<const Check> checks, std::span<Decision> per_check,
+                                       std::string_view permit) {
+  Impl* const impl_ = this;
   if (checks.empty()) return Status::InvalidArgument("no checks given");
   if (checks.size() > kMaxChecks) return Status::InvalidArgument("at most 16 checks per call");
   if (!per_check.empty() && per_check.size() < checks.size()) {
@@ -196,7 +215,7 @@ Result<Decision> Limiter::Acquire(std::span<const Check> checks, std::span<Decis
       return Status::InvalidArgument("key is " + std::to_string(c.key.size()) + " bytes; at most " +
                                      std::to_string(kMaxKeyBytes) + " are allowed");
     }
-    if (c.cost > p.Capacity()) {
+    if (c.cost > p.Capacity() && !(permit.size() > 0 && p.algorithm == Algorithm::kConcurrency)) {
       return Status::InvalidArgument("cost " + std::to_string(c.cost) + " exceeds the capacity " +
                                      std::to_string(p.Capacity()) + " of policy '" + p.name +
                                      "': such a request could never pass");
@@ -209,6 +228,16 @@ Result<Decision> Limiter::Acquire(std::span<const Check> checks, std::span<Decis
     dchecks[i] =
         decide::Check{&p, &impl_->fallback_policies[c.policy],
                       BuildStoreKeyView(keys[i], impl_->options.key_prefix, c.key, p.name), c.cost};
+    if (p.algorithm == Algorithm::kConcurrency && c.cost > 0) {
+      // --- concurrency limits: a slot is taken only with a permit that can release it ---
+      if (permit.empty()) {
+        return Status::InvalidArgument("policy '" + p.name +
+                                       "' is a concurrency limit: use AcquirePermit (Acquire "
+                                       "would take a slot that nothing releases); Peek works");
+      }
+      dchecks[i].cost = 1;
+      dchecks[i].permit = permit;
+    }
   }
   Scratch<Decision, kMaxChecks> local;
   std::span<Decision> out = per_check.empty() ? std::span<Decision>(local.data(), checks.size())
@@ -226,8 +255,16 @@ Result<Decision> Limiter::Acquire(std::span<const Check> checks, std::span<Decis
 Status Limiter::Refund(std::string_view key, std::uint64_t cost) {
   const auto& ps = impl_->options.policies;
   Scratch<Check, kMaxChecks> checks;
-  for (std::size_t i = 0; i < ps.size(); ++i) checks[i] = Check{i, key, cost};
-  return Refund(std::span<const Check>(checks.data(), ps.size()));
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    // A concurrency slot is given back by releasing its permit, not by a refund.
+    if (ps[i].algorithm != Algorithm::kConcurrency) checks[n++] = Check{i, key, cost};
+  }
+  if (n == 0) {
+    return Status::InvalidArgument(
+        "every policy is a concurrency limit: there is nothing to refund (release the permit)");
+  }
+  return Refund(std::span<const Check>(checks.data(), n));
 }
 
 Status Limiter::Refund(std::span<const Check> checks) {
@@ -245,6 +282,11 @@ Status Limiter::Refund(std::span<const Check> checks) {
     const Policy& p = ps[c.policy];
     if (c.key.empty() || c.key.size() > kMaxKeyBytes) {
       return Status::InvalidArgument("key must be 1-" + std::to_string(kMaxKeyBytes) + " bytes");
+    }
+    if (p.algorithm == Algorithm::kConcurrency) {
+      return Status::InvalidArgument("policy '" + p.name +
+                                     "' is a concurrency limit: give its slot back with "
+                                     "Release, not Refund");
     }
     if (c.cost == 0 || c.cost > p.Capacity()) {
       return Status::InvalidArgument("refund cost " + std::to_string(c.cost) + " of policy '" +
@@ -276,7 +318,146 @@ Status Limiter::Reset(std::string_view key) {
 }
 
 LimiterStats Limiter::Stats() const {
-  return impl_->decider.Stats();
+  LimiterStats s = impl_->decider.Stats();
+  s.permit_release_errors = impl_->permit_release_errors.load(std::memory_order_relaxed);
+  return s;
+}
+
+// --- concurrency limits (issue #12 item 1) ---
+
+Result<Permit> Limiter::AcquirePermit(std::string_view key, std::uint64_t cost,
+                                      std::span<Decision> per_policy) {
+  const auto& ps = impl_->options.policies;
+  if (!impl_->has_concurrency) {
+    return Status::InvalidArgument(
+        "AcquirePermit needs a concurrency policy (Policy::Concurrency) and this limiter has "
+        "none: use Acquire");
+  }
+  if (cost == 0) {
+    return Status::InvalidArgument("AcquirePermit's cost must be at least 1 (Peek takes nothing)");
+  }
+  if (!per_policy.empty() && per_policy.size() < ps.size()) {
+    return Status::InvalidArgument("per-policy output has fewer slots than policies");
+  }
+  Permit permit;
+  permit.id_ = permit_internal::NewPermitId();
+  Scratch<Check, kMaxChecks> checks;
+  for (std::size_t i = 0; i < ps.size(); ++i) checks[i] = Check{i, key, cost};
+  Scratch<Decision, kMaxChecks> local;
+  std::span<Decision> out = per_policy.empty() ? std::span<Decision>(local.data(), ps.size())
+                                               : per_policy.first(ps.size());
+  auto d = impl_->Decide(std::span<const Check>(checks.data(), ps.size()), out, permit.id_);
+  if (!d.ok()) return d.status();
+  permit.limiter_ = this;
+  permit.key_.assign(key);
+  permit.decision_ = *d;
+  if (!d->allowed) return permit;
+  permit.held_ = true;
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    if (ps[i].algorithm != Algorithm::kConcurrency || out[i].shadow_denied) continue;
+    if (out[i].source == DecisionSource::kStore) permit.in_store_ |= 1u << i;
+    if (out[i].source == DecisionSource::kLocalFallback) permit.in_fallback_ |= 1u << i;
+  }
+  return permit;
+}
+
+namespace {
+
+// Releases or extends `id` of `key` under the policies of `mask` in `store` (their
+// policies from `policies`). Sets *found when any of them held it.
+Status PermitOnStore(Store& store, const std::vector<Policy>& policies, std::uint32_t mask,
+                     const std::string& prefix, std::string_view key, std::string_view id,
+                     PermitOp op, Micros now, bool* found) {
+  std::string keys[kMaxChecks];
+  StoreCheck checks[kMaxChecks];
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < policies.size(); ++i) {
+    if ((mask & (1u << i)) == 0) continue;
+    BuildStoreKey(keys[n], prefix, key, policies[i].name);
+    checks[n] = StoreCheck{&policies[i], keys[n], 1};
+    checks[n].permit = id;
+    checks[n].op = op;
+    ++n;
+  }
+  if (n == 0) return Status::Ok();
+  Decision out[kMaxChecks];
+  Status s =
+      store.Evaluate(std::span<const StoreCheck>(checks, n), now, std::span<Decision>(out, n));
+  if (!s.ok()) return s;
+  for (std::size_t i = 0; i < n; ++i) *found = *found || out[i].allowed;
+  return Status::Ok();
+}
+
+Status NotHeld(std::string_view key, std::string_view id, PermitOp op) {
+  return Status::NotFound(std::string("permit '") + std::string(id) + "' of key '" +
+                          std::string(key) + "' is not held (unknown, released already, or " +
+                          "expired after its lease)" +
+                          (op == PermitOp::kExtend ? ": it cannot be extended" : ""));
+}
+
+}  // namespace
+
+Status Limiter::PermitCall(Permit& permit, PermitOp op) {
+  if (permit.in_store_ == 0 && permit.in_fallback_ == 0) return Status::Ok();  // fail-open
+  const Micros now = impl_->options.clock->Now();
+  bool found = false;
+  Status s = PermitOnStore(impl_->decider.store(), impl_->options.policies, permit.in_store_,
+                           impl_->options.key_prefix, permit.key_, permit.id_, op, now, &found);
+  if (!s.ok()) return s;
+  s = PermitOnStore(impl_->decider.fallback_store(), impl_->fallback_policies, permit.in_fallback_,
+                    impl_->options.key_prefix, permit.key_, permit.id_, op, now, &found);
+  if (!s.ok()) return s;
+  return found ? Status::Ok() : NotHeld(permit.key_, permit.id_, op);
+}
+
+namespace {
+
+Status CheckPermitArgs(bool has_concurrency, std::string_view key, std::string_view id) {
+  if (!has_concurrency) {
+    return Status::InvalidArgument("this limiter has no concurrency policy: no permit to release");
+  }
+  if (key.empty() || key.size() > kMaxKeyBytes) {
+    return Status::InvalidArgument("key must be 1-" + std::to_string(kMaxKeyBytes) + " bytes");
+  }
+  if (!IsPermitId(id)) {
+    return Status::InvalidArgument("permit id '" + std::string(id.substr(0, 64)) + "' must be " +
+                                   std::to_string(kPermitIdLength) + " lower-case hex characters");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Limiter::Release(std::string_view key, std::string_view permit_id) {
+  if (Status s = CheckPermitArgs(impl_->has_concurrency, key, permit_id); !s.ok()) return s;
+  std::uint32_t mask = 0;
+  for (std::size_t i = 0; i < impl_->options.policies.size(); ++i) {
+    if (impl_->options.policies[i].algorithm == Algorithm::kConcurrency) mask |= 1u << i;
+  }
+  bool found = false;
+  Status s = PermitOnStore(impl_->decider.store(), impl_->options.policies, mask,
+                           impl_->options.key_prefix, key, permit_id, PermitOp::kRelease,
+                           impl_->options.clock->Now(), &found);
+  if (!s.ok()) return s;
+  return found ? Status::Ok() : NotHeld(key, permit_id, PermitOp::kRelease);
+}
+
+Status Limiter::Extend(std::string_view key, std::string_view permit_id) {
+  if (Status s = CheckPermitArgs(impl_->has_concurrency, key, permit_id); !s.ok()) return s;
+  std::uint32_t mask = 0;
+  for (std::size_t i = 0; i < impl_->options.policies.size(); ++i) {
+    if (impl_->options.policies[i].algorithm == Algorithm::kConcurrency) mask |= 1u << i;
+  }
+  bool found = false;
+  Status s = PermitOnStore(impl_->decider.store(), impl_->options.policies, mask,
+                           impl_->options.key_prefix, key, permit_id, PermitOp::kExtend,
+                           impl_->options.clock->Now(), &found);
+  if (!s.ok()) return s;
+  return found ? Status::Ok() : NotHeld(key, permit_id, PermitOp::kExtend);
+}
+
+void Limiter::CountReleaseError() {
+  impl_->permit_release_errors.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Store::EvaluateAsync(std::span<const StoreCheck> checks, Micros now, EvaluateCallback done) {

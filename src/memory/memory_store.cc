@@ -168,6 +168,72 @@ class RingLog final : public core::SlidingLog {
   std::uint64_t limit_;
 };
 
+// --- concurrency limits (issue #12 item 1) ---
+// The permits of one key, a ring ordered by expiry (LogBuffer's pattern: malloc'd, so
+// the slot holds a bare pointer). Capacity doubles up to the policy's max_in_flight
+// (beyond only for permits taken under a larger limit of the same policy name).
+struct PermitBuffer {
+  std::uint32_t head;
+  std::uint32_t count;
+  std::uint32_t capacity;
+  core::PermitEntry entries[1];
+
+  static PermitBuffer* Make(std::uint32_t capacity) {
+    void* mem = std::malloc(sizeof(PermitBuffer) + sizeof(core::PermitEntry) * (capacity - 1));
+    if (mem == nullptr) throw std::bad_alloc();
+    return Init(static_cast<PermitBuffer*>(mem), capacity);
+  }
+  static PermitBuffer* Init(PermitBuffer* b, std::uint32_t capacity) {
+    b->head = 0;
+    b->count = 0;
+    b->capacity = capacity;
+    return b;
+  }
+};
+
+class RingPermits final : public core::PermitSet {
+ public:
+  RingPermits(PermitBuffer** buf, std::uint64_t limit) : buf_(buf), limit_(limit) {}
+  std::size_t size() const override { return (*buf_)->count; }
+  const core::PermitEntry& at(std::size_t i) const override {
+    const PermitBuffer* b = *buf_;
+    return b->entries[(b->head + i) % b->capacity];
+  }
+  void pop_front() override {
+    PermitBuffer* b = *buf_;
+    b->head = (b->head + 1) % b->capacity;
+    --b->count;
+  }
+  void erase(std::size_t i) override {
+    PermitBuffer* b = *buf_;
+    for (std::size_t j = i; j + 1 < b->count; ++j) {
+      b->entries[(b->head + j) % b->capacity] = b->entries[(b->head + j + 1) % b->capacity];
+    }
+    --b->count;
+  }
+  void push_back(core::PermitEntry e) override {
+    PermitBuffer* b = *buf_;
+    if (b->count == b->capacity) {
+      const auto cap = static_cast<std::uint32_t>(
+          std::min<std::uint64_t>(std::max<std::uint64_t>(limit_, b->capacity + 1),
+                                  std::max<std::uint64_t>(4, std::uint64_t{b->capacity} * 2)));
+      PermitBuffer* n = PermitBuffer::Make(cap);
+      for (std::uint32_t i = 0; i < b->count; ++i) {
+        n->entries[i] = b->entries[(b->head + i) % b->capacity];
+      }
+      n->count = b->count;
+      std::free(b);
+      *buf_ = b = n;
+    }
+    b->entries[(b->head + b->count) % b->capacity] = e;
+    ++b->count;
+  }
+
+ private:
+  PermitBuffer** buf_;
+  std::uint64_t limit_;
+};
+
 union State {
   State() : counter{} {}
   core::FixedWindowState fixed;
@@ -175,6 +241,7 @@ union State {
   core::TokenBucketState bucket;
   core::GcraState gcra;
   LogBuffer* log;
+  PermitBuffer* permits;  // concurrency limits
 };
 static_assert(sizeof(State) == 24);
 
@@ -230,6 +297,7 @@ struct alignas(64) Slot {
   void Free() {
     if (key_len == kHeapKey) std::free(Heap().data);
     if (tag == TagOf(Algorithm::kSlidingWindowLog) && state.log) std::free(state.log);
+    if (tag == TagOf(Algorithm::kConcurrency) && state.permits) std::free(state.permits);
     tag = 0;
   }
 };
@@ -501,6 +569,7 @@ Decision RunWord(const Policy& p, const State& in, bool fresh, Micros now, std::
     case Algorithm::kGcra:
       return core::Gcra(p, in.gcra, fresh, now, cost, &out->gcra, expires);
     case Algorithm::kSlidingWindowLog:
+    case Algorithm::kConcurrency:
       break;
   }
   return {};
@@ -509,6 +578,7 @@ Decision RunWord(const Policy& p, const State& in, bool fresh, Micros now, std::
 // Refunds `cost` to the state in `s` (an existing slot of p's algorithm). A word
 // state back to full (expires <= now) is fresh: nothing to give back.
 void RefundSlot(const Policy& p, Slot* s, Micros now, std::uint64_t cost) {
+  if (p.algorithm == Algorithm::kConcurrency) return;  // permits are released, not refunded
   if (p.algorithm == Algorithm::kSlidingWindowLog) {
     RingLog log(&s->state.log, p.limit);
     core::SlidingWindowLogRefund(p, log, now, cost, &s->expires);
@@ -530,11 +600,19 @@ void RefundSlot(const Policy& p, Slot* s, Micros now, std::uint64_t cost) {
       core::GcraRefund(p, in.gcra, now, cost, &s->state.gcra, &s->expires);
       break;
     case Algorithm::kSlidingWindowLog:
+    case Algorithm::kConcurrency:
       break;
   }
 }
 
 constexpr std::size_t kMaxBatch = 16;
+
+// True when a check takes something when its batch allows: a cost above 0, and for a
+// concurrency check an acquire (a release or an extend is applied on its own).
+bool Consumes(const StoreCheck& c) {
+  return c.cost > 0 &&
+         (c.policy->algorithm != Algorithm::kConcurrency || c.op == PermitOp::kAcquire);
+}
 
 // The prologue Evaluate and Refund share: each key's hash and shard, the shards
 // involved locked in index order (so that batches never deadlock) until the object
@@ -642,7 +720,7 @@ std::uint64_t Access::Prepare(MemoryStore& store, std::string_view key) {
 Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, std::uint64_t hash, Micros now,
                            Decision* out) {
   const Policy& p = *c.policy;
-  if (p.algorithm != Algorithm::kSlidingWindowLog) {
+  if (p.algorithm != Algorithm::kSlidingWindowLog && p.algorithm != Algorithm::kConcurrency) {
     // The common case, a word state that is live (not back to full): decided and
     // committed under the shard lock with nothing else to do. It is exactly what the
     // batch path below does for such a check (no reservation, insert or sweep).
@@ -692,6 +770,10 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
                                               std::span<const StoreCheck> checks, Micros now,
                                               std::span<Decision> out) {
   const std::unique_ptr<MemoryStore::Impl>& impl_ = store.impl_;
+  for (const StoreCheck& c : checks) {
+    if (c.policy->algorithm != Algorithm::kConcurrency && c.op == PermitOp::kAcquire) continue;
+    if (Status v = core::ValidatePermitCheck(c); !v.ok()) return v;
+  }
   LockedShards locks(impl_->shards, checks, &now);
   const std::uint64_t* hashes = locks.hash;
   const std::size_t nlocks = locks.locked();
@@ -721,7 +803,27 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
       s = nullptr;
     }
     slots[i] = s;
-    if (p.algorithm == Algorithm::kSlidingWindowLog) {
+    if (p.algorithm == Algorithm::kConcurrency) {
+      // --- concurrency limits (issue #12 item 1) ---
+      // Release and extend apply here, whatever the batch decides; an acquire is
+      // decided now and committed with the batch.
+      core::PermitId id;
+      (void)core::ParsePermitId(c.permit, &id);  // validated above (empty for a peek)
+      if (s == nullptr) {
+        PermitBuffer empty;
+        PermitBuffer* scratch = PermitBuffer::Init(&empty, 1);
+        RingPermits set(&scratch, 1);
+        out[i] = core::Concurrency(p, set, now, id, c.op, c.cost, /*commit=*/false, &expires[i]);
+      } else {
+        RingPermits set(&s->state.permits, p.limit);
+        out[i] = core::Concurrency(p, set, now, id, c.op, c.cost, /*commit=*/false, &expires[i]);
+        if (c.op != PermitOp::kAcquire) {
+          s->expires = expires[i];
+          table.NoteExpiry(s->expires);
+        }
+      }
+      if (c.op != PermitOp::kAcquire) continue;  // not part of the all-or-nothing batch
+    } else if (p.algorithm == Algorithm::kSlidingWindowLog) {
       if (s == nullptr) {
         // Decide against an empty log on the stack; the commit creates the real one.
         LogBuffer empty;
@@ -771,7 +873,7 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
   // be dropped by a reserving sweep and inserted again, so it reserves room too.
   bool needs_room[kMaxBatch];
   for (std::size_t i = 0; i < checks.size(); ++i) {
-    needs_room[i] = checks[i].cost > 0 && (slots[i] == nullptr || slots[i]->expires <= now);
+    needs_room[i] = Consumes(checks[i]) && (slots[i] == nullptr || slots[i]->expires <= now);
   }
   std::size_t reserved = 0;
   for (std::size_t i = 0; i < checks.size(); ++i) {
@@ -789,7 +891,7 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
   std::size_t inserts = 0;
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const StoreCheck& c = checks[i];
-    if (c.cost == 0) continue;
+    if (!Consumes(c)) continue;
     const Policy& p = *c.policy;
     Table& table = locks.table_of(i);
     // The common case (every key known) reuses the slots found above.
@@ -801,9 +903,18 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
         s->state.log =
             LogBuffer::Make(static_cast<std::uint32_t>(std::min<std::uint64_t>(p.limit, 4)));
       }
+      if (p.algorithm == Algorithm::kConcurrency) {
+        s->state.permits =
+            PermitBuffer::Make(static_cast<std::uint32_t>(std::min<std::uint64_t>(p.limit, 4)));
+      }
       ++inserts;
     }
-    if (p.algorithm == Algorithm::kSlidingWindowLog) {
+    if (p.algorithm == Algorithm::kConcurrency) {
+      core::PermitId id;
+      (void)core::ParsePermitId(c.permit, &id);
+      RingPermits set(&s->state.permits, p.limit);
+      core::ConcurrencyCommit(p, set, now, id, &s->expires);
+    } else if (p.algorithm == Algorithm::kSlidingWindowLog) {
       RingLog log(&s->state.log, p.limit);
       core::SlidingWindowLogCommit(p, log, now, c.cost, &s->expires);
     } else {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/algorithms.h"
 #include "redis/cluster_router.h"
 #include "redis/cluster_slots.h"
 #include "redis/cross_slot.h"
@@ -340,8 +341,17 @@ std::size_t EncodeCoalesced(bool caller_time, const std::vector<const redis::Coa
 // items, one letter each. A check with extensions runs the batch script: the one-check
 // scripts and coalesced calls take plain checks only, so the common call stays lean.
 void AppendExt(const StoreCheck& c, std::string& out) {
-  (void)c;
-  (void)out;
+  // --- concurrency limits (issue #12 item 1): e = the permit op (a: acquire or peek,
+  // r: release, x: extend), p = the permit id (lua/concurrency.lua). Always present
+  // for a concurrency check, so that it never takes a lean or coalesced script.
+  if (c.policy->algorithm == Algorithm::kConcurrency) {
+    if (!out.empty()) out.push_back(';');
+    out.append(c.op == PermitOp::kRelease ? "e=r" : c.op == PermitOp::kExtend ? "e=x" : "e=a");
+    if (!c.permit.empty()) {
+      out.append(";p=");
+      out.append(c.permit);
+    }
+  }
 }
 
 // True when every check is plain (no extensions): only then may a call use a one-check
@@ -472,6 +482,10 @@ Status ValidateChecks(std::span<const StoreCheck> checks) {
                                      std::to_string(c.policy->Capacity()) + " of policy '" +
                                      c.policy->name + "': such a request could never pass");
     }
+    // --- concurrency limits (issue #12 item 1) ---
+    if (c.policy->algorithm == Algorithm::kConcurrency || c.op != PermitOp::kAcquire) {
+      if (Status s = core::ValidatePermitCheck(c); !s.ok()) return s;
+    }
   }
   return Status::Ok();
 }
@@ -495,6 +509,16 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
     return nullptr;
   }
   if (cluster && checks.size() > 1 && redis::CountSlots(checks) > 1) {
+    // --- concurrency limits: a permit cannot be refunded (only released), so a batch
+    // with one must be atomic, in one slot (a Limiter's keys of one caller key are).
+    for (const StoreCheck& c : checks) {
+      if (c.policy->algorithm == Algorithm::kConcurrency) {
+        done(Status::InvalidArgument("a batch with a check of concurrency policy '" +
+                                     c.policy->name + "' must have all its keys in one hash slot"),
+             {});
+        return nullptr;
+      }
+    }
     // Keys in several hash slots: reserve per slot, refund if any slot denies
     // (redis/cross_slot.h). Each slot's part comes back here as a one-slot batch.
     redis::EvaluateAcrossSlots(
@@ -516,9 +540,12 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
   // A check with extensions (AppendExt) always takes the batch script, uncoalesced.
   auto call = std::make_shared<Call>();
   const bool plain = AllPlain(checks);
-  const redis::Script& script = checks.size() == 1 && plain
-                                    ? redis::SingleCheckScript(checks[0].policy->algorithm)
-                                    : redis::BatchScript();
+  // (A lone concurrency check always has extensions, its permit: it runs a one-check
+  // script of its own that takes the batch arguments, like the sliding log's.)
+  const bool single =
+      checks.size() == 1 && (plain || checks[0].policy->algorithm == Algorithm::kConcurrency);
+  const redis::Script& script =
+      single ? redis::SingleCheckScript(checks[0].policy->algorithm) : redis::BatchScript();
   // The sliding log's one-check script is the batch script's body (batch arguments).
   const bool lean =
       checks.size() == 1 && plain && checks[0].policy->algorithm != Algorithm::kSlidingWindowLog;

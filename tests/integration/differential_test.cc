@@ -12,6 +12,7 @@
 #include "reference_store.h"
 #include "sluice/key.h"
 #include "sluice/limiter.h"
+#include "sluice/permit.h"
 #include "store_backends.h"
 
 namespace sluice::testing {
@@ -595,6 +596,107 @@ TEST_F(Differential, LeaseGrantsAndReturns) {
   }
   EXPECT_GT(compared, 12 * 300);
   EXPECT_GT(leased, compared / 4) << "too few decisions came from a lease to mean much";
+}
+
+// --- concurrency limits (issue #12 item 1) ---
+// Random acquire / release / extend / peek sequences on a few keys, with time moving
+// forward (by nothing, a little, around the leases, and past them), two concurrency
+// policies mixed with rate policies in one batch: both stores must decide
+// identically, field by field (releases and extends say whether the permit was held).
+TEST_F(Differential, PermitsAcquireReleaseExtendAndExpire) {
+  int compared = 0, acquires = 0, releases = 0;
+  for (std::uint64_t seed = 500; seed < 506; ++seed) {
+    std::mt19937_64 rng(seed);
+    DifferentialMemoryStore memory;
+    static const Micros kLeases[] = {1'000, 7'000, 250'000, 1'000'000, 3'300'000};
+    std::vector<Policy> policies;
+    for (int i = 0; i < 2; ++i) {
+      policies.push_back(Policy::Concurrency("c" + std::to_string(i), 1 + rng() % 5,
+                                             std::chrono::microseconds(kLeases[rng() % 5])));
+    }
+    for (int i = 0; i < 2; ++i) policies.push_back(RandomPolicy(rng, i));
+    const char* names[] = {"alice", "bob"};
+    std::vector<std::string> ids[2];  // permits acquired per key (maybe released or expired)
+    auto new_id = [&rng] {
+      static constexpr char kHex[] = "0123456789abcdef";
+      std::string id(kPermitIdLength, '0');
+      for (char& c : id) c = kHex[rng() % 16];
+      return id;
+    };
+    Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
+    for (int step = 0; step < 800; ++step) {
+      const Policy& tp = policies[rng() % 2];
+      switch (rng() % 6) {
+        case 0:
+        case 1:
+          break;
+        case 2:
+          now += static_cast<Micros>(rng() % 100);
+          break;
+        case 3:
+          now += static_cast<Micros>(rng() % (tp.window / tp.limit + 1));
+          break;
+        case 4:
+          now += static_cast<Micros>(rng() % (2 * tp.window + 1));
+          break;
+        default:
+          now += static_cast<Micros>(rng() % 10'000);
+      }
+      const std::size_t who = rng() % 2;
+      std::string keys[4];
+      StoreCheck checks[4];
+      std::size_t used = 0;
+      const unsigned op = rng() % 10;
+      std::string id;
+      const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step);
+      if (op < 5) {  // acquire under one or both concurrency policies, maybe with rates
+        id = new_id();
+        for (std::size_t pi = 0; pi < policies.size(); ++pi) {
+          if (pi == 1 && rng() % 2) continue;
+          if (pi >= 2 && rng() % 2) continue;
+          keys[used] = *StoreKey("permits" + std::to_string(seed), names[who], policies[pi].name);
+          const bool conc = policies[pi].algorithm == Algorithm::kConcurrency;
+          checks[used] =
+              StoreCheck{&policies[pi], keys[used],
+                         conc ? 1 : std::max<std::uint64_t>(1, RandomCost(rng, policies[pi]))};
+          if (conc) checks[used].permit = id;
+          ++used;
+        }
+      } else {
+        // release / extend (an id acquired before, or one never seen) or a peek
+        const PermitOp permit_op = op < 7 ? PermitOp::kRelease : PermitOp::kExtend;
+        if (!ids[who].empty() && rng() % 5 != 0) {
+          id = ids[who][rng() % ids[who].size()];
+        } else {
+          id = new_id();
+        }
+        for (std::size_t pi = 0; pi < 2; ++pi) {
+          keys[used] = *StoreKey("permits" + std::to_string(seed), names[who], policies[pi].name);
+          checks[used] = StoreCheck{&policies[pi], keys[used], 1};
+          if (op == 9) {
+            checks[used].cost = 0;  // a peek
+          } else {
+            checks[used].permit = id;
+            checks[used].op = permit_op;
+          }
+          ++used;
+        }
+      }
+      if (!Compare(memory, std::span<const StoreCheck>(checks, used), now, where)) return;
+      ++compared;
+      // Acquired ids are kept whether allowed or not: a denied one is an unknown permit.
+      if (op < 5) {
+        ids[who].push_back(id);
+        ++acquires;
+      } else if (op < 7) {
+        ++releases;
+      }
+      if (ids[who].size() > 32) ids[who].erase(ids[who].begin());
+    }
+  }
+  EXPECT_EQ(compared, 6 * 800);
+  EXPECT_GT(acquires, 6 * 800 / 3);
+  EXPECT_GT(releases, 6 * 800 / 10);
 }
 
 }  // namespace

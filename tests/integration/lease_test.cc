@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <map>
 
+#include "child_process.h"
 #include "lease_policies.h"
 #include "sluice/limiter.h"
 #include "sluice/redis_store.h"
@@ -96,33 +97,6 @@ TEST(LeaseFleet, ProcessesAndThreadsStayWithinTheBound) {
   EXPECT_GT(grants, 0u) << "no lease was taken";
   std::printf("redis calls %llu for %llu decisions (%.4f per decision), %llu leases\n", calls,
               decisions, static_cast<double>(calls) / static_cast<double>(decisions), grants);
-}
-
-// A child process with its stdin and stdout on pipes.
-struct Child {
-  pid_t pid = -1;
-  FILE* out = nullptr;
-  int in = -1;
-};
-
-Child Spawn(const std::vector<std::string>& args) {
-  int to_child[2], from_child[2];
-  if (pipe(to_child) != 0 || pipe(from_child) != 0) return {};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(to_child[0], 0);
-    dup2(from_child[1], 1);
-    close(to_child[1]);
-    close(from_child[0]);
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(to_child[0]);
-  close(from_child[1]);
-  return Child{pid, fdopen(from_child[0], "r"), to_child[1]};
 }
 
 // Runs a holder of `requests` units of `key`, ends it by SIGKILL (`kill`) or by closing

@@ -36,8 +36,11 @@ for i = 0, (#ARGV - 2) / 7 - 1 do
     out[#out + 1] = remaining
     out[#out + 1] = reset
     out[#out + 1] = retry
-    all = all and allowed
-    consumes = consumes or c.cost > 0
+    -- (c.solo: a permit's release or extend, applied on its own: lua/concurrency.lua)
+    if not c.solo then
+      all = all and allowed
+      consumes = consumes or c.cost > 0
+    end
   end
 end
 

@@ -1,0 +1,143 @@
+// Concurrency limits (issue #12 item 1) on Redis: acquire+release pairs per second
+// against plain rate decisions, side by side in one run on one redis-server, through
+// the public API (Limiter::AcquirePermit + Permit::Release vs Limiter::Acquire).
+//
+//   sluice_permit_bench <redis-url> [--seconds S] [--threads T] [--rounds R]
+//
+// Closed loop: T threads, each on a key of its own, as fast as answers come back, on
+// one RedisStore (its pipelined connections). The rows alternate (rate, permits, rate,
+// permits, ...) so both see the same machine; each row runs S seconds. The rate
+// policy never denies (a token bucket far above the offered rate), nor does the
+// concurrency policy (max_in_flight 1000 per key, one permit held at a time per
+// thread). A pair is two store calls (acquire, release): its cost relative to one
+// rate decision is rate decisions/s divided by pairs/s. Prints a Markdown table.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sluice/limiter.h"
+#include "sluice/redis_store.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Row {
+  long ops = 0, errors = 0;
+  double seconds = 0;
+  unsigned long long calls = 0;
+};
+
+Row Run(sluice::Limiter& limiter, sluice::RedisStore& store, bool permits, int threads,
+        double seconds, int round) {
+  std::atomic<long> ops{0}, errors{0};
+  const unsigned long long calls0 = store.Stats().calls;
+  const auto start = Clock::now();
+  const auto end =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      const std::string key = "r" + std::to_string(round) + "t" + std::to_string(t);
+      long mine = 0, bad = 0;
+      while (Clock::now() < end) {
+        if (permits) {
+          auto p = limiter.AcquirePermit(key);
+          if (!p.ok() || !p->held() || p->decision().source != sluice::DecisionSource::kStore) {
+            ++bad;
+            continue;
+          }
+          if (!p->Release().ok()) ++bad;
+        } else {
+          sluice::Check c{1, key, 1};
+          auto d = limiter.Acquire(std::span<const sluice::Check>(&c, 1));
+          if (!d.ok() || !d->allowed || d->source != sluice::DecisionSource::kStore) {
+            ++bad;
+            continue;
+          }
+        }
+        ++mine;
+      }
+      ops += mine;
+      errors += bad;
+    });
+  }
+  for (auto& t : pool) t.join();
+  Row r;
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  r.ops = ops;
+  r.errors = errors;
+  r.calls = store.Stats().calls - calls0;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s <redis-url> [--seconds S] [--threads T] [--rounds R]\n",
+                 argv[0]);
+    return 2;
+  }
+  const std::string url = argv[1];
+  double seconds = 3;
+  int threads = 8, rounds = 3;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string f = argv[i];
+    if (f == "--seconds") {
+      seconds = std::atof(argv[i + 1]);
+    } else if (f == "--threads") {
+      threads = std::atoi(argv[i + 1]);
+    } else if (f == "--rounds") {
+      rounds = std::atoi(argv[i + 1]);
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", f.c_str());
+      return 2;
+    }
+  }
+  sluice::RedisStoreOptions so;
+  so.url = url;
+  so.on_warning = [](std::string_view) {};
+  auto store = sluice::RedisStore::Create(so);
+  if (!store.ok()) {
+    std::fprintf(stderr, "%s\n", store.status().ToString().c_str());
+    return 1;
+  }
+  sluice::LimiterOptions lo;
+  // Policy 0: the permits (AcquirePermit takes it alone: see below); policy 1: the rate.
+  lo.policies = {
+      sluice::Policy::Concurrency("inflight", 1000, std::chrono::seconds(30)),
+      sluice::Policy::TokenBucket("rate", 1'000'000'000, 1'000'000'000, std::chrono::seconds(1))};
+  lo.store = *store;
+  auto both = sluice::Limiter::Create(lo);
+  lo.policies.resize(1);
+  auto only_permits = sluice::Limiter::Create(lo);
+  if (!both.ok() || !only_permits.ok()) return 1;
+  std::printf("%d threads, one RedisStore, a key per thread, %.0f s per row\n\n", threads, seconds);
+  std::printf(
+      "| round | rate decisions/s | acquire+release pairs/s | pair cost (x one decision) |"
+      " Redis calls/s (rate, pairs) |\n|---|---|---|---|---|\n");
+  double sum_rate = 0, sum_pairs = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const Row rate = Run(**both, **store, false, threads, seconds, round);
+    const Row pairs = Run(**only_permits, **store, true, threads, seconds, round);
+    const double rps = static_cast<double>(rate.ops) / rate.seconds;
+    const double pps = static_cast<double>(pairs.ops) / pairs.seconds;
+    sum_rate += rps;
+    sum_pairs += pps;
+    std::printf("| %d | %.0f | %.0f | %.2f | %.0f, %.0f |%s\n", round + 1, rps, pps, rps / pps,
+                static_cast<double>(rate.calls) / rate.seconds,
+                static_cast<double>(pairs.calls) / pairs.seconds,
+                rate.errors + pairs.errors > 0
+                    ? (" " + std::to_string(rate.errors + pairs.errors) + " errors").c_str()
+                    : "");
+    std::fflush(stdout);
+  }
+  std::printf("| mean | %.0f | %.0f | %.2f | |\n", sum_rate / rounds, sum_pairs / rounds,
+              sum_rate / sum_pairs);
+  return 0;
+}

@@ -1,0 +1,353 @@
+// Concurrency limits (issue #12 item 1): the core algorithm over a plain permit set,
+// and Limiter::AcquirePermit / sluice::Permit over a MemoryStore on a ManualClock.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <vector>
+
+#include "core/algorithms.h"
+#include "sluice/permit.h"
+#include "test_util.h"
+
+namespace sluice::testing {
+namespace {
+
+// The simplest PermitSet: a vector in expiry order.
+class VectorPermits final : public core::PermitSet {
+ public:
+  std::size_t size() const override { return v.size(); }
+  const core::PermitEntry& at(std::size_t i) const override { return v[i]; }
+  void pop_front() override { v.erase(v.begin()); }
+  void erase(std::size_t i) override { v.erase(v.begin() + static_cast<std::ptrdiff_t>(i)); }
+  void push_back(core::PermitEntry e) override { v.push_back(e); }
+  std::vector<core::PermitEntry> v;
+};
+
+core::PermitId Id(std::uint64_t n) {
+  return core::PermitId{0, n};
+}
+
+struct Core {
+  Policy p = Policy::Concurrency("c", 3, std::chrono::seconds(10));
+  VectorPermits set;
+  Micros expires = 0;
+  Decision Do(Micros now, std::uint64_t id, PermitOp op, std::uint64_t cost = 1) {
+    return core::Concurrency(p, set, now, Id(id), op, cost, /*commit=*/true, &expires);
+  }
+};
+
+TEST(ConcurrencyCore, AcquiresUpToTheLimitThenDeniesUntilTheEarliestExpiry) {
+  Core c;
+  const Micros t0 = kNoon;
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    const Decision d = c.Do(t0 + static_cast<Micros>(i) * kSec, i, PermitOp::kAcquire);
+    ASSERT_TRUE(d.allowed) << i;
+    EXPECT_EQ(d.limit, 3u);
+    EXPECT_EQ(d.remaining, 2 - i);
+    EXPECT_EQ(d.reset_after, 10 * kSec);
+    EXPECT_EQ(d.retry_after, 0);
+  }
+  EXPECT_EQ(c.expires, t0 + 12 * kSec);
+  Decision d = c.Do(t0 + 4 * kSec, 9, PermitOp::kAcquire);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.remaining, 0u);
+  EXPECT_EQ(d.retry_after, 6 * kSec);  // permit 0 expires at t0 + 10 s
+  EXPECT_EQ(d.reset_after, 8 * kSec);  // permit 2 at t0 + 12 s
+  EXPECT_EQ(c.set.size(), 3u);         // a denial holds nothing
+  // A peek says the same and takes nothing.
+  d = c.Do(t0 + 4 * kSec, 0, PermitOp::kAcquire, 0);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.retry_after, 6 * kSec);
+  // At the earliest expiry the slot is free again (expires <= now is gone).
+  d = c.Do(t0 + 10 * kSec, 9, PermitOp::kAcquire);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.remaining, 0u);
+}
+
+TEST(ConcurrencyCore, ReleaseFreesASlotAndSaysWhetherThePermitWasHeld) {
+  Core c;
+  ASSERT_TRUE(c.Do(kNoon, 1, PermitOp::kAcquire).allowed);
+  ASSERT_TRUE(c.Do(kNoon, 2, PermitOp::kAcquire).allowed);
+  Decision d = c.Do(kNoon + kSec, 1, PermitOp::kRelease);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.remaining, 2u);
+  EXPECT_EQ(d.reset_after, 9 * kSec);                               // permit 2 is left
+  EXPECT_FALSE(c.Do(kNoon + kSec, 1, PermitOp::kRelease).allowed);  // released already
+  EXPECT_FALSE(c.Do(kNoon + kSec, 7, PermitOp::kRelease).allowed);  // never held
+  // Expired: gone, so a release finds nothing and the set is empty.
+  d = c.Do(kNoon + 10 * kSec, 2, PermitOp::kRelease);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.remaining, 3u);
+  EXPECT_EQ(d.reset_after, 0);
+  EXPECT_EQ(c.expires, kNoon + 10 * kSec);
+}
+
+TEST(ConcurrencyCore, ExtendMovesTheExpiryToNowPlusLease) {
+  Core c;
+  ASSERT_TRUE(c.Do(kNoon, 1, PermitOp::kAcquire).allowed);
+  ASSERT_TRUE(c.Do(kNoon + kSec, 2, PermitOp::kAcquire).allowed);
+  Decision d = c.Do(kNoon + 9 * kSec, 1, PermitOp::kExtend);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.reset_after, 10 * kSec);
+  EXPECT_EQ(c.expires, kNoon + 19 * kSec);
+  // Permit 2 expires first now; permit 1 is still held after its first lease.
+  EXPECT_FALSE(c.Do(kNoon + 12 * kSec, 2, PermitOp::kExtend).allowed);
+  EXPECT_TRUE(c.Do(kNoon + 18 * kSec, 1, PermitOp::kRelease).allowed);
+}
+
+TEST(ConcurrencyCore, UncommittedAcquireHoldsNothingUntilCommitted) {
+  Core c;
+  const Decision d =
+      core::Concurrency(c.p, c.set, kNoon, Id(5), PermitOp::kAcquire, 1, false, &c.expires);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.remaining, 2u);
+  EXPECT_EQ(c.set.size(), 0u);
+  core::ConcurrencyCommit(c.p, c.set, kNoon, Id(5), &c.expires);
+  ASSERT_EQ(c.set.size(), 1u);
+  EXPECT_EQ(c.set.at(0).expires, kNoon + 10 * kSec);
+}
+
+TEST(ConcurrencyCore, PermitIdsParseOnlyAsLowerCaseHex) {
+  core::PermitId id;
+  EXPECT_TRUE(core::ParsePermitId("0123456789abcdef0000000000000001", &id));
+  EXPECT_EQ(id.hi, 0x0123456789abcdefULL);
+  EXPECT_EQ(id.lo, 1u);
+  EXPECT_FALSE(core::ParsePermitId("0123456789ABCDEF0000000000000001", &id));
+  EXPECT_FALSE(core::ParsePermitId("0123456789abcdef000000000000001", &id));
+  EXPECT_FALSE(core::ParsePermitId("", &id));
+  EXPECT_FALSE(IsPermitId("g123456789abcdef0000000000000001"));
+}
+
+TEST(ConcurrencyPolicy, ValidationNamesTheLeaseAndMaxInFlight) {
+  Policy p = Policy::Concurrency("c", 10, std::chrono::seconds(0));
+  Status s = ValidatePolicy(p);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("lease must be more than 0"), std::string::npos) << s.message();
+  p.window = -5;
+  s = ValidatePolicy(p);
+  EXPECT_NE(s.message().find("lease must be more than 0 (got -5us)"), std::string::npos)
+      << s.message();
+  p.window = 500;
+  EXPECT_NE(ValidatePolicy(p).message().find("lease must be at least 1ms"), std::string::npos);
+  p = Policy::Concurrency("c", 0, std::chrono::seconds(1));
+  EXPECT_NE(ValidatePolicy(p).message().find("max_in_flight must be > 0"), std::string::npos);
+  p = Policy::Concurrency("c", 1'000'001, std::chrono::seconds(1));
+  EXPECT_NE(ValidatePolicy(p).message().find("max_in_flight must be at most"), std::string::npos);
+  p = Policy::Concurrency("c", 5, std::chrono::seconds(1));
+  EXPECT_TRUE(ValidatePolicy(p).ok());
+  p.lease = 2;
+  EXPECT_NE(ValidatePolicy(p).message().find("hot-key leases"), std::string::npos);
+  EXPECT_EQ(*ParseAlgorithm("concurrency"), Algorithm::kConcurrency);
+  EXPECT_STREQ(AlgorithmName(Algorithm::kConcurrency), "concurrency");
+  LimiterOptions o;
+  o.policies = {Policy::Concurrency("c", 5, std::chrono::microseconds(-1))};
+  EXPECT_EQ(Limiter::Create(std::move(o)).status().code(), ErrorCode::kInvalidArgument);
+}
+
+const auto kLease = std::chrono::seconds(30);
+
+TEST(Permits, AcquireToTheMaxDenyReleaseAndRaii) {
+  Harness h({Policy::Concurrency("inflight", 2, kLease)});
+  std::set<std::string> ids;
+  {
+    auto a = h.limiter->AcquirePermit("k");
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_TRUE(a->held());
+    EXPECT_TRUE(IsPermitId(a->id())) << a->id();
+    EXPECT_EQ(a->key(), "k");
+    EXPECT_EQ(a->decision().remaining, 1u);
+    EXPECT_EQ(a->decision().limit, 2u);
+    ids.insert(a->id());
+    auto b = h.limiter->AcquirePermit("k");
+    ASSERT_TRUE(b.ok() && b->held());
+    ids.insert(b->id());
+    auto c = h.limiter->AcquirePermit("k");
+    ASSERT_TRUE(c.ok());
+    EXPECT_FALSE(c->held());
+    EXPECT_FALSE(c->decision().allowed);
+    EXPECT_EQ(c->decision().retry_after, 30 * kSec);
+    EXPECT_EQ(c->Release().code(), ErrorCode::kNotFound);  // a denied permit holds nothing
+    // Another key is independent.
+    EXPECT_TRUE(h.limiter->AcquirePermit("other")->held());
+    // Peek: no free slot.
+    auto peek = h.limiter->Peek("k");
+    ASSERT_TRUE(peek.ok());
+    EXPECT_FALSE(peek->allowed);
+    EXPECT_EQ(peek->remaining, 0u);
+    ASSERT_TRUE(a->Release().ok());
+    EXPECT_FALSE(a->held());
+    Status twice = a->Release();
+    EXPECT_EQ(twice.code(), ErrorCode::kNotFound);
+    EXPECT_NE(twice.message().find(a->id()), std::string::npos) << twice.message();
+    EXPECT_EQ(h.limiter->Peek("k")->remaining, 1u);
+    auto d = h.limiter->AcquirePermit("k");
+    ASSERT_TRUE(d->held());
+    ids.insert(d->id());
+    EXPECT_EQ(h.limiter->Peek("k")->remaining, 0u);
+  }  // b and d are released here
+  EXPECT_EQ(h.limiter->Peek("k")->remaining, 2u);
+  EXPECT_EQ(ids.size(), 3u);
+  EXPECT_EQ(h.limiter->Stats().permit_release_errors, 0u);
+}
+
+TEST(Permits, APermitNotReleasedExpiresAfterItsLeaseUnlessExtended) {
+  Harness h({Policy::Concurrency("inflight", 1, kLease)});
+  auto a = h.limiter->AcquirePermit("k");
+  ASSERT_TRUE(a->held());
+  h.clock->Advance(29 * kSec);
+  EXPECT_FALSE(h.limiter->AcquirePermit("k")->held());
+  ASSERT_TRUE(a->Extend().ok());  // until t0 + 59 s
+  h.clock->Advance(29 * kSec);
+  auto denied = h.limiter->AcquirePermit("k");
+  EXPECT_FALSE(denied->held());
+  EXPECT_EQ(denied->decision().retry_after, 1 * kSec);
+  h.clock->Advance(1 * kSec);  // the lease has passed: the slot is free
+  auto b = h.limiter->AcquirePermit("k");
+  EXPECT_TRUE(b->held());
+  Status s = a->Extend();
+  EXPECT_EQ(s.code(), ErrorCode::kNotFound) << s.ToString();
+  s = a->Release();
+  EXPECT_EQ(s.code(), ErrorCode::kNotFound);
+  EXPECT_NE(s.message().find("expired"), std::string::npos) << s.message();
+  EXPECT_EQ(h.limiter->Peek("k")->remaining, 0u);  // b is untouched
+}
+
+TEST(Permits, ReleaseAndExtendById) {
+  Harness h({Policy::Concurrency("inflight", 1, kLease)});
+  auto a = h.limiter->AcquirePermit("k");
+  const std::string id = a->Detach();
+  EXPECT_FALSE(a->held());
+  EXPECT_TRUE(IsPermitId(id));
+  a = Permit();  // detached: nothing is released
+  EXPECT_EQ(h.limiter->Peek("k")->remaining, 0u);
+  EXPECT_TRUE(h.limiter->Extend("k", id).ok());
+  EXPECT_EQ(h.limiter->Release("other", id).code(), ErrorCode::kNotFound);
+  EXPECT_TRUE(h.limiter->Release("k", id).ok());
+  Status twice = h.limiter->Release("k", id);
+  EXPECT_EQ(twice.code(), ErrorCode::kNotFound);
+  EXPECT_NE(twice.message().find(id), std::string::npos);
+  EXPECT_EQ(h.limiter->Extend("k", id).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(h.limiter->Release("k", "nothex").code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(h.limiter->Release("k", std::string(32, 'A')).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(h.limiter->Release("", id).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(h.limiter->Peek("k")->remaining, 1u);
+}
+
+TEST(Permits, RateAndConcurrencyAreAllOrNothing) {
+  Harness h({Policy::Concurrency("inflight", 2, kLease), Policy::FixedWindow("rate", 3, kMin)});
+  Decision per[2];
+  auto a = h.limiter->AcquirePermit("k", 1, per);
+  ASSERT_TRUE(a->held());
+  EXPECT_EQ(per[0].remaining, 1u);
+  EXPECT_EQ(per[1].remaining, 2u);
+  // The rate policy denies a cost of 3: no slot is taken either.
+  auto b = h.limiter->AcquirePermit("k", 3, per);
+  EXPECT_FALSE(b->held());
+  EXPECT_TRUE(per[0].allowed);
+  EXPECT_FALSE(per[1].allowed);
+  EXPECT_EQ(h.limiter->Peek("k", per)->remaining, 1u);
+  EXPECT_EQ(per[0].remaining, 1u);
+  auto c = h.limiter->AcquirePermit("k", 1);
+  ASSERT_TRUE(c->held());
+  // The concurrency policy denies: no rate unit is taken.
+  auto d = h.limiter->AcquirePermit("k", 1, per);
+  EXPECT_FALSE(d->held());
+  EXPECT_FALSE(per[0].allowed);
+  EXPECT_EQ(per[1].remaining, 1u);
+  EXPECT_EQ(d->decision().policy_index, 0u);
+  ASSERT_TRUE(a->Release().ok());
+  EXPECT_TRUE(h.limiter->AcquirePermit("k", 1)->held());  // the last rate unit
+  EXPECT_FALSE(h.limiter->AcquirePermit("k", 1)->held());
+  // Refund(key) gives back the rate units only.
+  EXPECT_TRUE(h.limiter->Refund("k", 1).ok());
+  EXPECT_EQ(h.limiter->Refund(std::span<const Check>(std::vector<Check>{{0, "k", 1}})).code(),
+            ErrorCode::kInvalidArgument);
+}
+
+TEST(Permits, BadUseGivesClearErrors) {
+  Harness h({Policy::Concurrency("inflight", 2, kLease)});
+  auto plain = h.limiter->Acquire("k");
+  ASSERT_FALSE(plain.ok());
+  EXPECT_EQ(plain.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(plain.status().message().find("use AcquirePermit"), std::string::npos);
+  EXPECT_TRUE(h.limiter->Peek("k").ok());
+  EXPECT_EQ(h.limiter->AcquirePermit("k", 0).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(h.limiter->AcquirePermit("").status().code(), ErrorCode::kInvalidArgument);
+  Harness rate({Policy::FixedWindow("rate", 3, kMin)});
+  EXPECT_EQ(rate.limiter->AcquirePermit("k").status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(rate.limiter->Release("k", std::string(32, 'a')).code(), ErrorCode::kInvalidArgument);
+  Permit empty;
+  EXPECT_EQ(empty.Release().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(empty.Extend().code(), ErrorCode::kNotFound);
+  // A store rejects a malformed permit check.
+  const Policy p = Policy::Concurrency("c", 2, kLease);
+  StoreCheck sc{&p, "key", 1};
+  Decision out[1];
+  EXPECT_EQ(h.store->Evaluate(std::span<const StoreCheck>(&sc, 1), kNoon, out).code(),
+            ErrorCode::kInvalidArgument);
+  sc.permit = "0123456789abcdef0123456789abcdef";
+  sc.cost = 2;
+  EXPECT_EQ(h.store->Evaluate(std::span<const StoreCheck>(&sc, 1), kNoon, out).code(),
+            ErrorCode::kInvalidArgument);
+  const Policy r = Policy::FixedWindow("r", 2, kMin);
+  StoreCheck rc{&r, "key2", 1};
+  rc.op = PermitOp::kRelease;
+  EXPECT_EQ(h.store->Evaluate(std::span<const StoreCheck>(&rc, 1), kNoon, out).code(),
+            ErrorCode::kInvalidArgument);
+}
+
+TEST(Permits, MovingAPermitMovesTheSlotAndAssignmentReleasesTheOld) {
+  Harness h({Policy::Concurrency("inflight", 2, kLease)});
+  Permit a = std::move(h.limiter->AcquirePermit("k")).value();
+  Permit b(std::move(a));
+  EXPECT_FALSE(a.held());  // NOLINT: testing the moved-from state
+  EXPECT_TRUE(b.held());
+  Permit c = std::move(h.limiter->AcquirePermit("k")).value();
+  EXPECT_EQ(h.limiter->Peek("k")->remaining, 0u);
+  b = std::move(c);  // b's first permit is released
+  EXPECT_EQ(h.limiter->Peek("k")->remaining, 1u);
+  ASSERT_TRUE(b.Release().ok());
+  EXPECT_EQ(h.limiter->Peek("k")->remaining, 2u);
+}
+
+// A store whose every call fails.
+class DownStore final : public Store {
+ public:
+  Status Evaluate(std::span<const StoreCheck>, Micros, std::span<Decision>) override {
+    return Status::Unavailable("down");
+  }
+  Status Reset(const Policy&, std::string_view) override { return Status::Unavailable("down"); }
+  bool IsRemote() const override { return true; }
+};
+
+TEST(Permits, StoreFailureFollowsTheFailureMode) {
+  auto make = [](FailureMode mode) {
+    LimiterOptions o;
+    Policy p = Policy::Concurrency("inflight", 1, kLease);
+    p.failure_mode = mode;
+    o.policies = {p};
+    o.store = std::make_shared<DownStore>();
+    o.clock = std::make_shared<ManualClock>(kNoon);
+    return std::move(Limiter::Create(std::move(o))).value();
+  };
+  auto open = make(FailureMode::kFailOpen);
+  auto a = open->AcquirePermit("k");
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->held());
+  EXPECT_EQ(a->decision().source, DecisionSource::kFailOpen);
+  EXPECT_TRUE(a->Release().ok());  // held nowhere: a no-op
+  auto closed = make(FailureMode::kFailClosed);
+  EXPECT_FALSE(closed->AcquirePermit("k")->held());
+  auto fallback = make(FailureMode::kLocalFallback);
+  auto f1 = fallback->AcquirePermit("k");
+  EXPECT_TRUE(f1->held());
+  EXPECT_EQ(f1->decision().source, DecisionSource::kLocalFallback);
+  EXPECT_FALSE(fallback->AcquirePermit("k")->held());  // the fallback holds one at most
+  EXPECT_TRUE(f1->Release().ok());                     // released in the fallback store
+  EXPECT_TRUE(fallback->AcquirePermit("k")->held());
+  // By id, the store is asked: its error comes back as is.
+  EXPECT_EQ(fallback->Release("k", std::string(32, 'a')).code(), ErrorCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace sluice::testing
