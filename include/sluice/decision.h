@@ -38,6 +38,11 @@ struct Decision {
   DecisionSource source = DecisionSource::kStore;
   // Index of the policy this decision is about (the binding one for multi-limit calls).
   std::uint16_t policy_index = 0;
+  // Reservations (Limiter::Reserve, StoreCheck::max_wait): for an allowed decision,
+  // the time the caller must wait before going ahead (its budget is already taken,
+  // at that future slot); 0 = go ahead now. Always 0 for a plain decision and for a
+  // denial (nothing was taken; retry_after is as for a plain request).
+  Micros wait = 0;
 };
 
 }  // namespace sluice

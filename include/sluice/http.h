@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/clock.h"
 #include "sluice/decision.h"
 #include "sluice/limiter.h"
 #include "sluice/permit.h"
@@ -94,8 +95,9 @@ struct Route {
   // over a rate limit is delayed up to this long (µs) when it can pass within it: its
   // budget is reserved at its future slot (Limiter::Reserve) and Verdict::delay says how
   // long the adapter waits before running the application. Beyond it: 429 as usual.
-  // Unset: MiddlewareOptions::max_delay. 0: never delay. A route with a concurrency
-  // limit cannot wait for a permit: Create refuses max_delay on it.
+  // Unset: MiddlewareOptions::max_delay. 0: never delay. At most the window of every
+  // policy of the route (a reservation waits at most one window; Create says which).
+  // A route with a concurrency limit cannot wait for a permit: Create refuses it.
   std::optional<Micros> max_delay;
 };
 
@@ -171,11 +173,13 @@ struct MiddlewareOptions {
   bool shadow = false;
   // RFC 9457 problem type of a 429 response.
   std::string problem_type = "https://iana.org/assignments/http-problem-types#quota-exceeded";
-  // The max_delay of routes (and of default_limits) that set none, in µs. 0: off.
+  // The max_delay of routes (and of default_limits) that set none, in µs. 0: off. On
+  // each route it is capped at the shortest window of the route's policies, and routes
+  // with a concurrency limit ignore it.
   Micros max_delay = 0;
-  // How Middleware::Wait waits `us` microseconds. Default: the calling thread sleeps.
-  // Tests pass one that advances a ManualClock (no real sleeping). Must not throw.
-  std::function<void(Micros us)> sleep;
+  // Where Middleware::Wait waits. Default: SystemSleeper (the calling thread sleeps).
+  // Tests pass a ManualSleeper on the limiter's ManualClock (simulated time).
+  std::shared_ptr<Sleeper> sleeper;
 };
 
 // What the adapter must do with a request.
@@ -232,7 +236,7 @@ class Middleware {
   // deadline); a store failure is decided by the policy's FailureMode.
   Verdict Check(const Request& request) const;
 
-  // Waits `verdict.delay` through MiddlewareOptions::sleep (returns at once when 0).
+  // Waits `verdict.delay` through MiddlewareOptions::sleeper (returns at once when 0).
   // Called by the adapters between Check and the application.
   void Wait(const Verdict& verdict) const;
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -42,6 +43,9 @@ struct LimiterOptions {
   bool deny_cache = true;
   // Upper bound on entries of the deny cache.
   std::size_t deny_cache_max_keys = 65536;
+  // Where AcquireWaiting waits. Default: SystemSleeper (real time). Tests that inject
+  // a ManualClock inject a ManualSleeper on it, so that waits are simulated time.
+  std::shared_ptr<Sleeper> sleeper;
 };
 
 // One limit of a multi-limit call: the policy (by index into LimiterOptions::policies),
@@ -70,6 +74,50 @@ struct LimiterStats {
   // --- concurrency limits (issue #12 item 1) ---
   // Permits whose release by a Permit's destructor failed (they expire after their lease).
   std::uint64_t permit_release_errors = 0;
+};
+
+class Limiter;
+
+// Budget taken ahead by Limiter::Reserve ("waiting instead of rejecting"). Movable, not
+// copyable, not thread-safe (one owner). Destroying it does NOT give the budget back:
+// the request is assumed to go ahead after its wait (as Go's rate.Reservation);
+// Cancel() gives it back. The Limiter must outlive it.
+class Reservation {
+ public:
+  Reservation() = default;
+  Reservation(Reservation&& other) noexcept;
+  Reservation& operator=(Reservation&& other) noexcept;
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+  ~Reservation();
+
+  // The binding decision. allowed: the budget of every check is taken and the caller
+  // may go ahead after decision().wait microseconds (from the decision's time). Denied:
+  // nothing was taken; retry_after is as for a plain request of this cost.
+  const Decision& decision() const { return decision_; }
+  bool allowed() const { return decision_.allowed; }
+  Micros wait() const { return decision_.wait; }
+  // True while the reservation holds budget: allowed, with a cost, not yet cancelled.
+  bool held() const { return !held_.empty(); }
+
+  // Gives the reserved budget back (Store::Refund of each check's cost, atomically):
+  // for the caller that will not go ahead. The refund gives back the key's newest
+  // budget, not necessarily this reservation's own slot (docs/algorithms.md,
+  // "Reservations"). Ok and nothing done when nothing is held. After any attempt the
+  // reservation holds nothing; a store error (Unavailable, DeadlineExceeded) is
+  // returned as is and the budget then stays taken (conservative).
+  Status Cancel();
+
+ private:
+  friend class Limiter;
+  struct Held {
+    std::size_t policy;
+    std::uint64_t cost;
+    std::string key;
+  };
+  Limiter* limiter_ = nullptr;
+  Decision decision_;
+  std::vector<Held> held_;
 };
 
 // Thread-safe. All methods may be called concurrently from any thread. Decisions never
@@ -133,6 +181,12 @@ class Limiter {
   // rate policy), or when no policy is a concurrency limit.
   Result<Permit> AcquirePermit(std::string_view key, std::uint64_t cost = 1,
                                std::span<Decision> per_policy = {});
+  // (edge, for the HTTP middleware: issue #12) Like AcquirePermit(key) but each check
+  // names its policy, key and cost, as Acquire(checks): the rate checks are consumed and
+  // every concurrency check takes a slot for one permit, all in one atomic call. The
+  // concurrency checks must share one key (the permit's); InvalidArgument otherwise, or
+  // when none is a concurrency check. `per_check` receives one decision per check.
+  Result<Permit> AcquirePermit(std::span<const Check> checks, std::span<Decision> per_check = {});
 
   // Releases the permit `permit_id` of `key` under every concurrency policy, for a
   // permit held by id (another process, an HTTP client; Permit::Detach). Errors:
@@ -147,6 +201,37 @@ class Limiter {
 
   // Forgets `key` under every policy: its full limits are available again.
   Status Reset(std::string_view key);
+
+  // ---- Waiting instead of rejecting (issue #12; docs/library.md, docs/algorithms.md) ----
+
+  // Like Acquire(key, cost) but a request that could pass within `max_wait`
+  // microseconds is allowed now: its budget is taken at once, at its future slot, and
+  // decision().wait tells how long to wait before going ahead (Go's
+  // rate.Limiter.Reserve). Otherwise nothing is taken (denied). Every policy must fit
+  // within max_wait, all or nothing; the wait is the longest. Token bucket and GCRA
+  // reserve future budget; the window algorithms never do (they allow now or deny,
+  // wait 0; AcquireWaiting retries them). Errors: those of Acquire, and
+  // InvalidArgument for a max_wait below 0 or above a policy's window. max_wait 0 is
+  // a plain Acquire.
+  Result<Reservation> Reserve(std::string_view key, std::uint64_t cost, Micros max_wait,
+                              std::span<Decision> per_policy = {});
+  // The same for the checks of an Acquire(checks) call.
+  Result<Reservation> Reserve(std::span<const Check> checks, Micros max_wait,
+                              std::span<Decision> per_check = {});
+
+  // Reserve, then wait for the reservation's time through LimiterOptions::sleeper; a
+  // denial of a window algorithm whose retry_after fits in what is left of max_wait
+  // is waited for and tried again, until max_wait is used up. Returns the allowed
+  // decision with `wait` = the total time waited, or the last denial (nothing taken).
+  // When `cancel` (may be null) is cancelled during a wait, the reservation is given
+  // back and the status is kCancelled. Blocks the calling thread. Errors: as Reserve.
+  Result<Decision> AcquireWaiting(std::string_view key, std::uint64_t cost, Micros max_wait,
+                                  CancellationToken* cancel = nullptr,
+                                  std::span<Decision> per_policy = {});
+  // The same for the checks of an Acquire(checks) call.
+  Result<Decision> AcquireWaiting(std::span<const Check> checks, Micros max_wait,
+                                  CancellationToken* cancel = nullptr,
+                                  std::span<Decision> per_check = {});
 
   // Index of the policy named `name`, or NotFound.
   Result<std::size_t> FindPolicy(std::string_view name) const;

@@ -30,6 +30,9 @@ enum class ErrorCode {
   kInternal,
   // A feature this build does not provide (e.g. a Redis topology not supported yet).
   kUnimplemented,
+  // A wait was cancelled by the caller (CancellationToken); what it had taken was
+  // given back (Limiter::AcquireWaiting).
+  kCancelled,
 };
 
 // Returns a stable lower-case name for `code`, e.g. "invalid_argument".
@@ -58,6 +61,7 @@ class Status {
   static Status NotFound(std::string m) { return {ErrorCode::kNotFound, std::move(m)}; }
   static Status Internal(std::string m) { return {ErrorCode::kInternal, std::move(m)}; }
   static Status Unimplemented(std::string m) { return {ErrorCode::kUnimplemented, std::move(m)}; }
+  static Status Cancelled(std::string m) { return {ErrorCode::kCancelled, std::move(m)}; }
 
   bool ok() const { return code_ == ErrorCode::kOk; }
   ErrorCode code() const { return code_; }

@@ -44,6 +44,13 @@ struct StoreCheck {
   // its own (never all or nothing, and never held back by another check's denial);
   // their cost is ignored.
   PermitOp op = PermitOp::kAcquire;
+  // Reservations (Limiter::Reserve): the longest the caller accepts to wait, in
+  // microseconds; 0 = a plain decision. Token bucket and GCRA then allow a request
+  // that could pass within max_wait, taking its budget now at its future slot, and
+  // report Decision::wait (docs/algorithms.md, "Reservations"). The window
+  // algorithms ignore it (they never take future budget). 0 <= max_wait <=
+  // policy->window (the Limiter checks this); ignored for a peek (cost 0).
+  Micros max_wait = 0;
 };
 
 // Called with the outcome of an asynchronous evaluation. `decisions` is valid only

@@ -175,6 +175,11 @@ Status Run::Prepare() {
     return Status::InvalidArgument("give a --duration above 0 or a --requests count");
   }
   if (Status s = ValidatePolicy(config_.policy); !s.ok()) return s;
+  if (config_.max_wait < 0 || config_.max_wait > config_.policy.window) {
+    return Status::InvalidArgument("--max-wait must be 0 to the policy's window (" +
+                                   std::to_string(config_.policy.window) + "us; got " +
+                                   std::to_string(config_.max_wait) + "us)");
+  }
   if (config_.cost < 1 || config_.cost > config_.policy.Capacity()) {
     return Status::InvalidArgument("--cost must be 1-" + std::to_string(config_.policy.Capacity()) +
                                    " for this policy (got " + std::to_string(config_.cost) + ")");
@@ -235,7 +240,7 @@ void Run::Issue(Caller* c) {
 
 void Run::ThreadLoop(int index) {
   std::uint64_t rng = config_.seed * 1000003 + static_cast<std::uint64_t>(index);
-  StoreCheck check{&config_.policy, {}, config_.cost};
+  StoreCheck check{&config_.policy, {}, config_.cost, config_.max_wait};
   // Pacing: this thread's share of the target rate, from a staggered start.
   const double period_s =
       config_.target_rate > 0 ? static_cast<double>(config_.concurrency) / config_.target_rate : 0;
@@ -251,7 +256,17 @@ void Run::ThreadLoop(int index) {
     const std::string& key = keys_[NextRandom(rng) % keys_.size()];
     const auto t0 = SteadyClock::now();
     if (limiter_) {
-      auto d = limiter_->Acquire(key, config_.cost);
+      Result<Decision> d = Status::Internal("not decided");
+      if (config_.max_wait > 0) {
+        auto r = limiter_->Reserve(key, config_.cost, config_.max_wait);
+        if (r.ok()) {
+          d = r->decision();
+        } else {
+          d = r.status();
+        }
+      } else {
+        d = limiter_->Acquire(key, config_.cost);
+      }
       // Store failures are counted by CountingStore; the Limiter answered with the
       // policy's failure mode, which is not a decision of the store's.
       const bool failed = d.ok() && (d->source == DecisionSource::kFailOpen ||
@@ -284,7 +299,7 @@ void Run::Start() {
       auto c = std::make_unique<Caller>();
       c->run = this;
       c->rng = config_.seed * 1000003 + static_cast<std::uint64_t>(i);
-      c->check = StoreCheck{&config_.policy, {}, config_.cost};
+      c->check = StoreCheck{&config_.policy, {}, config_.cost, config_.max_wait};
       callers_.push_back(std::move(c));
     }
     for (auto& c : callers_) Issue(c.get());

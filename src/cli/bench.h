@@ -70,6 +70,9 @@ struct BenchConfig {
   // Decisions per second over all callers, paced (threads only); 0: as fast as possible.
   double target_rate = 0;
   std::uint64_t seed = 1;
+  // Reservations (issue #12 item 2): StoreCheck::max_wait of every decision (--api
+  // limiter: Limiter::Reserve, without waiting). 0: plain decisions.
+  Micros max_wait = 0;
 };
 
 struct BenchProgress {

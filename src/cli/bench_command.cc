@@ -109,6 +109,10 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
                  "memory://); default: as fast as possible")
       ->check(MoreThanZero());
   app.add_option("--seed", config.seed, "random seed for key choice")->capture_default_str();
+  std::string max_wait_text;
+  app.add_option("--max-wait", max_wait_text,
+                 "reservations: each decision may take budget up to this far ahead "
+                 "(StoreCheck::max_wait; --api limiter: Limiter::Reserve, without waiting)");
   app.add_flag("--json", json, "print the summary as one JSON object");
   app.add_flag("-q,--quiet", quiet, "no progress line");
 
@@ -128,6 +132,11 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     auto d = ParsePositiveDuration("--duration", duration_text);
     if (!d.ok()) return usage(d.status().message());
     config.duration = *d;
+  }
+  if (!max_wait_text.empty()) {
+    auto w = ParseDuration(max_wait_text);
+    if (!w.ok()) return usage("--max-wait: " + w.status().message());
+    config.max_wait = *w;
   }
   if (config.cost > config.policy.Capacity()) {
     return usage("--cost " + std::to_string(config.cost) + " exceeds the policy's capacity " +
@@ -184,7 +193,7 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
       << ",\"policy\":" << JsonString(p.name) << ",\"rate_limit\":" << p.limit
       << ",\"window_us\":" << p.window << ",\"capacity\":" << p.Capacity()
       << ",\"keys\":" << config.keys << ",\"concurrency\":" << config.concurrency
-      << ",\"cost\":" << config.cost;
+      << ",\"cost\":" << config.cost << ",\"max_wait_us\":" << config.max_wait;
     j.precision(3);
     j << ",\"elapsed_s\":" << r.elapsed_s;
     j.precision(1);
@@ -218,8 +227,9 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
       s << ", deny cache " << (config.deny_cache ? "on" : "off");
     s << ")\n";
     s << "policy       '" << p.name << "' " << AlgorithmName(p.algorithm) << " " << DescribeLimit(p)
-      << ", cost " << config.cost << ", " << config.keys << (config.keys == 1 ? " key" : " keys")
-      << "\n";
+      << ", cost " << config.cost << ", " << config.keys << (config.keys == 1 ? " key" : " keys");
+    if (config.max_wait > 0) s << ", reservations up to " << config.max_wait << "us ahead";
+    s << "\n";
     std::snprintf(buf, sizeof(buf), "callers      %d concurrent, %.2fs\n", config.concurrency,
                   r.elapsed_s);
     s << buf;

@@ -71,8 +71,12 @@ struct TokenBucketState {
   Micros last = 0;
 };
 // `fresh` or a state that is new again (TokenBucketIsNew) starts at initial_tokens.
+// Reservations (`max_wait` > 0, cost > 0): a request a plain decision would deny with
+// retry_after <= max_wait is allowed with Decision::wait = that retry_after, and its
+// cost is taken at once (tokens go negative, down to about -rate * max_wait).
 Decision TokenBucket(const Policy& p, const TokenBucketState& in, bool fresh, Micros now,
-                     std::uint64_t cost, TokenBucketState* out, Micros* expires);
+                     std::uint64_t cost, TokenBucketState* out, Micros* expires,
+                     Micros max_wait = 0);
 // True when initial_tokens is below the capacity: then a request (cost > 0) on a new
 // bucket starts it even when it is not committed (denied, or another check of its
 // batch denied), with the state TokenBucketStart gives. Stores write that state.
@@ -89,8 +93,10 @@ void TokenBucketRefund(const Policy& p, const TokenBucketState& in, Micros now, 
 struct GcraState {
   double tat = 0;  // theoretical arrival time, microseconds
 };
+// Reservations (`max_wait` > 0, cost > 0): as TokenBucket's; the TAT then moves
+// beyond now + tau, by up to max_wait.
 Decision Gcra(const Policy& p, const GcraState& in, bool fresh, Micros now, std::uint64_t cost,
-              GcraState* out, Micros* expires);
+              GcraState* out, Micros* expires, Micros max_wait = 0);
 // Moves the TAT back by `cost` emission intervals, never below `now`.
 void GcraRefund(const Policy& p, const GcraState& in, Micros now, std::uint64_t cost,
                 GcraState* out, Micros* expires);

@@ -22,6 +22,8 @@ const char* ErrorCodeName(ErrorCode code) {
       return "internal";
     case ErrorCode::kUnimplemented:
       return "unimplemented";
+    case ErrorCode::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }

@@ -4,6 +4,8 @@
 //   t      = max(now, last)
 //   tokens = min(burst, tokens + (t - last) * rate)     rate = limit / window (double)
 //   allowed <=> tokens + eps >= max(cost, 1)
+// A reservation (max_wait > 0) that this denies with retry_after <= max_wait is allowed
+// with wait = retry_after = ceil((need - tokens) / rate), and takes its cost at once.
 // A new bucket starts with `initial_tokens` (default: full).
 //
 // With initial_tokens below the capacity, "new" has to mean the same thing whether or
@@ -59,7 +61,7 @@ void TokenBucketStart(const Policy& p, Micros now, TokenBucketState* out, Micros
 }
 
 Decision TokenBucket(const Policy& p, const TokenBucketState& in, bool fresh, Micros now,
-                     std::uint64_t cost, TokenBucketState* out, Micros* expires) {
+                     std::uint64_t cost, TokenBucketState* out, Micros* expires, Micros max_wait) {
   const double capacity = static_cast<double>(p.Capacity());
   const double rate = static_cast<double>(p.limit) / static_cast<double>(p.window);
   double tokens;
@@ -80,6 +82,15 @@ Decision TokenBucket(const Policy& p, const TokenBucketState& in, bool fresh, Mi
     tokens = std::max(0.0, tokens - static_cast<double>(cost));
   } else {
     d.retry_after = std::max<Micros>(1, static_cast<Micros>(std::ceil((need - tokens) / rate)));
+    // Reservation: the request passes once the bucket has refilled for retry_after;
+    // it is allowed now when that is within max_wait, and takes its tokens at once
+    // (they go negative: later requests queue behind it).
+    if (max_wait > 0 && cost > 0 && d.retry_after <= max_wait) {
+      d.allowed = true;
+      d.wait = d.retry_after;
+      d.retry_after = 0;
+      tokens -= static_cast<double>(cost);
+    }
   }
   const double whole = std::floor(tokens + kEpsilon);
   d.remaining = static_cast<std::uint64_t>(std::max(0.0, whole));

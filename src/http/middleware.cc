@@ -155,8 +155,25 @@ Result<CompiledRoute> CompileRoute(const Limiter& limiter, std::string name, std
         ".max_delay: the route has a concurrency limit, and a request cannot wait for a permit "
         "(set max_delay 0 on it, or move the concurrency limit to a route of its own)");
   }
-  // The middleware-wide default applies to routes it can apply to.
-  r.max_delay = max_delay ? *max_delay : (r.concurrency ? 0 : default_max_delay);
+  // A reservation waits at most one window of each policy.
+  Micros shortest = 0;
+  std::string shortest_name;
+  for (const CompiledLimit& c : r.limits) {
+    const Policy& p = limiter.policies()[c.policy];
+    if (shortest_name.empty() || p.window < shortest) {
+      shortest = p.window;
+      shortest_name = p.name;
+    }
+  }
+  if (max_delay && *max_delay > 0 && !shortest_name.empty() && *max_delay > shortest) {
+    return Status::InvalidArgument(where + ".max_delay " + std::to_string(*max_delay) +
+                                   "us exceeds the window " + std::to_string(shortest) +
+                                   "us of policy '" + shortest_name +
+                                   "' (a reservation waits at most one window)");
+  }
+  // The middleware-wide default applies to routes it can apply to, capped per route.
+  r.max_delay = max_delay ? *max_delay
+                          : (r.concurrency ? 0 : std::min(default_max_delay, shortest));
   return r;
 }
 
@@ -212,6 +229,7 @@ Result<std::unique_ptr<Middleware>> Middleware::Create(MiddlewareOptions options
   impl->fallback = std::move(fb).value();
   impl->forwarded_name = ci.header == ForwardedHeader::kForwarded ? "Forwarded" : "X-Forwarded-For";
   for (const Policy& p : limiter.policies()) impl->quota.push_back(internal::PolicyQuotaWindow(p));
+  if (!options.sleeper) options.sleeper = std::make_shared<SystemSleeper>();
   impl->options = std::move(options);
   return std::unique_ptr<Middleware>(new Middleware(std::move(impl)));
 }
@@ -524,11 +542,7 @@ MiddlewareStats Middleware::Stats() const {
 
 void Middleware::Wait(const Verdict& verdict) const {
   if (verdict.delay <= 0) return;
-  if (impl_->options.sleep) {
-    impl_->options.sleep(verdict.delay);
-  } else {
-    std::this_thread::sleep_for(std::chrono::microseconds(verdict.delay));
-  }
+  impl_->options.sleeper->SleepFor(verdict.delay, nullptr);
 }
 
 }  // namespace sluice::http

@@ -56,7 +56,10 @@ class DenyCache {
   std::size_t bytes() const { return (mask_ + 1) * sizeof(Entry); }
 
   // True (and fills `d`) when `key` is known to deny a request of `cost` at `now`.
-  bool Lookup(std::string_view key, std::uint64_t cost, Micros now, Decision* d) {
+  // A reservation (`max_wait` > 0) is denied only when the denial lasts beyond
+  // max_wait (+1 us of rounding slack): otherwise the store may grant it.
+  bool Lookup(std::string_view key, std::uint64_t cost, Micros now, Decision* d,
+              Micros max_wait = 0) {
     const std::uint64_t h1 = Fnv(key, 0xcbf29ce484222325ULL);
     const std::uint64_t h2 = Fnv(key, 0x84222325cbf29ce4ULL) | 1;  // 0 marks an empty slot
     Entry e;
@@ -65,6 +68,7 @@ class DenyCache {
       e = slots_.get()[h1 & mask_];
     }
     if (e.h1 != h1 || e.h2 != h2 || e.until <= now || cost < e.min_cost) return false;
+    if (max_wait > 0 && e.until - now <= max_wait + 1) return false;
     *d = Decision{};
     d->allowed = false;
     d->limit = e.limit;
@@ -133,8 +137,9 @@ std::size_t BindingIndex(std::span<const Decision> d) {
     if (!d[i].allowed) {
       if (!any_denied || d[i].retry_after > d[bind].retry_after) bind = i;
       any_denied = true;
-    } else if (!any_denied && d[i].remaining < d[bind].remaining) {
-      bind = i;
+    } else if (!any_denied && (d[i].wait > d[bind].wait ||
+                               (d[i].wait == d[bind].wait && d[i].remaining < d[bind].remaining))) {
+      bind = i;  // reservations: the longest wait binds (plain decisions all wait 0)
     }
   }
   return bind;
@@ -176,6 +181,7 @@ struct Decider::Impl {
     StoreCheck sc{c.policy, c.key, cost};
     sc.permit = c.permit;  // concurrency limits
     sc.op = c.op;
+    sc.max_wait = c.max_wait;  // reservations
     return sc;
   }
 
@@ -195,7 +201,9 @@ struct Decider::Impl {
     if (!use_deny_cache || g.too_big) return false;
     for (std::size_t i = 0; i < g.n; ++i) {
       Decision d;
-      if (!deny_cache.Lookup(g.sc[i].key, g.sc[i].cost, now, &d)) continue;
+      if (!deny_cache.Lookup(g.sc[i].key, g.sc[i].cost, now, &d, ReservingWait(g.sc[i]))) {
+        continue;
+      }
       for (std::size_t j = 0; j < g.n; ++j) {
         const std::uint16_t idx = out[j].policy_index;
         if (j == i) {
@@ -213,6 +221,13 @@ struct Decider::Impl {
       return true;
     }
     return false;
+  }
+
+  // The max_wait a store applies to `c`: only token bucket and GCRA reserve future
+  // budget (StoreCheck::max_wait); a window algorithm's denial holds for a reservation.
+  static Micros ReservingWait(const StoreCheck& c) {
+    const Algorithm a = c.policy->algorithm;
+    return a == Algorithm::kTokenBucket || a == Algorithm::kGcra ? c.max_wait : 0;
   }
 
   // Turns the store's answer into the group's decisions: failures follow each check's
@@ -234,6 +249,7 @@ struct Decider::Impl {
           }
         } else if (denied) {
           out[i].remaining = std::min(out[i].limit, out[i].remaining + g.sc[i].cost);
+          out[i].wait = 0;  // not taken: no reservation to wait for
         }
       }
     }
@@ -348,7 +364,8 @@ struct Decider::Impl {
   static bool LeaseEligible(std::span<const Check> checks) {
     if (checks.size() != 1) return false;
     const Check& c = checks[0];
-    return c.policy->lease > 0 && !c.policy->shadow && c.cost >= 1 && c.cost < c.policy->lease;
+    return c.policy->lease > 0 && !c.policy->shadow && c.cost >= 1 && c.cost < c.policy->lease &&
+           c.max_wait == 0;  // reservations take future budget: always the store's
   }
 
   // Gives ended leases back, without waiting: a refund that fails leaves the units
@@ -430,6 +447,7 @@ struct Decider::Impl {
         out[i].retry_after = 0;
         shadowed = true;
       }
+      if (checks[i].policy->shadow) out[i].wait = 0;  // shadow never delays a request
     }
     const std::size_t bind = BindingIndex(out.first(checks.size()));
     Counters().decisions.fetch_add(1, std::memory_order_relaxed);

@@ -46,6 +46,10 @@ struct Check {
   // process may free a slot before its retry time).
   std::string_view permit;
   PermitOp op = PermitOp::kAcquire;
+  // Reservations (StoreCheck::max_wait): 0 = a plain decision. The caller validates it
+  // (0..policy->window). Never decided from a lease; the deny cache does not deny it
+  // when the cached denial ends within max_wait.
+  Micros max_wait = 0;
 };
 
 struct Options {
@@ -74,7 +78,8 @@ using DoneCallback = std::function<void(const Status& status, std::span<const De
 Policy FallbackPolicy(const Policy& p);
 
 // The binding decision of a batch: a denial with the longest retry_after, else the
-// one with the least remaining (the first on ties). `d` must not be empty.
+// one with the longest wait (reservations), then the least remaining (the first on
+// ties). `d` must not be empty.
 std::size_t BindingIndex(std::span<const Decision> d);
 
 // Thread-safe.

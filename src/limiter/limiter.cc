@@ -124,10 +124,11 @@ struct Limiter::Impl {
     }
   }
 
-  // Acquire(checks), and AcquirePermit when `permit` is not empty: then every check of a
+  // Acquire(checks) with StoreCheck::max_wait = `max_wait` (0: a plain decision;
+  // reservations), and AcquirePermit when `permit` is not empty: then every check of a
   // concurrency policy takes a slot for `permit` (its cost is 1).
-  Result<Decision> Decide(std::span<const Check> checks, std::span<Decision> per_check,
-                          std::string_view permit);
+  Result<Decision> Decide(std::span<const Check> checks, Micros max_wait,
+                          std::span<Decision> per_check, std::string_view permit = {});
 
   // --- concurrency limits (issue #12 item 1) ---
   bool has_concurrency = false;
@@ -158,6 +159,7 @@ Result<std::unique_ptr<Limiter>> Limiter::Create(LimiterOptions options) {
   }
   if (!options.store) options.store = std::make_shared<MemoryStore>();
   if (!options.clock) options.clock = std::make_shared<SteadyEpochClock>();
+  if (!options.sleeper) options.sleeper = std::make_shared<SystemSleeper>();
   return std::unique_ptr<Limiter>(new Limiter(std::make_unique<Impl>(std::move(options))));
 }
 
@@ -189,18 +191,22 @@ Result<Decision> Limiter::Peek(std::string_view key, std::span<Decision> per_pol
 }
 
 Result<Decision> Limiter::Acquire(std::span<const Check> checks, std::span<Decision> per_check) {
-  return impl_->Decide(checks, per_check, {});
+  return impl_->Decide(checks, 0, per_check);
 }
 
-Result<Decision> Limiter::Impl::Decide(std::span<const Check> checks, std::span<Decision> per_check,
-                                       std::string_view permit) {
+Result<Decision> Limiter::Impl::Decide(std::span<const Check> checks, Micros max_wait,
+                                       std::span<Decision> per_check, std::string_view permit) {
   Impl* const impl_ = this;
   if (checks.empty()) return Status::InvalidArgument("no checks given");
   if (checks.size() > kMaxChecks) return Status::InvalidArgument("at most 16 checks per call");
+  if (max_wait < 0) {
+    return Status::InvalidArgument("max_wait must be >= 0 (got " + std::to_string(max_wait) +
+                                   "us)");
+  }
   if (!per_check.empty() && per_check.size() < checks.size()) {
     return Status::InvalidArgument("per-check output has fewer slots than checks");
   }
-  const auto& ps = impl_->options.policies;
+  const auto& ps = options.policies;
   thread_local std::string keys[kMaxChecks];
   Scratch<decide::Check, kMaxChecks> dchecks;
   for (std::size_t i = 0; i < checks.size(); ++i) {
@@ -225,9 +231,16 @@ Result<Decision> Limiter::Impl::Decide(std::span<const Check> checks, std::span<
         return Status::InvalidArgument("policy '" + p.name + "' is checked twice for one key");
       }
     }
+    if (max_wait > p.window) {
+      return Status::InvalidArgument("max_wait " + std::to_string(max_wait) +
+                                     "us exceeds the window " + std::to_string(p.window) +
+                                     "us of policy '" + p.name +
+                                     "': a reservation may wait at most one window");
+    }
     dchecks[i] =
         decide::Check{&p, &impl_->fallback_policies[c.policy],
                       BuildStoreKeyView(keys[i], impl_->options.key_prefix, c.key, p.name), c.cost};
+    dchecks[i].max_wait = max_wait;
     if (p.algorithm == Algorithm::kConcurrency && c.cost > 0) {
       // --- concurrency limits: a slot is taken only with a permit that can release it ---
       if (permit.empty()) {
@@ -246,8 +259,7 @@ Result<Decision> Limiter::Impl::Decide(std::span<const Check> checks, std::span<
     out[i] = Decision{};
     out[i].policy_index = static_cast<std::uint16_t>(checks[i].policy);
   }
-  auto bind =
-      impl_->decider.Decide(std::span<const decide::Check>(dchecks.data(), checks.size()), out);
+  auto bind = decider.Decide(std::span<const decide::Check>(dchecks.data(), checks.size()), out);
   if (!bind.ok()) return bind.status();
   return out[*bind];
 }
@@ -317,6 +329,118 @@ Status Limiter::Reset(std::string_view key) {
   return Status::Ok();
 }
 
+// ---- Waiting instead of rejecting (issue #12) ----
+
+Reservation::Reservation(Reservation&& other) noexcept
+    : limiter_(other.limiter_), decision_(other.decision_), held_(std::move(other.held_)) {
+  other.held_.clear();
+}
+
+Reservation& Reservation::operator=(Reservation&& other) noexcept {
+  if (this != &other) {
+    limiter_ = other.limiter_;
+    decision_ = other.decision_;
+    held_ = std::move(other.held_);
+    other.held_.clear();
+  }
+  return *this;
+}
+
+Reservation::~Reservation() = default;
+
+Status Reservation::Cancel() {
+  if (held_.empty()) return Status::Ok();
+  const std::vector<Held> held = std::move(held_);
+  held_.clear();
+  Check checks[kMaxChecks];
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    checks[i] = Check{held[i].policy, held[i].key, held[i].cost};
+  }
+  return limiter_->Refund(std::span<const Check>(checks, held.size()));
+}
+
+Result<Reservation> Limiter::Reserve(std::string_view key, std::uint64_t cost, Micros max_wait,
+                                     std::span<Decision> per_policy) {
+  const auto& ps = impl_->options.policies;
+  Scratch<Check, kMaxChecks> checks;
+  for (std::size_t i = 0; i < ps.size(); ++i) checks[i] = Check{i, key, cost};
+  return Reserve(std::span<const Check>(checks.data(), ps.size()), max_wait, per_policy);
+}
+
+Result<Reservation> Limiter::Reserve(std::span<const Check> checks, Micros max_wait,
+                                     std::span<Decision> per_check) {
+  // Per-check decisions are needed to know what was taken: into the caller's span, or
+  // a local one (Decide rejects more than kMaxChecks checks, or a span too small).
+  Scratch<Decision, kMaxChecks> local;
+  std::span<Decision> out =
+      per_check.empty() ? std::span<Decision>(local.data(), std::min(checks.size(), kMaxChecks))
+                        : per_check;
+  auto d = impl_->Decide(checks, max_wait, out);
+  if (!d.ok()) return d.status();
+  Reservation r;
+  r.limiter_ = this;
+  r.decision_ = *d;
+  if (!d->allowed) return r;
+  // What a Cancel gives back: the checks the store charged. Budget a fail-open,
+  // fallback or shadow-denied check did not take there is not refunded to it.
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const Decision& c = out[i];
+    if (checks[i].cost == 0 || !c.allowed || c.shadow_denied ||
+        c.source != DecisionSource::kStore) {
+      continue;
+    }
+    r.held_.push_back(
+        Reservation::Held{checks[i].policy, checks[i].cost, std::string(checks[i].key)});
+  }
+  return r;
+}
+
+Result<Decision> Limiter::AcquireWaiting(std::string_view key, std::uint64_t cost, Micros max_wait,
+                                         CancellationToken* cancel,
+                                         std::span<Decision> per_policy) {
+  const auto& ps = impl_->options.policies;
+  Scratch<Check, kMaxChecks> checks;
+  for (std::size_t i = 0; i < ps.size(); ++i) checks[i] = Check{i, key, cost};
+  return AcquireWaiting(std::span<const Check>(checks.data(), ps.size()), max_wait, cancel,
+                        per_policy);
+}
+
+Result<Decision> Limiter::AcquireWaiting(std::span<const Check> checks, Micros max_wait,
+                                         CancellationToken* cancel, std::span<Decision> per_check) {
+  Sleeper& sleeper = *impl_->options.sleeper;
+  Micros left = max_wait;
+  Micros waited = 0;
+  for (;;) {
+    if (cancel != nullptr && cancel->IsCancelled()) {
+      return Status::Cancelled("the wait was cancelled before anything was taken");
+    }
+    auto r = Reserve(checks, left, per_check);
+    if (!r.ok()) return r.status();
+    if (r->allowed()) {
+      if (!sleeper.SleepFor(r->wait(), cancel)) {
+        const Status refund = r->Cancel();
+        return Status::Cancelled(
+            refund.ok() ? "the wait was cancelled; the reservation was given back"
+                        : "the wait was cancelled; giving the reservation back failed (" +
+                              refund.ToString() + "): its budget stays taken");
+      }
+      Decision d = r->decision();
+      d.wait = waited + r->wait();
+      return d;
+    }
+    // Denied. A window algorithm never reserves: wait for its retry time when that fits
+    // in what is left of max_wait, and try again. (A bucket or GCRA denial's
+    // retry_after is beyond `left` by definition.)
+    const Decision& d = r->decision();
+    if (d.retry_after <= 0 || d.retry_after > left) return d;
+    if (!sleeper.SleepFor(d.retry_after, cancel)) {
+      return Status::Cancelled("the wait was cancelled before anything was taken");
+    }
+    left -= d.retry_after;
+    waited += d.retry_after;
+  }
+}
+
 LimiterStats Limiter::Stats() const {
   LimiterStats s = impl_->decider.Stats();
   s.permit_release_errors = impl_->permit_release_errors.load(std::memory_order_relaxed);
@@ -346,7 +470,7 @@ Result<Permit> Limiter::AcquirePermit(std::string_view key, std::uint64_t cost,
   Scratch<Decision, kMaxChecks> local;
   std::span<Decision> out = per_policy.empty() ? std::span<Decision>(local.data(), ps.size())
                                                : per_policy.first(ps.size());
-  auto d = impl_->Decide(std::span<const Check>(checks.data(), ps.size()), out, permit.id_);
+  auto d = impl_->Decide(std::span<const Check>(checks.data(), ps.size()), 0, out, permit.id_);
   if (!d.ok()) return d.status();
   permit.limiter_ = this;
   permit.key_.assign(key);
@@ -357,6 +481,53 @@ Result<Permit> Limiter::AcquirePermit(std::string_view key, std::uint64_t cost,
     if (ps[i].algorithm != Algorithm::kConcurrency || out[i].shadow_denied) continue;
     if (out[i].source == DecisionSource::kStore) permit.in_store_ |= 1u << i;
     if (out[i].source == DecisionSource::kLocalFallback) permit.in_fallback_ |= 1u << i;
+  }
+  return permit;
+}
+
+// (edge, for the HTTP middleware) AcquirePermit over explicit checks: the concurrency
+// checks share the permit's key; rate checks may have keys of their own.
+Result<Permit> Limiter::AcquirePermit(std::span<const Check> checks,
+                                      std::span<Decision> per_check) {
+  const auto& ps = impl_->options.policies;
+  std::string_view key;
+  bool any = false;
+  for (const Check& c : checks) {
+    if (c.policy >= ps.size() || ps[c.policy].algorithm != Algorithm::kConcurrency) continue;
+    if (any && c.key != key) {
+      return Status::InvalidArgument(
+          "AcquirePermit: the concurrency checks of one permit must share one key (policy '" +
+          ps[c.policy].name + "' is checked for another key)");
+    }
+    key = c.key;
+    any = true;
+  }
+  if (!any) {
+    return Status::InvalidArgument(
+        "AcquirePermit needs a check of a concurrency policy (Policy::Concurrency): use Acquire");
+  }
+  if (!per_check.empty() && per_check.size() < checks.size()) {
+    return Status::InvalidArgument("per-check output has fewer slots than checks");
+  }
+  Permit permit;
+  permit.id_ = permit_internal::NewPermitId();
+  Scratch<Decision, kMaxChecks> local;
+  std::span<Decision> out =
+      per_check.empty()
+          ? std::span<Decision>(local.data(), std::min(checks.size(), kMaxChecks))
+          : per_check.first(checks.size());
+  auto d = impl_->Decide(checks, 0, out, permit.id_);
+  if (!d.ok()) return d.status();
+  permit.limiter_ = this;
+  permit.key_.assign(key);
+  permit.decision_ = *d;
+  if (!d->allowed) return permit;
+  permit.held_ = true;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const std::size_t pi = checks[i].policy;
+    if (ps[pi].algorithm != Algorithm::kConcurrency || out[i].shadow_denied) continue;
+    if (out[i].source == DecisionSource::kStore) permit.in_store_ |= 1u << pi;
+    if (out[i].source == DecisionSource::kLocalFallback) permit.in_fallback_ |= 1u << pi;
   }
   return permit;
 }

@@ -557,17 +557,18 @@ struct alignas(64) Shard {
 static_assert(offsetof(Shard, table) == 64, "lock and latest share the first line");
 
 // Runs one non-log algorithm on `state` (or a fresh state).
+// `max_wait`: StoreCheck::max_wait (reservations; only bucket and GCRA use it).
 Decision RunWord(const Policy& p, const State& in, bool fresh, Micros now, std::uint64_t cost,
-                 State* out, Micros* expires) {
+                 State* out, Micros* expires, Micros max_wait) {
   switch (p.algorithm) {
     case Algorithm::kFixedWindow:
       return core::FixedWindow(p, in.fixed, fresh, now, cost, &out->fixed, expires);
     case Algorithm::kSlidingWindowCounter:
       return core::SlidingWindowCounter(p, in.counter, fresh, now, cost, &out->counter, expires);
     case Algorithm::kTokenBucket:
-      return core::TokenBucket(p, in.bucket, fresh, now, cost, &out->bucket, expires);
+      return core::TokenBucket(p, in.bucket, fresh, now, cost, &out->bucket, expires, max_wait);
     case Algorithm::kGcra:
-      return core::Gcra(p, in.gcra, fresh, now, cost, &out->gcra, expires);
+      return core::Gcra(p, in.gcra, fresh, now, cost, &out->gcra, expires, max_wait);
     case Algorithm::kSlidingWindowLog:
     case Algorithm::kConcurrency:
       break;
@@ -736,7 +737,7 @@ Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, std::uint64_
     if (s != nullptr && s->tag == TagOf(p.algorithm) && s->expires > t) {
       State next;
       Micros expires;
-      *out = RunWord(p, s->state, /*fresh=*/false, t, c.cost, &next, &expires);
+      *out = RunWord(p, s->state, /*fresh=*/false, t, c.cost, &next, &expires, c.max_wait);
       if (out->allowed && c.cost > 0) {
         s->state = next;
         s->expires = expires;
@@ -837,7 +838,7 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
     } else {
       const bool fresh = s == nullptr || s->expires <= now;
       const State in = s != nullptr ? s->state : State{};
-      out[i] = RunWord(p, in, fresh, now, c.cost, &next[i], &expires[i]);
+      out[i] = RunWord(p, in, fresh, now, c.cost, &next[i], &expires[i], c.max_wait);
     }
     all_allowed = all_allowed && out[i].allowed;
     consumes = consumes || c.cost > 0;

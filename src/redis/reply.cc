@@ -168,6 +168,12 @@ Status DecodeDecisions(const redisReply& r, std::size_t n, const std::uint64_t* 
     d.remaining = static_cast<std::uint64_t>(std::max<long long>(0, e[1]->integer));
     d.reset_after = e[2]->integer;
     d.retry_after = e[3]->integer;
+    // An allowed reservation (issue #12, ext item w) answers its wait as a negative
+    // retry_after (lua/token_bucket.lua, lua/gcra.lua).
+    if (d.allowed && d.retry_after < 0) {
+      d.wait = -d.retry_after;
+      d.retry_after = 0;
+    }
   }
   return Status::Ok();
 }

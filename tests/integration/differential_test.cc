@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -697,6 +698,123 @@ TEST_F(Differential, PermitsAcquireReleaseExtendAndExpire) {
   EXPECT_EQ(compared, 6 * 800);
   EXPECT_GT(acquires, 6 * 800 / 3);
   EXPECT_GT(releases, 6 * 800 / 10);
+// ---- Reservations (issue #12 item 2) ----
+
+// Reservations (StoreCheck::max_wait) and their cancellations (refunds) in both stores,
+// with simulated time: random policies of all five algorithms (bucket and GCRA reserve
+// future budget; the window algorithms decide plainly), random max_wait from 0 to the
+// window, multi-check batches, and cancellations of earlier allowed reservations.
+// Every field must match, Decision::wait included, and the state left too (peeks
+// after each cancellation).
+TEST_F(Differential, Reservations) {
+  int compared = 0, waited = 0, cancelled = 0;
+  for (std::uint64_t seed = 500; seed < 506; ++seed) {
+    std::mt19937_64 rng(seed);
+    DifferentialMemoryStore memory;
+    std::vector<Policy> policies;
+    for (int i = 0; i < 8; ++i) {
+      Policy p = RandomPolicy(rng, i);
+      // Mostly the algorithms that reserve.
+      if (i < 5 && p.algorithm != Algorithm::kGcra) {
+        p.algorithm = i % 2 ? Algorithm::kGcra : Algorithm::kTokenBucket;
+        if (p.algorithm == Algorithm::kGcra) p.initial_tokens.reset();
+      }
+      ASSERT_TRUE(ValidatePolicy(p).ok()) << Describe(p);
+      policies.push_back(p);
+    }
+    const char* keys[] = {"alice", "bob"};
+    struct Held {
+      std::string keys[3];
+      StoreCheck checks[3];
+      std::size_t n = 0;
+    };
+    std::vector<Held> held;
+    Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
+    for (int step = 0; step < 1200; ++step) {
+      const Policy& tp = policies[rng() % policies.size()];
+      switch (rng() % 5) {
+        case 0:
+        case 1:
+          break;  // same instant: reservations pile up
+        case 2:
+          now += static_cast<Micros>(rng() % (tp.window / tp.limit + 1));
+          break;
+        case 3:
+          now += static_cast<Micros>(rng() % 100);
+          break;
+        default:
+          now += static_cast<Micros>(rng() % (static_cast<std::uint64_t>(tp.window) + 1));
+      }
+      const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step);
+      if (!held.empty() && rng() % 5 == 0) {
+        // Cancel an earlier allowed reservation: a refund of its checks.
+        const std::size_t at = rng() % held.size();
+        Held h = std::move(held[at]);
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(at));
+        for (std::size_t i = 0; i < h.n; ++i) h.checks[i].key = h.keys[i];
+        if (!CompareRefund(memory, std::span<const StoreCheck>(h.checks, h.n), now, where)) return;
+        ++cancelled;
+        continue;
+      }
+      Held h;
+      const std::size_t n = 1 + rng() % 3;
+      Micros smallest_window = std::numeric_limits<Micros>::max();
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t pi = rng() % policies.size();
+        auto k = StoreKey("resv" + std::to_string(seed), keys[rng() % 2], policies[pi].name);
+        ASSERT_TRUE(k.ok());
+        bool dup = false;
+        for (std::size_t j = 0; j < h.n; ++j) dup = dup || h.keys[j] == *k;
+        if (dup) continue;
+        h.keys[h.n] = *k;
+        std::uint64_t cost = RandomCost(rng, policies[pi]);
+        if (cost == 0 && rng() % 2) cost = 1;  // fewer peeks than the other tests
+        h.checks[h.n] = StoreCheck{&policies[pi], {}, cost};
+        smallest_window = std::min(smallest_window, policies[pi].window);
+        ++h.n;
+      }
+      // The Limiter checks 0 <= max_wait <= every policy's window.
+      const Micros max_wait =
+          rng() % 4 == 0
+              ? 0
+              : static_cast<Micros>(rng() % (static_cast<std::uint64_t>(smallest_window) + 1));
+      for (std::size_t i = 0; i < h.n; ++i) {
+        h.checks[i].key = h.keys[i];
+        h.checks[i].max_wait = max_wait;
+      }
+      Decision a[3], b[3];
+      ASSERT_TRUE(memory.Evaluate(std::span<const StoreCheck>(h.checks, h.n), now, a).ok());
+      Status sb = redis_->Evaluate(std::span<const StoreCheck>(h.checks, h.n), now, b);
+      ASSERT_TRUE(sb.ok()) << where << " " << sb.ToString();
+      bool all = true;
+      for (std::size_t i = 0; i < h.n; ++i) {
+        all = all && a[i].allowed;
+        const bool same = a[i].allowed == b[i].allowed && a[i].remaining == b[i].remaining &&
+                          a[i].reset_after == b[i].reset_after &&
+                          a[i].retry_after == b[i].retry_after && a[i].limit == b[i].limit &&
+                          a[i].wait == b[i].wait;
+        ASSERT_TRUE(same) << where << " check " << i << " " << Describe(*h.checks[i].policy)
+                          << " cost=" << h.checks[i].cost << " max_wait=" << max_wait
+                          << " now=" << now << "\n  memory: allowed=" << a[i].allowed
+                          << " remaining=" << a[i].remaining << " reset_after=" << a[i].reset_after
+                          << " retry_after=" << a[i].retry_after << " wait=" << a[i].wait
+                          << "\n  redis:  allowed=" << b[i].allowed
+                          << " remaining=" << b[i].remaining << " reset_after=" << b[i].reset_after
+                          << " retry_after=" << b[i].retry_after << " wait=" << b[i].wait;
+        if (a[i].wait > 0) {
+          EXPECT_LE(a[i].wait, max_wait) << where;
+          ++waited;
+        }
+      }
+      ++compared;
+      bool costs = true;
+      for (std::size_t i = 0; i < h.n; ++i) costs = costs && h.checks[i].cost > 0;
+      if (all && costs && held.size() < 64) held.push_back(std::move(h));
+    }
+  }
+  EXPECT_GT(compared, 6 * 900);
+  EXPECT_GT(waited, 500) << "too few reservations had to wait to mean much";
+  EXPECT_GT(cancelled, 6 * 100);
 }
 
 }  // namespace

@@ -10,12 +10,26 @@
 //     takes <requests> units of <key> under "held" (fixed window, 1 h, lease 100),
 //     prints "allowed <n> reset_after <us of the first decision>", flushes, and then
 //     waits, holding its lease, until it is killed, or stdin closes (then it ends
-//     cleanly, giving the lease back).
+//     cleanly, giving the lease back);
+//   sluice_lease_load_helper <redis-url> reserve <fleet|cancel> <duration-ms> <threads>
+//         <per-thread-rate>
+//     reservations (issue #12 item 2, reservation_fleet_test.cc): each thread reserves
+//     on key "r" under one of ReservePolicies() (thread i: policy i % 2) at
+//     <per-thread-rate> per second (paced), with max_wait kReserveMaxWait.
+//     fleet: decides on the caller's clock (the system clock, shared by the fleet's
+//       processes) so that each admitted time is known exactly: prints
+//       "a <policy> <decision time + wait>" per admitted reservation;
+//     cancel: decides on Redis's clock and cancels every reservation: each thread holds
+//       its last 8 and cancels the oldest (so cancellations interleave with later
+//       reservations, of its own and of the other processes), and the rest at the end;
+//     both end with "r <policy> <admitted> <denied> <waited> <errors>" per policy.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -112,6 +126,101 @@ int Hold(const char* url, const char* key, int requests) {
   return 0;
 }
 
+// ---- Reservations (issue #12 item 2) ----
+
+// The system clock, read the same way by every process of the fleet; remembers, per
+// thread, the last time it gave (the `now` of that thread's last decision).
+class FleetClock final : public sluice::Clock {
+ public:
+  sluice::Micros Now() const override {
+    last_ = std::chrono::duration_cast<std::chrono::microseconds>(
+                std::chrono::system_clock::now().time_since_epoch())
+                .count();
+    return last_;
+  }
+  static sluice::Micros Last() { return last_; }
+
+ private:
+  static thread_local sluice::Micros last_;
+};
+thread_local sluice::Micros FleetClock::last_ = 0;
+
+int Reserve(const char* url, bool fleet, long duration_ms, int nthreads, double rate) {
+  sluice::RedisStoreOptions so;
+  so.url = url;
+  so.call_timeout = 2'000'000;
+  so.use_caller_time = fleet;
+  so.on_warning = [](std::string_view) {};
+  auto store = sluice::RedisStore::Create(so);
+  if (!store.ok()) {
+    std::fprintf(stderr, "%s\n", store.status().ToString().c_str());
+    return 1;
+  }
+  sluice::LimiterOptions lo;
+  lo.policies = sluice::testing::ReservePolicies();
+  lo.store = *store;
+  lo.clock = std::make_shared<FleetClock>();
+  auto created = sluice::Limiter::Create(std::move(lo));
+  if (!created.ok()) return 1;
+  sluice::Limiter& limiter = **created;
+  const std::size_t n = limiter.policies().size();
+  std::vector<std::atomic<long>> admitted(n), denied(n), waited(n), errors(n);
+  std::mutex out_mu;
+  std::vector<std::pair<std::size_t, sluice::Micros>> times;
+  const auto start = std::chrono::steady_clock::now();
+  const auto end = start + std::chrono::milliseconds(duration_ms);
+  const auto interval = std::chrono::microseconds(static_cast<long>(1e6 / rate));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < nthreads; ++t) {
+    threads.emplace_back([&, t] {
+      const std::size_t p = static_cast<std::size_t>(t) % n;
+      const sluice::Check c{p, "r", 1};
+      std::deque<sluice::Reservation> held;  // cancel: the last 8, oldest first
+      auto next = start + interval * t / nthreads;
+      while (std::chrono::steady_clock::now() < end) {
+        std::this_thread::sleep_until(next);  // pacing the load, not a test's timing
+        next += interval;
+        auto r = limiter.Reserve(std::span<const sluice::Check>(&c, 1),
+                                 sluice::testing::kReserveMaxWait);
+        const bool decided = r.ok() && (r->decision().source == sluice::DecisionSource::kStore ||
+                                        r->decision().source == sluice::DecisionSource::kDenyCache);
+        if (!decided) {
+          errors[p]++;
+          continue;
+        }
+        if (!r->allowed()) {
+          denied[p]++;
+          continue;
+        }
+        admitted[p]++;
+        waited[p] += r->wait() > 0 ? 1 : 0;
+        if (fleet) {
+          std::lock_guard<std::mutex> lock(out_mu);
+          times.emplace_back(p, FleetClock::Last() + r->wait());
+        } else {
+          held.push_back(std::move(r).value());
+          if (held.size() > 8) {
+            if (!held.front().Cancel().ok()) errors[p]++;
+            held.pop_front();
+          }
+        }
+      }
+      for (sluice::Reservation& h : held) {
+        if (!h.Cancel().ok()) errors[p]++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& [p, at] : times) {
+    std::printf("a %s %lld\n", limiter.policies()[p].name.c_str(), static_cast<long long>(at));
+  }
+  for (std::size_t p = 0; p < n; ++p) {
+    std::printf("r %s %ld %ld %ld %ld\n", limiter.policies()[p].name.c_str(), admitted[p].load(),
+                denied[p].load(), waited[p].load(), errors[p].load());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -121,9 +230,14 @@ int main(int argc, char** argv) {
   if (argc == 5 && std::strcmp(argv[2], "hold") == 0) {
     return Hold(argv[1], argv[3], std::atoi(argv[4]));
   }
+  if (argc == 7 && std::strcmp(argv[2], "reserve") == 0) {
+    return Reserve(argv[1], std::strcmp(argv[3], "fleet") == 0, std::atol(argv[4]),
+                   std::atoi(argv[5]), std::atof(argv[6]));
+  }
   std::fprintf(stderr,
                "usage: %s <redis-url> load <duration-ms> <threads>\n"
-               "       %s <redis-url> hold <key> <requests>\n",
-               argv[0], argv[0]);
+               "       %s <redis-url> hold <key> <requests>\n"
+               "       %s <redis-url> reserve <fleet|cancel> <duration-ms> <threads> <rate>\n",
+               argv[0], argv[0], argv[0]);
   return 2;
 }

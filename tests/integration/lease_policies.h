@@ -40,4 +40,21 @@ inline Policy HeldPolicy() {
   return p;
 }
 
+// ---- Reservations (issue #12 item 2): the fleet of reservation_fleet_test.cc ----
+
+// 50 per second with bursts of 5, one key per algorithm; a reservation waits at most
+// 200 ms. In any 1 s window the admitted times may hold at most 50 + 5.
+inline constexpr std::uint64_t kReserveLimit = 50;
+inline constexpr std::uint64_t kReserveBurst = 5;
+inline constexpr Micros kReserveMaxWait = 200'000;
+inline std::vector<Policy> ReservePolicies() {
+  using std::chrono::seconds;
+  std::vector<Policy> p = {
+      Policy::TokenBucket("rbucket", kReserveBurst, kReserveLimit, seconds(1)),
+      Policy::Gcra("rgcra", kReserveLimit, seconds(1), kReserveBurst),
+  };
+  for (Policy& x : p) x.failure_mode = FailureMode::kFailClosed;
+  return p;
+}
+
 }  // namespace sluice::testing

@@ -95,10 +95,11 @@ class ReferenceStore final : public Store {
                                                 &n.expires);
             break;
           case Algorithm::kTokenBucket:
-            out[i] = core::TokenBucket(p, in.bucket, fresh, now, c.cost, &n.bucket, &n.expires);
+            out[i] = core::TokenBucket(p, in.bucket, fresh, now, c.cost, &n.bucket, &n.expires,
+                                       c.max_wait);
             break;
           case Algorithm::kGcra:
-            out[i] = core::Gcra(p, in.gcra, fresh, now, c.cost, &n.gcra, &n.expires);
+            out[i] = core::Gcra(p, in.gcra, fresh, now, c.cost, &n.gcra, &n.expires, c.max_wait);
             break;
           case Algorithm::kSlidingWindowLog:
             break;

@@ -25,6 +25,15 @@ if allowed then
   if cost > 0 then tat = new_tat end
 else
   retry = max(1, ceil(new_tat - tau - t))
+  -- Reservation (issue #12; ext item w = max_wait in us, `x` the check's ext table):
+  -- allowed when the request's slot comes within max_wait; the TAT moves to it now.
+  -- Its wait is answered as a negative retry (redis/reply.cc).
+  local mw = x and tonumber(x.w) or 0
+  if mw > 0 and cost > 0 and retry <= mw then
+    allowed = true
+    tat = new_tat
+    retry = -retry
+  end
 end
 remaining = max(0, floor((tau - (tat - t)) / interval + EPS))
 reset = ceil(tat - t)

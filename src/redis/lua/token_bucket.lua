@@ -31,6 +31,15 @@ if allowed then
   tokens = max(0, tokens - cost)
 else
   retry = max(1, ceil((need - tokens) / rate))
+  -- Reservation (issue #12; ext item w = max_wait in us, `x` the check's ext table):
+  -- allowed when the request could pass within max_wait; its tokens are taken now
+  -- (they go negative). Its wait is answered as a negative retry (redis/reply.cc).
+  local mw = x and tonumber(x.w) or 0
+  if mw > 0 and cost > 0 and retry <= mw then
+    allowed = true
+    tokens = tokens - cost
+    retry = -retry
+  end
 end
 remaining = max(0, floor(tokens + EPS))
 reset = 0
