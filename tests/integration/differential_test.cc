@@ -698,6 +698,8 @@ TEST_F(Differential, PermitsAcquireReleaseExtendAndExpire) {
   EXPECT_EQ(compared, 6 * 800);
   EXPECT_GT(acquires, 6 * 800 / 3);
   EXPECT_GT(releases, 6 * 800 / 10);
+}
+
 // ---- Reservations (issue #12 item 2) ----
 
 // Reservations (StoreCheck::max_wait) and their cancellations (refunds) in both stores,
