@@ -172,8 +172,8 @@ Result<CompiledRoute> CompileRoute(const Limiter& limiter, std::string name, std
                                    "' (a reservation waits at most one window)");
   }
   // The middleware-wide default applies to routes it can apply to, capped per route.
-  r.max_delay = max_delay ? *max_delay
-                          : (r.concurrency ? 0 : std::min(default_max_delay, shortest));
+  r.max_delay =
+      max_delay ? *max_delay : (r.concurrency ? 0 : std::min(default_max_delay, shortest));
   return r;
 }
 

@@ -212,7 +212,8 @@ bool Eventually(F done) {
 TEST(Httplib, SlowHandlerHoldsAPermitUntilItsResponseIsSent) {
   MiddlewareOptions o;
   o.routes = {{.path = "/slow", .limits = {{.policy = "inflight"}}}};
-  Server s(std::move(o), "127.0.0.1", {Policy::Concurrency("inflight", 1, std::chrono::seconds(30))});
+  Server s(std::move(o), "127.0.0.1",
+           {Policy::Concurrency("inflight", 1, std::chrono::seconds(30))});
   const std::string key = JoinKey({"ip", "127.0.0.1"});
   std::future<httplib::Result> first = std::async(std::launch::async, [&] {
     httplib::Client c("127.0.0.1", s.port);
@@ -249,8 +250,7 @@ TEST(Httplib, DelayedRequestWaitsThroughTheInjectedSleeper) {
   auto clock = std::make_shared<ManualClock>(kNoon);
   auto sleeper = std::make_shared<ManualSleeper>(clock, /*auto_advance=*/true);
   o.sleeper = sleeper;
-  Server s(std::move(o), "127.0.0.1", {Policy::Gcra("rate", 1, std::chrono::seconds(3), 1)},
-           clock);
+  Server s(std::move(o), "127.0.0.1", {Policy::Gcra("rate", 1, std::chrono::seconds(3), 1)}, clock);
   httplib::Client client("127.0.0.1", s.port);
   auto a = client.Get("/hello");
   ASSERT_TRUE(a);
