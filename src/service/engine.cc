@@ -669,8 +669,6 @@ void Engine::ShouldRateLimitAsync(const RateLimitRequest& req, AsyncDone done) {
                         });
 }
 
-}  // namespace sluice::service
-
 // --- concurrency limits (issue #12): /v1/acquire, /v1/release, /v1/extend ---------
 
 namespace {
@@ -830,19 +828,18 @@ void Engine::AcquireAsync(const RateLimitRequest& req, PermitDone done) {
   }
   // The token names the descriptors, so that a release matches the same limits.
   std::string token = EncodePermitToken(id, req);
-  decider_->DecideAsync(
-      std::span<const decide::Check>(p->checks, p->nchecks),
-      [this, p, resp, token = std::move(token), done = std::move(done)](
-          const Status& st, std::span<const Decision> d, std::size_t) {
-        if (st.ok()) {
-          Finish(*p, d, &resp->rate);
-          if (resp->rate.overall_code != Code::kOverLimit) {
-            resp->permit = token;
-            resp->lease = p->lease;
-          }
-        }
-        done(st, *resp);
-      });
+  decider_->DecideAsync(std::span<const decide::Check>(p->checks, p->nchecks),
+                        [this, p, resp, token = std::move(token), done = std::move(done)](
+                            const Status& st, std::span<const Decision> d, std::size_t) {
+                          if (st.ok()) {
+                            Finish(*p, d, &resp->rate);
+                            if (resp->rate.overall_code != Code::kOverLimit) {
+                              resp->permit = token;
+                              resp->lease = p->lease;
+                            }
+                          }
+                          done(st, *resp);
+                        });
 }
 
 void Engine::PermitAsync(PermitOp op, std::string_view token, PermitDone done) {
@@ -865,21 +862,23 @@ void Engine::PermitAsync(PermitOp op, std::string_view token, PermitDone done) {
     done(s, *resp);
     return;
   }
-  decider_->DecideAsync(std::span<const decide::Check>(p->checks, p->nchecks),
-                        [p, resp, op, id = std::move(id), done = std::move(done)](
-                            const Status& st, std::span<const Decision> d, std::size_t) {
-                          if (!st.ok()) return done(st, *resp);
-                          // Decision::allowed of a release or an extend: the permit was held.
-                          bool held = false;
-                          for (const Decision& x : d) held = held || x.allowed;
-                          if (!held) {
-                            Status nf = Status::NotFound(
-                                "permit " + id +
-                                " is not held: unknown, released already, or expired after "
-                                "its lease");
-                            return done(nf, *resp);
-                          }
-                          if (op == PermitOp::kExtend) resp->lease = p->lease;
-                          done(Status::Ok(), *resp);
-                        });
+  decider_->DecideAsync(
+      std::span<const decide::Check>(p->checks, p->nchecks),
+      [p, resp, op, id = std::move(id), done = std::move(done)](
+          const Status& st, std::span<const Decision> d, std::size_t) {
+        if (!st.ok()) return done(st, *resp);
+        // Decision::allowed of a release or an extend: the permit was held.
+        bool held = false;
+        for (const Decision& x : d) held = held || x.allowed;
+        if (!held) {
+          Status nf = Status::NotFound("permit " + id +
+                                       " is not held: unknown, released already, or expired after "
+                                       "its lease");
+          return done(nf, *resp);
+        }
+        if (op == PermitOp::kExtend) resp->lease = p->lease;
+        done(Status::Ok(), *resp);
+      });
 }
+
+}  // namespace sluice::service

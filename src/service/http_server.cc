@@ -181,8 +181,7 @@ struct HttpServer::Impl {
   void Nginx(const Request& req, const std::string& domain, Respond respond);
   // --- concurrency limits (issue #12) ---
   void Acquire(const Request& req, std::string_view query, Respond respond);
-  void PermitCall(const Request& req, std::string_view query, sluice::PermitOp op,
-                Respond respond);
+  void PermitCall(const Request& req, std::string_view query, sluice::PermitOp op, Respond respond);
 };
 
 class Conn : public std::enable_shared_from_this<Conn> {
@@ -498,7 +497,8 @@ void HttpServer::Impl::Handle(const Request& req, Respond respond) {
       return get || post ? Check(req, query, respond) : respond(not_allowed("GET, POST"));
     }
     // --- concurrency limits (issue #12): POST only, they change state ---
-    if (path == "/v1/acquire") return post ? Acquire(req, query, respond) : respond(not_allowed("POST"));
+    if (path == "/v1/acquire")
+      return post ? Acquire(req, query, respond) : respond(not_allowed("POST"));
     if (path == "/v1/release") {
       return post ? PermitCall(req, query, sluice::PermitOp::kRelease, respond)
                   : respond(not_allowed("POST"));
@@ -610,8 +610,7 @@ static Status DescriptorFromParams(const Params& params, RateLimitRequest* r) {
     char* end = nullptr;
     const unsigned long long v = std::strtoull(h->c_str(), &end, 10);
     if (h->empty() || *end != '\0' || (*h)[0] == '-' || v > 0xffffffffULL) {
-      return Status::InvalidArgument("hits must be an integer in 0..4294967295 (got '" + *h +
-                                     "')");
+      return Status::InvalidArgument("hits must be an integer in 0..4294967295 (got '" + *h + "')");
     }
     // The descriptor's own cost, so that hits=0 peeks (a request-level 0 would mean 1).
     r->descriptors[0].has_hits_addend = true;
@@ -711,7 +710,7 @@ void HttpServer::Impl::Acquire(const Request& req, std::string_view query, Respo
 // permit is not held (unknown, released already, expired); 400 for a missing or
 // malformed token.
 void HttpServer::Impl::PermitCall(const Request& req, std::string_view query, sluice::PermitOp op,
-                                Respond respond) {
+                                  Respond respond) {
   auto fail = [this, respond](int status, const std::string& why) {
     engine.metrics().CountRequest(
         Api::kPermit, status == 400 ? RequestOutcome::kInvalid : RequestOutcome::kError);

@@ -36,8 +36,8 @@ Status RuleSet::FinishRule(Rule& r, const std::string& policy_name, Algorithm al
   p.algorithm = algorithm;
   p.limit = r.requests_per_unit;
   // A concurrency limit's "window" is its permit lease (Policy::Concurrency).
-  p.window = algorithm == Algorithm::kConcurrency ? permit_lease
-                                                  : UnitMicros(r.unit) * r.unit_multiplier;
+  p.window =
+      algorithm == Algorithm::kConcurrency ? permit_lease : UnitMicros(r.unit) * r.unit_multiplier;
   p.burst = burst;
   p.failure_mode = failure;
   p.fallback_divisor = divisor;

@@ -124,8 +124,8 @@ class RuleSet {
  private:
   RuleSet() = default;
   Status FinishRule(Rule& r, const std::string& policy_name, Algorithm algorithm,
-                    std::uint64_t burst, FailureMode failure, std::uint32_t divisor,
-                    bool shadow, Micros permit_lease = 0) const;
+                    std::uint64_t burst, FailureMode failure, std::uint32_t divisor, bool shadow,
+                    Micros permit_lease = 0) const;
   Status AddDescriptors(const std::string& domain, Node& node,
                         const std::vector<DescriptorSpec>& specs, const std::string& parent);
 

@@ -162,7 +162,7 @@ TEST(Config, SeveralLimitsOnOneDescriptor) {
                            "      - {unit: hour, requests_per_unit: 5, colour: red}\n"),
             "test.yaml:6: unknown field 'colour' in rate_limit (allowed: unit, requests_per_unit, "
             "unit_multiplier, unlimited, name, replaces, algorithm, burst, failure_mode, "
-            "fallback_divisor, policy, lease, lease_validity)");
+            "fallback_divisor, policy, lease, lease_validity, concurrency)");
   EXPECT_EQ(ErrorOf(head + "    rate_limits:\n      - {unit: hour, requests_per_unit: 5, name: x}\n"
                            "      - {unit: day, requests_per_unit: 50, name: x}\n"),
             "test.yaml:6: rate_limits: name 'x' is used twice (first on line 5)");

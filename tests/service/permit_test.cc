@@ -61,14 +61,14 @@ class Daemon {
   }
   // POST /v1/acquire for tenant `t`; the permit token, or "" when not 200.
   std::string Acquire(const std::string& key, const std::string& value, int* status = nullptr,
-                      httplib::Result* out = nullptr) {
+                      httplib::Response* out = nullptr) {
     auto r = Post("/v1/acquire?domain=jobs&key=" + key + "&value=" + value);
     EXPECT_TRUE(r) << httplib::to_string(r.error());
     if (!r) return "";
     if (status) *status = r->status;
     std::string permit;
     if (r->status == 200) permit = nlohmann::json::parse(r->body).at("permit").get<std::string>();
-    if (out) *out = std::move(r);
+    if (out) *out = *r;
     return permit;
   }
   int Release(const std::string& permit, std::string* body = nullptr) {
@@ -88,28 +88,28 @@ class Daemon {
 // Acquire to the limit, 429 with Retry-After, release, acquire again; double release and
 // unknown permits are 404 with a reason. The same on every store.
 void AcquireReleaseCycle(Daemon& d) {
-  httplib::Result first;
+  httplib::Response first;
   int status = 0;
   const std::string a = d.Acquire("tenant", "t1", &status, &first);
-  ASSERT_EQ(status, 200) << first->body;
-  const auto j = nlohmann::json::parse(first->body);
+  ASSERT_EQ(status, 200) << first.body;
+  const auto j = nlohmann::json::parse(first.body);
   EXPECT_EQ(j.at("allowed"), true);
   EXPECT_EQ(j.at("unit"), "concurrent");
   EXPECT_EQ(j.at("limit"), 2);
   EXPECT_EQ(j.at("remaining"), 1);
   EXPECT_EQ(j.at("lease_ms"), 30000);
-  EXPECT_EQ(first->get_header_value("X-RateLimit-Limit"), "2");
+  EXPECT_EQ(first.get_header_value("X-RateLimit-Limit"), "2");
   const std::string b = d.Acquire("tenant", "t1", &status);
   ASSERT_EQ(status, 200);
   EXPECT_NE(a, b);
   // Full: 429 with Retry-After (until the earliest permit's expiry, at most its lease).
-  httplib::Result denied;
+  httplib::Response denied;
   EXPECT_EQ(d.Acquire("tenant", "t1", &status, &denied), "");
-  ASSERT_EQ(status, 429) << denied->body;
-  const long retry = std::stol(denied->get_header_value("Retry-After"));
+  ASSERT_EQ(status, 429) << denied.body;
+  const long retry = std::stol(denied.get_header_value("Retry-After"));
   EXPECT_GE(retry, 1);
   EXPECT_LE(retry, 30);
-  EXPECT_EQ(nlohmann::json::parse(denied->body).at("remaining"), 0);
+  EXPECT_EQ(nlohmann::json::parse(denied.body).at("remaining"), 0);
   // Another tenant has its own permits.
   EXPECT_NE(d.Acquire("tenant", "t2", &status), "");
   // Release one: a slot is free again.
@@ -158,15 +158,16 @@ TEST(SluicedPermits, ExpiresAfterItsLeaseAndExtendKeepsIt) {
   Daemon d(std::make_shared<MemoryStore>(), clock);
   int status = 0;
   const std::string a = d.Acquire("tenant", "t", &status);
-  clock->Advance(20 * kSec);
+  clock->Advance(10 * kSec);
   const std::string b = d.Acquire("tenant", "t", &status);
   ASSERT_EQ(status, 200);
-  // a is 20 s old: extending it gives it a fresh 30 s lease.
+  clock->Advance(15 * kSec);
+  // a is 25 s old: extending it gives it a fresh 30 s lease (until 55 s).
   auto ext = d.Post("/v1/extend", "permit=" + a);
   ASSERT_TRUE(ext);
   ASSERT_EQ(ext->status, 200) << ext->body;
   EXPECT_EQ(nlohmann::json::parse(ext->body).at("lease_ms"), 30000);
-  clock->Advance(15 * kSec);  // b (35 s) has expired; a (extended 15 s ago) has not
+  clock->Advance(16 * kSec);  // 41 s: b (taken at 10 s) has expired; a has not
   EXPECT_NE(d.Acquire("tenant", "t", &status), "");
   EXPECT_EQ(d.Acquire("tenant", "t", &status), "");
   EXPECT_EQ(status, 429);
@@ -187,14 +188,14 @@ TEST(SluicedPermits, RateAndConcurrencyLimitsOfOneDescriptorAreAllOrNothing) {
     ASSERT_EQ(status, 200) << i;
     EXPECT_EQ(d.Release(p), 200);
   }
-  httplib::Result denied;
+  httplib::Response denied;
   EXPECT_EQ(d.Acquire("mixed", "m", &status, &denied), "");
   ASSERT_EQ(status, 429);
-  const auto j = nlohmann::json::parse(denied->body);
-  ASSERT_EQ(j.at("limits").size(), 2u) << denied->body;
+  const auto j = nlohmann::json::parse(denied.body);
+  ASSERT_EQ(j.at("limits").size(), 2u) << denied.body;
   EXPECT_EQ(j.at("limits")[1].at("code"), "OVER_LIMIT");
   // The denied acquisition took no slot: all 5 are free.
-  EXPECT_EQ(j.at("limits")[0].at("remaining"), 5) << denied->body;
+  EXPECT_EQ(j.at("limits")[0].at("remaining"), 5) << denied.body;
 }
 
 TEST(SluicedPermits, BadInputIsAnsweredWithAReason) {
