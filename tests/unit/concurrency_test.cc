@@ -234,7 +234,7 @@ TEST(Permits, ReleaseAndExtendById) {
 }
 
 TEST(Permits, RateAndConcurrencyAreAllOrNothing) {
-  Harness h({Policy::Concurrency("inflight", 2, kLease), Policy::FixedWindow("rate", 3, std::chrono::microseconds(kMin))});
+  Harness h({Policy::Concurrency("inflight", 2, kLease), Policy::FixedWindow("rate", 3, std::chrono::minutes(1))});
   Decision per[2];
   auto a = h.limiter->AcquirePermit("k", 1, per);
   ASSERT_TRUE(a->held());
@@ -273,7 +273,7 @@ TEST(Permits, BadUseGivesClearErrors) {
   EXPECT_TRUE(h.limiter->Peek("k").ok());
   EXPECT_EQ(h.limiter->AcquirePermit("k", 0).status().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(h.limiter->AcquirePermit("").status().code(), ErrorCode::kInvalidArgument);
-  Harness rate({Policy::FixedWindow("rate", 3, std::chrono::microseconds(kMin))});
+  Harness rate({Policy::FixedWindow("rate", 3, std::chrono::minutes(1))});
   EXPECT_EQ(rate.limiter->AcquirePermit("k").status().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(rate.limiter->Release("k", std::string(32, 'a')).code(), ErrorCode::kInvalidArgument);
   Permit empty;
@@ -289,7 +289,7 @@ TEST(Permits, BadUseGivesClearErrors) {
   sc.cost = 2;
   EXPECT_EQ(h.store->Evaluate(std::span<const StoreCheck>(&sc, 1), kNoon, out).code(),
             ErrorCode::kInvalidArgument);
-  const Policy r = Policy::FixedWindow("r", 2, std::chrono::microseconds(kMin));
+  const Policy r = Policy::FixedWindow("r", 2, std::chrono::minutes(1));
   StoreCheck rc{&r, "key2", 1};
   rc.op = PermitOp::kRelease;
   EXPECT_EQ(h.store->Evaluate(std::span<const StoreCheck>(&rc, 1), kNoon, out).code(),
