@@ -352,6 +352,15 @@ void AppendExt(const StoreCheck& c, std::string& out) {
       out.append(c.permit);
     }
   }
+  // -- Reservations (issue #12 item 2): w = max_wait in us, read by token_bucket.lua and
+  // gcra.lua. Only they take future budget: a window algorithm's reservation is a plain
+  // decision and stays on the lean script (as does a peek).
+  if (c.max_wait > 0 && c.cost > 0 &&
+      (c.policy->algorithm == Algorithm::kTokenBucket || c.policy->algorithm == Algorithm::kGcra)) {
+    if (!out.empty()) out.push_back(';');
+    out.append("w=");
+    out.append(std::to_string(c.max_wait));
+  }
 }
 
 // True when every check is plain (no extensions): only then may a call use a one-check
