@@ -19,13 +19,16 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "sluice/clock.h"
 #include "sluice/decision.h"
 #include "sluice/limiter.h"
+#include "sluice/permit.h"
 #include "sluice/status.h"
 
 namespace sluice::http {
@@ -88,6 +91,14 @@ struct Route {
   std::uint64_t cost = 1;
   // Requests of this route are never limited and get no rate-limit headers.
   bool exempt = false;
+  // Waiting instead of rejecting (issue #12; nginx's `limit_req ... delay=`): a request
+  // over a rate limit is delayed up to this long (µs) when it can pass within it: its
+  // budget is reserved at its future slot (Limiter::Reserve) and Verdict::delay says how
+  // long the adapter waits before running the application. Beyond it: 429 as usual.
+  // Unset: MiddlewareOptions::max_delay. 0: never delay. At most the window of every
+  // policy of the route (a reservation waits at most one window; Create says which).
+  // A route with a concurrency limit cannot wait for a permit: Create refuses it.
+  std::optional<Micros> max_delay;
 };
 
 // Where the forwarded client address is read from, behind a trusted proxy.
@@ -124,6 +135,8 @@ struct HeaderOptions {
   bool legacy = true;
   // Also send the fields above on allowed responses (not only on 429).
   bool on_allowed = true;
+  // On a delayed request (max_delay): Server-Timing: ratelimit-delay;dur=<ms>.
+  bool delay = true;
 };
 
 // Everything Middleware::Create needs: the limiter, the limits per route, how clients
@@ -160,6 +173,13 @@ struct MiddlewareOptions {
   bool shadow = false;
   // RFC 9457 problem type of a 429 response.
   std::string problem_type = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+  // The max_delay of routes (and of default_limits) that set none, in µs. 0: off. On
+  // each route it is capped at the shortest window of the route's policies, and routes
+  // with a concurrency limit ignore it.
+  Micros max_delay = 0;
+  // Where Middleware::Wait waits. Default: SystemSleeper (the calling thread sleeps).
+  // Tests pass a ManualSleeper on the limiter's ManualClock (simulated time).
+  std::shared_ptr<Sleeper> sleeper;
 };
 
 // What the adapter must do with a request.
@@ -175,6 +195,14 @@ struct Verdict {
   // The binding decision, when a limit was checked.
   bool checked = false;
   Decision decision;
+  // Passing after a wait (Route::max_delay): the request's budget is reserved at a slot
+  // `delay` µs from now; run the application only after waiting that long
+  // (Middleware::Wait, which the adapters call). 0: go ahead now.
+  Micros delay = 0;
+  // A route with a concurrency limit: the permit held while the application runs. Keep
+  // the Verdict (or move the permit out) until the response has been sent: destroying it
+  // releases the permit (the adapters do so after sending). Empty otherwise.
+  Permit permit;
 
   bool pass() const { return status == 0; }
 };
@@ -190,6 +218,7 @@ struct MiddlewareStats {
   std::uint64_t bad_requests = 0;    // answered 400
   std::uint64_t errors = 0;          // answered 500
   std::uint64_t fail_open = 0;       // allowed because the store failed (fail-open)
+  std::uint64_t delayed = 0;         // allowed after a wait (max_delay); counted in allowed too
 };
 
 // Thread-safe; Check may run concurrently on any number of threads. Never throws.
@@ -206,6 +235,10 @@ class Middleware {
   // Decides one request. Waits at most as long as the Limiter does (the store's call
   // deadline); a store failure is decided by the policy's FailureMode.
   Verdict Check(const Request& request) const;
+
+  // Waits `verdict.delay` through MiddlewareOptions::sleeper (returns at once when 0).
+  // Called by the adapters between Check and the application.
+  void Wait(const Verdict& verdict) const;
 
   // The client address `request` is keyed by, after proxies and prefix grouping, as it
   // appears in keys ("192.0.2.1", "2001:db8:1:2::/64").

@@ -41,6 +41,12 @@ QuotaWindow PolicyQuotaWindow(const Policy& p) {
       qw.w = CeilSeconds(static_cast<Micros>(std::min(refill, cap)));
       break;
     }
+    case Algorithm::kConcurrency:
+      // q permits held at once; no window (the lease is not a quota window).
+      qw.q = p.limit;
+      qw.w = 0;
+      qw.concurrent = true;
+      return qw;
     default:
       qw.q = p.limit;
       qw.w = CeilSeconds(p.window);
@@ -112,6 +118,11 @@ std::string FormatRateLimitPolicy(std::span<const PolicyItem> items) {
     AppendSfString(out, it.name);
     out.append(";q=");
     out.append(SfInteger(it.qw.q));
+    if (it.qw.concurrent) {
+      // The draft's quota unit for a limit on requests in flight; `w` is optional.
+      out.append(";qu=\"concurrent-requests\"");
+      continue;
+    }
     out.append(";w=");
     out.append(SfInteger(it.qw.w));
   }

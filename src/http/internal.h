@@ -77,9 +77,12 @@ std::optional<IpAddress> ParseForwardedElement(std::string_view element);
 //  - token bucket / GCRA: q = capacity (burst), w = the time the rate limit/window takes
 //    to refill the whole capacity (rounded up), so q/w is the sustained rate and the
 //    remaining count r never exceeds q.
+//  - concurrency limits: q = max_in_flight, no w, and qu="concurrent-requests" (the
+//    draft's quota unit for requests in flight).
 struct QuotaWindow {
   std::uint64_t q = 0;
   std::int64_t w = 0;
+  bool concurrent = false;
 };
 QuotaWindow PolicyQuotaWindow(const Policy& p);
 

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
+#include <optional>
+#include <thread>
 
 #include "http/internal.h"
 #include "sluice/key.h"
@@ -30,6 +33,10 @@ struct CompiledRoute {
   bool exempt = false;
   bool needs_user = false;
   bool needs_api_key = false;
+  // Issue #12: a limit of the route is a concurrency limit (a permit is held while the
+  // application runs), and how long a request over a rate limit may be delayed.
+  bool concurrency = false;
+  Micros max_delay = 0;
   // The route's RateLimit-Policy value: it never changes, so it is built once.
   std::string policy_field;
 
@@ -87,7 +94,7 @@ struct Middleware::Impl {
   std::vector<internal::QuotaWindow> quota;  // per limiter policy
 
   mutable std::atomic<std::uint64_t> requests{0}, allowed{0}, limited{0}, shadow_limited{0},
-      unavailable{0}, exempt{0}, bad_requests{0}, errors{0}, fail_open{0};
+      unavailable{0}, exempt{0}, bad_requests{0}, errors{0}, fail_open{0}, delayed{0};
 
   IpAddress PeerAndClient(const Request& r, bool* peer_ok) const;
   Verdict Decide(const Request& r, const CompiledRoute& route, const IpAddress& client) const;
@@ -98,7 +105,8 @@ namespace {
 
 Result<CompiledRoute> CompileRoute(const Limiter& limiter, std::string name, std::string method,
                                    std::string path, const std::vector<Limit>& limits,
-                                   std::uint64_t cost, bool exempt, const std::string& where) {
+                                   std::uint64_t cost, bool exempt, std::optional<Micros> max_delay,
+                                   Micros default_max_delay, const std::string& where) {
   CompiledRoute r;
   r.method = std::move(method);
   if (path.empty()) return Status::InvalidArgument(where + ".path must not be empty");
@@ -133,9 +141,39 @@ Result<CompiledRoute> CompileRoute(const Limiter& limiter, std::string name, std
     }
     r.limits.push_back({*idx, l.key, l.on_missing});
     const Policy& p = limiter.policies()[*idx];
+    if (p.algorithm == Algorithm::kConcurrency) r.concurrency = true;
     items.push_back({p.name, internal::PolicyQuotaWindow(p)});
   }
   r.policy_field = internal::FormatRateLimitPolicy(items);
+  if (max_delay && *max_delay < 0) {
+    return Status::InvalidArgument(where + ".max_delay must not be negative (got " +
+                                   std::to_string(*max_delay) + "us)");
+  }
+  if (max_delay && *max_delay > 0 && r.concurrency) {
+    return Status::InvalidArgument(
+        where +
+        ".max_delay: the route has a concurrency limit, and a request cannot wait for a permit "
+        "(set max_delay 0 on it, or move the concurrency limit to a route of its own)");
+  }
+  // A reservation waits at most one window of each policy.
+  Micros shortest = 0;
+  std::string shortest_name;
+  for (const CompiledLimit& c : r.limits) {
+    const Policy& p = limiter.policies()[c.policy];
+    if (shortest_name.empty() || p.window < shortest) {
+      shortest = p.window;
+      shortest_name = p.name;
+    }
+  }
+  if (max_delay && *max_delay > 0 && !shortest_name.empty() && *max_delay > shortest) {
+    return Status::InvalidArgument(where + ".max_delay " + std::to_string(*max_delay) +
+                                   "us exceeds the window " + std::to_string(shortest) +
+                                   "us of policy '" + shortest_name +
+                                   "' (a reservation waits at most one window)");
+  }
+  // The middleware-wide default applies to routes it can apply to, capped per route.
+  r.max_delay =
+      max_delay ? *max_delay : (r.concurrency ? 0 : std::min(default_max_delay, shortest));
   return r;
 }
 
@@ -170,7 +208,7 @@ Result<std::unique_ptr<Middleware>> Middleware::Create(MiddlewareOptions options
   for (std::size_t i = 0; i < options.routes.size(); ++i) {
     const Route& r = options.routes[i];
     auto c = CompileRoute(limiter, r.name, r.method, r.path, r.limits, r.cost, r.exempt,
-                          "routes[" + std::to_string(i) + "]");
+                          r.max_delay, options.max_delay, "routes[" + std::to_string(i) + "]");
     if (!c.ok()) return c.status();
     if (c->needs_user && !options.user) {
       return Status::InvalidArgument("routes[" + std::to_string(i) +
@@ -178,7 +216,12 @@ Result<std::unique_ptr<Middleware>> Middleware::Create(MiddlewareOptions options
     }
     impl->routes.push_back(std::move(c).value());
   }
-  auto fb = CompileRoute(limiter, "*", "", "*", options.default_limits, 1, false, "default_limits");
+  if (options.max_delay < 0) {
+    return Status::InvalidArgument("max_delay must not be negative (got " +
+                                   std::to_string(options.max_delay) + "us)");
+  }
+  auto fb = CompileRoute(limiter, "*", "", "*", options.default_limits, 1, false, std::nullopt,
+                         options.max_delay, "default_limits");
   if (!fb.ok()) return fb.status();
   if (fb->needs_user && !options.user) {
     return Status::InvalidArgument("default_limits key by user but no user function is set");
@@ -186,6 +229,7 @@ Result<std::unique_ptr<Middleware>> Middleware::Create(MiddlewareOptions options
   impl->fallback = std::move(fb).value();
   impl->forwarded_name = ci.header == ForwardedHeader::kForwarded ? "Forwarded" : "X-Forwarded-For";
   for (const Policy& p : limiter.policies()) impl->quota.push_back(internal::PolicyQuotaWindow(p));
+  if (!options.sleeper) options.sleeper = std::make_shared<SystemSleeper>();
   impl->options = std::move(options);
   return std::unique_ptr<Middleware>(new Middleware(std::move(impl)));
 }
@@ -370,16 +414,43 @@ Verdict Middleware::Impl::Decide(const Request& request, const CompiledRoute& ro
   }
 
   std::array<Decision, kMaxLimits> per;
-  auto result = options.limiter->Acquire(std::span<const ::sluice::Check>(checks.data(), n),
-                                         std::span<Decision>(per.data(), n));
-  if (!result.ok()) {
-    errors.fetch_add(1, std::memory_order_relaxed);
-    return Reject(500, "Internal Server Error", "rate limiting: " + result.status().ToString());
-  }
+  const std::span<const ::sluice::Check> batch(checks.data(), n);
+  const std::span<Decision> per_span(per.data(), n);
   Verdict v;
+  Status failed;
+  if (route.concurrency) {
+    // Rate and concurrency limits in one atomic call; the permit (when one was taken)
+    // travels in the Verdict and is released once the response is sent.
+    auto permit = options.limiter->AcquirePermit(batch, per_span);
+    if (permit.ok()) {
+      v.decision = permit->decision();
+      v.permit = std::move(*permit);
+    } else {
+      failed = permit.status();
+    }
+  } else if (route.max_delay > 0) {
+    // Waiting instead of rejecting: the budget is taken now at its future slot.
+    auto reservation = options.limiter->Reserve(batch, route.max_delay, per_span);
+    if (reservation.ok()) {
+      v.decision = reservation->decision();
+      if (v.decision.allowed) v.delay = v.decision.wait;
+    } else {
+      failed = reservation.status();
+    }
+  } else {
+    auto result = options.limiter->Acquire(batch, per_span);
+    if (result.ok()) {
+      v.decision = *result;
+    } else {
+      failed = result.status();
+    }
+  }
+  if (!failed.ok()) {
+    errors.fetch_add(1, std::memory_order_relaxed);
+    return Reject(500, "Internal Server Error", "rate limiting: " + failed.ToString());
+  }
   v.checked = true;
-  v.decision = *result;
-  const Decision& d = *result;
+  const Decision& d = v.decision;
   const auto& policies = options.limiter->policies();
 
   const bool denied = !d.allowed;
@@ -414,6 +485,14 @@ Verdict Middleware::Impl::Decide(const Request& request, const CompiledRoute& ro
   if (!denied || shadowed) {
     if (shadowed) shadow_limited.fetch_add(1, std::memory_order_relaxed);
     allowed.fetch_add(1, std::memory_order_relaxed);
+    if (v.delay > 0) {
+      delayed.fetch_add(1, std::memory_order_relaxed);
+      if (ho.delay) {
+        // Milliseconds, rounded up (Server-Timing's dur is in ms).
+        v.headers.emplace_back("Server-Timing",
+                               "ratelimit-delay;dur=" + std::to_string((v.delay + 999) / 1000));
+      }
+    }
     return v;
   }
 
@@ -457,7 +536,13 @@ MiddlewareStats Middleware::Stats() const {
   st.bad_requests = s.bad_requests.load(std::memory_order_relaxed);
   st.errors = s.errors.load(std::memory_order_relaxed);
   st.fail_open = s.fail_open.load(std::memory_order_relaxed);
+  st.delayed = s.delayed.load(std::memory_order_relaxed);
   return st;
+}
+
+void Middleware::Wait(const Verdict& verdict) const {
+  if (verdict.delay <= 0) return;
+  impl_->options.sleeper->SleepFor(verdict.delay, nullptr);
 }
 
 }  // namespace sluice::http

@@ -3,7 +3,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -191,7 +193,7 @@ class Loader {
     CheckKeys(n, "rate_limit",
               {"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces",
                "algorithm", "burst", "failure_mode", "fallback_divisor", "policy", "lease",
-               "lease_validity", "block_for", "on_change"});
+               "lease_validity", "block_for", "on_change", "concurrency"});
     RateLimitSpec r;
     r.line = Line(n);
     r.algorithm = s.default_algorithm;
@@ -249,7 +251,16 @@ class Loader {
       if (r.fallback_divisor == 0)
         Fail(n["fallback_divisor"], "fallback_divisor must be at least 1");
     }
-    if (n["lease"]) r.lease = Uint(n["lease"], "lease", 1'000'000'000'000ULL);
+    const bool concurrency = static_cast<bool>(n["concurrency"]);
+    if (n["lease"] && !concurrency) {
+      const YAML::Node l = n["lease"];
+      if (l.IsScalar() && !l.Scalar().empty() &&
+          !std::isdigit(static_cast<unsigned char>(l.Scalar().back()))) {
+        Fail(l, "lease must be a number of units (a hot-key lease); a duration ('" + l.Scalar() +
+                    "') is a permit's lifetime and needs concurrency: N");
+      }
+      r.lease = Uint(l, "lease", 1'000'000'000'000ULL);
+    }
     if (const YAML::Node v = n["lease_validity"]) {
       auto us = ParseDuration(Str(v, "lease_validity"));
       if (!us.ok()) Fail(v, "lease_validity: " + us.status().message());
@@ -278,6 +289,7 @@ class Loader {
       if (r.policy.size() > 48) Fail(p, "policy name must be at most 48 characters");
       if (Status st = ValidatePolicy(probe); !st.ok()) Fail(p, st.message());
     }
+    if (concurrency) return ParseConcurrency(n, std::move(r));
     if (r.unlimited) {
       if (n["unit"] || n["requests_per_unit"] || n["unit_multiplier"]) {
         Fail(n, "an unlimited rate_limit must not set unit, requests_per_unit or unit_multiplier");
@@ -309,6 +321,46 @@ class Loader {
     p.lease_validity = r.lease_validity;
     p.block_for = r.block_for;
     p.on_change = r.on_change.value_or(OnChange::kAsIs);
+    if (Status st = ValidatePolicy(p); !st.ok()) {
+      std::string m = st.message();
+      const std::string prefix = "policy 'probe': ";
+      if (m.rfind(prefix, 0) == 0) m = m.substr(prefix.size());
+      Fail(n, "rate_limit: " + m);
+    }
+    return r;
+  }
+
+  // --- concurrency limits (issue #12) ---
+  // The rest of a `rate_limit` block with `concurrency: N`: N permits held at once,
+  // each living `lease` (a duration) unless released. The rate fields make no sense
+  // there and are refused, so a typo cannot turn a concurrency limit into a rate limit.
+  RateLimitSpec ParseConcurrency(const YAML::Node& n, RateLimitSpec r) {
+    const YAML::Node c = n["concurrency"];
+    for (const char* f : {"unit", "requests_per_unit", "unit_multiplier", "unlimited", "algorithm",
+                          "burst", "lease_validity"}) {
+      if (n[f]) {
+        Fail(n[f], std::string(f) +
+                       " does not apply to a concurrency limit (concurrency: N permits held at "
+                       "once, each for at most lease)");
+      }
+    }
+    r.concurrency = Uint(c, "concurrency", std::numeric_limits<std::uint32_t>::max());
+    if (r.concurrency == 0) Fail(c, "concurrency must be at least 1 (permits held at once)");
+    const YAML::Node l = n["lease"];
+    if (!l) {
+      Fail(n,
+           "a concurrency limit needs lease: how long a permit lives unless released or "
+           "extended (e.g. lease: 30s)");
+    }
+    auto us = ParseDuration(Str(l, "lease"));
+    if (!us.ok()) Fail(l, "lease: " + us.status().message() + " (a duration such as 30s)");
+    if (*us <= 0) Fail(l, "lease must be more than 0 (got '" + l.Scalar() + "')");
+    r.permit_lease = *us;
+    r.algorithm = Algorithm::kConcurrency;
+    r.requests_per_unit = static_cast<std::uint32_t>(r.concurrency);
+    Policy p = Policy::Concurrency("probe", r.concurrency, std::chrono::microseconds(*us));
+    p.failure_mode = r.failure_mode;
+    p.fallback_divisor = r.fallback_divisor;
     if (Status st = ValidatePolicy(p); !st.ok()) {
       std::string m = st.message();
       const std::string prefix = "policy 'probe': ";
@@ -532,7 +584,8 @@ class Loader {
           const RateLimitSpec& o = *it->second;
           if (o.algorithm != r.algorithm || o.unit != r.unit ||
               o.unit_multiplier != r.unit_multiplier ||
-              o.requests_per_unit != r.requests_per_unit || o.burst != r.burst) {
+              o.requests_per_unit != r.requests_per_unit || o.burst != r.burst ||
+              o.permit_lease != r.permit_lease) {
             FailAt(r.line, "policy '" + r.policy +
                                "' is defined with different parameters on line " +
                                std::to_string(o.line));

@@ -58,6 +58,13 @@ struct RateLimitSpec {
   // `block_for`: once over the limit, deny the key for this long (Policy::block_for);
   // 0 is off.
   Micros block_for = 0;
+  // --- concurrency limits (issue #12) ---
+  // `concurrency: N`: a concurrency limit (Algorithm::kConcurrency): at most N permits held
+  // at once per counter, taken with POST /v1/acquire and given back with /v1/release. 0:
+  // a rate limit. With `concurrency`, `lease` is a duration (`30s`): how long a permit
+  // lives unless released or extended; it is kept here, not in `lease` above.
+  std::uint64_t concurrency = 0;
+  Micros permit_lease = 0;
   // `policy`: the sluice policy name (store keys, metrics). Empty: derived from the
   // parameters, so an unchanged limit keeps its counters across reloads.
   std::string policy;

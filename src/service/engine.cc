@@ -7,12 +7,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
+#include <random>
 
 #include "limiter/limiter_internal.h"
 #include "service/log.h"
 #include "service/timed_store.h"
 #include "sluice/key.h"
+#include "sluice/permit.h"
 
 namespace sluice::service {
 namespace {
@@ -127,6 +130,14 @@ struct Engine::Prepared {
   decide::Check checks[kMaxChecks];
   std::string keys[kMaxChecks];
   std::size_t nchecks = 0;
+  // --- concurrency limits (issue #12) ---
+  // A permit operation (acquire, release, extend), its permit id (the checks view it),
+  // and how many checks are of concurrency limits, with their shortest lease.
+  bool permit_mode = false;
+  PermitOp op = PermitOp::kAcquire;
+  std::string permit_id;
+  std::size_t nconcurrency = 0;
+  Micros lease = 0;
 };
 
 Engine::~Engine() = default;
@@ -287,8 +298,13 @@ std::string Engine::DumpConfig() const {
 }
 
 Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitResponse* resp,
-                       bool* decide) {
+                       bool* decide, const PermitOp* permit_op, std::string_view permit_id) {
   *decide = false;
+  p.permit_mode = permit_op != nullptr;
+  p.op = permit_op ? *permit_op : PermitOp::kAcquire;
+  p.permit_id.assign(permit_id);
+  p.nconcurrency = 0;
+  p.lease = 0;
   p.snap = std::atomic_load(&snapshot_);
   const Settings& settings = p.snap->settings();
   const RuleSet& rules = *p.snap->rules;
@@ -416,6 +432,21 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
     for (std::size_t a = p.first[i]; a < p.first[i] + p.count[i]; ++a) {
       const Rule* r = p.rule[a];
       if (r == nullptr) continue;
+      // --- concurrency limits (issue #12) ---
+      const bool concurrency = !r->unlimited && r->policy.algorithm == Algorithm::kConcurrency;
+      if (concurrency && !p.permit_mode) {
+        // A permit taken here could never be given back (Envoy's rate limit API, /json,
+        // /v1/check and nginx have no release): refuse, naming the way that works.
+        return Status::InvalidArgument(
+            "descriptor " + std::to_string(i) + " matches the concurrency limit " + r->path +
+            (r->name.empty() ? "" : " ('" + r->name + "')") +
+            ", which this API cannot release: take permits with POST /v1/acquire and give "
+            "them back with POST /v1/release");
+      }
+      if (!concurrency && p.permit_mode && p.op != PermitOp::kAcquire) {
+        p.rule[a] = nullptr;  // a release or an extend leaves rate limits alone
+        continue;
+      }
       p.counters[a] = r->counters;
       if (r->detailed_metric || value_to_metric) {
         std::string label = r->path;
@@ -461,11 +492,20 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
         if (p.checks[c].key == store_key) p.check[a] = static_cast<int>(c);
       }
       if (p.check[a] >= 0) {
-        p.checks[p.check[a]].cost += cost;
+        if (!concurrency) p.checks[p.check[a]].cost += cost;  // one permit per key
         continue;
       }
       p.check[a] = static_cast<int>(p.nchecks);
       p.checks[p.nchecks] = decide::Check{&r->policy, &r->fallback, store_key, cost};
+      if (concurrency) {
+        // One permit (a slot) per acquisition, whatever the request's hits.
+        decide::Check& c = p.checks[p.nchecks];
+        c.cost = 1;
+        c.permit = p.permit_id;
+        c.op = p.op;
+        p.lease = p.nconcurrency == 0 ? r->policy.window : std::min(p.lease, r->policy.window);
+        ++p.nconcurrency;
+      }
       ++p.nchecks;
     }
   }
@@ -514,6 +554,7 @@ void Engine::Finish(const Prepared& p, std::span<const Decision> decisions,
                                      : 0;
       st.capacity = r->policy.Capacity();
       st.window = r->policy.window;
+      st.concurrency = r->policy.algorithm == Algorithm::kConcurrency;
       st.duration_until_reset = d.reset_after;
       st.retry_after = d.retry_after;
       st.code = d.allowed ? Code::kOk : Code::kOverLimit;
@@ -626,6 +667,218 @@ void Engine::ShouldRateLimitAsync(const RateLimitRequest& req, AsyncDone done) {
                           if (st.ok()) Finish(*p, d, resp.get());
                           done(st, *resp);
                         });
+}
+
+// --- concurrency limits (issue #12): /v1/acquire, /v1/release, /v1/extend ---------
+
+namespace {
+
+constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+void AppendVarint(std::string& out, std::uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+bool ReadVarint(std::string_view& in, std::uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; shift < 64 && !in.empty(); shift += 7) {
+    const auto b = static_cast<unsigned char>(in.front());
+    in.remove_prefix(1);
+    *v |= static_cast<std::uint64_t>(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+void AppendBytes(std::string& out, std::string_view s) {
+  AppendVarint(out, s.size());
+  out.append(s);
+}
+
+bool ReadBytes(std::string_view& in, std::string_view* s) {
+  std::uint64_t n = 0;
+  if (!ReadVarint(in, &n) || n > in.size()) return false;
+  *s = in.substr(0, n);
+  in.remove_prefix(n);
+  return true;
+}
+
+std::string Base64Url(std::string_view in) {
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const std::uint32_t v = (static_cast<unsigned char>(in[i]) << 16) |
+                            (static_cast<unsigned char>(in[i + 1]) << 8) |
+                            static_cast<unsigned char>(in[i + 2]);
+    out.push_back(kB64[v >> 18]);
+    out.push_back(kB64[(v >> 12) & 63]);
+    out.push_back(kB64[(v >> 6) & 63]);
+    out.push_back(kB64[v & 63]);
+  }
+  if (i < in.size()) {
+    std::uint32_t v = static_cast<unsigned char>(in[i]) << 16;
+    if (i + 1 < in.size()) v |= static_cast<unsigned char>(in[i + 1]) << 8;
+    out.push_back(kB64[v >> 18]);
+    out.push_back(kB64[(v >> 12) & 63]);
+    if (i + 1 < in.size()) out.push_back(kB64[(v >> 6) & 63]);
+  }
+  return out;
+}
+
+bool FromBase64Url(std::string_view in, std::string* out) {
+  out->clear();
+  std::uint32_t acc = 0;
+  int bits = 0;
+  for (char c : in) {
+    const char* pos = std::strchr(kB64, c);
+    if (c == '\0' || pos == nullptr) return false;
+    acc = (acc << 6) | static_cast<std::uint32_t>(pos - kB64);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out->push_back(static_cast<char>((acc >> bits) & 0xff));
+    }
+  }
+  return bits < 6;
+}
+
+// 128 random bits as 32 lower-case hex characters (sluice/permit.h's id form).
+std::string NewPermitId() {
+  thread_local std::mt19937_64 rng([] {
+    std::random_device rd;
+    std::seed_seq seq{rd(), rd(), rd(), rd(), rd(), rd(), rd(), rd()};
+    return std::mt19937_64(seq);
+  }());
+  char buf[kPermitIdLength + 1];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()));
+  return std::string(buf, kPermitIdLength);
+}
+
+}  // namespace
+
+std::string EncodePermitToken(std::string_view id, const RateLimitRequest& req) {
+  std::string payload;
+  AppendBytes(payload, req.domain);
+  AppendVarint(payload, req.descriptors.size());
+  for (const DescriptorRequest& d : req.descriptors) {
+    AppendVarint(payload, d.entries.size());
+    for (const Entry& e : d.entries) {
+      AppendBytes(payload, e.key);
+      AppendBytes(payload, e.value);
+    }
+  }
+  std::string token(id);
+  token.push_back('.');
+  token.append(Base64Url(payload));
+  return token;
+}
+
+Status DecodePermitToken(std::string_view token, std::string* id, std::string* storage,
+                         RateLimitRequest* req) {
+  const auto bad = [&](const char* why) {
+    std::string shown(token.substr(0, 80));
+    return Status::InvalidArgument("permit '" + shown + (token.size() > 80 ? "...'" : "'") +
+                                   " is not a permit token from /v1/acquire (" + why + ")");
+  };
+  const std::size_t dot = token.find('.');
+  if (dot == std::string_view::npos) return bad("no '.'");
+  if (!IsPermitId(token.substr(0, dot))) return bad("bad permit id");
+  if (!FromBase64Url(token.substr(dot + 1), storage)) return bad("bad encoding");
+  std::string_view in(*storage);
+  req->descriptors.clear();
+  std::uint64_t n = 0;
+  if (!ReadBytes(in, &req->domain) || !ReadVarint(in, &n) || n == 0 || n > kMaxChecks) {
+    return bad("bad descriptors");
+  }
+  req->descriptors.resize(n);
+  for (DescriptorRequest& d : req->descriptors) {
+    std::uint64_t m = 0;
+    if (!ReadVarint(in, &m) || m > kMaxEntries) return bad("bad entries");
+    d.entries.resize(m);
+    for (Entry& e : d.entries) {
+      if (!ReadBytes(in, &e.key) || !ReadBytes(in, &e.value)) return bad("bad entry");
+    }
+  }
+  if (!in.empty()) return bad("trailing bytes");
+  id->assign(token.substr(0, dot));
+  return Status::Ok();
+}
+
+void Engine::AcquireAsync(const RateLimitRequest& req, PermitDone done) {
+  auto p = std::make_shared<Prepared>();
+  auto resp = std::make_shared<PermitResponse>();
+  bool decide = false;
+  const PermitOp op = PermitOp::kAcquire;
+  const std::string id = NewPermitId();
+  Status s = Prepare(req, *p, &resp->rate, &decide, &op, id);
+  if (s.ok() && p->nconcurrency == 0) {
+    s = Status::InvalidArgument(
+        "no concurrency limit matches the request's descriptors (/v1/acquire takes permits "
+        "of limits with `concurrency:`; use /v1/check for rate limits)");
+  }
+  if (!s.ok() || !decide) {
+    done(s, *resp);
+    return;
+  }
+  // The token names the descriptors, so that a release matches the same limits.
+  std::string token = EncodePermitToken(id, req);
+  decider_->DecideAsync(std::span<const decide::Check>(p->checks, p->nchecks),
+                        [this, p, resp, token = std::move(token), done = std::move(done)](
+                            const Status& st, std::span<const Decision> d, std::size_t) {
+                          if (st.ok()) {
+                            Finish(*p, d, &resp->rate);
+                            if (resp->rate.overall_code != Code::kOverLimit) {
+                              resp->permit = token;
+                              resp->lease = p->lease;
+                            }
+                          }
+                          done(st, *resp);
+                        });
+}
+
+void Engine::PermitAsync(PermitOp op, std::string_view token, PermitDone done) {
+  auto resp = std::make_shared<PermitResponse>();
+  std::string id, storage;
+  RateLimitRequest req;
+  if (Status s = DecodePermitToken(token, &id, &storage, &req); !s.ok()) {
+    done(s, *resp);
+    return;
+  }
+  auto p = std::make_shared<Prepared>();
+  bool decide = false;
+  Status s = Prepare(req, *p, &resp->rate, &decide, &op, id);
+  if (s.ok() && p->nconcurrency == 0) {
+    s = Status::NotFound("permit " + id +
+                         ": no concurrency limit matches its descriptors any more (the "
+                         "configuration changed since it was acquired?)");
+  }
+  if (!s.ok() || !decide) {
+    done(s, *resp);
+    return;
+  }
+  decider_->DecideAsync(
+      std::span<const decide::Check>(p->checks, p->nchecks),
+      [p, resp, op, id = std::move(id), done = std::move(done)](
+          const Status& st, std::span<const Decision> d, std::size_t) {
+        if (!st.ok()) return done(st, *resp);
+        // Decision::allowed of a release or an extend: the permit was held.
+        bool held = false;
+        for (const Decision& x : d) held = held || x.allowed;
+        if (!held) {
+          Status nf = Status::NotFound("permit " + id +
+                                       " is not held: unknown, released already, or expired after "
+                                       "its lease");
+          return done(nf, *resp);
+        }
+        if (op == PermitOp::kExtend) resp->lease = p->lease;
+        done(Status::Ok(), *resp);
+      });
 }
 
 }  // namespace sluice::service

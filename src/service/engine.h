@@ -64,6 +64,9 @@ struct DescriptorStatus {
   Micros window = 0;
   Micros duration_until_reset = 0;
   Micros retry_after = 0;
+  // A concurrency limit (issue #12): requests_per_unit and capacity are its most permits
+  // held at once, limit_remaining its free permits, window its lease; unit is unknown.
+  bool concurrency = false;
   // A descriptor with several limits (`rate_limits`): each one's status, in list order
   // (replaced ones left out); the fields above are then the binding one's (a denial
   // with the longest wait, else the least remaining). Empty for a single limit.
@@ -76,6 +79,28 @@ struct RateLimitResponse {
   // Headers for the client (x-ratelimit-*, retry-after), when enabled.
   std::vector<std::pair<std::string, std::string>> response_headers;
 };
+
+// --- concurrency limits (issue #12): /v1/acquire, /v1/release, /v1/extend ---
+// The answer to AcquireAsync / PermitAsync.
+struct PermitResponse {
+  // Acquire: every descriptor's status, as ShouldRateLimit reports it (a concurrency
+  // limit's remaining is its free permits, its retry_after the time until the earliest
+  // held permit expires).
+  RateLimitResponse rate;
+  // Acquire, when allowed: the permit token to release or extend with (its id and the
+  // request's descriptors, so that a release needs nothing else).
+  std::string permit;
+  // Acquire and extend: the shortest lease of the concurrency limits, i.e. how long the
+  // permit lives from now unless released or extended.
+  Micros lease = 0;
+};
+
+// A permit token: "<permit id>.<domain and descriptors, base64url>". Opaque to clients.
+std::string EncodePermitToken(std::string_view id, const RateLimitRequest& request);
+// Parses a token into its id and a request (views into `storage`, which it fills).
+// InvalidArgument naming what is wrong ("permit ... is not a token from /v1/acquire").
+Status DecodePermitToken(std::string_view token, std::string* id, std::string* storage,
+                         RateLimitRequest* request);
 
 // The engine's decision counters (its one Decider's) and the config in use.
 struct EngineStats {
@@ -119,6 +144,21 @@ class Engine {
   // store's I/O thread. `request` needs to live only during this call.
   void ShouldRateLimitAsync(const RateLimitRequest& request, AsyncDone done);
 
+  // --- concurrency limits (issue #12) ---
+  using PermitDone = std::function<void(const Status& status, PermitResponse& response)>;
+  // Takes a permit from every concurrency limit the request's descriptors match, and
+  // decides their rate limits, in one atomic batch (all pass and are taken, or nothing
+  // is). `done` runs exactly once (inline or on the store's thread). Errors:
+  // InvalidArgument as ShouldRateLimit, or when no concurrency limit matches.
+  void AcquireAsync(const RateLimitRequest& request, PermitDone done);
+  // Releases (PermitOp::kRelease) or extends (kExtend) the permit `token` from
+  // AcquireAsync, under every concurrency limit its descriptors match in the current
+  // configuration (rate limits are left alone: nothing is refunded). Errors:
+  // InvalidArgument for a malformed token; NotFound when no limit holds the permit
+  // (unknown, released already, expired after its lease, or the limit is gone from the
+  // configuration); store errors as is.
+  void PermitAsync(PermitOp op, std::string_view token, PermitDone done);
+
   // The settings of the current snapshot.
   Settings settings() const;
   // The same without a copy; keeps that snapshot's settings alive.
@@ -138,8 +178,12 @@ class Engine {
   Result<std::shared_ptr<Snapshot>> Compile(const Config& config);
   // Validates and matches `request` into `p`. `*decide` false: `response` is complete
   // without a store call (unknown domain, nothing limited).
+  // `permit_op`/`permit_id`: null for a rate decision (a concurrency limit matched is then
+  // an InvalidArgument: these APIs have no release); else the permit operation, which
+  // checks only the concurrency limits for a release or an extend.
   Status Prepare(const RateLimitRequest& request, Prepared& p, RateLimitResponse* response,
-                 bool* decide);
+                 bool* decide, const PermitOp* permit_op = nullptr,
+                 std::string_view permit_id = {});
   // Statuses, metrics and headers from the decider's answer.
   void Finish(const Prepared& p, std::span<const Decision> decisions,
               RateLimitResponse* response) const;

@@ -179,6 +179,9 @@ struct HttpServer::Impl {
   void Json(const Request& req, Respond respond);
   void Check(const Request& req, std::string_view query, Respond respond);
   void Nginx(const Request& req, const std::string& domain, Respond respond);
+  // --- concurrency limits (issue #12) ---
+  void Acquire(const Request& req, std::string_view query, Respond respond);
+  void PermitCall(const Request& req, std::string_view query, sluice::PermitOp op, Respond respond);
 };
 
 class Conn : public std::enable_shared_from_this<Conn> {
@@ -493,6 +496,17 @@ void HttpServer::Impl::Handle(const Request& req, Respond respond) {
     if (path == "/v1/check") {
       return get || post ? Check(req, query, respond) : respond(not_allowed("GET, POST"));
     }
+    // --- concurrency limits (issue #12): POST only, they change state ---
+    if (path == "/v1/acquire")
+      return post ? Acquire(req, query, respond) : respond(not_allowed("POST"));
+    if (path == "/v1/release") {
+      return post ? PermitCall(req, query, sluice::PermitOp::kRelease, respond)
+                  : respond(not_allowed("POST"));
+    }
+    if (path == "/v1/extend") {
+      return post ? PermitCall(req, query, sluice::PermitOp::kExtend, respond)
+                  : respond(not_allowed("POST"));
+    }
     constexpr std::string_view kNginx = "/nginx/auth/";
     if (path.rfind(kNginx, 0) == 0 && path.size() > kNginx.size() &&
         path.find('/', kNginx.size()) == std::string::npos) {
@@ -555,47 +569,65 @@ void HttpServer::Impl::Json(const Request& req, Respond respond) {
 // /v1/check?domain=D&key=K&value=V[&key=K2&value=V2...][&hits=N]: one descriptor whose
 // entries are the key/value pairs in order (repeated keys kept). A POST may carry the
 // same parameters as an application/x-www-form-urlencoded body. 200 allowed, 429 over.
+// The query parameters of `req`, and those of an application/x-www-form-urlencoded POST
+// body after them.
+static Result<Params> RequestParams(const Request& req, std::string_view query) {
+  auto params = ParseQuery(query);
+  if (!params.ok()) return params.status();
+  if (req.method() == http::verb::post &&
+      beast::iequals(req[http::field::content_type].substr(0, 33),
+                     "application/x-www-form-urlencoded")) {
+    auto form = ParseQuery(req.body());
+    if (!form.ok()) return form.status();
+    params->insert(params->end(), form->begin(), form->end());
+  }
+  return params;
+}
+
+// /v1/check's (and /v1/acquire's) one descriptor from `params` (which `r` views).
+// InvalidArgument with the reason.
+static Status DescriptorFromParams(const Params& params, RateLimitRequest* r) {
+  const std::string* domain = FirstParam(params, "domain");
+  if (domain == nullptr || domain->empty()) {
+    return Status::InvalidArgument("missing query parameter 'domain'");
+  }
+  std::vector<const std::string*> keys, values;
+  for (const auto& [k, v] : params) {
+    if (k == "key") keys.push_back(&v);
+    if (k == "value") values.push_back(&v);
+  }
+  if (keys.empty() || keys.size() != values.size()) {
+    return Status::InvalidArgument("give one or more key=K&value=V pairs (got " +
+                                   std::to_string(keys.size()) + " key and " +
+                                   std::to_string(values.size()) + " value parameters)");
+  }
+  r->domain = *domain;
+  r->descriptors.resize(1);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    r->descriptors[0].entries.push_back(Entry{*keys[i], *values[i]});
+  }
+  if (const std::string* h = FirstParam(params, "hits")) {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(h->c_str(), &end, 10);
+    if (h->empty() || *end != '\0' || (*h)[0] == '-' || v > 0xffffffffULL) {
+      return Status::InvalidArgument("hits must be an integer in 0..4294967295 (got '" + *h + "')");
+    }
+    // The descriptor's own cost, so that hits=0 peeks (a request-level 0 would mean 1).
+    r->descriptors[0].has_hits_addend = true;
+    r->descriptors[0].hits_addend = v;
+  }
+  return Status::Ok();
+}
+
 void HttpServer::Impl::Check(const Request& req, std::string_view query, Respond respond) {
   auto invalid = [this, respond](const std::string& why) {
     engine.metrics().CountRequest(Api::kCheck, RequestOutcome::kInvalid);
     respond(JsonError(400, why));
   };
-  auto params = ParseQuery(query);
+  auto params = RequestParams(req, query);
   if (!params.ok()) return invalid(params.status().message());
-  if (req.method() == http::verb::post &&
-      beast::iequals(req[http::field::content_type].substr(0, 33),
-                     "application/x-www-form-urlencoded")) {
-    auto form = ParseQuery(req.body());
-    if (!form.ok()) return invalid(form.status().message());
-    params->insert(params->end(), form->begin(), form->end());
-  }
-  const std::string* domain = FirstParam(*params, "domain");
-  if (domain == nullptr || domain->empty()) return invalid("missing query parameter 'domain'");
-  std::vector<const std::string*> keys, values;
-  for (const auto& [k, v] : *params) {
-    if (k == "key") keys.push_back(&v);
-    if (k == "value") values.push_back(&v);
-  }
-  if (keys.empty() || keys.size() != values.size()) {
-    return invalid("give one or more key=K&value=V pairs (got " + std::to_string(keys.size()) +
-                   " key and " + std::to_string(values.size()) + " value parameters)");
-  }
   RateLimitRequest r;
-  r.domain = *domain;
-  r.descriptors.resize(1);
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    r.descriptors[0].entries.push_back(Entry{*keys[i], *values[i]});
-  }
-  if (const std::string* h = FirstParam(*params, "hits")) {
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(h->c_str(), &end, 10);
-    if (h->empty() || *end != '\0' || (*h)[0] == '-' || v > 0xffffffffULL) {
-      return invalid("hits must be an integer in 0..4294967295 (got '" + *h + "')");
-    }
-    // The descriptor's own cost, so that hits=0 peeks (a request-level 0 would mean 1).
-    r.descriptors[0].has_hits_addend = true;
-    r.descriptors[0].hits_addend = v;
-  }
+  if (Status st = DescriptorFromParams(*params, &r); !st.ok()) return invalid(st.message());
   engine.ShouldRateLimitAsync(r, [this, respond, invalid](const Status& s, RateLimitResponse& out) {
     if (!s.ok()) return invalid(s.message());
     const bool over = out.overall_code == Code::kOverLimit;
@@ -642,6 +674,73 @@ void HttpServer::Impl::Nginx(const Request& req, const std::string& domain, Resp
     Reply rep;
     AddRateLimitHeaders(rep, out);
     rep.status = over ? 403 : 200;
+    respond(std::move(rep));
+  });
+}
+
+// --- concurrency limits (issue #12) ---------------------------------------------
+
+// POST /v1/acquire: /v1/check's parameters; takes a permit from every concurrency limit
+// the descriptor matches (and its rate limits), atomically. 200 with the permit token,
+// 429 with Retry-After (until the earliest held permit expires) when none is free.
+void HttpServer::Impl::Acquire(const Request& req, std::string_view query, Respond respond) {
+  auto invalid = [this, respond](const std::string& why) {
+    engine.metrics().CountRequest(Api::kPermit, RequestOutcome::kInvalid);
+    respond(JsonError(400, why));
+  };
+  auto params = RequestParams(req, query);
+  if (!params.ok()) return invalid(params.status().message());
+  RateLimitRequest r;
+  if (Status st = DescriptorFromParams(*params, &r); !st.ok()) return invalid(st.message());
+  engine.AcquireAsync(r, [this, respond, invalid](const Status& s, PermitResponse& out) {
+    if (!s.ok()) return invalid(s.message());
+    const bool over = out.rate.overall_code == Code::kOverLimit;
+    engine.metrics().CountRequest(Api::kPermit,
+                                  over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
+    Reply rep;
+    AddRateLimitHeaders(rep, out.rate);
+    rep.status = over ? 429 : 200;
+    rep.content_type = "application/json";
+    rep.body = RenderAcquireResponse(out);
+    respond(std::move(rep));
+  });
+}
+
+// POST /v1/release, /v1/extend: `permit=TOKEN` (query or form body). 200; 404 when the
+// permit is not held (unknown, released already, expired); 400 for a missing or
+// malformed token.
+void HttpServer::Impl::PermitCall(const Request& req, std::string_view query, sluice::PermitOp op,
+                                  Respond respond) {
+  auto fail = [this, respond](int status, const std::string& why) {
+    engine.metrics().CountRequest(
+        Api::kPermit, status == 400 ? RequestOutcome::kInvalid : RequestOutcome::kError);
+    respond(JsonError(status, why));
+  };
+  auto params = RequestParams(req, query);
+  if (!params.ok()) return fail(400, params.status().message());
+  const std::string* token = FirstParam(*params, "permit");
+  if (token == nullptr || token->empty()) {
+    return fail(400, "missing parameter 'permit' (the token /v1/acquire returned)");
+  }
+  engine.PermitAsync(op, *token, [this, respond, fail, op](const Status& s, PermitResponse& out) {
+    if (!s.ok()) {
+      const int status = s.code() == ErrorCode::kInvalidArgument ? 400
+                         : s.code() == ErrorCode::kNotFound      ? 404
+                                                                 : 503;
+      if (status == 404) {
+        engine.metrics().CountRequest(Api::kPermit, RequestOutcome::kInvalid);
+        return respond(JsonError(404, s.message()));
+      }
+      return fail(status, s.message());
+    }
+    engine.metrics().CountRequest(Api::kPermit, RequestOutcome::kOk);
+    Reply rep;
+    rep.content_type = "application/json";
+    if (op == sluice::PermitOp::kExtend) {
+      rep.body = Dump(nlohmann::json{{"extended", true}, {"lease_ms", (out.lease + 999) / 1000}});
+    } else {
+      rep.body = Dump(nlohmann::json{{"released", true}});
+    }
     respond(std::move(rep));
   });
 }

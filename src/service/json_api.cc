@@ -289,7 +289,7 @@ void AppendCheckLimit(std::string& out, const DescriptorStatus& s, bool with_cod
   out.append(",\"retry_after_ms\":");
   out.append(std::to_string((s.retry_after + 999) / 1000));
   out.append(",\"unit\":");
-  AppendString(out, UnitName(s.unit));
+  AppendString(out, s.concurrency ? "concurrent" : UnitName(s.unit));
 }
 
 }  // namespace
@@ -318,6 +318,19 @@ std::string RenderCheckResponse(const RateLimitResponse& r) {
     middle.push_back(']');
   }
   AppendCheckLimit(out, st, false, middle);
+  out.append("}\n");
+  return out;
+}
+
+std::string RenderAcquireResponse(const PermitResponse& r) {
+  std::string out = RenderCheckResponse(r.rate);
+  if (r.permit.empty()) return out;
+  // The check answer's fields, then the permit and its lease.
+  out.resize(out.size() - 2);  // "}\n"
+  out.append(",\"lease_ms\":");
+  out.append(std::to_string((r.lease + 999) / 1000));
+  out.append(",\"permit\":");
+  AppendString(out, r.permit);
   out.append("}\n");
   return out;
 }

@@ -31,4 +31,8 @@ std::string RenderJsonResponse(const RateLimitResponse& response);
 // `limits`. Keys in alphabetical order.
 std::string RenderCheckResponse(const RateLimitResponse& response);
 
+// POST /v1/acquire's answer (issue #12): the /v1/check answer for the request's one
+// descriptor, plus, when a permit was taken, "lease_ms" and "permit" (the token).
+std::string RenderAcquireResponse(const PermitResponse& response);
+
 }  // namespace sluice::service

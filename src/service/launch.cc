@@ -60,6 +60,12 @@ std::string DescribeStore(const std::string& url) {
 
 std::string Rate(const RateLimitSpec& r) {
   if (r.unlimited) return "unlimited";
+  if (r.concurrency != 0) {
+    // --- concurrency limits (issue #12) ---
+    return std::to_string(r.concurrency) + " in flight, lease " +
+           std::to_string(r.permit_lease / 1000) + "ms " + FailureModeName(r.failure_mode) +
+           (r.name.empty() ? "" : " name=" + r.name);
+  }
   std::string s = std::to_string(r.requests_per_unit) + "/" +
                   (r.unit_multiplier == 1
                        ? std::string(UnitName(r.unit))

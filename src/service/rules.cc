@@ -19,6 +19,8 @@ const char* AlgorithmCode(Algorithm a) {
       return "swc";
     case Algorithm::kTokenBucket:
       return "tb";
+    case Algorithm::kConcurrency:
+      return "conc";
     default:
       return "gcra";
   }
@@ -28,12 +30,15 @@ const char* AlgorithmCode(Algorithm a) {
 
 Status RuleSet::FinishRule(Rule& r, const std::string& policy_name, Algorithm algorithm,
                            std::uint64_t burst, FailureMode failure, std::uint32_t divisor,
-                           bool shadow, std::optional<OnChange> on_change) const {
+                           bool shadow, std::optional<OnChange> on_change,
+                           Micros permit_lease) const {
   if (r.unlimited) return Status::Ok();
   Policy& p = r.policy;
   p.algorithm = algorithm;
   p.limit = r.requests_per_unit;
-  p.window = UnitMicros(r.unit) * r.unit_multiplier;
+  // A concurrency limit's "window" is its permit lease (Policy::Concurrency).
+  p.window =
+      algorithm == Algorithm::kConcurrency ? permit_lease : UnitMicros(r.unit) * r.unit_multiplier;
   p.burst = burst;
   p.failure_mode = failure;
   p.fallback_divisor = divisor;
@@ -96,7 +101,7 @@ Status RuleSet::AddDescriptors(const std::string& domain, Node& node,
       rule->quota_mode = d.quota_mode;
       rule->counters = metrics_->Descriptor(domain, rule->path);
       if (Status st = FinishRule(*rule, s.policy, s.algorithm, s.burst, s.failure_mode,
-                                 s.fallback_divisor, d.shadow_mode, s.on_change);
+                                 s.fallback_divisor, d.shadow_mode, s.on_change, s.permit_lease);
           !st.ok()) {
         return Status::InvalidArgument(config_.file + ":" + std::to_string(s.line) + ": " +
                                        st.message());
@@ -212,6 +217,9 @@ std::string RuleSet::Dump() const {
     std::string line = r->domain + "." + r->path + ": ";
     if (r->unlimited) {
       line += "unlimited=true";
+    } else if (r->policy.algorithm == Algorithm::kConcurrency) {
+      line += "concurrency=" + std::to_string(r->policy.limit) +
+              " lease_ms=" + std::to_string(r->policy.window / 1000);
     } else {
       line += "unit=" + unit + " requests_per_unit=" + std::to_string(r->requests_per_unit);
       if (r->unit_multiplier != 1) line += " unit_multiplier=" + std::to_string(r->unit_multiplier);

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "http/http_test_util.h"
+#include "sluice/key.h"
 
 namespace sluice::http {
 namespace {
@@ -172,6 +173,67 @@ TEST(Beast, TrustedProxyChainIsWalked) {
   EXPECT_EQ(c.Get("/hello", "198.51.100.4").result_int(), 429u);
   EXPECT_EQ(c.Get("/hello", "198.51.100.5").result_int(), 200u);
   EXPECT_EQ(c.Get("/hello", std::string(4000, '[')).result_int(), 200u);  // keyed by the proxy
+}
+
+// --- concurrency limits and waiting (issue #12) -------------------------------------
+
+TEST(Beast, PermitIsHeldUntilTheResponseIsSent) {
+  auto clock = std::make_shared<ManualClock>(kNoon);
+  auto limiter = MakeLimiter({Policy::Concurrency("inflight", 1, std::chrono::seconds(30))}, clock);
+  MiddlewareOptions o;
+  o.limiter = limiter;
+  o.default_limits = {{.policy = "inflight"}};
+  auto mw = std::shared_ptr<const Middleware>(Middleware::Create(std::move(o)).value());
+  const auto peer = asio::ip::make_address("192.0.2.1");
+  const std::string key = JoinKey({"ip", "192.0.2.1"});
+  bhttp::request<bhttp::string_body> req{bhttp::verb::get, "/x", 11};
+  int nested_status = 0;
+  auto limited = BeastLimit(mw, [&](const bhttp::request<bhttp::string_body>& r) {
+    // While the handler runs, the permit is held: the same client is refused.
+    auto again = BeastLimit(mw, Hello)(r, peer);
+    nested_status = again.result_int();
+    return Hello(r);
+  });
+  bool sent = false;
+  limited(req, peer, [&](const auto& res) {
+    sent = true;
+    EXPECT_EQ(res.result_int(), 200);
+    // Still held while the response is being written.
+    EXPECT_EQ(limiter->Peek(key)->remaining, 0u);
+  });
+  EXPECT_TRUE(sent);
+  EXPECT_EQ(nested_status, 429);
+  // Released once send returned.
+  EXPECT_EQ(limiter->Peek(key)->remaining, 1u);
+  // The response-returning form releases when it returns.
+  auto res = limited(req, peer);
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(limiter->Peek(key)->remaining, 1u);
+}
+
+TEST(Beast, DelayedRequestWaitsBeforeTheHandler) {
+  auto clock = std::make_shared<ManualClock>(kNoon);
+  MiddlewareOptions o;
+  o.limiter = MakeLimiter({Policy::Gcra("rate", 1, std::chrono::seconds(2), 1)}, clock);
+  o.default_limits = {{.policy = "rate"}};
+  o.max_delay = 2'000'000;
+  auto sleeper = std::make_shared<ManualSleeper>(clock, /*auto_advance=*/true);
+  o.sleeper = sleeper;
+  auto mw = std::shared_ptr<const Middleware>(Middleware::Create(std::move(o)).value());
+  const auto peer = asio::ip::make_address("192.0.2.1");
+  bhttp::request<bhttp::string_body> req{bhttp::verb::get, "/x", 11};
+  Micros handled_at = 0;
+  auto limited = BeastLimit(mw, [&](const bhttp::request<bhttp::string_body>& r) {
+    handled_at = clock->Now();
+    return Hello(r);
+  });
+  EXPECT_EQ(limited(req, peer).result_int(), 200);
+  EXPECT_EQ(handled_at, kNoon);
+  auto res = limited(req, peer);
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(sleeper->slept(), std::vector<Micros>{2'000'000});
+  EXPECT_EQ(handled_at, kNoon + 2'000'000);  // the handler ran after the wait
+  EXPECT_EQ(std::string(res["Server-Timing"]), "ratelimit-delay;dur=2000");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <future>
 #include <string>
 #include <thread>
 
@@ -23,7 +24,12 @@ using testing::MakeLimiter;
 // An httplib server with the middleware on 127.0.0.1:<free port>, serving until destroyed.
 class Server {
  public:
-  explicit Server(MiddlewareOptions o, const std::string& host = "127.0.0.1") {
+  explicit Server(MiddlewareOptions o, const std::string& host = "127.0.0.1",
+                  std::vector<Policy> policies = {Policy::FixedWindow("api", 5, minutes(1)),
+                                                  Policy::FixedWindow("login", 2, minutes(1))},
+                  std::shared_ptr<ManualClock> manual = nullptr) {
+    if (manual) clock = std::move(manual);
+    limiter = MakeLimiter(std::move(policies), clock);
     o.limiter = limiter;
     auto mw = Middleware::Create(std::move(o));
     EXPECT_TRUE(mw.ok()) << mw.status().ToString();
@@ -31,6 +37,12 @@ class Server {
     InstallHttplib(server, middleware);
     server.Get("/hello", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("{\"hello\":\"world\"}", "application/json");
+    });
+    // Issue #12: a handler that "sleeps" until the test lets it go (no timers).
+    server.Get("/slow", [this](const httplib::Request&, httplib::Response& res) {
+      slow_entered.set_value();
+      slow_go.wait();
+      res.set_content("done", "text/plain");
     });
     port = server.bind_to_any_port(host);
     EXPECT_GT(port, 0);
@@ -46,9 +58,10 @@ class Server {
   }
 
   std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>(kNoon);
-  std::shared_ptr<Limiter> limiter = MakeLimiter(
-      {Policy::FixedWindow("api", 5, minutes(1)), Policy::FixedWindow("login", 2, minutes(1))},
-      clock);
+  std::shared_ptr<Limiter> limiter;
+  std::promise<void> slow_entered;
+  std::promise<void> slow_release;
+  std::shared_future<void> slow_go = slow_release.get_future().share();
   std::shared_ptr<const Middleware> middleware;
   httplib::Server server;
   int port = 0;
@@ -181,6 +194,74 @@ TEST(Httplib, Ipv6PeerIsKeyedByItsPrefix) {
   EXPECT_EQ(ok, 5);
   // The IPv6 peer's /64 is the key.
   EXPECT_EQ(s.limiter->Peek(JoinKey({"ip", "::/64"}))->remaining, 0u);
+}
+
+// --- concurrency limits and waiting (issue #12) -------------------------------------
+
+// Waits (bounded) until `done()`: the adapter releases a permit on httplib's worker
+// thread after the response was written, which may be just after the client read it.
+template <class F>
+bool Eventually(F done) {
+  for (int i = 0; i < 5000; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return done();
+}
+
+TEST(Httplib, SlowHandlerHoldsAPermitUntilItsResponseIsSent) {
+  MiddlewareOptions o;
+  o.routes = {{.path = "/slow", .limits = {{.policy = "inflight"}}}};
+  Server s(std::move(o), "127.0.0.1",
+           {Policy::Concurrency("inflight", 1, std::chrono::seconds(30))});
+  const std::string key = JoinKey({"ip", "127.0.0.1"});
+  std::future<httplib::Result> first = std::async(std::launch::async, [&] {
+    httplib::Client c("127.0.0.1", s.port);
+    return c.Get("/slow");
+  });
+  ASSERT_EQ(s.slow_entered.get_future().wait_for(std::chrono::seconds(30)),
+            std::future_status::ready);
+  EXPECT_EQ(s.limiter->Peek(key)->remaining, 0u);
+  // In flight: a second request is 429 with Retry-After from the permit's expiry.
+  httplib::Client client("127.0.0.1", s.port);
+  auto second = client.Get("/slow");
+  ASSERT_TRUE(second) << httplib::to_string(second.error());
+  EXPECT_EQ(second->status, 429);
+  EXPECT_EQ(second->get_header_value("Retry-After"), "30");
+  EXPECT_EQ(second->get_header_value("RateLimit-Policy"),
+            "\"inflight\";q=1;qu=\"concurrent-requests\"");
+  // The handler finishes; its response is sent; the permit is released.
+  s.slow_release.set_value();
+  auto r = first.get();
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "done");
+  ASSERT_TRUE(Eventually([&] { return s.limiter->Peek(key)->remaining == 1; }));
+  auto third = client.Get("/hello");
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->status, 200);  // /hello has no limit here; the permit was not leaked
+  EXPECT_EQ(s.limiter->Stats().permit_release_errors, 0u);
+}
+
+TEST(Httplib, DelayedRequestWaitsThroughTheInjectedSleeper) {
+  MiddlewareOptions o;
+  o.default_limits = {{.policy = "rate"}};
+  o.max_delay = 3'000'000;
+  auto clock = std::make_shared<ManualClock>(kNoon);
+  auto sleeper = std::make_shared<ManualSleeper>(clock, /*auto_advance=*/true);
+  o.sleeper = sleeper;
+  Server s(std::move(o), "127.0.0.1", {Policy::Gcra("rate", 1, std::chrono::seconds(3), 1)}, clock);
+  httplib::Client client("127.0.0.1", s.port);
+  auto a = client.Get("/hello");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->status, 200);
+  EXPECT_FALSE(a->has_header("Server-Timing"));
+  auto b = client.Get("/hello");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->status, 200);
+  EXPECT_EQ(b->get_header_value("Server-Timing"), "ratelimit-delay;dur=3000");
+  EXPECT_EQ(sleeper->slept(), std::vector<Micros>{3'000'000});  // simulated: nothing slept
+  EXPECT_EQ(s.middleware->Stats().delayed, 1u);
 }
 
 }  // namespace

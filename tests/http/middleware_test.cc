@@ -463,5 +463,141 @@ TEST(Middleware, NoRouteAndNoDefaultLimitsPasses) {
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(f.Get("/other", "192.0.2.1").pass());
 }
 
+// --- concurrency limits and waiting instead of rejecting (issue #12) ---------------
+
+std::vector<Policy> ConcurrencyPolicies() {
+  return {Policy::Concurrency("inflight", 1, seconds(30)),
+          Policy::FixedWindow("api", 100, minutes(1))};
+}
+
+MiddlewareOptions SlowRoute() {
+  MiddlewareOptions o;
+  o.routes = {{.path = "/slow", .limits = {{.policy = "inflight"}, {.policy = "api"}}}};
+  o.default_limits = {{.policy = "api"}};
+  return o;
+}
+
+TEST(Middleware, ConcurrencyRouteHoldsAPermitWhileTheVerdictLives) {
+  Fixture f(ConcurrencyPolicies(), SlowRoute());
+  const std::string key = JoinKey({"ip", "192.0.2.1"});
+  {
+    Verdict first = f.Get("/slow", "192.0.2.1");
+    ASSERT_TRUE(first.pass());
+    EXPECT_TRUE(first.permit.held());
+    EXPECT_EQ(HeaderOf(first, "RateLimit-Policy"),
+              "\"inflight\";q=1;qu=\"concurrent-requests\", \"api\";q=100;w=60");
+    // The handler is running: a second request of the client is refused, and nothing of
+    // its rate limit is taken.
+    f.clock->Advance(10 * kSec);
+    Verdict second = f.Get("/slow", "192.0.2.1");
+    ASSERT_EQ(second.status, 429);
+    EXPECT_FALSE(second.permit.held());
+    // Retry-After: until the held permit's lease ends (30 s after it was taken).
+    EXPECT_EQ(HeaderOf(second, "Retry-After"), "20");
+    EXPECT_NE(second.body.find("\"violated-policies\":[\"inflight\"]"), std::string::npos)
+        << second.body;
+    EXPECT_EQ(HeaderOf(second, "RateLimit"), "\"inflight\";r=0;t=20, \"api\";r=99;t=50");
+    // Other routes and clients are not held back.
+    EXPECT_TRUE(f.Get("/fast", "192.0.2.1").pass());
+    EXPECT_TRUE(f.Get("/slow", "192.0.2.2").pass());
+  }  // the first Verdict (the response sent) releases the permit
+  Verdict third = f.Get("/slow", "192.0.2.1");
+  EXPECT_TRUE(third.pass());
+  EXPECT_EQ(f.mw->Stats().limited, 1u);
+}
+
+TEST(Middleware, APermitNeverReleasedExpiresAfterItsLease) {
+  Fixture f(ConcurrencyPolicies(), SlowRoute());
+  Verdict held = f.Get("/slow", "192.0.2.1");
+  ASSERT_TRUE(held.pass());
+  std::string id = held.permit.Detach();  // a crashed handler: nobody releases it
+  EXPECT_FALSE(id.empty());
+  EXPECT_EQ(f.Get("/slow", "192.0.2.1").status, 429);
+  f.clock->Advance(30 * kSec);
+  EXPECT_TRUE(f.Get("/slow", "192.0.2.1").pass());
+}
+
+TEST(Middleware, ConcurrencyFailClosedIs503) {
+  std::vector<Policy> p = ConcurrencyPolicies();
+  p[0].failure_mode = FailureMode::kFailClosed;
+  Fixture f(std::move(p), SlowRoute(), std::make_shared<FailingStore>());
+  Verdict v = f.Get("/slow", "192.0.2.1");
+  EXPECT_EQ(v.status, 503);
+  EXPECT_FALSE(v.permit.held());
+  EXPECT_FALSE(HeaderOf(v, "Retry-After").empty());
+}
+
+TEST(Middleware, MaxDelayWaitsInsteadOfRejecting) {
+  // 1 request per second, no burst beyond 1; wait up to 2.5 s.
+  MiddlewareOptions o;
+  o.routes = {{.path = "/api/*", .limits = {{.policy = "rate"}}, .max_delay = 2'500'000}};
+  auto clock = std::make_shared<ManualClock>(kNoon);
+  // Simulated time: "sleeping" advances the manual clock.
+  auto sleeper = std::make_shared<ManualSleeper>(clock, /*auto_advance=*/true);
+  o.sleeper = sleeper;
+  o.limiter = MakeLimiter({Policy::Gcra("rate", 2, seconds(4), 3)}, clock);
+  auto mw = Middleware::Create(std::move(o));
+  ASSERT_TRUE(mw.ok()) << mw.status().ToString();
+  auto get = [&] { return (*mw)->Check(Request{"GET", "/api/x", "192.0.2.1", nullptr}); };
+  // GCRA 1 per 2 s with a burst of 3: three pass at once, the next ones are delayed.
+  for (int i = 0; i < 3; ++i) {
+    Verdict v = get();
+    ASSERT_TRUE(v.pass()) << i;
+    EXPECT_EQ(v.delay, 0) << i;
+    EXPECT_EQ(HeaderOf(v, "Server-Timing"), "") << i;
+  }
+  Verdict b = get();
+  ASSERT_TRUE(b.pass());
+  EXPECT_GT(b.delay, 0);
+  EXPECT_LE(b.delay, 2'500'000);
+  EXPECT_EQ(HeaderOf(b, "Server-Timing"),
+            "ratelimit-delay;dur=" + std::to_string((b.delay + 999) / 1000));
+  // Whatever cannot pass within 2.5 s is a 429, taking nothing.
+  int denied = 0;
+  for (int i = 0; i < 5; ++i) {
+    Verdict v = get();
+    if (!v.pass()) {
+      ++denied;
+      EXPECT_EQ(v.status, 429);
+      EXPECT_GE(std::stol(HeaderOf(v, "Retry-After")), 1);
+      EXPECT_EQ(v.delay, 0);
+    } else {
+      EXPECT_LE(v.delay, 2'500'000);
+    }
+  }
+  EXPECT_GT(denied, 0);
+  // The adapter waits through the injected sleeper: simulated time only.
+  const Micros before = clock->Now();
+  (*mw)->Wait(b);
+  EXPECT_EQ(clock->Now() - before, b.delay);
+  EXPECT_EQ(sleeper->slept(), std::vector<Micros>{b.delay});
+  const MiddlewareStats st = (*mw)->Stats();
+  EXPECT_EQ(st.delayed, st.allowed - 3);
+  EXPECT_EQ(st.limited, static_cast<std::uint64_t>(denied));
+}
+
+TEST(Middleware, MaxDelayDefaultsAndErrors) {
+  auto expect_error = [](MiddlewareOptions o, const std::string& what) {
+    o.limiter = MakeLimiter(ConcurrencyPolicies(), std::make_shared<ManualClock>(kNoon));
+    auto r = Middleware::Create(std::move(o));
+    ASSERT_FALSE(r.ok()) << what;
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status().message();
+  };
+  MiddlewareOptions o = SlowRoute();
+  o.routes[0].max_delay = 1'000'000;
+  expect_error(o, "routes[0].max_delay: the route has a concurrency limit");
+  o = SlowRoute();
+  o.max_delay = -1;
+  expect_error(o, "max_delay must not be negative");
+  o = SlowRoute();
+  o.routes.push_back({.path = "/api", .limits = {{.policy = "api"}}, .max_delay = 61'000'000});
+  expect_error(o, "routes[1].max_delay 61000000us exceeds the window 60000000us of policy 'api'");
+  // The middleware-wide max_delay skips routes with a concurrency limit.
+  o = SlowRoute();
+  o.max_delay = 1'000'000;
+  o.limiter = MakeLimiter(ConcurrencyPolicies(), std::make_shared<ManualClock>(kNoon));
+  EXPECT_TRUE(Middleware::Create(std::move(o)).ok());
+}
+
 }  // namespace
 }  // namespace sluice::http

@@ -185,7 +185,7 @@ TEST(Config, SeveralLimitsOnOneDescriptor) {
                            "      - {unit: hour, requests_per_unit: 5, colour: red}\n"),
             "test.yaml:6: unknown field 'colour' in rate_limit (allowed: unit, requests_per_unit, "
             "unit_multiplier, unlimited, name, replaces, algorithm, burst, failure_mode, "
-            "fallback_divisor, policy, lease, lease_validity, block_for, on_change)");
+            "fallback_divisor, policy, lease, lease_validity, block_for, on_change, concurrency)");
   EXPECT_EQ(ErrorOf(head + "    rate_limits:\n      - {unit: hour, requests_per_unit: 5, name: x}\n"
                            "      - {unit: day, requests_per_unit: 50, name: x}\n"),
             "test.yaml:6: rate_limits: name 'x' is used twice (first on line 5)");
@@ -466,6 +466,61 @@ descriptors:
                            "      lease: 2\n      block_for: 1m\n"),
             "test.yaml:5: rate_limit: block_for cannot be combined with lease (a lease decides "
             "locally, without seeing the block)");
+}
+
+}  // namespace
+}  // namespace sluice::service
+
+namespace sluice::service {
+namespace {
+
+// --- concurrency limits (issue #12) ---
+
+TEST(Config, ConcurrencyLimitWithItsLease) {
+  auto c = ParseConfig(R"(domain: jobs
+descriptors:
+  - key: tenant
+    rate_limit: {concurrency: 10, lease: 30s, name: in_flight, failure_mode: fail_closed}
+  - key: mixed
+    rate_limits:
+      - {concurrency: 2, lease: 500ms}
+      - {unit: second, requests_per_unit: 5, lease: 2}
+)",
+                       "test.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const RateLimitSpec& r = c->domains[0].descriptors[0].rate_limit;
+  EXPECT_EQ(r.algorithm, Algorithm::kConcurrency);
+  EXPECT_EQ(r.concurrency, 10u);
+  EXPECT_EQ(r.permit_lease, 30'000'000);
+  EXPECT_EQ(r.lease, 0u);  // not a hot-key lease
+  EXPECT_EQ(r.failure_mode, FailureMode::kFailClosed);
+  const auto& list = c->domains[0].descriptors[1].rate_limits;
+  EXPECT_EQ(list[0].permit_lease, 500'000);
+  EXPECT_EQ(list[1].lease, 2u);  // a rate limit's lease stays a hot-key lease
+}
+
+TEST(Config, BadConcurrencyLimitsNameTheLine) {
+  const std::string head = "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n";
+  std::string e = ErrorOf(head + "      concurrency: 10\n      lease: 0s\n");
+  EXPECT_NE(e.find("test.yaml:6: lease must be more than 0"), std::string::npos) << e;
+  e = ErrorOf(head + "      concurrency: 10\n      lease: -5s\n");
+  EXPECT_NE(e.find("test.yaml:6: lease"), std::string::npos) << e;
+  e = ErrorOf(head + "      concurrency: 10\n");
+  EXPECT_NE(e.find("test.yaml:5: a concurrency limit needs lease"), std::string::npos) << e;
+  e = ErrorOf(head + "      concurrency: 0\n      lease: 1s\n");
+  EXPECT_NE(e.find("test.yaml:5: concurrency must be at least 1"), std::string::npos) << e;
+  e = ErrorOf(head + "      concurrency: -3\n      lease: 1s\n");
+  EXPECT_NE(e.find("test.yaml:5: concurrency must be a non-negative integer"), std::string::npos)
+      << e;
+  e = ErrorOf(head + "      concurrency: 10\n      lease: 1s\n      unit: second\n");
+  EXPECT_NE(e.find("test.yaml:7: unit does not apply to a concurrency limit"), std::string::npos)
+      << e;
+  e = ErrorOf(head + "      concurrency: 10\n      lease: 1s\n      algorithm: gcra\n");
+  EXPECT_NE(e.find("test.yaml:7: algorithm does not apply"), std::string::npos) << e;
+  // A duration as a rate limit's lease: it is a permit lifetime, which needs concurrency.
+  e = ErrorOf(head + "      unit: second\n      requests_per_unit: 5\n      lease: 30s\n");
+  EXPECT_NE(e.find("test.yaml:7: lease must be a number of units"), std::string::npos) << e;
+  EXPECT_NE(e.find("needs concurrency"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -8,7 +8,14 @@
 //   ...
 //   auto res = limited(req, socket.remote_endpoint().address());   // instead of MyHandler(req)
 //
-// or, step by step: BeastCheck -> (BeastReject | handler + BeastApply).
+// or, step by step: BeastCheck -> (BeastReject | Wait + handler + BeastApply).
+//
+// Issue #12: a route with max_delay waits (Middleware::Wait) before the handler runs. A
+// route with a concurrency limit holds a permit in the Verdict: it is released when the
+// Verdict is destroyed. `limited(req, peer)` returns the response, so the permit is
+// released before you write it; `limited(req, peer, send)` calls `send(response)` while
+// the permit is held and releases it once `send` returns (pass a function that writes the
+// response, e.g. [&](auto&& res) { http::write(socket, res); }).
 #pragma once
 
 #include <boost/asio/ip/address.hpp>
@@ -88,19 +95,52 @@ template <class Body, class Fields>
   return res;
 }
 
-// Wraps `handler` (request -> response<string_body>): the returned callable takes
-// (request, peer address) and answers either the rejection or the handler's response
-// with the rate-limit headers added.
+// The callable BeastLimit returns.
 template <class Handler>
-auto BeastLimit(std::shared_ptr<const Middleware> mw, Handler handler) {
-  return [mw = std::move(mw), handler = std::move(handler)](
-             const auto& req, const ::boost::asio::ip::address& peer) {
-    const Verdict v = BeastCheck(*mw, req, peer);
+class BeastLimited {
+ public:
+  BeastLimited(std::shared_ptr<const Middleware> mw, Handler handler)
+      : mw_(std::move(mw)), handler_(std::move(handler)) {}
+
+  // The rejection, or the handler's response with the rate-limit headers added (after a
+  // max_delay wait). A concurrency permit is released when this returns.
+  template <class Request>
+  auto operator()(const Request& req, const ::boost::asio::ip::address& peer) const {
+    const Verdict v = BeastCheck(*mw_, req, peer);
     if (!v.pass()) return BeastReject(v, req);
-    auto res = handler(req);
+    mw_->Wait(v);
+    auto res = handler_(req);
     BeastApply(v, res);
     return res;
-  };
+  }
+
+  // The same, handing the response to `send` while a concurrency permit is held: the
+  // permit is released only after `send` returns (the response has been written).
+  template <class Request, class Send>
+  void operator()(const Request& req, const ::boost::asio::ip::address& peer, Send&& send) const {
+    const Verdict v = BeastCheck(*mw_, req, peer);
+    if (!v.pass()) {
+      auto rejection = BeastReject(v, req);
+      send(rejection);
+      return;
+    }
+    mw_->Wait(v);
+    auto res = handler_(req);
+    BeastApply(v, res);
+    send(res);
+  }  // v (and its permit) is destroyed here, after the response was sent
+
+ private:
+  std::shared_ptr<const Middleware> mw_;
+  Handler handler_;
+};
+
+// Wraps `handler` (request -> response<string_body>): the returned callable takes
+// (request, peer address[, send]) and answers either the rejection or the handler's
+// response with the rate-limit headers added (see BeastLimited).
+template <class Handler>
+BeastLimited<Handler> BeastLimit(std::shared_ptr<const Middleware> mw, Handler handler) {
+  return BeastLimited<Handler>(std::move(mw), std::move(handler));
 }
 
 }  // namespace sluice::http

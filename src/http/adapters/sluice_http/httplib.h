@@ -9,13 +9,24 @@
 //   sluice::http::InstallHttplib(server, mw);
 //   server.Get("/hello", ...);
 //
-// InstallHttplib takes the server's pre-routing handler. An application that needs its
-// own pre-routing handler calls HttplibCheck from it instead.
+// InstallHttplib takes the server's pre-routing handler and its logger (which httplib
+// calls once the response has been written). An application that needs its own
+// pre-routing handler calls HttplibCheck from it instead, and one with its own logger
+// passes it to InstallHttplib (or calls HttplibRequestDone from it).
+//
+// Issue #12: a route with max_delay waits (Middleware::Wait, on the server's worker
+// thread) before the handler runs; a route with a concurrency limit holds its permit
+// until the response has been written: HttplibCheck parks the permit in a slot of the
+// worker thread (httplib runs a request's routing, handler and write on one thread) and
+// the logger releases it. Should a write fail before httplib logs, the permit is released
+// by the next request on that thread, or expires after its lease.
 #pragma once
 
 #include <httplib.h>
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -43,11 +54,26 @@ class HttplibHeaders final : public HeaderReader {
   const httplib::Headers& headers_;
 };
 
+// The permit of the request this worker thread is serving (empty when none).
+inline Permit& HttplibHeldPermit() {
+  thread_local Permit held;
+  return held;
+}
+
+// Releases the permit of the request this thread has just answered (see above). Call it
+// from your own logger when you set one without InstallHttplib's `logger` argument.
+inline void HttplibRequestDone() {
+  Permit done = std::move(HttplibHeldPermit());
+  (void)done;  // released here
+}
+
 // Decides `req`. Returns true when the request may go on to the handlers (the
-// rate-limit headers are already set on `res`), false when `res` holds the complete
-// 429/503/400/500 answer.
+// rate-limit headers are already set on `res`, a max_delay wait is over, and a
+// concurrency permit is held until HttplibRequestDone), false when `res` holds the
+// complete 429/503/400/500 answer.
 inline bool HttplibCheck(const Middleware& mw, const httplib::Request& req,
                          httplib::Response& res) {
+  HttplibRequestDone();  // a permit left by a request whose write failed
   const HttplibHeaders headers(req.headers);
   Request view;
   view.method = req.method;
@@ -57,18 +83,31 @@ inline bool HttplibCheck(const Middleware& mw, const httplib::Request& req,
   Verdict v = mw.Check(view);
   // Our values never contain CR/LF, so they skip set_header's check and are moved in.
   for (auto& [name, value] : v.headers) res.headers.emplace(std::string(name), std::move(value));
-  if (v.pass()) return true;
+  if (v.pass()) {
+    mw.Wait(v);
+    HttplibHeldPermit() = std::move(v.permit);
+    return true;
+  }
   res.status = v.status;
   res.set_content(std::move(v.body), v.content_type);
   return false;
 }
 
-// Installs `mw` as `server`'s pre-routing handler. The server keeps `mw` alive.
-inline void InstallHttplib(httplib::Server& server, std::shared_ptr<const Middleware> mw) {
+// Installs `mw` as `server`'s pre-routing handler, and a logger that releases the
+// request's permit after the response is written and then calls `logger` (your own,
+// optional). The server keeps `mw` alive. Setting another logger later on the server
+// replaces ours: pass yours here instead.
+inline void InstallHttplib(httplib::Server& server, std::shared_ptr<const Middleware> mw,
+                           httplib::Logger logger = nullptr) {
   server.set_pre_routing_handler(
       [mw = std::move(mw)](const httplib::Request& req, httplib::Response& res) {
         return HttplibCheck(*mw, req, res) ? httplib::Server::HandlerResponse::Unhandled
                                            : httplib::Server::HandlerResponse::Handled;
+      });
+  server.set_logger(
+      [logger = std::move(logger)](const httplib::Request& req, const httplib::Response& res) {
+        HttplibRequestDone();
+        if (logger) logger(req, res);
       });
 }
 
