@@ -240,7 +240,8 @@ void Run::Issue(Caller* c) {
 
 void Run::ThreadLoop(int index) {
   std::uint64_t rng = config_.seed * 1000003 + static_cast<std::uint64_t>(index);
-  StoreCheck check{&config_.policy, {}, config_.cost, config_.max_wait};
+  StoreCheck check{&config_.policy, {}, config_.cost};
+  check.max_wait = config_.max_wait;
   // Pacing: this thread's share of the target rate, from a staggered start.
   const double period_s =
       config_.target_rate > 0 ? static_cast<double>(config_.concurrency) / config_.target_rate : 0;
@@ -299,7 +300,8 @@ void Run::Start() {
       auto c = std::make_unique<Caller>();
       c->run = this;
       c->rng = config_.seed * 1000003 + static_cast<std::uint64_t>(i);
-      c->check = StoreCheck{&config_.policy, {}, config_.cost, config_.max_wait};
+      c->check = StoreCheck{&config_.policy, {}, config_.cost};
+      c->check.max_wait = config_.max_wait;
       callers_.push_back(std::move(c));
     }
     for (auto& c : callers_) Issue(c.get());
