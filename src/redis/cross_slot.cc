@@ -41,7 +41,11 @@ void GroupBySlot(std::span<const StoreCheck> checks, Grouped& g) {
       group->slot = slot;
     }
     group->index.push_back(i);
-    group->checks.push_back(StoreCheck{checks[i].policy, g.keys.back(), checks[i].cost});
+    // The whole check (a reservation's max_wait and every other field), with the key
+    // it owns.
+    StoreCheck part = checks[i];
+    part.key = g.keys.back();
+    group->checks.push_back(part);
   }
 }
 

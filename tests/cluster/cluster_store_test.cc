@@ -156,6 +156,36 @@ TEST(ClusterStore, CrossSlotRequestAllowedConsumesEverySlot) {
   EXPECT_TRUE(l->Acquire(b)->allowed);
 }
 
+// A reservation (StoreCheck::max_wait) whose keys span slots keeps its max_wait in each
+// slot's part: both GCRA keys are empty after one request each, so the second request
+// of each can only pass by waiting for its slot, which a plain decision (max_wait lost
+// on the way to a slot) would deny.
+TEST(ClusterStore, CrossSlotReservationWaitsInEverySlot) {
+  RedisCluster* c = SharedTestCluster();
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->FlushAll().ok());
+  auto store = Connect(c->Url());
+  ASSERT_NE(store, nullptr);
+  // 1 per hour, burst 1: a second request waits about an hour.
+  auto l = MakeLimiter(store, {Policy::Gcra("g", 1, hours(1), 1)});
+  ASSERT_NE(l, nullptr);
+  auto [a, b] = KeysOnTwoPrimaries(*c, "g");
+  const Check both[] = {{0, a, 1}, {0, b, 1}};
+  const Micros an_hour = 3600 * 1'000'000LL;  // the most a reservation may wait here
+  auto first = l->Reserve(both, an_hour);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_TRUE(first->decision().allowed);
+  EXPECT_EQ(first->decision().wait, 0);
+  Decision per[2];
+  auto second = l->Reserve(both, an_hour, per);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ASSERT_TRUE(second->decision().allowed) << "each slot must have received max_wait";
+  for (const Decision& d : per) {
+    EXPECT_GT(d.wait, 3000 * 1'000'000LL);
+    EXPECT_LE(d.wait, 3600 * 1'000'000LL);
+  }
+}
+
 TEST(ClusterStore, SeedThatIsNotAClusterNodeIsAClearError) {
   auto plain = RedisServer::Start();
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
