@@ -321,13 +321,19 @@ class Loader {
     p.lease_validity = r.lease_validity;
     p.block_for = r.block_for;
     p.on_change = r.on_change.value_or(OnChange::kAsIs);
+    FailIfInvalid(n, p);
+    return r;
+  }
+
+  // Validates the policy a `rate_limit` block `n` makes (named "probe"), failing at its
+  // line with ValidatePolicy's reason.
+  void FailIfInvalid(const YAML::Node& n, const Policy& p) {
     if (Status st = ValidatePolicy(p); !st.ok()) {
       std::string m = st.message();
       const std::string prefix = "policy 'probe': ";
       if (m.rfind(prefix, 0) == 0) m = m.substr(prefix.size());
       Fail(n, "rate_limit: " + m);
     }
-    return r;
   }
 
   // --- concurrency limits (issue #12) ---
@@ -337,7 +343,7 @@ class Loader {
   RateLimitSpec ParseConcurrency(const YAML::Node& n, RateLimitSpec r) {
     const YAML::Node c = n["concurrency"];
     for (const char* f : {"unit", "requests_per_unit", "unit_multiplier", "unlimited", "algorithm",
-                          "burst", "lease_validity"}) {
+                          "burst", "lease_validity", "block_for", "on_change"}) {
       if (n[f]) {
         Fail(n[f], std::string(f) +
                        " does not apply to a concurrency limit (concurrency: N permits held at "
@@ -361,12 +367,7 @@ class Loader {
     Policy p = Policy::Concurrency("probe", r.concurrency, std::chrono::microseconds(*us));
     p.failure_mode = r.failure_mode;
     p.fallback_divisor = r.fallback_divisor;
-    if (Status st = ValidatePolicy(p); !st.ok()) {
-      std::string m = st.message();
-      const std::string prefix = "policy 'probe': ";
-      if (m.rfind(prefix, 0) == 0) m = m.substr(prefix.size());
-      Fail(n, "rate_limit: " + m);
-    }
+    FailIfInvalid(n, p);
     return r;
   }
 

@@ -517,6 +517,15 @@ TEST(Config, BadConcurrencyLimitsNameTheLine) {
       << e;
   e = ErrorOf(head + "      concurrency: 10\n      lease: 1s\n      algorithm: gcra\n");
   EXPECT_NE(e.find("test.yaml:7: algorithm does not apply"), std::string::npos) << e;
+  // Blocks and limit changes are about a rate's budget: a concurrency limit has none.
+  e = ErrorOf(head + "      concurrency: 10\n      lease: 1s\n      block_for: 1m\n");
+  EXPECT_NE(e.find("test.yaml:7: block_for does not apply to a concurrency limit"),
+            std::string::npos)
+      << e;
+  e = ErrorOf(head + "      concurrency: 10\n      lease: 1s\n      on_change: proportional\n");
+  EXPECT_NE(e.find("test.yaml:7: on_change does not apply to a concurrency limit"),
+            std::string::npos)
+      << e;
   // A duration as a rate limit's lease: it is a permit lifetime, which needs concurrency.
   e = ErrorOf(head + "      unit: second\n      requests_per_unit: 5\n      lease: 30s\n");
   EXPECT_NE(e.find("test.yaml:7: lease must be a number of units"), std::string::npos) << e;
