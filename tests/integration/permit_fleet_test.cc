@@ -113,6 +113,7 @@ TEST(PermitFleet, AKilledHoldersPermitsComeBackWithinTheLease) {
     int n = 0;
     long long reset0 = 0;
     ASSERT_EQ(std::fscanf(c.out, "held %d reset_after %lld", &n, &reset0), 2);
+    const auto reported_at = std::chrono::steady_clock::now();
     ASSERT_EQ(n, kHeld);
     if (kill_it) ::kill(c.pid, SIGKILL);
     close(c.in);
@@ -127,12 +128,17 @@ TEST(PermitFleet, AKilledHoldersPermitsComeBackWithinTheLease) {
       continue;
     }
     EXPECT_TRUE(WIFSIGNALED(status));
-    // Still held (nothing released them), and due back within the lease.
-    EXPECT_FALSE(peek->allowed);
-    EXPECT_EQ(peek->remaining, 0u);
-    EXPECT_GT(peek->retry_after, 0);
+    // Still held (nothing released them), and due back within the lease. That holds
+    // only while the lease lasts: if this process was descheduled for half of it since
+    // the holder reported (a loaded machine), the permits may rightly be gone already,
+    // and only the end state below is checked.
+    if (std::chrono::steady_clock::now() - reported_at < std::chrono::milliseconds(kLeaseMs / 2)) {
+      EXPECT_FALSE(peek->allowed);
+      EXPECT_EQ(peek->remaining, 0u);
+      EXPECT_GT(peek->retry_after, 0);
+      EXPECT_LE(peek->reset_after, kLeaseMs * 1000);
+    }
     EXPECT_LE(peek->reset_after, kLeaseMs * 1000);
-    EXPECT_FALSE(limiter->AcquirePermit(key)->held());
     // Wait for the event (every slot free), with a generous bound on a busy machine.
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     std::uint64_t free_slots = 0;
