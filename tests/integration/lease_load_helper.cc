@@ -23,13 +23,19 @@
 //       its last 8 and cancels the oldest (so cancellations interleave with later
 //       reservations, of its own and of the other processes), and the rest at the end;
 //     both end with "r <policy> <admitted> <denied> <waited> <errors>" per policy.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -145,7 +151,45 @@ class FleetClock final : public sluice::Clock {
 };
 thread_local sluice::Micros FleetClock::last_ = 0;
 
+// fleet: one lock for every thread of every process of the fleet (a mutex, and flock on
+// a file named after the Redis URL, whose port is the test's own), held from reading
+// the clock until the decision's reply. Decisions then reach Redis in the order of
+// their `now`, as they do on Redis's own clock. Without it a thread descheduled between
+// reading the clock and sending would arrive with a `now` older than the state's: the
+// store decides at the later time (time never goes back), so `now + wait` would
+// understate that request's admitted time, and the window count would measure the
+// scheduler rather than the algorithm.
+class FleetLock {
+ public:
+  explicit FleetLock(const std::string& url)
+      : fd_(::open(
+            ("/tmp/sluice-reserve-fleet-" + std::to_string(std::hash<std::string>{}(url)) + ".lock")
+                .c_str(),
+            O_CREAT | O_RDWR | O_CLOEXEC, 0600)) {}
+  ~FleetLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool ok() const { return fd_ >= 0; }
+  void lock() {
+    mu_.lock();
+    ::flock(fd_, LOCK_EX);
+  }
+  void unlock() {
+    ::flock(fd_, LOCK_UN);
+    mu_.unlock();
+  }
+
+ private:
+  int fd_;
+  std::mutex mu_;
+};
+
 int Reserve(const char* url, bool fleet, long duration_ms, int nthreads, double rate) {
+  FleetLock fleet_lock(url);
+  if (fleet && !fleet_lock.ok()) {
+    std::perror("fleet lock");
+    return 1;
+  }
   sluice::RedisStoreOptions so;
   so.url = url;
   so.call_timeout = 2'000'000;
@@ -180,8 +224,11 @@ int Reserve(const char* url, bool fleet, long duration_ms, int nthreads, double 
       while (std::chrono::steady_clock::now() < end) {
         std::this_thread::sleep_until(next);  // pacing the load, not a test's timing
         next += interval;
+        if (fleet) fleet_lock.lock();
         auto r = limiter.Reserve(std::span<const sluice::Check>(&c, 1),
                                  sluice::testing::kReserveMaxWait);
+        const sluice::Micros decided_at = FleetClock::Last();
+        if (fleet) fleet_lock.unlock();
         const bool decided = r.ok() && (r->decision().source == sluice::DecisionSource::kStore ||
                                         r->decision().source == sluice::DecisionSource::kDenyCache);
         if (!decided) {
@@ -196,7 +243,7 @@ int Reserve(const char* url, bool fleet, long duration_ms, int nthreads, double 
         waited[p] += r->wait() > 0 ? 1 : 0;
         if (fleet) {
           std::lock_guard<std::mutex> lock(out_mu);
-          times.emplace_back(p, FleetClock::Last() + r->wait());
+          times.emplace_back(p, decided_at + r->wait());
         } else {
           held.push_back(std::move(r).value());
           if (held.size() > 8) {

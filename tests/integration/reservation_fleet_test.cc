@@ -4,7 +4,9 @@
 //  - The admitted times (decision time + wait) never exceed the algorithm's bound in
 //    any window: at most limit + burst in any 1 s. The helpers decide on one shared
 //    clock (the system clock, caller-time mode) so that each admitted time is known
-//    exactly, not bracketed by a round trip.
+//    exactly, not bracketed by a round trip; a lock shared by the fleet keeps their
+//    decisions in the order of their clock readings, as Redis's own clock would
+//    (lease_load_helper.cc, FleetLock).
 //  - Cancelled reservations refund: with every reservation cancelled (on Redis's own
 //    clock, interleaved with the other processes' reservations), the key is back to its
 //    full budget afterwards.
