@@ -767,6 +767,7 @@ bool CarryOver(const Policy& p, ParamsRegistry& registry, std::uint32_t id, Micr
     case Algorithm::kGcra:
       return core::CarryGcra(p, w, now, &in->gcra);
     case Algorithm::kSlidingWindowLog:
+    case Algorithm::kConcurrency:  // only kAsIs is valid for these (ValidatePolicy)
       break;
   }
   return true;
@@ -1240,7 +1241,8 @@ Status memory_internal::Access::PenalizeBatch(MemoryStore& store,
         case Algorithm::kGcra:
           out[i] = core::GcraPenalize(p, in.gcra, fresh, now, c.cost, &s->state.gcra, &s->expires);
           break;
-        case Algorithm::kSlidingWindowLog:
+        case Algorithm::kSlidingWindowLog:  // handled above
+        case Algorithm::kConcurrency:       // no penalties (Limiter::Penalize refuses them)
           break;
       }
     }
