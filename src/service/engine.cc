@@ -4,12 +4,14 @@
 #include "service/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 
+#include "http/internal.h"
 #include "limiter/permit_internal.h"
 #include "service/log.h"
 #include "service/timed_store.h"
@@ -18,70 +20,58 @@
 namespace sluice::service {
 namespace {
 
-std::string CeilSeconds(Micros us) {
-  if (us <= 0) return "0";
-  return std::to_string((us + 999'999) / 1'000'000);
+// The name a header gives a limit: its rule's name, else "d<descriptor index>" (with
+// several limits on the descriptor, "d<descriptor index>.<limit index>").
+std::string HeaderPolicyName(const Rule& r, std::size_t i) {
+  if (!r.name.empty()) return r.name;
+  return r.multi ? "d" + std::to_string(i) + "." + std::to_string(r.index)
+                 : "d" + std::to_string(i);
 }
 
-// The policy name a header names a limit by: its rule's name, else "d<descriptor index>"
-// (with several limits on the descriptor, "d<descriptor index>.<limit index>").
-std::string HeaderPolicyName(const DescriptorStatus& st, std::size_t i, std::size_t j, bool multi) {
-  std::string name = !st.name.empty() ? st.name
-                     : multi          ? "d" + std::to_string(i) + "." + std::to_string(j)
-                                      : "d" + std::to_string(i);
-  // A structured-field string: escape '"' and '\\', drop what it cannot hold.
-  std::string out;
-  for (char c : name) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u > 0x7e) continue;
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  return out;
-}
-
-// One limit reported in the headers: a descriptor's status (or one of its `limits`) and
-// the name headers call it by.
+// One limit reported in the headers: the name they call it by, its policy, its decision
+// (remaining as the status reports it).
 struct HeaderItem {
-  const DescriptorStatus* st;
-  std::string name;  // the rule's name, else "d<descriptor>" or "d<descriptor>.<limit>"
+  std::string name;
+  bool named = false;  // the rule has a name of its own
+  const Policy* policy = nullptr;
+  Decision d;
 };
 
 // Headers for every limit of every limited descriptor; `binding` indexes the binding
-// item. See the header table in docs/sluiced.md.
+// item. The values come from src/http/headers.cc, the middleware's formatter; see the
+// header table in docs/sluiced.md.
 void AppendHeaders(Settings::Headers mode, const std::vector<HeaderItem>& items,
                    std::size_t binding, std::vector<std::pair<std::string, std::string>>& h) {
-  const DescriptorStatus& b = *items[binding].st;
-  const bool over = b.code == Code::kOverLimit;
+  namespace hi = http::internal;
+  const Decision& b = items[binding].d;
+  std::array<hi::PolicyItem, kMaxChecks> policies;
+  std::array<hi::LimitItem, kMaxChecks> states;
+  const std::size_t n = std::min(items.size(), kMaxChecks);
+  for (std::size_t k = 0; k < n; ++k) {
+    policies[k] = {items[k].name, hi::PolicyQuotaWindow(*items[k].policy)};
+    states[k] = {items[k].name, items[k].d.remaining, hi::ResetSeconds(items[k].d)};
+  }
   if (mode == Settings::Headers::kDraft10) {
-    std::string policy, state;
-    for (const HeaderItem& it : items) {
-      const DescriptorStatus& st = *it.st;
-      const std::string name = "\"" + it.name + "\"";
-      if (!policy.empty()) policy += ", ";
-      policy += name + ";q=" + std::to_string(st.capacity) + ";w=" + CeilSeconds(st.window);
-      if (!state.empty()) state += ", ";
-      state += name + ";r=" + std::to_string(st.limit_remaining) +
-               ";t=" + CeilSeconds(st.duration_until_reset);
-    }
-    h.emplace_back("ratelimit-policy", policy);
-    h.emplace_back("ratelimit", state);
+    h.emplace_back("ratelimit-policy", hi::FormatRateLimitPolicy({policies.data(), n}));
+    h.emplace_back("ratelimit", hi::FormatRateLimit({states.data(), n}));
   } else {
     const std::string prefix =
         mode == Settings::Headers::kRateLimit ? "ratelimit-" : "x-ratelimit-";
     // The binding limit; with several limits, then every limit's quota policy (Envoy's
-    // draft-03 form). One limit: the plain number.
-    std::string limit = std::to_string(b.capacity);
-    for (std::size_t i = 0; items.size() > 1 && i < items.size(); ++i) {
-      const DescriptorStatus& st = *items[i].st;
-      limit += ", " + std::to_string(st.capacity) + ";w=" + CeilSeconds(st.window);
-      if (!st.name.empty()) limit += ";name=\"" + items[i].name + "\"";
+    // draft-03 form), named when its rule is.
+    const std::uint64_t limit = items[binding].policy->Capacity();
+    if (n == 1) {
+      h.emplace_back(prefix + "limit", std::to_string(limit));
+    } else {
+      for (std::size_t k = 0; k < n; ++k) {
+        if (!items[k].named) policies[k].name = {};
+      }
+      h.emplace_back(prefix + "limit", hi::FormatLimitList(limit, {policies.data(), n}));
     }
-    h.emplace_back(prefix + "limit", limit);
-    h.emplace_back(prefix + "remaining", std::to_string(b.limit_remaining));
-    h.emplace_back(prefix + "reset", CeilSeconds(b.duration_until_reset));
+    h.emplace_back(prefix + "remaining", std::to_string(b.remaining));
+    h.emplace_back(prefix + "reset", std::to_string(hi::ResetSeconds(b)));
   }
-  if (over) h.emplace_back("retry-after", CeilSeconds(b.retry_after));
+  if (!b.allowed) h.emplace_back("retry-after", std::to_string(hi::RetryAfterSeconds(b)));
 }
 
 }  // namespace
@@ -306,18 +296,9 @@ void Engine::Finish(const Prepared& prepared, std::span<const Decision> decision
     std::vector<HeaderItem> items;
     items.reserve(m);
     for (std::size_t k = 0; k < m; ++k) {
-      const std::size_t a = slot_of[k];
-      const std::size_t i = p.desc[a];
-      const Rule* r = p.rule[a];
-      const DescriptorStatus& ds = resp->statuses[i];
-      // Point into the response: the descriptor's own status, or its entry in limits.
-      const DescriptorStatus* st = &ds;
-      if (!ds.limits.empty()) {
-        std::size_t j = 0;
-        for (std::size_t q = 0; q < k; ++q) j += p.desc[slot_of[q]] == i ? 1 : 0;
-        st = &ds.limits[j];
-      }
-      items.push_back(HeaderItem{st, HeaderPolicyName(*st, i, r->index, r->multi)});
+      const Rule* r = p.rule[slot_of[k]];
+      items.push_back(HeaderItem{HeaderPolicyName(*r, p.desc[slot_of[k]]), !r->name.empty(),
+                                 &r->policy, per[k]});
     }
     AppendHeaders(settings.response_headers, items,
                   decide::BindingIndex(std::span<const Decision>(per, m)), resp->response_headers);
