@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 
 #include "core/hash.h"
 #include "limiter/limiter_internal.h"
@@ -159,7 +160,14 @@ Status AddCheck(Plan& p, std::size_t a, const Rule& r, std::string_view key, std
     if (p.checks[c].key == store_key) p.check[a] = static_cast<int>(c);
   }
   if (p.check[a] >= 0) {
-    if (!concurrency) p.checks[p.check[a]].cost += cost;  // one permit per key
+    // One permit per key. Costs add up, saturating: a sum past 2^64-1 is above every
+    // capacity and denied as each cost alone is (it wrapped to a small cost, or to 0, a
+    // peek: issue #20 item 3).
+    std::uint64_t& sum = p.checks[p.check[a]].cost;
+    if (!concurrency)
+      sum = cost > std::numeric_limits<std::uint64_t>::max() - sum
+                ? std::numeric_limits<std::uint64_t>::max()
+                : sum + cost;
     return Status::Ok();
   }
   p.check[a] = static_cast<int>(p.nchecks);
