@@ -189,6 +189,9 @@ std::string Engine::RenderMetrics() const {
   e.limiter = st.limiter;
   e.deny_cache_bytes = st.deny_cache_bytes;
   e.embedded = embedded_ != nullptr;
+  // The embedded store drops idle keys only as new ones arrive: sweep first, so that
+  // the gauge counts what the store holds, not keys whose windows have passed.
+  if (embedded_ != nullptr) embedded_->SweepExpired(clock_->Now());
   e.embedded_keys = embedded_ != nullptr ? embedded_->Stats().keys : 0;
   e.embedded_max_keys = max_keys_;
   e.fallback_keys = decider_->FallbackKeys();
