@@ -439,6 +439,28 @@ TEST(Config, LoadConfigReportsMissingFile) {
   EXPECT_NE(c.status().message().find("/nonexistent/sluiced.yaml: cannot open"), std::string::npos);
 }
 
+// Issue #20 item 5: '-5ms', '-1s', '0.5ms' and '0' all failed with "needs a unit". Each
+// gets its own reason now, and 0 is accepted where it means "none" (block_for: off).
+TEST(Config, DurationsSayWhatIsWrong) {
+  const std::string head = "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n";
+  const std::string rate = head + "      unit: second\n      requests_per_unit: 1\n";
+  EXPECT_EQ(ErrorOf(rate + "      block_for: -1s\n"),
+            "test.yaml:7: block_for: duration '-1s' must not be negative");
+  EXPECT_EQ(ErrorOf(rate + "      block_for: 0.5ms\n"),
+            "test.yaml:7: block_for: duration '0.5ms' must be a whole number of its unit (write "
+            "500us)");
+  const std::string conc = head + "      concurrency: 2\n";
+  EXPECT_EQ(ErrorOf(conc + "      lease: -5ms\n"),
+            "test.yaml:6: lease: duration '-5ms' must not be negative (a duration such as 30s)");
+  EXPECT_EQ(ErrorOf(conc + "      lease: 0\n"), "test.yaml:6: lease must be more than 0 (got '0')");
+  auto c = ParseConfig(rate + "      block_for: 0\n", "test.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->domains[0].descriptors[0].rate_limit.block_for, 0);
+  c = ParseConfig(rate + "      block_for: 1.5s\n", "test.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("write 1500ms"), std::string::npos) << c.status().message();
+}
+
 // `block_for` (Policy::block_for): a duration; bad values fail with FILE:LINE.
 TEST(Config, BlockFor) {
   auto c = ParseConfig(R"(
@@ -457,8 +479,7 @@ descriptors:
             "d/day");
   EXPECT_EQ(ErrorOf(head + "      unit: second\n      requests_per_unit: 1\n"
                            "      block_for: -5m\n"),
-            "test.yaml:7: block_for: duration '-5m' needs a unit: us, ms, s, m/min, h/hour or "
-            "d/day");
+            "test.yaml:7: block_for: duration '-5m' must not be negative");
   EXPECT_EQ(ErrorOf(head + "      unit: second\n      requests_per_unit: 1\n"
                            "      block_for: 400d\n"),
             "test.yaml:7: block_for must be at most 366 days");
