@@ -555,3 +555,57 @@ TEST(Config, BadConcurrencyLimitsNameTheLine) {
 
 }  // namespace
 }  // namespace sluice::service
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "service/launch.h"
+
+namespace sluice::service {
+namespace {
+
+// Issue #20 item 5: --check-config printed neither block_for, on_change nor a hot-key
+// lease, so a deploy check could not show them.
+TEST(ConfigCheck, PrintsBlockForOnChangeAndLeases) {
+  char path[] = "/tmp/sluiced-check-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  {
+    std::ofstream f(path);
+    f << "domain: web\ndescriptors:\n"
+         "  - key: user\n"
+         "    rate_limit: {unit: minute, requests_per_unit: 5, block_for: 15m}\n"
+         "  - key: ip\n"
+         "    rate_limit: {unit: minute, requests_per_unit: 100, on_change: proportional, "
+         "policy: ip}\n"
+         "  - key: hot\n"
+         "    rate_limit: {unit: second, requests_per_unit: 1000, lease: 20, "
+         "lease_validity: 50ms}\n";
+  }
+  DaemonOptions o;
+  o.config_file = path;
+  char* text = nullptr;
+  std::size_t size = 0;
+  std::FILE* out = ::open_memstream(&text, &size);
+  ASSERT_NE(out, nullptr);
+  const int rc = CheckConfig(o, "", out, stderr);
+  std::fclose(out);
+  const std::string printed(text, size);
+  std::free(text);
+  ::unlink(path);
+  ASSERT_EQ(rc, 0) << printed;
+  EXPECT_NE(printed.find("[user] -> 5/minute fixed_window fail_open block_for 15m (line"),
+            std::string::npos)
+      << printed;
+  EXPECT_NE(
+      printed.find("[ip] -> 100/minute fixed_window fail_open on_change proportional policy=ip"),
+      std::string::npos)
+      << printed;
+  EXPECT_NE(printed.find("lease 20 (valid 50ms)"), std::string::npos) << printed;
+}
+
+}  // namespace
+}  // namespace sluice::service
