@@ -99,6 +99,13 @@ int PortOf(const std::string& addr) {
   return std::atoi(addr.c_str() + colon + 1);
 }
 
+// $SLUICE_ENVOY_LOG_LEVEL (e.g. debug, to see the filter's calls in Envoy::Log()), else
+// warning.
+std::string LogLevel() {
+  const char* env = std::getenv("SLUICE_ENVOY_LOG_LEVEL");
+  return env != nullptr && *env != '\0' ? env : "warning";
+}
+
 }  // namespace
 
 Result<std::string> Envoy::Binary(const std::string& configured) {
@@ -133,7 +140,7 @@ Result<std::unique_ptr<Envoy>> Envoy::Start(EnvoyOptions options) {
   WriteFile(config, e->bootstrap_.dump(2));
   e->process_ = Process::Spawn(
       {*binary, "-c", config, "--disable-hot-restart", "--concurrency", "1", "--log-level",
-       "warning", "--admin-address-path", e->dir_->File("admin.address")},
+       LogLevel(), "--admin-address-path", e->dir_->File("admin.address")},
       e->dir_->File("envoy.log"));
   if (!e->process_) return Status::Unavailable("cannot start " + *binary);
   if (Status s = e->WaitReady(); !s.ok()) return s;
