@@ -301,9 +301,15 @@ class Loader {
     }
     if (!n["requests_per_unit"]) Fail(n, "rate_limit needs requests_per_unit");
     if (r.requests_per_unit == 0) {
-      Fail(n["requests_per_unit"],
-           "requests_per_unit must be at least 1 (use unlimited: true, "
-           "or a tiny limit, rather than 0)");
+      // envoyproxy/ratelimit's ban (its README, "Black list IP"): every request is
+      // OVER_LIMIT, without a counter. The sluice fields that shape a counter do not apply.
+      for (const char* f : {"burst", "lease", "lease_validity", "block_for", "on_change"}) {
+        if (n[f]) {
+          Fail(n[f],
+               std::string("requests_per_unit: 0 denies every request; ") + f + " does not apply");
+        }
+      }
+      return r;
     }
     if (r.burst != 0 && r.algorithm != Algorithm::kTokenBucket && r.algorithm != Algorithm::kGcra) {
       Fail(n["burst"], "burst applies only to token_bucket and gcra");

@@ -24,6 +24,18 @@ constexpr std::size_t kMaxChecks = decide::kMaxChecks;
 // Entries per descriptor the matcher records a path for (settings.max_entries' bound).
 constexpr std::size_t kMaxEntries = 64;
 
+// The answer for a banned rule (requests_per_unit 0), written to `out`: denied, nothing
+// left, the full window until reset; in shadow or quota mode allowed and reported as a
+// would-be denial.
+const Decision& BannedDecision(const Rule& r, Decision& out) {
+  out = Decision{};
+  out.allowed = r.policy.shadow;
+  out.shadow_denied = r.policy.shadow;
+  out.reset_after = r.policy.window;
+  out.retry_after = r.policy.shadow ? 0 : r.policy.window;
+  return out;
+}
+
 std::uint64_t Fnv(std::string_view s, std::uint64_t seed) {
   std::uint64_t h = seed;
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
@@ -414,6 +426,7 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
   // key (and so its cluster slot: one store call) and differ by policy name.
   thread_local std::string key;
   const Node* path[kMaxEntries];
+  bool banned = false;
   for (std::size_t i = 0; i < n; ++i) {
     bool any = false;
     for (std::size_t a = p.first[i]; a < p.first[i] + p.count[i]; ++a) any = any || p.rule[a];
@@ -460,7 +473,9 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
         }
         p.counters[a] = metrics_->Descriptor(req.domain, label);
       }
-      if (r->unlimited) continue;
+      // Decided without the store; an enforced ban denies the whole request.
+      banned = banned || (r->banned && !r->policy.shadow);
+      if (r->unlimited || r->banned) continue;
       if (!key_built) {
         key_built = true;
         key.clear();
@@ -512,6 +527,12 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
   // Keys are views into p.keys, which the loop above may still have grown: set them
   // once every key is final.
   for (std::size_t c = 0; c < p.nchecks; ++c) p.checks[c].key = p.keys[c];
+  // A request a ban denies takes nothing from its other enforced rate limits (denied
+  // requests do not consume): they only look, and report what remains.
+  for (std::size_t c = 0; banned && c < p.nchecks; ++c) {
+    const Policy& pol = *p.checks[c].policy;
+    if (!pol.shadow && pol.algorithm != Algorithm::kConcurrency) p.checks[c].cost = 0;
+  }
   if (p.nchecks == 0) {
     Finish(p, {}, resp);
     return Status::Ok();
@@ -528,6 +549,7 @@ void Engine::Finish(const Prepared& p, std::span<const Decision> decisions,
   Decision per[kMaxChecks];
   DescriptorStatus slot_status[kMaxChecks];
   std::size_t slot_of[kMaxChecks];
+  Decision banned;
   std::size_t m = 0;
   for (std::size_t i = 0; i < p.n; ++i) {
     const std::size_t m0 = m;
@@ -540,7 +562,7 @@ void Engine::Finish(const Prepared& p, std::span<const Decision> decisions,
         if (c != nullptr) c->unlimited.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
-      const Decision& d = decisions[p.check[a]];
+      const Decision& d = r->banned ? BannedDecision(*r, banned) : decisions[p.check[a]];
       DescriptorStatus& st = slot_status[m];
       st = DescriptorStatus{};
       st.has_limit = true;

@@ -34,6 +34,13 @@ Status RuleSet::FinishRule(Rule& r, const std::string& policy_name, Algorithm al
                            Micros permit_lease) const {
   if (r.unlimited) return Status::Ok();
   Policy& p = r.policy;
+  r.banned = r.requests_per_unit == 0 && algorithm != Algorithm::kConcurrency;
+  if (r.banned) {
+    p.name = "banned";
+    p.window = UnitMicros(r.unit) * r.unit_multiplier;
+    p.shadow = shadow || r.quota_mode || config_.settings.shadow_mode;
+    return Status::Ok();
+  }
   p.algorithm = algorithm;
   p.limit = r.requests_per_unit;
   // A concurrency limit's "window" is its permit lease (Policy::Concurrency).
