@@ -616,6 +616,13 @@ void Engine::Finish(const Prepared& p, std::span<const Decision> decisions,
       out.limits.assign(slot_status + m0, slot_status + m);
     }
   }
+  // A descriptor's `metadata` goes back while the descriptor is under its limit.
+  for (std::size_t a = 0; a < p.nslots; ++a) {
+    const Rule* r = p.rule[a];
+    if (r == nullptr || r->metadata.empty()) continue;
+    DescriptorStatus& st = resp->statuses[p.desc[a]];
+    if (st.code == Code::kOk) st.metadata = r->metadata;
+  }
   if (settings.response_headers != Settings::Headers::kNone && m > 0) {
     std::vector<HeaderItem> items;
     items.reserve(m);

@@ -106,6 +106,7 @@ Status RuleSet::AddDescriptors(const std::string& domain, Node& node,
       rule->requests_per_unit = s.requests_per_unit;
       rule->unit_multiplier = s.unit_multiplier;
       rule->quota_mode = d.quota_mode;
+      rule->metadata = d.metadata;
       rule->counters = metrics_->Descriptor(domain, rule->path);
       if (Status st = FinishRule(*rule, s.policy, s.algorithm, s.burst, s.failure_mode,
                                  s.fallback_divisor, d.shadow_mode, s.on_change, s.permit_lease);

@@ -43,6 +43,8 @@ struct Rule {
   // in shadow or quota mode, reported so) without a store call; policy.window is the
   // reported reset.
   bool banned = false;
+  // The descriptor's `metadata` as JSON object text (DescriptorSpec::metadata).
+  std::string metadata;
   // quota_mode: over the limit is counted and reported, but answered OK (the policy is
   // decided apart from the enforced ones, like shadow mode).
   bool quota_mode = false;

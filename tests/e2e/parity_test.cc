@@ -99,25 +99,82 @@ TEST(EnvoyParity, ABanChargesTheRequestsOtherLimitsNothing) {
 }
 
 // The sluice fields that shape a counter make no sense on a ban: refused, naming the line.
-TEST(EnvoyParity, ABanWithCounterFieldsIsRefusedNamingTheLine) {
+// `sluiced --check-config` on `yaml`: exit 1 and "bad.yaml:" + `error` in its output.
+void ExpectRefused(const std::string& yaml, const std::string& error) {
   TempDir dir;
-  WriteFile(dir.File("bad.yaml"),
-            "domain: e2e\n"
-            "descriptors:\n"
-            "  - key: remote_address\n"
-            "    rate_limit:\n"
-            "      unit: second\n"
-            "      requests_per_unit: 0\n"
-            "      burst: 5\n");
+  WriteFile(dir.File("bad.yaml"), yaml);
   auto p = Process::Spawn({SluicedBinary(), "--check-config", dir.File("bad.yaml")},
                           dir.File("out.log"));
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(p->Wait(std::chrono::seconds(30)), 1);
-  EXPECT_NE(
-      ReadFile(dir.File("out.log"))
-          .find("bad.yaml:7: requests_per_unit: 0 denies every request; burst does not apply"),
-      std::string::npos)
-      << ReadFile(dir.File("out.log"));
+  const std::string out = ReadFile(dir.File("out.log"));
+  EXPECT_NE(out.find("bad.yaml:" + error), std::string::npos) << out;
+}
+
+TEST(EnvoyParity, ABanWithCounterFieldsIsRefusedNamingTheLine) {
+  ExpectRefused(
+      "domain: e2e\n"
+      "descriptors:\n"
+      "  - key: remote_address\n"
+      "    rate_limit:\n"
+      "      unit: second\n"
+      "      requests_per_unit: 0\n"
+      "      burst: 5\n",
+      "7: requests_per_unit: 0 denies every request; burst does not apply");
+}
+
+TEST(EnvoyParity, MetadataThatIsNotAMappingIsRefusedNamingTheLine) {
+  ExpectRefused(
+      "domain: e2e\n"
+      "descriptors:\n"
+      "  - key: tenant\n"
+      "    metadata: [pool-a]\n"
+      "    rate_limit: {unit: second, requests_per_unit: 1}\n",
+      "4: metadata must be a mapping");
+}
+
+// A descriptor's `metadata` comes back to Envoy as the response's dynamic metadata (in
+// the namespace envoy.filters.http.ratelimit) while the descriptor is under its limit:
+// here the route copies it into a response header.
+TEST(EnvoyParity, DescriptorMetadataReachesEnvoysDynamicMetadataUnderTheLimit) {
+  EnvoyOptions o;
+  o.rate_limits = json::parse(R"([{"actions": [{"request_headers":
+      {"header_name": "x-tenant", "descriptor_key": "tenant"}}]}])");
+  o.route = json::parse(R"({"response_headers_to_add": [
+      {"header": {"key": "x-backend",
+                  "value": "%DYNAMIC_METADATA(envoy.filters.http.ratelimit:backend)%"}},
+      {"header": {"key": "x-weight",
+                  "value": "%DYNAMIC_METADATA(envoy.filters.http.ratelimit:route:weight)%"}}]})");
+  auto s = StartStack(
+      "sluiced:\n"
+      "  default_algorithm: sliding_window_log\n"
+      "domain: e2e\n"
+      "descriptors:\n"
+      "  - key: tenant\n"
+      "    value: acme\n"
+      "    metadata:\n"
+      "      backend: pool-a\n"
+      "      route: {weight: 3}\n"
+      "    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+      "  - key: tenant\n"
+      "    rate_limit: {unit: hour, requests_per_unit: 5}\n",
+      o);
+  ASSERT_NE(s, nullptr);
+  auto ok = s->Get("/", {{"x-tenant", "acme"}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(Header(ok, "x-backend"), "pool-a");
+  EXPECT_EQ(Header(ok, "x-weight"), "3");
+  // Another tenant's descriptor has no metadata.
+  auto other = s->Get("/", {{"x-tenant", "globex"}});
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 200);
+  EXPECT_EQ(Header(other, "x-backend"), "");
+  // Over its limit, the descriptor sends none.
+  auto denied = s->Get("/", {{"x-tenant", "acme"}});
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->status, 429);
+  EXPECT_EQ(Header(denied, "x-backend"), "");
 }
 
 }  // namespace

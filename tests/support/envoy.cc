@@ -60,6 +60,7 @@ json Bootstrap(const EnvoyOptions& o) {
         {{"@type", "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}}});
   json route = {{"match", {{"prefix", "/"}}},
                 {"route", {{"cluster", "upstream"}, {"rate_limits", o.rate_limits}}}};
+  route.update(o.route);
   json hcm = {
       {"@type",
        "type.googleapis.com/"

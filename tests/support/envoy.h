@@ -45,6 +45,9 @@ struct EnvoyOptions {
   // Fields merged into the ratelimit filter's config (RateLimit), e.g.
   // {"failure_mode_deny": true} or {"enable_x_ratelimit_headers": "DRAFT_VERSION_03"}.
   nlohmann::json filter = nlohmann::json::object();
+  // Fields merged into the route (envoy.config.route.v3.Route), e.g.
+  // {"response_headers_to_add": [...]} to show dynamic metadata in a response header.
+  nlohmann::json route = nlohmann::json::object();
   // HTTP filters placed before the ratelimit filter (e.g. set_metadata), as JSON.
   nlohmann::json filters_before = nlohmann::json::array();
   // The filter's deadline for sluiced's answer (Envoy's own default is 20 ms: too short
