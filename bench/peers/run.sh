@@ -103,7 +103,8 @@ start() {  # name, group, protocol, command...
   names+=("$name")
 }
 # Each daemon's own settings are its defaults, except where a setting is needed to run it
-# here (addresses, logging at warn). envoyproxy/ratelimit keeps its stats for Prometheus,
+# here (addresses, logging at warn; gubernator: a one-node member list on loopback, which
+# it must join to have a peer at all, and no trace exporter). envoyproxy/ratelimit keeps its stats for Prometheus,
 # as sluiced does (/metrics): without a sink it logs every stat to stdout every 10 s.
 for g in $groups; do
   case $g in
@@ -128,7 +129,8 @@ for g in $groups; do
       mport=$(free_port)
       start gubernator memory gubernator env GUBER_GRPC_ADDRESS=127.0.0.1:@PORT@ \
         GUBER_HTTP_ADDRESS="127.0.0.1:$(free_port)" GUBER_ADVERTISE_ADDRESS=127.0.0.1:@PORT@ \
-        GUBER_MEMBERLIST_ADDRESS="127.0.0.1:$mport" GUBER_MEMBERLIST_KNOWN_NODES="127.0.0.1:$mport" \
+        GUBER_MEMBERLIST_ADDRESS="127.0.0.1:$mport" GUBER_MEMBERLIST_BIND_ADDRESS="127.0.0.1:$mport" \
+        GUBER_MEMBERLIST_KNOWN_NODES="127.0.0.1:$mport" OTEL_TRACES_EXPORTER=none \
         GUBER_LOG_LEVEL=warn "$bin/gubernator"
       ;;
     *) echo "run.sh: unknown group $g (redis, memory)" >&2; exit 2 ;;

@@ -54,7 +54,8 @@ const char* MethodOf(Protocol p) {
 // --- just enough protobuf wire format for gubernator's messages (field numbers from its
 // gubernator.proto: GetRateLimitsReq.requests = 1; RateLimitReq name = 1, unique_key = 2,
 // hits = 3, limit = 4, duration = 5 (ms); GetRateLimitsResp.responses = 1;
-// RateLimitResp.status = 1, OVER_LIMIT = 1).
+// RateLimitResp.status = 1, OVER_LIMIT = 1; RateLimitResp.error = 5: an answer with an
+// error is counted as an error, not as a decision).
 void PutVarint(std::string* out, std::uint64_t v) {
   while (v >= 0x80) {
     out->push_back(static_cast<char>(v | 0x80));
@@ -121,7 +122,13 @@ bool OverLimit(Protocol p, const std::string& reply, bool* bad) {
   std::uint64_t code = 0;
   if (p == Protocol::kGubernator) {
     std::string first;
+    std::string error;
     if (!FindField(reply, 1, nullptr, &first)) return *bad = true, false;
+    if (FindField(first, 5, nullptr, &error) && !error.empty()) {  // RateLimitResp.error
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true)) std::fprintf(stderr, "grpc_load: gubernator: %s\n", error.c_str());
+      return *bad = true, false;
+    }
     FindField(first, 1, &code, nullptr);
     return code == 1;
   }
