@@ -23,7 +23,10 @@
 # SWEEP (fractions of the fastest Redis daemon's saturation, default
 # "0.1 0.2 0.35 0.5 0.65 0.8 1.0"; empty: none), SWEEP_DURATION (default 3),
 # OUT (directory for peers.md, rows.tsv and sweep.tsv; default a temporary one, printed),
-# PEERS_CACHE (where install.sh keeps the peers; default ~/.cache/sluice-peers).
+# PEERS_CACHE (where install.sh keeps the peers; default ~/.cache/sluice-peers),
+# INSTALL=0 (use what is in PEERS_CACHE, install nothing), DAEMONS (run only these, e.g.
+# "sluiced ratelimit"; names: sluiced ratelimit limitador-redis limitador-cached
+# sluiced-memory limitador-memory gubernator).
 #
 # TODO(envoy leg): issue #22 also asks for HTTP from wrk through a real Envoy in front of
 # each daemon. The real-Envoy fixture (tests/support/envoy.*, the `envoy` branch) has not
@@ -45,7 +48,7 @@ export PEERS_CACHE=${PEERS_CACHE:-$HOME/.cache/sluice-peers}
 
 cmake --preset release >/dev/null
 cmake --build --preset release -j2 --target sluiced sluiced_grpc_load >/dev/null
-"$here/install.sh"
+[[ ${INSTALL:-1} == 0 ]] || "$here/install.sh"
 bin=$PEERS_CACHE/bin
 load=build/release/bench/sluiced/sluiced_grpc_load
 sluiced=build/release/src/service/sluiced
@@ -92,6 +95,7 @@ declare -A port pid proto group
 names=()
 start() {  # name, group, protocol, command...
   local name=$1
+  [[ -z ${DAEMONS:-} || " $DAEMONS " == *" $name "* ]] || return 0
   group[$name]=$2
   proto[$name]=$3
   shift 3
