@@ -28,8 +28,15 @@ go_install ratelimit "$RATELIMIT_MODULE/src/service_cmd" "$RATELIMIT_VERSION"
 go_install gubernator "$GUBERNATOR_MODULE/cmd/gubernator" "$GUBERNATOR_VERSION"
 
 # limitador_rls: rebuilt only when its sources or lock file changed (cargo decides).
+# limitador only compiles with its RocksDB feature (unused here); Debian's librocksdb and
+# libsnappy (scripts/packages.txt) are linked instead of building RocksDB from source,
+# which takes the better part of an hour on 2 shared cores.
 need cargo "the Rust toolchain"
 need protoc "protobuf-compiler, for the RLS protos"
+multiarch=/usr/lib/$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+if [[ -z ${ROCKSDB_LIB_DIR:-} && -e $multiarch/librocksdb.so && -e $multiarch/libsnappy.so ]]; then
+  export ROCKSDB_LIB_DIR=$multiarch SNAPPY_LIB_DIR=$multiarch
+fi
 CARGO_TARGET_DIR=$cache/cargo-target nice -n 10 cargo build --quiet --release --locked \
   --manifest-path "$here/limitador_rls/Cargo.toml" -j"$(nproc)"
 ln -sf "$cache/cargo-target/release/limitador_rls" "$cache/bin/limitador_rls"

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use limitador::limit::{Context, Limit};
+use limitador::limit::{Context, Expression, Limit, Predicate};
 use limitador::storage::redis::{AsyncRedisStorage, CachedRedisStorageBuilder};
 use limitador::{AsyncRateLimiter, RateLimiter};
 use tonic::{Request, Response, Status};
@@ -70,7 +70,7 @@ impl rls::rate_limit_service_server::RateLimitService for Service {
         request: Request<rls::RateLimitRequest>,
     ) -> Result<Response<rls::RateLimitResponse>, Status> {
         let req = request.into_inner();
-        let namespace = text(&req.domain)?.as_str().into();
+        let namespace: limitador::limit::Namespace = text(&req.domain)?.as_str().into();
         let mut descriptors = Vec::with_capacity(req.descriptors.len());
         for d in &req.descriptors {
             let mut map = HashMap::with_capacity(d.entries.len());
@@ -100,8 +100,8 @@ fn parse_limit(spec: &str) -> Result<Limit, String> {
     let max: u64 = parts[2].parse().map_err(|_| format!("--limit {spec}: MAX is not a number"))?;
     let secs: u64 = parts[3].parse().map_err(|_| format!("--limit {spec}: SECONDS is not a number"))?;
     let var = format!("descriptors[0].{}", parts[1]);
-    let var = var.as_str().try_into().map_err(|e| format!("--limit {spec}: {e:?}"))?;
-    Ok(Limit::new(parts[0], max, secs, Vec::<limitador::limit::Predicate>::new(), vec![var]))
+    let var = Expression::parse(var).map_err(|e| format!("--limit {spec}: {e:?}"))?;
+    Ok(Limit::new(parts[0], max, secs, Vec::<Predicate>::new(), vec![var]))
 }
 
 fn usage(msg: &str) -> ! {
