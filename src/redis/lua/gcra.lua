@@ -6,11 +6,11 @@
 -- struct.pack('<Bdd', 4, expires, tat), is still read (a rolling upgrade).
 -- Carry-over: '<Bddddd' (4, expires, tat, limit, window, capacity), written by a check
 -- with a mode (fixed_window.lua); p scales the TAT's distance from now.
+local raw = redis.call('GET', key) -- the state, or false
 local interval = w / limit
 local tau = interval * cap
 local t = now
 local tat = t
-local mode = x and x.o
 if raw then
   local stat = tonumber(raw)
   if stat then
@@ -42,10 +42,9 @@ if allowed then
   if cost > 0 then tat = new_tat end
 else
   retry = max(1, ceil(new_tat - tau - t))
-  -- Reservation (issue #12; ext item w = max_wait in us, `x` the check's ext table):
+  -- Reservation (issue #12; `mw` = max_wait in us, 0: none):
   -- allowed when the request's slot comes within max_wait; the TAT moves to it now.
   -- Its wait is answered as a negative retry (redis/reply.cc).
-  local mw = x and tonumber(x.w) or 0
   if mw > 0 and cost > 0 and retry <= mw then
     allowed = true
     tat = new_tat

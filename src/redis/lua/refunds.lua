@@ -5,7 +5,20 @@
 -- Refund: the current window's count goes down by cost (not below 0); a state of an
 -- earlier window is left alone (src/core FixedWindowRefund).
 REFUND[0] = function(c, now, cost)
-  local found, sws, scount = load(c, now)
+  local raw = redis.call('GET', c.key)
+  local n = raw and tonumber(raw)
+  if n and n >= 4503599627370496 then -- the counter (fixed_window.lua)
+    local count = counter_count(n, floor_to(now, c.window), c.window)
+    if count and count > 0 then
+      local give = min(count, cost)
+      -- (INCRBY keeps the TTL; SET KEEPTTL where an older ACL line refuses it)
+      if type(redis.pcall('INCRBY', c.key, -give)) ~= 'number' then
+        redis.call('SET', c.key, n - give, 'KEEPTTL')
+      end
+    end
+    return
+  end
+  local found, sws, scount = load(c, now, raw or false)
   if not found or sws < floor_to(now, c.window) then return end
   c.expires = sws + c.window
   c.state = pack_word(c, sws, scount - min(scount, cost))

@@ -3,6 +3,7 @@
 -- State: struct.pack('<Bddd', 3, expires, tokens, last). Carry-over: '<Bdddddd' adds
 -- the limit, window and capacity (fixed_window.lua); p refills at the old rate and
 -- scales the tokens by new / old capacity.
+local raw = redis.call('GET', key) -- the state, or false
 local rate = limit / w
 -- With initial tokens below the capacity a bucket is new again only after a whole
 -- window at full, and a request on a new bucket starts it even when it is not
@@ -10,7 +11,6 @@ local rate = limit / w
 local keep = 0
 if init >= 0 and init < cap then keep = w end
 local tokens, t
-local mode = x and x.o
 local _, e, stokens, slast
 if raw and #raw == 25 and string.byte(raw) == 3 then
   _, e, stokens, slast = struct.unpack('<Bddd', raw)
@@ -56,10 +56,9 @@ if allowed then
   tokens = max(0, tokens - cost)
 else
   retry = max(1, ceil((need - tokens) / rate))
-  -- Reservation (issue #12; ext item w = max_wait in us, `x` the check's ext table):
+  -- Reservation (issue #12; `mw` = max_wait in us, 0: none):
   -- allowed when the request could pass within max_wait; its tokens are taken now
   -- (they go negative). Its wait is answered as a negative retry (redis/reply.cc).
-  local mw = x and tonumber(x.w) or 0
   if mw > 0 and cost > 0 and retry <= mw then
     allowed = true
     tokens = tokens - cost
