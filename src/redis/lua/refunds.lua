@@ -1,5 +1,5 @@
 -- Refunds of the O(1) algorithms (batch script only: a refund is one call of the batch
--- script, see dispatch.lua), each mirroring src/core's <Algorithm>Refund. The sliding
+-- script, see runner.lua), each mirroring src/core's <Algorithm>Refund. The sliding
 -- log's is in sliding_window_log.lua.
 
 -- Refund: the current window's count goes down by cost (not below 0); a state of an

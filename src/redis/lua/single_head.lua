@@ -1,6 +1,6 @@
 -- sluice: the lean script for ONE check (the common call), shared head.
 --
--- The batch script (prelude.lua + every algorithm + dispatch.lua) runs its whole body
+-- The batch script (prelude.lua + every algorithm + runner.lua) runs its whole body
 -- on every EVALSHA: it re-creates all five algorithms' functions and tables, builds a
 -- table per check and dispatches through them: about 5 us of Redis CPU per call on
 -- top of the Redis commands themselves (docs/benchmarks.md). A one-check decision of
