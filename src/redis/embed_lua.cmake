@@ -15,8 +15,12 @@
 #   code, no tables or closures), and prelude + sliding_window_log + penalties + dispatch for the
 #   sliding log (the batch script with only the one algorithm it needs defined);
 # - the coalesced script: the same group runner and wire layout as the batch script
-#   (runner.lua), with only the parts a merged call uses (plain decisions: no refunds,
-#   penalties or permits), so that a call does not define what it never runs.
+#   (runner.lua), with only the parts a merged call uses (decisions: no refunds,
+#   penalties, blocks or permits, so no DECIDE wrappers either), so that a call does not
+#   define what it never runs.
+# The runner decides the O(1) algorithms' plain decisions inline (their bodies in an
+# if-chain at its "--@INLINE@" line: no table or closure per check); the DECIDE[id]
+# wrappers serve the batch script's penalties, blocks and refunds.
 # A part named "decide:<file>:<id>" is <file>.lua wrapped as DECIDE[<id>].
 function(concat out_var)
   set(body "")
@@ -34,6 +38,21 @@ function(concat out_var)
              "  return allowed, remaining, reset, retry\n"
              "end\n"
              "COMMIT[${id}] = store_word\n")
+    elseif(part STREQUAL "runner")
+      # The group runner decides the O(1) algorithms inline, each body in a branch of
+      # its own (untaken branches cost a call nothing).
+      set(chain "")
+      set(word "if")
+      foreach(alg fixed_window:0 sliding_window_counter:2 token_bucket:3 gcra:4)
+        string(REGEX MATCH "^([a-z_]+):([0-9])$" _ "${alg}")
+        file(READ "${LUA_DIR}/${CMAKE_MATCH_1}.lua" content)
+        string(APPEND chain "${word} alg == ${CMAKE_MATCH_2} then\n${content}")
+        set(word "elseif")
+      endforeach()
+      string(APPEND chain "else\n  return redis.error_reply('sluice: unknown algorithm ' .. alg)\nend\n")
+      file(READ "${LUA_DIR}/runner.lua" content)
+      string(REPLACE "      --@INLINE@\n" "${chain}" content "${content}")
+      string(APPEND body "${content}")
     else()
       file(READ "${LUA_DIR}/${part}.lua" content)
       string(APPEND body "${content}")
@@ -54,8 +73,7 @@ set(emitted "")
 # needs it.)
 emit(kBatchScript prelude decide:fixed_window:0 sliding_window_log decide:sliding_window_counter:2
      decide:token_bucket:3 decide:gcra:4 refunds penalties concurrency runner)
-emit(kCoalescedScript prelude decide:fixed_window:0 sliding_window_log
-     decide:sliding_window_counter:2 decide:token_bucket:3 decide:gcra:4 no_penalties runner)
+emit(kCoalescedScript prelude sliding_window_log no_penalties runner)
 emit(kSingleFixedWindow single_head fixed_window single_tail)
 emit(kSingleSlidingWindowLog prelude sliding_window_log penalties runner)
 emit(kSingleSlidingWindowCounter single_head sliding_window_counter single_tail)
