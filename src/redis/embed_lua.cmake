@@ -30,7 +30,7 @@ function(concat out_var)
       file(READ "${LUA_DIR}/${CMAKE_MATCH_1}.lua" content)
       string(APPEND body "DECIDE[${id}] = function(c, now)\n"
              "  local key, limit, w, cap, init, cost = c.key, c.limit, c.window, c.cap, c.init, c.cost\n"
-             "  local need, mode, mw = max(cost, 1), c.mode, c.mw\n"
+             "  local need, mode, mw, solo = max(cost, 1), c.mode, c.mw, false\n"
              "  local allowed, remaining, reset, retry, state, expires, start, start_expires, patch, patch_at, undo\n"
              "${content}"
              "  c.state, c.expires, c.start, c.start_expires = state, expires, start, start_expires\n"

@@ -97,6 +97,7 @@ while a <= nargs do
       local key, limit, w, cap, init = KEYS[k], p[2], p[3], p[4], p[5]
       k = k + 1
       local need, mode, now = max(cost, 1), MODES[p[6]] or false, gnow
+      local solo = last == 1 and nc == 0 and ni == 0
       local allowed, remaining, reset, retry, state, expires, start, start_expires, patch,
         patch_at, undo
       --@INLINE@
