@@ -309,18 +309,8 @@ class Loader {
       Fail(n["burst"], "burst applies only to token_bucket and gcra");
     }
     // Validate the policy the rule will become, so a bad combination fails at load time.
-    Policy p;
+    Policy p = PolicyOf(r);
     p.name = "probe";
-    p.algorithm = r.algorithm;
-    p.limit = r.requests_per_unit;
-    p.window = UnitMicros(r.unit) * r.unit_multiplier;
-    p.burst = r.burst;
-    p.failure_mode = r.failure_mode;
-    p.fallback_divisor = r.fallback_divisor;
-    p.lease = r.lease;
-    p.lease_validity = r.lease_validity;
-    p.block_for = r.block_for;
-    p.on_change = r.on_change.value_or(OnChange::kAsIs);
     FailIfInvalid(n, p);
     return r;
   }
@@ -364,9 +354,8 @@ class Loader {
     r.permit_lease = *us;
     r.algorithm = Algorithm::kConcurrency;
     r.requests_per_unit = static_cast<std::uint32_t>(r.concurrency);
-    Policy p = Policy::Concurrency("probe", r.concurrency, std::chrono::microseconds(*us));
-    p.failure_mode = r.failure_mode;
-    p.fallback_divisor = r.fallback_divisor;
+    Policy p = PolicyOf(r);
+    p.name = "probe";
     FailIfInvalid(n, p);
     return r;
   }
@@ -601,6 +590,23 @@ class Loader {
 };
 
 }  // namespace
+
+Policy PolicyOf(const RateLimitSpec& s) {
+  Policy p;
+  p.algorithm = s.algorithm;
+  p.limit = s.requests_per_unit;
+  // A concurrency limit's "window" is its permit lease (Policy::Concurrency).
+  p.window = s.algorithm == Algorithm::kConcurrency ? s.permit_lease
+                                                    : UnitMicros(s.unit) * s.unit_multiplier;
+  p.burst = s.burst;
+  p.failure_mode = s.failure_mode;
+  p.fallback_divisor = s.fallback_divisor;
+  p.lease = s.lease;
+  p.lease_validity = s.lease_validity;
+  p.block_for = s.block_for;
+  p.on_change = s.on_change.value_or(OnChange::kAsIs);
+  return p;
+}
 
 std::vector<const RateLimitSpec*> LimitsOf(const DescriptorSpec& d) {
   std::vector<const RateLimitSpec*> out;

@@ -101,6 +101,11 @@ struct DescriptorSpec {
   int line = 0;
 };
 
+// The sluice Policy a `rate_limit` block makes, unnamed and with shadow off: the one
+// conversion from a config rule to a Policy (the loader validates it, the rule set
+// names it). A concurrency limit's window is its permit lease.
+Policy PolicyOf(const RateLimitSpec& s);
+
 // The limits of a descriptor: its `rate_limit`, or each of its `rate_limits`, or none.
 std::vector<const RateLimitSpec*> LimitsOf(const DescriptorSpec& d);
 

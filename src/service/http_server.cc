@@ -27,6 +27,7 @@
 
 #include "service/json_api.h"
 #include "service/log.h"
+#include "service/params.h"
 
 namespace sluice::service {
 
@@ -36,35 +37,6 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
 namespace {
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// %XX escapes; '+' is a space in a query (HTML forms), not in a path.
-bool PercentDecode(std::string_view in, bool plus_is_space, std::string* out) {
-  out->clear();
-  out->reserve(in.size());
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    const char c = in[i];
-    if (c == '%') {
-      if (i + 2 >= in.size()) return false;
-      const int hi = HexValue(in[i + 1]);
-      const int lo = HexValue(in[i + 2]);
-      if (hi < 0 || lo < 0) return false;
-      out->push_back(static_cast<char>(hi * 16 + lo));
-      i += 2;
-    } else if (c == '+' && plus_is_space) {
-      out->push_back(' ');
-    } else {
-      out->push_back(c);
-    }
-  }
-  return true;
-}
 
 // Never throws: bytes that are not UTF-8 (user input echoed in errors) are replaced.
 std::string Dump(const nlohmann::json& j) {
@@ -106,37 +78,8 @@ void AddRateLimitHeaders(Reply& r, const RateLimitResponse& out) {
 }
 
 using Request = http::request<http::string_body>;
-using Params = std::vector<std::pair<std::string, std::string>>;
-
-const std::string* FirstParam(const Params& p, std::string_view name) {
-  for (const auto& [k, v] : p) {
-    if (k == name) return &v;
-  }
-  return nullptr;
-}
 
 }  // namespace
-
-Result<std::vector<std::pair<std::string, std::string>>> ParseQuery(std::string_view query) {
-  std::vector<std::pair<std::string, std::string>> out;
-  while (!query.empty()) {
-    const std::size_t amp = query.find('&');
-    const std::string_view part = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    if (part.empty()) continue;
-    const std::size_t eq = part.find('=');
-    const std::string_view name = part.substr(0, eq);
-    const std::string_view value =
-        eq == std::string_view::npos ? std::string_view() : part.substr(eq + 1);
-    std::pair<std::string, std::string> p;
-    if (!PercentDecode(name, true, &p.first) || !PercentDecode(value, true, &p.second)) {
-      return Status::InvalidArgument("invalid percent-encoding in query parameter '" +
-                                     std::string(part) + "' (use %XX with two hex digits)");
-    }
-    out.push_back(std::move(p));
-  }
-  return out;
-}
 
 class Conn;
 
@@ -569,54 +512,12 @@ void HttpServer::Impl::Json(const Request& req, Respond respond) {
 // /v1/check?domain=D&key=K&value=V[&key=K2&value=V2...][&hits=N]: one descriptor whose
 // entries are the key/value pairs in order (repeated keys kept). A POST may carry the
 // same parameters as an application/x-www-form-urlencoded body. 200 allowed, 429 over.
-// The query parameters of `req`, and those of an application/x-www-form-urlencoded POST
-// body after them.
+// The parameters of `req` (service/params.h): its query's or its form body's.
 static Result<Params> RequestParams(const Request& req, std::string_view query) {
-  auto params = ParseQuery(query);
-  if (!params.ok()) return params.status();
-  if (req.method() == http::verb::post &&
-      beast::iequals(req[http::field::content_type].substr(0, 33),
-                     "application/x-www-form-urlencoded")) {
-    auto form = ParseQuery(req.body());
-    if (!form.ok()) return form.status();
-    params->insert(params->end(), form->begin(), form->end());
-  }
-  return params;
-}
-
-// /v1/check's (and /v1/acquire's) one descriptor from `params` (which `r` views).
-// InvalidArgument with the reason.
-static Status DescriptorFromParams(const Params& params, RateLimitRequest* r) {
-  const std::string* domain = FirstParam(params, "domain");
-  if (domain == nullptr || domain->empty()) {
-    return Status::InvalidArgument("missing query parameter 'domain'");
-  }
-  std::vector<const std::string*> keys, values;
-  for (const auto& [k, v] : params) {
-    if (k == "key") keys.push_back(&v);
-    if (k == "value") values.push_back(&v);
-  }
-  if (keys.empty() || keys.size() != values.size()) {
-    return Status::InvalidArgument("give one or more key=K&value=V pairs (got " +
-                                   std::to_string(keys.size()) + " key and " +
-                                   std::to_string(values.size()) + " value parameters)");
-  }
-  r->domain = *domain;
-  r->descriptors.resize(1);
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    r->descriptors[0].entries.push_back(Entry{*keys[i], *values[i]});
-  }
-  if (const std::string* h = FirstParam(params, "hits")) {
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(h->c_str(), &end, 10);
-    if (h->empty() || *end != '\0' || (*h)[0] == '-' || v > 0xffffffffULL) {
-      return Status::InvalidArgument("hits must be an integer in 0..4294967295 (got '" + *h + "')");
-    }
-    // The descriptor's own cost, so that hits=0 peeks (a request-level 0 would mean 1).
-    r->descriptors[0].has_hits_addend = true;
-    r->descriptors[0].hits_addend = v;
-  }
-  return Status::Ok();
+  const bool form = req.method() == http::verb::post &&
+                    beast::iequals(req[http::field::content_type].substr(0, 33),
+                                   "application/x-www-form-urlencoded");
+  return RequestParams(query, form, req.body());
 }
 
 void HttpServer::Impl::Check(const Request& req, std::string_view query, Respond respond) {
@@ -718,7 +619,8 @@ void HttpServer::Impl::PermitCall(const Request& req, std::string_view query, sl
   };
   auto params = RequestParams(req, query);
   if (!params.ok()) return fail(400, params.status().message());
-  const std::string* token = FirstParam(*params, "permit");
+  const std::string* token = nullptr;
+  if (Status st = OneParam(*params, "permit", &token); !st.ok()) return fail(400, st.message());
   if (token == nullptr || token->empty()) {
     return fail(400, "missing parameter 'permit' (the token /v1/acquire returned)");
   }

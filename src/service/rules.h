@@ -124,10 +124,8 @@ class RuleSet {
 
  private:
   RuleSet() = default;
-  Status FinishRule(Rule& r, const std::string& policy_name, Algorithm algorithm,
-                    std::uint64_t burst, FailureMode failure, std::uint32_t divisor, bool shadow,
-                    std::optional<OnChange> on_change = std::nullopt,
-                    Micros permit_lease = 0) const;
+  // Fills r.policy (PolicyOf(spec), named and with its shadow flag) and r.fallback.
+  Status FinishRule(Rule& r, const RateLimitSpec& spec, bool shadow) const;
   Status AddDescriptors(const std::string& domain, Node& node,
                         const std::vector<DescriptorSpec>& specs, const std::string& parent);
 
