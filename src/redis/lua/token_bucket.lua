@@ -3,8 +3,28 @@
 -- State: struct.pack('<Bddd', 3, expires, tokens, last). Carry-over: '<Bdddddd' adds
 -- the limit, window and capacity (fixed_window.lua); p refills at the old rate and
 -- scales the tokens by new / old capacity.
-local raw = redis.call('GET', key) -- the state, or false
+-- A check alone in its call or group (`solo`) with a cost, of a bucket that starts full,
+-- writes first, as gcra.lua does: `SET key <the full bucket less the cost> PX .. GET` is
+-- the whole decision when the key is fresh (absent or back to full: a bucket under its
+-- rate expires when it is full again); otherwise it decides on what GET returned and
+-- writes again.
 local rate = limit / w
+local raw, guess = false, false
+if solo and not mode and init < 0 and cost > 0 then
+  local gt = max(0, cap - cost)
+  local gr = 0
+  if not (gt + EPS >= cap) then gr = ceil((cap - gt) / rate) end
+  guess = struct.pack('<Bddd', 3, now + gr, gt, now)
+  local ms = ceil(gr / 1000)
+  if ms < 1 then ms = 1 end
+  raw = redis.pcall('SET', key, guess, 'PX', ms + PAD, 'GET')
+  if type(raw) == 'table' then -- refused (Redis before 6.2): nothing was written
+    guess = false
+    raw = redis.call('GET', key)
+  end
+else
+  raw = redis.call('GET', key) -- the state, or false
+end
 -- With initial tokens below the capacity a bucket is new again only after a whole
 -- window at full, and a request on a new bucket starts it even when it is not
 -- committed (`start`; token_bucket.cc).
@@ -74,5 +94,15 @@ if allowed and cost > 0 then
     state = struct.pack('<Bdddddd', 3, expires, tokens, t, limit, w, cap)
   else
     state = struct.pack('<Bddd', 3, expires, tokens, t)
+  end
+  if guess and state == guess then state = nil end -- written already
+elseif guess then
+  -- denied: what the guess overwrote goes back, a live state with its expiry
+  if e and e > now then
+    redis.call('SET', key, raw, 'PX', ceil((e - now) / 1000) + PAD)
+  elseif raw then
+    redis.call('SET', key, raw, 'KEEPTTL')
+  else
+    redis.call('DEL', key)
   end
 end
