@@ -74,8 +74,7 @@ FORCE[3] = function(c, now)
   local cap, rate = c.cap, c.limit / c.window
   local tokens, t
   if found then
-    t = max(now, slast)
-    tokens = min(cap, stokens + (t - slast) * rate)
+    tokens, t = refill(stokens, slast, now, cap, rate)
   else
     if c.init >= 0 then tokens = c.init else tokens = cap end
     t = now

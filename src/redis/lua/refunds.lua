@@ -43,8 +43,7 @@ REFUND[3] = function(c, now, cost)
   if not found then return end
   local capacity = c.cap
   local rate = c.limit / c.window
-  local t = max(now, slast)
-  local tokens = min(capacity, stokens + (t - slast) * rate)
+  local tokens, t = refill(stokens, slast, now, capacity, rate)
   tokens = min(capacity, tokens + cost)
   local reset = 0
   if not (tokens + EPS >= capacity) then reset = ceil((capacity - tokens) / rate) end

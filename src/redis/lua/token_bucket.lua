@@ -41,8 +41,9 @@ elseif raw and #raw == 49 and string.byte(raw) == 3 then
   if mode and (ol ~= limit or ow ~= w or oc ~= cap) and e > now then
     if mode == 'p' then
       -- refilled at the old rate, then scaled by the capacities (src/core/carry.cc)
-      local t0 = max(now, slast)
-      stokens = min(oc, stokens + (t0 - slast) * (ol / ow)) * cap / oc
+      local t0
+      stokens, t0 = refill(stokens, slast, now, oc, ol / ow)
+      stokens = stokens * cap / oc
       slast = t0
       -- new again under the new parameters? (TokenBucketIsNew)
       local tf = 0
@@ -67,8 +68,7 @@ if not (e and e > now) then
     end
   end
 else
-  t = max(now, slast)
-  tokens = min(cap, stokens + (t - slast) * rate)
+  tokens, t = refill(stokens, slast, now, cap, rate)
 end
 allowed = tokens + EPS >= need
 retry = 0
