@@ -12,9 +12,12 @@
 # INFO commandstats gives the calls per decision and the script time per decision.
 # Rows are interleaved over --rounds rounds and the median is reported (a shared
 # machine). Load generators run under `nice`.
+# With --distribution, each sluice row also records its EVALSHAs with MONITOR (which
+# costs Redis CPU: read the CPU column of a run without it) and reports how many
+# decisions each script call carried (issue #18 item 2), as shares of all decisions.
 #
 # Usage: bench/redis_floor.sh [--sluice PATH] [--before PATH] [--decisions N]
-#          [--keys K] [--callers C] [--rounds R] [--algorithms a,b,...]
+#          [--keys K] [--callers C] [--rounds R] [--algorithms a,b,...] [--distribution]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sluice=build/release/src/cli/sluice
@@ -24,6 +27,7 @@ keys=100000
 callers=64
 rounds=1
 algorithms=fixed_window,gcra,token_bucket,sliding_window_counter,sliding_window_log
+distribution=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --sluice) sluice=$2; shift 2 ;;
@@ -33,7 +37,8 @@ while [[ $# -gt 0 ]]; do
     --callers) callers=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --algorithms) algorithms=$2; shift 2 ;;
-    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
+    --distribution) distribution=1; shift ;;
+    -h|--help) sed -n 2,20p "$0"; exit 0 ;;
     *) echo "redis_floor.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -116,7 +121,12 @@ row() {
   shift
   rcli flushall >/dev/null
   rcli config resetstat >/dev/null
-  local c0 c1
+  local c0 c1 monitor=""
+  if [[ $distribution == 1 && $name == sluice* ]]; then
+    redis-cli -h 127.0.0.1 -p "$port" monitor > "$tmp/monitor.txt" 2>/dev/null &
+    monitor=$!
+    sleep 0.2
+  fi
   c0=$(cpu)
   nice -n 5 "$@" > "$tmp/row.out" 2> "$tmp/row.err" || {
     echo "redis_floor.sh: '$name' failed:" >&2
@@ -124,6 +134,14 @@ row() {
     exit 1
   }
   c1=$(cpu)
+  if [[ -n $monitor ]]; then
+    kill "$monitor" 2>/dev/null; wait "$monitor" 2>/dev/null || true
+    # decisions per EVALSHA: its KEYS count (two per sliding log check)
+    local per=1
+    [[ $name == *sliding_window_log* ]] && per=2
+    awk -v per="$per" -v name="$name" '$4 == "\"EVALSHA\"" { gsub(/"/, "", $6); print name "|" int($6 / per) }' \
+      "$tmp/monitor.txt" >> "$tmp/dist.txt"
+  fi
   local stats calls usec errs
   stats=$(rcli info commandstats)
   calls=$(echo "$stats" | awk -F'[:=,]' '/^cmdstat_(evalsha|incr|incrby|expire):/ {s += $3} END {print s + 0}')
@@ -153,6 +171,25 @@ for round in $(seq "$rounds"); do
   done
 done
 
+if [[ $distribution == 1 ]]; then
+  python3 - "$tmp/dist.txt" <<'EOF'
+import collections, sys
+rows = collections.OrderedDict()
+for line in open(sys.argv[1]):
+    name, n = line.rstrip("\n").rsplit("|", 1)
+    rows.setdefault(name, collections.Counter())[int(n)] += 1
+edges = [(1, 1), (2, 7), (8, 15), (16, 31), (32, 10**9)]
+print("Decisions per script call (share of all decisions; MONITOR):\n")
+print("| row | calls | mean | " + " | ".join(f"{a}" if a == b else (f"{a}-{b}" if b < 10**9 else f"{a}+") for a, b in edges) + " |")
+print("|---|---|---|" + "---|" * len(edges))
+for name, c in rows.items():
+    total = sum(n * k for n, k in c.items())
+    calls = sum(c.values())
+    shares = [sum(n * k for n, k in c.items() if a <= n <= b) / total for a, b in edges]
+    print(f"| {name} | {calls} | {total / calls:.1f} | " + " | ".join(f"{x:.0%}" for x in shares) + " |")
+print()
+EOF
+fi
 python3 - "$results" "$decisions" "$keys" "$callers" "$rounds" <<'EOF'
 import statistics, sys
 path, decisions, keys, callers, rounds = sys.argv[1], int(sys.argv[2]), *sys.argv[3:]
