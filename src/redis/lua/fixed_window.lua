@@ -24,7 +24,9 @@ local r = math.fmod(now, w) -- floor_to(now, w), exact below 2^53, now may be ne
 if r < 0 then r = r + w end
 local ws = now - r
 local tag = 1048576 + (ws / w) % 1048576
-local lean = not mode and limit < 2147483648
+-- (the tag tells windows apart while a key lives less than 2^19 windows: its TTL is the
+-- window's end, plus PAD in caller-time mode, so there windows under 7 ms stay packed)
+local lean = not mode and limit < 2147483648 and w * 524288 > (PAD + 1) * 1000
 local count = 0
 local same = false
 local e, sws, scount

@@ -30,7 +30,8 @@ FORCE[0] = function(c, now)
   end
   count = max(count, min(count + c.cost, 2 * c.limit))
   c.expires = ws + c.window
-  if (counter or not raw) and not c.mode and c.limit < 2147483648 then
+  if (counter or not raw) and not c.mode and c.limit < 2147483648 and
+      c.window * 524288 > (PAD + 1) * 1000 then -- (fixed_window.lua's `lean`)
     c.state = counter_value(ws, c.window, count)
   else
     c.state = struct.pack('<Bddd', 0, c.expires, ws, count)
