@@ -47,6 +47,7 @@ struct HeaderItem {
   bool named = false;  // the rule has a name of its own
   const Policy* policy = nullptr;
   Decision d;
+  bool above_capacity = false;  // denied for a cost no wait lets pass
 };
 
 // Headers for every limit of every limited descriptor; `binding` indexes the binding
@@ -83,7 +84,10 @@ void AppendHeaders(Settings::Headers mode, const std::vector<HeaderItem>& items,
     h.emplace_back(prefix + "remaining", std::to_string(b.remaining));
     h.emplace_back(prefix + "reset", std::to_string(hi::ResetSeconds(b)));
   }
-  if (!b.allowed) h.emplace_back("retry-after", std::to_string(hi::RetryAfterSeconds(b)));
+  // A cost above the capacity can never pass: no time to retry after.
+  if (!b.allowed && !items[binding].above_capacity) {
+    h.emplace_back("retry-after", std::to_string(hi::RetryAfterSeconds(b)));
+  }
 }
 
 }  // namespace
@@ -197,6 +201,9 @@ std::string Engine::RenderMetrics() const {
   e.limiter = st.limiter;
   e.deny_cache_bytes = st.deny_cache_bytes;
   e.embedded = embedded_ != nullptr;
+  // The embedded store drops idle keys only as new ones arrive: sweep first, so that
+  // the gauge counts what the store holds, not keys whose windows have passed.
+  if (embedded_ != nullptr) embedded_->SweepExpired(clock_->Now());
   e.embedded_keys = embedded_ != nullptr ? embedded_->Stats().keys : 0;
   e.embedded_max_keys = max_keys_;
   e.fallback_keys = decider_->FallbackKeys();
@@ -269,6 +276,7 @@ void Engine::Finish(const Prepared& prepared, std::span<const Decision> decision
       st.duration_until_reset = d.reset_after;
       st.retry_after = d.retry_after;
       st.code = d.allowed ? Code::kOk : Code::kOverLimit;
+      st.above_capacity = !d.allowed && p.checks[p.check[a]].cost > st.capacity;
       // The embedded store fails only at its key cap: the failure mode decided, and that
       // is neither the limit's "ok" nor its "over_limit".
       const bool key_cap = embedded_ != nullptr && (d.source == DecisionSource::kFailOpen ||
@@ -318,7 +326,7 @@ void Engine::Finish(const Prepared& prepared, std::span<const Decision> decision
     for (std::size_t k = 0; k < m; ++k) {
       const Rule* r = p.rule[slot_of[k]];
       items.push_back(HeaderItem{HeaderPolicyName(*r, p.desc[slot_of[k]]), !r->name.empty(),
-                                 &r->policy, per[k]});
+                                 &r->policy, per[k], slot_status[k].above_capacity});
     }
     AppendHeaders(settings.response_headers, items,
                   decide::BindingIndex(std::span<const Decision>(per, m)), resp->response_headers);
