@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -301,9 +302,15 @@ class Loader {
     }
     if (!n["requests_per_unit"]) Fail(n, "rate_limit needs requests_per_unit");
     if (r.requests_per_unit == 0) {
-      Fail(n["requests_per_unit"],
-           "requests_per_unit must be at least 1 (use unlimited: true, "
-           "or a tiny limit, rather than 0)");
+      // envoyproxy/ratelimit's ban (its README, "Black list IP"): every request is
+      // OVER_LIMIT, without a counter. The sluice fields that shape a counter do not apply.
+      for (const char* f : {"burst", "lease", "lease_validity", "block_for", "on_change"}) {
+        if (n[f]) {
+          Fail(n[f],
+               std::string("requests_per_unit: 0 denies every request; ") + f + " does not apply");
+        }
+      }
+      return r;
     }
     if (r.burst != 0 && r.algorithm != Algorithm::kTokenBucket && r.algorithm != Algorithm::kGcra) {
       Fail(n["burst"], "burst applies only to token_bucket and gcra");
@@ -389,6 +396,31 @@ class Loader {
     }
   }
 
+  // A descriptor's `metadata` as JSON, typed as YAML reads it: unquoted true/false are
+  // booleans, unquoted numbers numbers, ~/null null, anything else a string.
+  static nlohmann::json MetadataJson(const YAML::Node& n) {
+    if (n.IsMap()) {
+      nlohmann::json o = nlohmann::json::object();
+      for (const auto& kv : n) o[kv.first.Scalar()] = MetadataJson(kv.second);
+      return o;
+    }
+    if (n.IsSequence()) {
+      nlohmann::json a = nlohmann::json::array();
+      for (const auto& e : n) a.push_back(MetadataJson(e));
+      return a;
+    }
+    if (!n.IsScalar()) return nullptr;
+    const std::string& v = n.Scalar();
+    if (n.Tag() == "!") return v;  // quoted: a string whatever it looks like
+    if (v == "true") return true;
+    if (v == "false") return false;
+    if (v == "~" || v == "null") return nullptr;
+    double x = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec == std::errc() && end == v.data() + v.size() && !v.empty()) return x;
+    return v;
+  }
+
   DescriptorSpec ParseDescriptor(const YAML::Node& n, const Settings& s, int depth) {
     // A level deeper than a request may have entries could never match.
     if (static_cast<std::size_t>(depth) >= s.max_entries) {
@@ -422,7 +454,12 @@ class Loader {
         Fail(n["share_threshold"], "share_threshold applies only to a value with '*'");
       }
     }
-    // `metadata`: free-form, for tools reading the file; loaded and ignored.
+    if (const YAML::Node md = n["metadata"]) {
+      if (!md.IsMap()) {
+        Fail(md, "metadata must be a mapping (it becomes the response's dynamic metadata)");
+      }
+      d.metadata = MetadataJson(md).dump();
+    }
     if (const YAML::Node c = n["descriptors"]) d.descriptors = ParseDescriptors(c, s, depth + 1);
     return d;
   }

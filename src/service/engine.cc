@@ -18,6 +18,21 @@
 #include "sluice/permit.h"
 
 namespace sluice::service {
+namespace {
+
+// The answer for a banned rule (requests_per_unit 0), written to `out`: denied, nothing
+// left, the full window until reset; in shadow or quota mode allowed and reported as a
+// would-be denial.
+const Decision& BannedDecision(const Rule& r, Decision& out) {
+  out = Decision{};
+  out.allowed = r.policy.shadow;
+  out.shadow_denied = r.policy.shadow;
+  out.reset_after = r.policy.window;
+  out.retry_after = r.policy.shadow ? 0 : r.policy.window;
+  return out;
+}
+
+}  // namespace
 
 struct Engine::Snapshot {
   std::uint64_t generation = 0;
@@ -172,6 +187,7 @@ void Engine::Finish(const Prepared& prepared, std::span<const Decision> decision
   Decision per[kMaxChecks];
   DescriptorStatus slot_status[kMaxChecks];
   std::size_t slot_of[kMaxChecks];
+  Decision banned;
   std::size_t m = 0;
   for (std::size_t i = 0; i < p.n; ++i) {
     const std::size_t m0 = m;
@@ -184,7 +200,7 @@ void Engine::Finish(const Prepared& prepared, std::span<const Decision> decision
         if (c != nullptr) c->unlimited.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
-      const Decision& d = decisions[p.check[a]];
+      const Decision& d = r->banned ? BannedDecision(*r, banned) : decisions[p.check[a]];
       DescriptorStatus& st = slot_status[m];
       st = DescriptorStatus{};
       st.has_limit = true;
@@ -202,7 +218,7 @@ void Engine::Finish(const Prepared& prepared, std::span<const Decision> decision
       st.duration_until_reset = d.reset_after;
       st.retry_after = d.retry_after;
       st.code = d.allowed ? Code::kOk : Code::kOverLimit;
-      st.above_capacity = !d.allowed && p.checks[p.check[a]].cost > st.capacity;
+      st.above_capacity = !r->banned && !d.allowed && p.checks[p.check[a]].cost > st.capacity;
       // The embedded store fails only at its key cap: the failure mode decided, and that
       // is neither the limit's "ok" nor its "over_limit".
       const bool key_cap = embedded_ != nullptr && (d.source == DecisionSource::kFailOpen ||
@@ -238,6 +254,13 @@ void Engine::Finish(const Prepared& prepared, std::span<const Decision> decision
     if (p.rule[slot_of[bind]]->multi) {
       out.limits.assign(slot_status + m0, slot_status + m);
     }
+  }
+  // A descriptor's `metadata` goes back while the descriptor is under its limit.
+  for (std::size_t a = 0; a < p.nslots; ++a) {
+    const Rule* r = p.rule[a];
+    if (r == nullptr || r->metadata.empty()) continue;
+    DescriptorStatus& st = resp->statuses[p.desc[a]];
+    if (st.code == Code::kOk) st.metadata = r->metadata;
   }
   if (settings.response_headers != Settings::Headers::kNone && m > 0) {
     std::vector<HeaderItem> items;

@@ -2,6 +2,8 @@
 // (the embedded store never blocks; a Redis store blocks at most its call deadline).
 #include "service/grpc_service.h"
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
@@ -79,6 +81,15 @@ void ToProto(const RateLimitResponse& resp, pb::RateLimitResponse* out) {
       d->set_nanos(static_cast<int>(st.duration_until_reset % 1'000'000) * 1000);
     }
     s->set_limit_remaining(st.limit_remaining);
+  }
+  // Descriptor metadata (JSON objects the config loader wrote) becomes the response's
+  // dynamic metadata, one object: a later descriptor's field wins over an earlier one's.
+  for (const DescriptorStatus& st : resp.statuses) {
+    if (st.metadata.empty()) continue;
+    google::protobuf::Struct md;
+    if (!google::protobuf::util::JsonStringToMessage(st.metadata, &md).ok()) continue;
+    for (const auto& [k, v] : md.fields())
+      (*out->mutable_dynamic_metadata()->mutable_fields())[k] = v;
   }
   for (const auto& [k, v] : resp.response_headers) {
     auto* h = out->add_response_headers_to_add();

@@ -59,6 +59,9 @@ struct DescriptorStatus {
   // (replaced ones left out); the fields above are then the binding one's (a denial
   // with the longest wait, else the least remaining). Empty for a single limit.
   std::vector<DescriptorStatus> limits;
+  // The matched descriptor's `metadata` (JSON object text) when its code is OK; the
+  // gRPC answer merges these into the response's dynamic metadata.
+  std::string metadata;
 };
 
 struct RateLimitResponse {
