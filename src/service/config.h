@@ -97,6 +97,10 @@ struct DescriptorSpec {
   bool share_threshold = false;
   // `value_to_metric`: the request's value joins this descriptor's metric label.
   bool value_to_metric = false;
+  // `metadata` (a mapping) as JSON object text; empty when not set. Returned to Envoy as
+  // the response's dynamic metadata while a request's descriptor that lands here is
+  // under its limit.
+  std::string metadata;
   std::vector<DescriptorSpec> descriptors;
   int line = 0;
 };

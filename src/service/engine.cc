@@ -20,6 +20,18 @@
 namespace sluice::service {
 namespace {
 
+// The answer for a banned rule (requests_per_unit 0), written to `out`: denied, nothing
+// left, the full window until reset; in shadow or quota mode allowed and reported as a
+// would-be denial.
+const Decision& BannedDecision(const Rule& r, Decision& out) {
+  out = Decision{};
+  out.allowed = r.policy.shadow;
+  out.shadow_denied = r.policy.shadow;
+  out.reset_after = r.policy.window;
+  out.retry_after = r.policy.shadow ? 0 : r.policy.window;
+  return out;
+}
+
 // The name a header gives a limit: its rule's name, else "d<descriptor index>" (with
 // several limits on the descriptor, "d<descriptor index>.<limit index>").
 std::string HeaderPolicyName(const Rule& r, std::size_t i) {
@@ -35,6 +47,7 @@ struct HeaderItem {
   bool named = false;  // the rule has a name of its own
   const Policy* policy = nullptr;
   Decision d;
+  bool above_capacity = false;  // denied for a cost no wait lets pass
 };
 
 // Headers for every limit of every limited descriptor; `binding` indexes the binding
@@ -71,7 +84,10 @@ void AppendHeaders(Settings::Headers mode, const std::vector<HeaderItem>& items,
     h.emplace_back(prefix + "remaining", std::to_string(b.remaining));
     h.emplace_back(prefix + "reset", std::to_string(hi::ResetSeconds(b)));
   }
-  if (!b.allowed) h.emplace_back("retry-after", std::to_string(hi::RetryAfterSeconds(b)));
+  // A cost above the capacity can never pass: no time to retry after.
+  if (!b.allowed && !items[binding].above_capacity) {
+    h.emplace_back("retry-after", std::to_string(hi::RetryAfterSeconds(b)));
+  }
 }
 
 }  // namespace
@@ -185,6 +201,9 @@ std::string Engine::RenderMetrics() const {
   e.limiter = st.limiter;
   e.deny_cache_bytes = st.deny_cache_bytes;
   e.embedded = embedded_ != nullptr;
+  // The embedded store drops idle keys only as new ones arrive: sweep first, so that
+  // the gauge counts what the store holds, not keys whose windows have passed.
+  if (embedded_ != nullptr) embedded_->SweepExpired(clock_->Now());
   e.embedded_keys = embedded_ != nullptr ? embedded_->Stats().keys : 0;
   e.embedded_max_keys = max_keys_;
   e.fallback_keys = decider_->FallbackKeys();
@@ -226,6 +245,7 @@ void Engine::Finish(const Prepared& prepared, std::span<const Decision> decision
   Decision per[kMaxChecks];
   DescriptorStatus slot_status[kMaxChecks];
   std::size_t slot_of[kMaxChecks];
+  Decision banned;
   std::size_t m = 0;
   for (std::size_t i = 0; i < p.n; ++i) {
     const std::size_t m0 = m;
@@ -238,7 +258,7 @@ void Engine::Finish(const Prepared& prepared, std::span<const Decision> decision
         if (c != nullptr) c->unlimited.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
-      const Decision& d = decisions[p.check[a]];
+      const Decision& d = r->banned ? BannedDecision(*r, banned) : decisions[p.check[a]];
       DescriptorStatus& st = slot_status[m];
       st = DescriptorStatus{};
       st.has_limit = true;
@@ -256,6 +276,7 @@ void Engine::Finish(const Prepared& prepared, std::span<const Decision> decision
       st.duration_until_reset = d.reset_after;
       st.retry_after = d.retry_after;
       st.code = d.allowed ? Code::kOk : Code::kOverLimit;
+      st.above_capacity = !d.allowed && p.checks[p.check[a]].cost > st.capacity;
       // The embedded store fails only at its key cap: the failure mode decided, and that
       // is neither the limit's "ok" nor its "over_limit".
       const bool key_cap = embedded_ != nullptr && (d.source == DecisionSource::kFailOpen ||
@@ -292,13 +313,20 @@ void Engine::Finish(const Prepared& prepared, std::span<const Decision> decision
       out.limits.assign(slot_status + m0, slot_status + m);
     }
   }
+  // A descriptor's `metadata` goes back while the descriptor is under its limit.
+  for (std::size_t a = 0; a < p.nslots; ++a) {
+    const Rule* r = p.rule[a];
+    if (r == nullptr || r->metadata.empty()) continue;
+    DescriptorStatus& st = resp->statuses[p.desc[a]];
+    if (st.code == Code::kOk) st.metadata = r->metadata;
+  }
   if (settings.response_headers != Settings::Headers::kNone && m > 0) {
     std::vector<HeaderItem> items;
     items.reserve(m);
     for (std::size_t k = 0; k < m; ++k) {
       const Rule* r = p.rule[slot_of[k]];
       items.push_back(HeaderItem{HeaderPolicyName(*r, p.desc[slot_of[k]]), !r->name.empty(),
-                                 &r->policy, per[k]});
+                                 &r->policy, per[k], slot_status[k].above_capacity});
     }
     AppendHeaders(settings.response_headers, items,
                   decide::BindingIndex(std::span<const Decision>(per, m)), resp->response_headers);

@@ -25,9 +25,9 @@
 #include <thread>
 #include <unordered_set>
 
+#include "service/http_routes.h"
 #include "service/json_api.h"
 #include "service/log.h"
-#include "service/params.h"
 
 namespace sluice::service {
 
@@ -35,51 +35,13 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+using http_routes::Dump;
+using http_routes::JsonError;
+using http_routes::Reply;
+using http_routes::Request;
+using http_routes::Respond;
 
-namespace {
-
-// Never throws: bytes that are not UTF-8 (user input echoed in errors) are replaced.
-std::string Dump(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-}
-
-// What a handler answers; turned into a Beast response by the connection.
-struct Reply {
-  int status = 200;
-  std::string content_type;
-  std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;
-  bool close = false;  // close the connection after this answer
-};
-
-Reply JsonError(int status, const std::string& why) {
-  Reply r;
-  r.status = status;
-  r.content_type = "application/json";
-  r.body = Dump(nlohmann::json{{"error", why}});
-  return r;
-}
-
-void AddRateLimitHeaders(Reply& r, const RateLimitResponse& out) {
-  for (const auto& [k, v] : out.response_headers) {
-    // Canonical capitalisation for clients and nginx's $upstream_http_* alike.
-    if (k == "x-ratelimit-limit") {
-      r.headers.emplace_back("X-RateLimit-Limit", v);
-    } else if (k == "x-ratelimit-remaining") {
-      r.headers.emplace_back("X-RateLimit-Remaining", v);
-    } else if (k == "x-ratelimit-reset") {
-      r.headers.emplace_back("X-RateLimit-Reset", v);
-    } else if (k == "retry-after") {
-      r.headers.emplace_back("Retry-After", v);
-    } else {
-      r.headers.emplace_back(k, v);
-    }
-  }
-}
-
-using Request = http::request<http::string_body>;
-
-}  // namespace
+namespace {}  // namespace
 
 class Conn;
 
@@ -117,14 +79,8 @@ struct HttpServer::Impl {
   void Refuse(tcp::socket socket);
   void Sweep();
   // Handlers answer through `respond`, exactly once, inline or from the store's thread.
-  using Respond = std::function<void(Reply)>;
   void Handle(const Request& req, Respond respond);
-  void Json(const Request& req, Respond respond);
-  void Check(const Request& req, std::string_view query, Respond respond);
-  void Nginx(const Request& req, const std::string& domain, Respond respond);
   // --- concurrency limits (issue #12) ---
-  void Acquire(const Request& req, std::string_view query, Respond respond);
-  void PermitCall(const Request& req, std::string_view query, sluice::PermitOp op, Respond respond);
 };
 
 class Conn : public std::enable_shared_from_this<Conn> {
@@ -435,25 +391,28 @@ void HttpServer::Impl::Handle(const Request& req, Respond respond) {
       r.headers.emplace_back("Allow", allowed);
       return r;
     };
-    if (path == "/json") return post ? Json(req, respond) : respond(not_allowed("POST"));
+    if (path == "/json")
+      return post ? http_routes::Json(engine, req, respond) : respond(not_allowed("POST"));
     if (path == "/v1/check") {
-      return get || post ? Check(req, query, respond) : respond(not_allowed("GET, POST"));
+      return get || post ? http_routes::Check(engine, req, query, respond)
+                         : respond(not_allowed("GET, POST"));
     }
     // --- concurrency limits (issue #12): POST only, they change state ---
     if (path == "/v1/acquire")
-      return post ? Acquire(req, query, respond) : respond(not_allowed("POST"));
+      return post ? http_routes::Acquire(engine, req, query, respond)
+                  : respond(not_allowed("POST"));
     if (path == "/v1/release") {
-      return post ? PermitCall(req, query, sluice::PermitOp::kRelease, respond)
+      return post ? http_routes::PermitCall(engine, req, query, sluice::PermitOp::kRelease, respond)
                   : respond(not_allowed("POST"));
     }
     if (path == "/v1/extend") {
-      return post ? PermitCall(req, query, sluice::PermitOp::kExtend, respond)
+      return post ? http_routes::PermitCall(engine, req, query, sluice::PermitOp::kExtend, respond)
                   : respond(not_allowed("POST"));
     }
     constexpr std::string_view kNginx = "/nginx/auth/";
     if (path.rfind(kNginx, 0) == 0 && path.size() > kNginx.size() &&
         path.find('/', kNginx.size()) == std::string::npos) {
-      return get || post ? Nginx(req, path.substr(kNginx.size()), respond)
+      return get || post ? http_routes::Nginx(engine, req, path.substr(kNginx.size()), respond)
                          : respond(not_allowed("GET, POST"));
     }
     if (path == "/metrics" || path == "/healthz" || path == "/readyz" || path == "/rlconfig") {
@@ -480,171 +439,6 @@ void HttpServer::Impl::Handle(const Request& req, Respond respond) {
     Log(LogLevel::kError, "internal_error", {{"api", "http"}, {"error", e.what()}});
     return respond(JsonError(500, "internal error"));
   }
-}
-
-void HttpServer::Impl::Json(const Request& req, Respond respond) {
-  auto fail = [this, &respond](const Status& s) {
-    const bool invalid = s.code() == ErrorCode::kInvalidArgument;
-    engine.metrics().CountRequest(Api::kJson,
-                                  invalid ? RequestOutcome::kInvalid : RequestOutcome::kError);
-    Log(LogLevel::kWarn, "bad_request", {{"api", "json"}, {"error", s.message()}});
-    respond(JsonError(invalid ? 400 : 500, s.message()));
-  };
-  JsonRequest parsed;
-  if (Status s = ParseJsonRequest(req.body(), engine.settings_ptr()->max_descriptors, &parsed);
-      !s.ok()) {
-    return fail(s);
-  }
-  engine.ShouldRateLimitAsync(
-      parsed.request, [this, respond, fail](const Status& s, RateLimitResponse& out) mutable {
-        if (!s.ok()) return fail(s);
-        const bool over = out.overall_code == Code::kOverLimit;
-        engine.metrics().CountRequest(Api::kJson,
-                                      over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
-        Reply r;
-        r.status = over ? 429 : 200;
-        r.content_type = "application/json";
-        r.body = RenderJsonResponse(out);
-        respond(std::move(r));
-      });
-}
-
-// /v1/check?domain=D&key=K&value=V[&key=K2&value=V2...][&hits=N]: one descriptor whose
-// entries are the key/value pairs in order (repeated keys kept). A POST may carry the
-// same parameters as an application/x-www-form-urlencoded body. 200 allowed, 429 over.
-// The parameters of `req` (service/params.h): its query's or its form body's.
-static Result<Params> RequestParams(const Request& req, std::string_view query) {
-  const bool form = req.method() == http::verb::post &&
-                    beast::iequals(req[http::field::content_type].substr(0, 33),
-                                   "application/x-www-form-urlencoded");
-  return RequestParams(query, form, req.body());
-}
-
-void HttpServer::Impl::Check(const Request& req, std::string_view query, Respond respond) {
-  auto invalid = [this, respond](const std::string& why) {
-    engine.metrics().CountRequest(Api::kCheck, RequestOutcome::kInvalid);
-    respond(JsonError(400, why));
-  };
-  auto params = RequestParams(req, query);
-  if (!params.ok()) return invalid(params.status().message());
-  RateLimitRequest r;
-  if (Status st = DescriptorFromParams(*params, &r); !st.ok()) return invalid(st.message());
-  engine.ShouldRateLimitAsync(r, [this, respond, invalid](const Status& s, RateLimitResponse& out) {
-    if (!s.ok()) return invalid(s.message());
-    const bool over = out.overall_code == Code::kOverLimit;
-    engine.metrics().CountRequest(Api::kCheck,
-                                  over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
-    Reply rep;
-    AddRateLimitHeaders(rep, out);
-    rep.status = over ? 429 : 200;
-    rep.content_type = "application/json";
-    rep.body = RenderCheckResponse(out);
-    respond(std::move(rep));
-  });
-}
-
-// nginx auth_request: descriptors from the headers named in settings.nginx_headers.
-// 200 allowed; 403 over limit (auth_request passes only 2xx, 401 and 403; the nginx
-// config turns 403 into 429 with error_page). Rate-limit headers on both.
-void HttpServer::Impl::Nginx(const Request& req, const std::string& domain, Respond respond) {
-  const std::shared_ptr<const Settings> settings = engine.settings_ptr();
-  RateLimitRequest r;
-  r.domain = domain;
-  for (const auto& [header, key] : settings->nginx_headers) {
-    const auto it = req.find(header);
-    if (it == req.end() || it->value().empty()) continue;
-    r.descriptors.push_back(DescriptorRequest{});
-    r.descriptors.back().entries.push_back(
-        Entry{key, std::string_view(it->value().data(), it->value().size())});
-  }
-  if (r.descriptors.empty()) {
-    // Nothing identifies the caller: nothing to limit.
-    engine.metrics().CountRequest(Api::kNginx, RequestOutcome::kOk);
-    return respond(Reply{});
-  }
-  engine.ShouldRateLimitAsync(r, [this, respond, domain](const Status& s, RateLimitResponse& out) {
-    if (!s.ok()) {
-      engine.metrics().CountRequest(Api::kNginx, RequestOutcome::kInvalid);
-      Log(LogLevel::kWarn, "bad_request",
-          {{"api", "nginx"}, {"domain", domain}, {"error", s.message()}});
-      return respond(JsonError(400, s.message()));
-    }
-    const bool over = out.overall_code == Code::kOverLimit;
-    engine.metrics().CountRequest(Api::kNginx,
-                                  over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
-    Reply rep;
-    AddRateLimitHeaders(rep, out);
-    rep.status = over ? 403 : 200;
-    respond(std::move(rep));
-  });
-}
-
-// --- concurrency limits (issue #12) ---------------------------------------------
-
-// POST /v1/acquire: /v1/check's parameters; takes a permit from every concurrency limit
-// the descriptor matches (and its rate limits), atomically. 200 with the permit token,
-// 429 with Retry-After (until the earliest held permit expires) when none is free.
-void HttpServer::Impl::Acquire(const Request& req, std::string_view query, Respond respond) {
-  auto invalid = [this, respond](const std::string& why) {
-    engine.metrics().CountRequest(Api::kPermit, RequestOutcome::kInvalid);
-    respond(JsonError(400, why));
-  };
-  auto params = RequestParams(req, query);
-  if (!params.ok()) return invalid(params.status().message());
-  RateLimitRequest r;
-  if (Status st = DescriptorFromParams(*params, &r); !st.ok()) return invalid(st.message());
-  engine.AcquireAsync(r, [this, respond, invalid](const Status& s, PermitResponse& out) {
-    if (!s.ok()) return invalid(s.message());
-    const bool over = out.rate.overall_code == Code::kOverLimit;
-    engine.metrics().CountRequest(Api::kPermit,
-                                  over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
-    Reply rep;
-    AddRateLimitHeaders(rep, out.rate);
-    rep.status = over ? 429 : 200;
-    rep.content_type = "application/json";
-    rep.body = RenderAcquireResponse(out);
-    respond(std::move(rep));
-  });
-}
-
-// POST /v1/release, /v1/extend: `permit=TOKEN` (query or form body). 200; 404 when the
-// permit is not held (unknown, released already, expired); 400 for a missing or
-// malformed token.
-void HttpServer::Impl::PermitCall(const Request& req, std::string_view query, sluice::PermitOp op,
-                                  Respond respond) {
-  auto fail = [this, respond](int status, const std::string& why) {
-    engine.metrics().CountRequest(
-        Api::kPermit, status == 400 ? RequestOutcome::kInvalid : RequestOutcome::kError);
-    respond(JsonError(status, why));
-  };
-  auto params = RequestParams(req, query);
-  if (!params.ok()) return fail(400, params.status().message());
-  const std::string* token = nullptr;
-  if (Status st = OneParam(*params, "permit", &token); !st.ok()) return fail(400, st.message());
-  if (token == nullptr || token->empty()) {
-    return fail(400, "missing parameter 'permit' (the token /v1/acquire returned)");
-  }
-  engine.PermitAsync(op, *token, [this, respond, fail, op](const Status& s, PermitResponse& out) {
-    if (!s.ok()) {
-      const int status = s.code() == ErrorCode::kInvalidArgument ? 400
-                         : s.code() == ErrorCode::kNotFound      ? 404
-                                                                 : 503;
-      if (status == 404) {
-        engine.metrics().CountRequest(Api::kPermit, RequestOutcome::kInvalid);
-        return respond(JsonError(404, s.message()));
-      }
-      return fail(status, s.message());
-    }
-    engine.metrics().CountRequest(Api::kPermit, RequestOutcome::kOk);
-    Reply rep;
-    rep.content_type = "application/json";
-    if (op == sluice::PermitOp::kExtend) {
-      rep.body = Dump(nlohmann::json{{"extended", true}, {"lease_ms", (out.lease + 999) / 1000}});
-    } else {
-      rep.body = Dump(nlohmann::json{{"released", true}});
-    }
-    respond(std::move(rep));
-  });
 }
 
 HttpServer::HttpServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}

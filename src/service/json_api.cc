@@ -327,12 +327,19 @@ void AppendCheckLimit(std::string& out, const DescriptorStatus& s, bool with_cod
     out.append(CodeName(s.code));
     out.push_back(',');
   }
+  // The capacity: what remaining counts down from, as X-RateLimit-Limit says (a token
+  // bucket's burst, not its rate).
   out.append("\"limit\":");
-  out.append(std::to_string(s.requests_per_unit));
+  out.append(std::to_string(s.capacity));
   out.append(middle);
   if (!s.name.empty()) {
     out.append(",\"name\":");
     AppendString(out, s.name);
+  }
+  if (s.above_capacity) {
+    out.append(",\"reason\":");
+    AppendString(out, "the request's cost is above the limit's capacity (" +
+                          std::to_string(s.capacity) + "): it can never pass");
   }
   out.append(",\"remaining\":");
   out.append(std::to_string(s.limit_remaining));

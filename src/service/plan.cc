@@ -215,7 +215,7 @@ Status BuildChecks(Metrics& metrics, const Node& root, const RateLimitRequest& r
       continue;
     }
     p.counters[a] = SlotCounters(metrics, req.domain, *r, d, levels, value_to_metric);
-    if (r->unlimited) continue;
+    if (r->unlimited || r->banned) continue;  // decided without the store
     if (!key_built) {
       key_built = true;
       BuildDescriptorKey(req.domain, d, levels, key);
@@ -279,6 +279,16 @@ Status BuildPlan(const RuleSet& rules, Metrics& metrics, const RateLimitRequest&
   // Keys are views into p.keys, which the loop above may still have grown: set them
   // once every key is final.
   for (std::size_t c = 0; c < p.nchecks; ++c) p.checks[c].key = p.keys[c];
+  // A request an enforced ban denies takes nothing from its other rate limits (denied
+  // requests do not consume): they only look, and report what remains.
+  bool banned = false;
+  for (std::size_t a = 0; a < p.nslots; ++a) {
+    banned = banned || (p.rule[a] != nullptr && p.rule[a]->banned && !p.rule[a]->policy.shadow);
+  }
+  for (std::size_t c = 0; banned && c < p.nchecks; ++c) {
+    const Policy& pol = *p.checks[c].policy;
+    if (!pol.shadow && pol.algorithm != Algorithm::kConcurrency) p.checks[c].cost = 0;
+  }
   return Status::Ok();
 }
 

@@ -49,6 +49,9 @@ struct DescriptorStatus {
   Micros window = 0;
   Micros duration_until_reset = 0;
   Micros retry_after = 0;
+  // Denied because the request's cost is above the capacity: no wait lets it pass (no
+  // Retry-After; /v1/check says so in "reason").
+  bool above_capacity = false;
   // A concurrency limit (issue #12): requests_per_unit and capacity are its most permits
   // held at once, limit_remaining its free permits, window its lease; unit is unknown.
   bool concurrency = false;
@@ -56,6 +59,9 @@ struct DescriptorStatus {
   // (replaced ones left out); the fields above are then the binding one's (a denial
   // with the longest wait, else the least remaining). Empty for a single limit.
   std::vector<DescriptorStatus> limits;
+  // The matched descriptor's `metadata` (JSON object text) when its code is OK; the
+  // gRPC answer merges these into the response's dynamic metadata.
+  std::string metadata;
 };
 
 struct RateLimitResponse {

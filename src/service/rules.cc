@@ -33,6 +33,12 @@ Status RuleSet::FinishRule(Rule& r, const RateLimitSpec& spec, bool shadow) cons
   Policy& p = r.policy;
   p = PolicyOf(spec);
   p.shadow = shadow || r.quota_mode || config_.settings.shadow_mode;
+  // requests_per_unit 0: a ban, decided without a counter (no store policy to name).
+  r.banned = spec.requests_per_unit == 0 && spec.algorithm != Algorithm::kConcurrency;
+  if (r.banned) {
+    p.name = "banned";
+    return Status::Ok();
+  }
   const Algorithm algorithm = spec.algorithm;
   // The name carries every parameter that shapes the stored state, so a changed limit
   // starts afresh while an unchanged one keeps its counters across reloads. With
@@ -95,6 +101,7 @@ Status RuleSet::AddDescriptors(const std::string& domain, Node& node,
       rule->requests_per_unit = s.requests_per_unit;
       rule->unit_multiplier = s.unit_multiplier;
       rule->quota_mode = d.quota_mode;
+      rule->metadata = d.metadata;
       rule->counters = metrics_->Descriptor(domain, rule->path);
       if (Status st = FinishRule(*rule, s, d.shadow_mode); !st.ok()) {
         return Status::InvalidArgument(config_.file + ":" + std::to_string(s.line) + ": " +

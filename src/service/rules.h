@@ -39,6 +39,12 @@ struct Rule {
   Unit unit = Unit::kUnknown;
   std::uint32_t requests_per_unit = 0;
   std::uint32_t unit_multiplier = 1;
+  // requests_per_unit 0 (envoyproxy/ratelimit's ban): every request is OVER_LIMIT (or,
+  // in shadow or quota mode, reported so) without a store call; policy.window is the
+  // reported reset.
+  bool banned = false;
+  // The descriptor's `metadata` as JSON object text (DescriptorSpec::metadata).
+  std::string metadata;
   // quota_mode: over the limit is counted and reported, but answered OK (the policy is
   // decided apart from the enforced ones, like shadow mode).
   bool quota_mode = false;

@@ -22,6 +22,7 @@
 
 #include "sluice/key.h"
 #include "store_backends.h"
+#include "wait.h"
 
 namespace sluice::testing {
 namespace {
@@ -130,17 +131,6 @@ struct Tally {
     }
   }
 };
-
-// Waits (bounded) until `done` holds; polls another thread's progress, not timing.
-template <typename F>
-bool WaitUntil(F done, milliseconds bound) {
-  const auto end = steady_clock::now() + bound;
-  while (!done()) {
-    if (steady_clock::now() >= end) return false;
-    std::this_thread::sleep_for(milliseconds(2));
-  }
-  return true;
-}
 
 // The two APIs under drill, behind one interface: Start() begins the load, Stop()
 // ends it and returns once every call completed.

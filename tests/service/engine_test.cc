@@ -828,6 +828,22 @@ TEST_F(EngineTest, CostsOfARepeatedDescriptorDoNotWrapAround) {
   EXPECT_EQ(Passes("web", D{{{"remote_address", "192.0.2.9"}}}, 4), 3);
 }
 
+// Issue #20 item 5: sluiced_store_keys never fell when keys expired (200k keys still
+// counted five minutes after their one-minute windows): the embedded store drops idle
+// keys only as new keys arrive. The gauge follows what the store holds.
+TEST_F(EngineTest, StoreKeysGaugeFallsWhenKeysExpire) {
+  Load(kMatching);
+  for (int i = 0; i < 50; ++i)
+    Ask("web", {D{{{"remote_address", "192.0.2." + std::to_string(i)}}}});
+  std::string m = engine->RenderMetrics();
+  EXPECT_NE(m.find("sluiced_store_keys{store=\"embedded\"} 50\n"), std::string::npos) << m;
+  clock->Advance(61 * kSec);  // every one-minute window is back to full
+  m = engine->RenderMetrics();
+  EXPECT_NE(m.find("sluiced_store_keys{store=\"embedded\"} 0\n"), std::string::npos) << m;
+  // The state was not needed: the limits are whole again.
+  EXPECT_EQ(Passes("web", D{{{"remote_address", "192.0.2.1"}}}, 4), 3);
+}
+
 // GET /rlconfig serves this: every loaded rule, envoyproxy/ratelimit's line form first.
 TEST_F(EngineTest, DumpConfigListsEveryRule) {
   Load(kMatching);
