@@ -48,6 +48,52 @@ void AddServingFlags(CLI::App& app, sluice::service::DaemonOptions& o, double& r
   app.add_flag("--bench-empty-grpc", o.bench_empty_grpc)->group("");
 }
 
+// Serves until SIGTERM or SIGINT: reloads on SIGHUP and when the file changes; after a
+// SIGTERM with a drain period, drains (not ready, still serving) until the period ends
+// or another SIGTERM/SIGINT. `set` holds the blocked signals, taken synchronously here.
+void WaitForStop(sluice::service::Daemon& d, const sigset_t& set) {
+  using sluice::service::Log;
+  using sluice::service::LogLevel;
+  int stop_signal = 0;
+  for (;;) {
+    const sluice::Micros poll = d.settings().reload_poll;
+    const sluice::Micros wait = poll > 0 ? poll : 1'000'000;
+    timespec ts{static_cast<time_t>(wait / 1'000'000), static_cast<long>(wait % 1'000'000) * 1000};
+    const int sig = sigtimedwait(&set, nullptr, &ts);
+    if (sig == SIGHUP) {
+      (void)d.Reload("sighup");
+    } else if (sig == SIGTERM || sig == SIGINT) {
+      Log(LogLevel::kInfo, "signal", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+      stop_signal = sig;
+      break;
+    } else if (poll > 0) {
+      d.ReloadIfChanged();
+    }
+  }
+  if (stop_signal == SIGTERM && d.drain_period() > 0) {
+    // Not ready, still serving, until the period ends or another SIGTERM/SIGINT.
+    d.BeginDrain();
+    const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(d.drain_period());
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
+                            end - std::chrono::steady_clock::now())
+                            .count();
+      if (left <= 0) break;
+      const long long wait = std::min<long long>(left, 1'000'000);
+      timespec ts{static_cast<time_t>(wait / 1'000'000),
+                  static_cast<long>(wait % 1'000'000) * 1000};
+      const int sig = sigtimedwait(&set, nullptr, &ts);
+      if (sig == SIGHUP) {
+        (void)d.Reload("sighup");
+      } else if (sig == SIGTERM || sig == SIGINT) {
+        Log(LogLevel::kInfo, "drain_cut_short",
+            {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+        break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -117,45 +163,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sluiced: %s\n", daemon.status().message().c_str());
     return 1;
   }
-  Daemon& d = **daemon;
-  int stop_signal = 0;
-  for (;;) {
-    const sluice::Micros poll = d.settings().reload_poll;
-    const sluice::Micros wait = poll > 0 ? poll : 1'000'000;
-    timespec ts{static_cast<time_t>(wait / 1'000'000), static_cast<long>(wait % 1'000'000) * 1000};
-    const int sig = sigtimedwait(&set, nullptr, &ts);
-    if (sig == SIGHUP) {
-      (void)d.Reload("sighup");
-    } else if (sig == SIGTERM || sig == SIGINT) {
-      Log(LogLevel::kInfo, "signal", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
-      stop_signal = sig;
-      break;
-    } else if (poll > 0) {
-      d.ReloadIfChanged();
-    }
-  }
-  if (stop_signal == SIGTERM && d.drain_period() > 0) {
-    // Not ready, still serving, until the period ends or another SIGTERM/SIGINT.
-    d.BeginDrain();
-    const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(d.drain_period());
-    for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
-                            end - std::chrono::steady_clock::now())
-                            .count();
-      if (left <= 0) break;
-      const long long wait = std::min<long long>(left, 1'000'000);
-      timespec ts{static_cast<time_t>(wait / 1'000'000),
-                  static_cast<long>(wait % 1'000'000) * 1000};
-      const int sig = sigtimedwait(&set, nullptr, &ts);
-      if (sig == SIGHUP) {
-        (void)d.Reload("sighup");
-      } else if (sig == SIGTERM || sig == SIGINT) {
-        Log(LogLevel::kInfo, "drain_cut_short",
-            {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
-        break;
-      }
-    }
-  }
-  d.Shutdown();
+  WaitForStop(**daemon, set);
+  (*daemon)->Shutdown();
   return 0;
 }

@@ -172,7 +172,7 @@ Status AddCheck(Plan& p, std::size_t a, const Rule& r, std::string_view key, std
   }
   p.check[a] = static_cast<int>(p.nchecks);
   decide::Check& c = p.checks[p.nchecks++];
-  c = decide::Check{&r.policy, &r.fallback, store_key, cost};
+  c = decide::Check{.policy = &r.policy, .fallback = &r.fallback, .key = store_key, .cost = cost};
   if (concurrency) {
     // One permit (a slot) per acquisition, whatever the request's hits.
     c.cost = 1;

@@ -1214,7 +1214,8 @@ TEST(EnginePermitIds, AForkedChildDrawsOtherIdsThanItsParent) {
       "60s}\n",
       "ids.yaml");
   ASSERT_TRUE(c.ok()) << c.status().message();
-  auto e = Engine::Create(*c, Engine::Options{std::make_shared<MemoryStore>(), nullptr});
+  auto e = Engine::Create(*c, Engine::Options{std::make_shared<MemoryStore>(),
+                                              std::make_shared<ManualClock>(1785412800000000)});
   ASSERT_TRUE(e.ok()) << e.status().message();
   ASSERT_EQ(AcquireId(**e).size(), kPermitIdLength);  // this thread's generator is seeded
   int fds[2];

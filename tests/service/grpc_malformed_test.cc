@@ -54,13 +54,15 @@ TEST(DaemonGrpc, MalformedProtobufIsInvalidArgumentWithAReason) {
       "requests_per_unit: 1}\n",
       "grpc.yaml");
   ASSERT_TRUE(c.ok()) << c.status().message();
-  auto e = Engine::Create(*c, Engine::Options{std::make_shared<MemoryStore>(), nullptr});
+  auto e = Engine::Create(*c, Engine::Options{std::make_shared<MemoryStore>(),
+                                              std::make_shared<ManualClock>(1785412800000000)});
   ASSERT_TRUE(e.ok()) << e.status().message();
   auto server = GrpcServer::Start(**e, "127.0.0.1:0", 1 << 20);
   ASSERT_TRUE(server.ok()) << server.status().message();
   const int port = (*server)->port();
 
-  // A good request still works over the raw path: domain "web", one descriptor ip=1.
+  // A good request still works over the raw path: domain "web", one descriptor ip=1 (the
+  // engine's clock is manual: both calls fall in one minute whatever the wall clock).
   pb::RateLimitRequest good;
   good.set_domain("web");
   auto* entry = good.add_descriptors()->add_entries();

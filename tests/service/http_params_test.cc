@@ -34,7 +34,8 @@ class Front {
   Front() {
     auto c = ParseConfig(kConfig, "params.yaml");
     EXPECT_TRUE(c.ok()) << c.status().message();
-    auto e = Engine::Create(*c, Engine::Options{std::make_shared<MemoryStore>(), nullptr});
+    auto e = Engine::Create(*c, Engine::Options{std::make_shared<MemoryStore>(),
+                                                std::make_shared<ManualClock>(1785412800000000)});
     EXPECT_TRUE(e.ok()) << e.status().message();
     engine = std::move(*e);
     HttpOptions o;
