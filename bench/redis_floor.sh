@@ -5,7 +5,8 @@
 #   - the article's INCR+EXPIRE Lua script, one EVALSHA per decision, 16 pipelined;
 #   - sluice, each algorithm: `sluice bench` (RedisStore::EvaluateAsync, coalesced as
 #     configured by default) of --sluice, and of --before when given (an older build, so
-#     that before and after run against the same server in the same run).
+#     that before and after run against the same server in the same run), and the
+#     fixed window uncoalesced (--coalesce 1: one script call per decision).
 # Each row: FLUSHALL, CONFIG RESETSTAT, then --decisions decisions from --callers
 # callers over --keys random keys; Redis CPU per decision is the growth of INFO cpu
 # (used_cpu_user + used_cpu_sys of the server) over the row divided by its decisions.
@@ -169,6 +170,12 @@ for round in $(seq "$rounds"); do
     [[ -n "$before" ]] && row "sluice $a (before)" "$before" $(bench_args "$a")
     row "sluice $a" "$sluice" $(bench_args "$a")
   done
+  # A single uncoalesced decision (one script call each), beside the article's script.
+  # shellcheck disable=SC2046
+  [[ -n "$before" ]] && row "sluice fixed_window, uncoalesced (before)" "$before" \
+    $(bench_args fixed_window) --coalesce 1
+  # shellcheck disable=SC2046
+  row "sluice fixed_window, uncoalesced" "$sluice" $(bench_args fixed_window) --coalesce 1
 done
 
 if [[ $distribution == 1 ]]; then

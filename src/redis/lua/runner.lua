@@ -27,21 +27,16 @@
 -- acquire, 5 permit release, 6 permit extend.
 PAD = tonumber(ARGV[2])
 local np = tonumber(ARGV[3])
+-- The policies' numbers, flat: policy i's j-th (1..7) at pol[7 * i + j].
 local pol = {}
-for i = 0, np - 1 do
-  local b = 4 + 7 * i
-  pol[i] = {tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),
-            tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]),
-            tonumber(ARGV[b + 6])}
-end
-local MODES = {[1] = 'r', [2] = 'p'}
-local OPS = {[4] = 'a', [5] = 'r', [6] = 'x'}
+for i = 1, 7 * np do pol[i] = tonumber(ARGV[3 + i]) end
 local caller_time = ARGV[1] ~= ''
 local out, n = {}, 0
 local checks = {}
--- The pending writes of a group's inline checks (below), in flat arrays reused from
--- group to group: key, cost, state, expires, patch, patch_at, start, start_expires, undo.
-local PK, PC, PS, PE, PP, PA, PT, PX, PU = {}, {}, {}, {}, {}, {}, {}, {}, {}
+-- The pending writes of a group's inline checks (below), flat and reused from group to
+-- group, 9 per check: key, cost, state, expires, patch, patch_at, start, start_expires,
+-- undo.
+local pend = {}
 
 -- Writes an inline check's state (prelude.lua's store_word, without a table).
 local function write(key, state, expires, patch, patch_at, now)
@@ -86,17 +81,18 @@ while a <= nargs do
       mw = tonumber(ARGV[a])
       a = a + 1
     elseif kind >= 4 then
-      op, permit = OPS[kind], ARGV[a]
+      op, permit = kind == 4 and 'a' or kind == 5 and 'r' or 'x', ARGV[a]
       a = a + 1
     end
-    local p = pol[pi]
-    local alg = p[1]
-    if kind <= 1 and alg ~= 1 and alg ~= 5 and p[7] == 0 then
+    local pb = 7 * pi
+    local alg, om, block = pol[pb + 1], pol[pb + 6], pol[pb + 7]
+    local mode = om == 1 and 'r' or om == 2 and 'p' or false
+    if kind <= 1 and alg ~= 1 and alg ~= 5 and block == 0 then
       -- An O(1) algorithm's decision, inline: its body (<algorithm>.lua) on locals, no
       -- table, no closure (embed_lua.cmake puts the bodies here).
-      local key, limit, w, cap, init = KEYS[k], p[2], p[3], p[4], p[5]
+      local key, limit, w, cap, init = KEYS[k], pol[pb + 2], pol[pb + 3], pol[pb + 4], pol[pb + 5]
       k = k + 1
-      local need, mode, now = max(cost, 1), MODES[p[6]] or false, gnow
+      local need, now = max(cost, 1), gnow
       local solo = last == 1 and nc == 0 and ni == 0
       local allowed, remaining, reset, retry, state, expires, start, start_expires, patch,
         patch_at, undo
@@ -121,22 +117,25 @@ while a <= nargs do
         end
         all = false -- (nothing left to commit)
       else
+        local b = 9 * ni
         ni = ni + 1
-        PK[ni], PC[ni], PS[ni], PE[ni], PP[ni], PA[ni] = key, cost, state, expires, patch, patch_at
-        PT[ni], PX[ni], PU[ni] = start, start_expires, undo or false
+        pend[b + 1], pend[b + 2], pend[b + 3], pend[b + 4], pend[b + 5] = key, cost, state,
+          expires, patch
+        pend[b + 6], pend[b + 7], pend[b + 8], pend[b + 9] = patch_at, start, start_expires, undo
         all = all and allowed
         consumes = consumes or cost > 0
       end
     else
-      local c = {alg = alg, limit = p[2], window = p[3], cap = p[4], init = p[5], cost = cost,
-                 mode = MODES[p[6]] or false, mw = mw, op = op, permit = permit, key = KEYS[k]}
+      local c = {alg = alg, limit = pol[pb + 2], window = pol[pb + 3], cap = pol[pb + 4],
+                 init = pol[pb + 5], cost = cost, mode = mode, mw = mw, op = op, permit = permit,
+                 key = KEYS[k]}
       k = k + 1
       if alg == 1 then
         c.key2 = KEYS[k]
         k = k + 1
       end
-      if p[7] > 0 then -- a policy with block_for: its block key (penalties.lua)
-        c.block = p[7]
+      if block > 0 then -- a policy with block_for: its block key (penalties.lua)
+        c.block = block
         c.bkey = KEYS[k]
         k = k + 1
       end
@@ -180,8 +179,10 @@ while a <= nargs do
     end
   until last == 1
   if all and consumes then
-    for i = 1, ni do
-      if PC[i] > 0 and PS[i] then write(PK[i], PS[i], PE[i], PP[i], PA[i], gnow) end
+    for b = 0, 9 * (ni - 1), 9 do
+      if pend[b + 2] > 0 and pend[b + 3] then
+        write(pend[b + 1], pend[b + 3], pend[b + 4], pend[b + 5], pend[b + 6], gnow)
+      end
     end
     for i = 1, nc do
       local c = checks[i]
@@ -191,7 +192,9 @@ while a <= nargs do
     -- Not committed: what a decision changed in place is undone (fixed_window.lua's
     -- counter), and a new token bucket with initial tokens below its capacity starts
     -- anyway (token_bucket.lua's start; src/core/token_bucket.cc).
-    for i = 1, ni do unwind(PK[i], PC[i], PU[i], PT[i], PX[i], gnow) end
+    for b = 0, 9 * (ni - 1), 9 do
+      unwind(pend[b + 1], pend[b + 2], pend[b + 9], pend[b + 7], pend[b + 8], gnow)
+    end
     for i = 1, nc do
       local c = checks[i]
       if c.undo then redis.call('INCRBY', c.key, -c.undo) end
