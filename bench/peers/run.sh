@@ -406,7 +406,7 @@ rss() { awk '/VmRSS/ {printf "%.0f MiB", $2 / 1024}' "/proc/$1/status" 2>/dev/nu
   done
   if [[ -s $out/envoy.tsv ]]; then
     echo
-    echo "**HTTP through Envoy** (Envoy $("$envoy_bin" --version 2>/dev/null | grep -oE '/[0-9]+[.][0-9]+[.][0-9]+/' | tr -d / | head -1)," \
+    echo "**HTTP through Envoy** (Envoy $("$envoy_bin" --version 2>/dev/null | sed -n 's|.*version: [^/]*/\([0-9.]*\)/.*|\1|p' | head -1)," \
       "--concurrency 1; nginx \`return 200\` upstream): wrk -t$threads -c$conns -d${duration}s," \
       "1000 keys in an x-key header; median round."
     echo
