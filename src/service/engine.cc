@@ -1,6 +1,6 @@
-// sluiced's orchestration: validate a request, match its descriptors (service/rules.h),
-// decide them in one batch through the process's Decider, and turn the decisions into
-// per-descriptor statuses, metrics and headers.
+// sluiced's orchestration: plan a request (service/plan.h), decide its checks in one
+// batch through the process's Decider, and turn the decisions into per-descriptor
+// statuses, counters and headers (service/response_headers.h).
 #include "service/engine.h"
 
 #include <algorithm>
@@ -11,9 +11,9 @@
 #include <cstring>
 #include <limits>
 
-#include "http/internal.h"
 #include "limiter/permit_internal.h"
 #include "service/log.h"
+#include "service/response_headers.h"
 #include "service/timed_store.h"
 #include "sluice/permit.h"
 
@@ -30,64 +30,6 @@ const Decision& BannedDecision(const Rule& r, Decision& out) {
   out.reset_after = r.policy.window;
   out.retry_after = r.policy.shadow ? 0 : r.policy.window;
   return out;
-}
-
-// The name a header gives a limit: its rule's name, else "d<descriptor index>" (with
-// several limits on the descriptor, "d<descriptor index>.<limit index>").
-std::string HeaderPolicyName(const Rule& r, std::size_t i) {
-  if (!r.name.empty()) return r.name;
-  return r.multi ? "d" + std::to_string(i) + "." + std::to_string(r.index)
-                 : "d" + std::to_string(i);
-}
-
-// One limit reported in the headers: the name they call it by, its policy, its decision
-// (remaining as the status reports it).
-struct HeaderItem {
-  std::string name;
-  bool named = false;  // the rule has a name of its own
-  const Policy* policy = nullptr;
-  Decision d;
-  bool above_capacity = false;  // denied for a cost no wait lets pass
-};
-
-// Headers for every limit of every limited descriptor; `binding` indexes the binding
-// item. The values come from src/http/headers.cc, the middleware's formatter; see the
-// header table in docs/sluiced.md.
-void AppendHeaders(Settings::Headers mode, const std::vector<HeaderItem>& items,
-                   std::size_t binding, std::vector<std::pair<std::string, std::string>>& h) {
-  namespace hi = http::internal;
-  const Decision& b = items[binding].d;
-  std::array<hi::PolicyItem, kMaxChecks> policies;
-  std::array<hi::LimitItem, kMaxChecks> states;
-  const std::size_t n = std::min(items.size(), kMaxChecks);
-  for (std::size_t k = 0; k < n; ++k) {
-    policies[k] = {items[k].name, hi::PolicyQuotaWindow(*items[k].policy)};
-    states[k] = {items[k].name, items[k].d.remaining, hi::ResetSeconds(items[k].d)};
-  }
-  if (mode == Settings::Headers::kDraft10) {
-    h.emplace_back("ratelimit-policy", hi::FormatRateLimitPolicy({policies.data(), n}));
-    h.emplace_back("ratelimit", hi::FormatRateLimit({states.data(), n}));
-  } else {
-    const std::string prefix =
-        mode == Settings::Headers::kRateLimit ? "ratelimit-" : "x-ratelimit-";
-    // The binding limit; with several limits, then every limit's quota policy (Envoy's
-    // draft-03 form), named when its rule is.
-    const std::uint64_t limit = items[binding].policy->Capacity();
-    if (n == 1) {
-      h.emplace_back(prefix + "limit", std::to_string(limit));
-    } else {
-      for (std::size_t k = 0; k < n; ++k) {
-        if (!items[k].named) policies[k].name = {};
-      }
-      h.emplace_back(prefix + "limit", hi::FormatLimitList(limit, {policies.data(), n}));
-    }
-    h.emplace_back(prefix + "remaining", std::to_string(b.remaining));
-    h.emplace_back(prefix + "reset", std::to_string(hi::ResetSeconds(b)));
-  }
-  // A cost above the capacity can never pass: no time to retry after.
-  if (!b.allowed && !items[binding].above_capacity) {
-    h.emplace_back("retry-after", std::to_string(hi::RetryAfterSeconds(b)));
-  }
 }
 
 }  // namespace
@@ -276,7 +218,7 @@ void Engine::Finish(const Prepared& prepared, std::span<const Decision> decision
       st.duration_until_reset = d.reset_after;
       st.retry_after = d.retry_after;
       st.code = d.allowed ? Code::kOk : Code::kOverLimit;
-      st.above_capacity = !d.allowed && p.checks[p.check[a]].cost > st.capacity;
+      st.above_capacity = !r->banned && !d.allowed && p.checks[p.check[a]].cost > st.capacity;
       // The embedded store fails only at its key cap: the failure mode decided, and that
       // is neither the limit's "ok" nor its "over_limit".
       const bool key_cap = embedded_ != nullptr && (d.source == DecisionSource::kFailOpen ||

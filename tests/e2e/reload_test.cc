@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "e2e.h"
+#include "wait.h"
 
 namespace sluice::testing {
 namespace {
@@ -59,16 +60,17 @@ TEST(EnvoyReload, SighupUnderLoadFailsNoRequest) {
     });
   }
   const std::string ok_reloads = R"(sluiced_config_reloads_total{result="ok"})";
-  ASSERT_TRUE(WaitFor([&] { return done.load() >= 50; }, std::chrono::seconds(30)));
+  ASSERT_TRUE(WaitUntil([&] { return done.load() >= 50; }, std::chrono::seconds(30)));
   for (int reload = 1; reload <= 3; ++reload) {
     WriteFile(s->config(), Config(reload % 2 == 1 ? 3 : 1));
     const int before = done.load();
     s->sluiced.process->Signal(SIGHUP);
-    EXPECT_TRUE(WaitFor([&] { return s->Metric(ok_reloads) == reload; }, std::chrono::seconds(30)))
+    EXPECT_TRUE(
+        WaitUntil([&] { return s->Metric(ok_reloads) == reload; }, std::chrono::seconds(30)))
         << "reload " << reload << " not applied; log:\n"
         << s->sluiced.LogText();
     // Load went on across the reload.
-    EXPECT_TRUE(WaitFor([&] { return done.load() >= before + 20; }, std::chrono::seconds(30)));
+    EXPECT_TRUE(WaitUntil([&] { return done.load() >= before + 20; }, std::chrono::seconds(30)));
   }
   stop = true;
   for (auto& t : clients) t.join();

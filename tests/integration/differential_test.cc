@@ -453,6 +453,32 @@ TEST(RedisLayout, FixedWindowPreviousLayoutIsReadExactly) {
   EXPECT_GT(decided_on_old, 200);
 }
 
+// A fixed window's counter names its window with a 20-bit tag (lua/fixed_window.lua). In
+// caller-time mode every TTL is padded by an hour, so a 1 ms window's key outlives 2^20
+// windows: its stale count must not be read as the count of the window 2^20 later.
+TEST(RedisLayout, AStaleCounterIsNotReadAsTheWindowItsTagAliases) {
+  RedisServer* server = SharedRedis();
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+  RedisStoreOptions o;
+  o.url = server->Url();
+  o.call_timeout = 5'000'000;
+  o.use_caller_time = true;
+  o.on_warning = [](std::string_view) {};
+  auto redis = RedisStore::Create(std::move(o));
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  const Policy fw = Policy::FixedWindow("ms", 3, std::chrono::milliseconds(1));
+  const std::string key = "sluice:{alias}:ms";
+  const StoreCheck c{&fw, key, 3};
+  Decision d;
+  ASSERT_TRUE((*redis)->Evaluate({&c, 1}, kNoon, {&d, 1}).ok());
+  ASSERT_TRUE(d.allowed);
+  // 2^20 windows later (about 17.5 minutes, within the padded TTL)
+  ASSERT_TRUE((*redis)->Evaluate({&c, 1}, kNoon + (Micros{1} << 20) * 1000, {&d, 1}).ok());
+  EXPECT_TRUE(d.allowed) << "a fresh window, not the stale count";
+  EXPECT_EQ(d.remaining, 0u);
+}
+
 // A fixed window decides with ONE INCRBY on its counter (lua/fixed_window.lua), a sliding
 // counter that goes on in its window writes only its count (SETRANGE); each key keeps its
 // TTL and its layout, and the count is really stored (the limit is enforced).

@@ -150,7 +150,7 @@ Result<std::unique_ptr<Envoy>> Envoy::Start(EnvoyOptions options) {
 
 Status Envoy::WaitReady() {
   std::string why = "admin address not written";
-  const bool ready = WaitFor(
+  const bool ready = WaitUntil(
       [&] {
         if (!process_->running()) return true;
         if (admin_port_ == 0) admin_port_ = PortOf(ReadFile(dir_->File("admin.address")));

@@ -30,6 +30,7 @@
 
 #include "process.h"
 #include "sluice/status.h"
+#include "wait.h"
 
 namespace sluice::testing {
 
