@@ -21,9 +21,13 @@
 #include "sluice/memory_store.h"
 
 namespace sluice {
+
+using redis::EvaluateCallback;
+using redis::RefundCallback;
+
 namespace {
 
-constexpr std::size_t kMaxBatch = 16;
+constexpr std::size_t kMaxBatch = kMaxBatchChecks;
 // Fewer batches queued together than this are sent one call each: the coalesced
 // script's fixed cost per call (its body defines every algorithm, about 5 us of Redis
 // CPU) would outweigh the per-call cost merging saves (about 1 us per batch against
@@ -92,9 +96,10 @@ struct RedisStore::Impl {
       timeouts.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  // EvaluateAsync with the deadline given; returns the call (null if it failed at
+  // RunAsync with the deadline given; returns the call (null if it failed at
   // once) so that a blocking caller can count its own timeout.
-  std::shared_ptr<Call> Evaluate(std::span<const StoreCheck> checks, Micros now,
+  // `op`: every operation but kRefund (Refund below).
+  std::shared_ptr<Call> Evaluate(StoreOp op, std::span<const StoreCheck> checks, Micros now,
                                  redis::Deadline deadline, EvaluateCallback done);
   std::shared_ptr<Call> Refund(std::span<const StoreCheck> checks, Micros now,
                                redis::Deadline deadline, RefundCallback done);
@@ -340,13 +345,13 @@ std::size_t EncodeCoalesced(bool caller_time, const std::vector<const redis::Coa
 // plain decision does not need, or "" for a plain check. Each feature appends its own
 // items, one letter each. A check with extensions runs the batch script: the one-check
 // scripts and coalesced calls take plain checks only, so the common call stays lean.
-void AppendExt(const StoreCheck& c, std::string& out) {
+void AppendExt(const StoreCheck& c, StoreOp op, std::string& out) {
   // --- concurrency limits (issue #12 item 1): e = the permit op (a: acquire or peek,
   // r: release, x: extend), p = the permit id (lua/concurrency.lua). Always present
   // for a concurrency check, so that it never takes a lean or coalesced script.
   if (c.policy->algorithm == Algorithm::kConcurrency) {
     if (!out.empty()) out.push_back(';');
-    out.append(c.op == PermitOp::kRelease ? "e=r" : c.op == PermitOp::kExtend ? "e=x" : "e=a");
+    out.append(op == StoreOp::kRelease ? "e=r" : op == StoreOp::kExtend ? "e=x" : "e=a");
     if (!c.permit.empty()) {
       out.append(";p=");
       out.append(c.permit);
@@ -358,7 +363,7 @@ void AppendExt(const StoreCheck& c, std::string& out) {
     if (!out.empty()) out.push_back(';');
     out.append("b=").append(std::to_string(c.policy->block_for));
   }
-  if (c.force) {
+  if (op == StoreOp::kPenalize) {
     if (!out.empty()) out.push_back(';');
     out.append("f=1");
   }
@@ -383,10 +388,10 @@ void AppendExt(const StoreCheck& c, std::string& out) {
 
 // True when every check is plain (no extensions): only then may a call use a one-check
 // script or be coalesced.
-bool AllPlain(std::span<const StoreCheck> checks) {
+bool AllPlain(std::span<const StoreCheck> checks, StoreOp op) {
   std::string ext;
   for (const StoreCheck& c : checks) {
-    AppendExt(c, ext);
+    AppendExt(c, op, ext);
     if (!ext.empty()) return false;
   }
   return true;
@@ -397,7 +402,8 @@ bool AllPlain(std::span<const StoreCheck> checks) {
 // (six numbers and the extensions). A refund negates every cost (lua/dispatch.lua) and expects an
 // empty reply; a decision records each check's capacity in `call` (Decision::limit).
 std::string EncodeEval(const redis::Script& script, std::span<const StoreCheck> checks, Micros now,
-                       bool use_caller_time, bool refund, Call& call) {
+                       bool use_caller_time, StoreOp op, Call& call) {
+  const bool refund = op == StoreOp::kRefund;
   std::size_t nkeys = 0;
   for (const StoreCheck& c : checks) {
     nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
@@ -434,7 +440,7 @@ std::string EncodeEval(const redis::Script& script, std::span<const StoreCheck> 
         .Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL)
         .Add(refund ? -cost : cost);
     ext.clear();
-    AppendExt(c, ext);
+    AppendExt(c, op, ext);
     b.Add(ext);
     if (!refund) call.capacity[call.n++] = p.Capacity();
   }
@@ -500,43 +506,23 @@ void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& sc
                std::move(on_reply));
 }
 
-namespace {
+namespace {}  // namespace
 
-Status ValidateChecks(std::span<const StoreCheck> checks) {
-  if (checks.size() > kMaxBatch) {
-    return Status::InvalidArgument("at most 16 limits can be checked at once");
+void RedisStore::RunAsync(const StoreBatch& batch, RunCallback done) {
+  const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
+  if (batch.op == StoreOp::kRefund) {
+    impl_->Refund(batch.checks, batch.now, deadline,
+                  [done = std::move(done)](const Status& s) { done(s, {}); });
+    return;
   }
-  for (const StoreCheck& c : checks) {
-    if (c.policy == nullptr) return Status::InvalidArgument("a check has no policy");
-    if (c.key.empty()) return Status::InvalidArgument("a check has an empty key");
-    if (c.cost > c.policy->Capacity()) {
-      return Status::InvalidArgument("cost " + std::to_string(c.cost) + " exceeds the capacity " +
-                                     std::to_string(c.policy->Capacity()) + " of policy '" +
-                                     c.policy->name + "': such a request could never pass");
-    }
-    // --- concurrency limits (issue #12 item 1) ---
-    if (c.policy->algorithm == Algorithm::kConcurrency || c.op != PermitOp::kAcquire) {
-      if (Status s = core::ValidatePermitCheck(c); !s.ok()) return s;
-    }
-    // Penalties (StoreCheck::force): a batch is all forced or all plain.
-    if (c.force != checks[0].force) {
-      return Status::InvalidArgument("a batch mixes forced checks (penalties) with others");
-    }
-  }
-  return Status::Ok();
+  impl_->Evaluate(batch.op, batch.checks, batch.now, deadline, std::move(done));
 }
 
-}  // namespace
-
-void RedisStore::EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
-                               EvaluateCallback done) {
-  impl_->Evaluate(checks, now, redis::DeadlineAfter(impl_->options.call_timeout), std::move(done));
-}
-
-std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> checks, Micros now,
-                                                 redis::Deadline deadline, EvaluateCallback done) {
+std::shared_ptr<Call> RedisStore::Impl::Evaluate(StoreOp op, std::span<const StoreCheck> checks,
+                                                 Micros now, redis::Deadline deadline,
+                                                 EvaluateCallback done) {
   RedisStore::Impl* impl_ = this;
-  if (Status s = ValidateChecks(checks); !s.ok()) {
+  if (Status s = ValidateBatch(StoreBatch{.op = op, .checks = checks, .now = now}); !s.ok()) {
     done(s, {});
     return nullptr;
   }
@@ -544,10 +530,16 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
     done(Status::Ok(), {});
     return nullptr;
   }
-  if (cluster && checks.size() > 1 && checks[0].force && redis::CountSlots(checks) > 1) {
+  if (cluster && checks.size() > 1 && op == StoreOp::kPenalize && redis::CountSlots(checks) > 1) {
     // A penalty is applied whole, never undone by a refund: one slot only (the
     // Limiter's keys for one caller key share a hash tag).
     done(Status::InvalidArgument("a penalty's keys must be in one hash slot"), {});
+    return nullptr;
+  }
+  if (cluster && checks.size() > 1 && op != StoreOp::kDecide && redis::CountSlots(checks) > 1) {
+    // Release and extend apply per check: one call per slot would do, but a permit's keys
+    // share the caller key's hash tag, so this does not arise (minimal adapter).
+    done(Status::InvalidArgument("a permit operation's keys must be in one hash slot"), {});
     return nullptr;
   }
   if (cluster && checks.size() > 1 && redis::CountSlots(checks) > 1) {
@@ -566,7 +558,7 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
     redis::EvaluateAcrossSlots(
         checks, deadline,
         [this, now](std::span<const StoreCheck> c, redis::Deadline d, EvaluateCallback cb) {
-          Evaluate(c, now, d, std::move(cb));
+          Evaluate(StoreOp::kDecide, c, now, d, std::move(cb));
         },
         [this, now](std::span<const StoreCheck> c, redis::Deadline d, RefundCallback cb) {
           cross_slot_refunds.fetch_add(1, std::memory_order_relaxed);
@@ -581,7 +573,7 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
   // arguments and give the same reply.
   // A check with extensions (AppendExt) always takes the batch script, uncoalesced.
   auto call = std::make_shared<Call>();
-  const bool plain = AllPlain(checks);
+  const bool plain = AllPlain(checks, op);
   // (A lone concurrency check always has extensions, its permit: it runs a one-check
   // script of its own that takes the batch arguments, like the sliding log's.)
   const bool single =
@@ -593,8 +585,7 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
       checks.size() == 1 && plain && checks[0].policy->algorithm != Algorithm::kSlidingWindowLog;
   std::string wire =
       lean ? EncodeSingle(script, checks[0], now, impl_->options.use_caller_time, *call)
-           : EncodeEval(script, checks, now, impl_->options.use_caller_time,
-                        /*refund=*/false, *call);
+           : EncodeEval(script, checks, now, impl_->options.use_caller_time, op, *call);
   // Coalescing: the connection may merge this call with others queued with it
   // (connection.h); on a cluster only with calls of the same slot.
   redis::CoalesceInfo merge;
@@ -616,21 +607,23 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
   return call;
 }
 
-Status RedisStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
-                            std::span<Decision> out) {
+Status RedisStore::Run(const StoreBatch& batch, std::span<Decision> out) {
+  if (batch.op == StoreOp::kRefund) return Refund(batch.checks, batch.now);
+  const std::span<const StoreCheck> checks = batch.checks;
+  const Micros now = batch.now;
   if (out.size() < checks.size()) return Status::InvalidArgument("output span too small");
   // The wait and the I/O thread share one deadline; whichever ends the call first
   // counts its timeout (Call::timeout_counted).
   const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
   auto w = std::make_shared<redis::Waiter<Batch>>();
-  auto call =
-      impl_->Evaluate(checks, now, deadline, [w](const Status& s, std::span<const Decision> d) {
-        w->Complete([&](Batch& b) {
-          b.status = s;
-          b.n = d.size();
-          std::copy(d.begin(), d.end(), b.decisions);
-        });
-      });
+  auto call = impl_->Evaluate(batch.op, checks, now, deadline,
+                              [w](const Status& s, std::span<const Decision> d) {
+                                w->Complete([&](Batch& b) {
+                                  b.status = s;
+                                  b.n = d.size();
+                                  std::copy(d.begin(), d.end(), b.decisions);
+                                });
+                              });
   if (!w->Wait(deadline)) {
     if (call) impl_->CountTimeout(*call);
     return Status::DeadlineExceeded("Redis did not answer within " +
@@ -644,19 +637,10 @@ Status RedisStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
 
 // A refund is the batch script with every cost negated (lua/dispatch.lua), even for one
 // check: refunds are rare, and the one-check scripts stay lean. The reply is empty.
-void RedisStore::RefundAsync(std::span<const StoreCheck> checks, Micros now, RefundCallback done) {
-  impl_->Refund(checks, now, redis::DeadlineAfter(impl_->options.call_timeout), std::move(done));
-}
-
 std::shared_ptr<Call> RedisStore::Impl::Refund(std::span<const StoreCheck> checks, Micros now,
                                                redis::Deadline deadline, RefundCallback done) {
   RedisStore::Impl* impl_ = this;
-  Status s = ValidateChecks(checks);
-  for (const StoreCheck& c : checks) {
-    if (s.ok() && c.cost == 0) {
-      s = Status::InvalidArgument("a refund of policy '" + c.policy->name + "' has cost 0");
-    }
-  }
+  Status s = ValidateBatch(StoreBatch{.op = StoreOp::kRefund, .checks = checks, .now = now});
   if (!s.ok() || checks.empty()) {
     done(s);
     return nullptr;
@@ -674,8 +658,8 @@ std::shared_ptr<Call> RedisStore::Impl::Refund(std::span<const StoreCheck> check
   impl_->calls.fetch_add(1, std::memory_order_relaxed);
   auto call = std::make_shared<Call>();
   const redis::Script& script = redis::BatchScript();
-  std::string wire = EncodeEval(script, checks, now, impl_->options.use_caller_time,
-                                /*refund=*/true, *call);
+  std::string wire =
+      EncodeEval(script, checks, now, impl_->options.use_caller_time, StoreOp::kRefund, *call);
   // call->n == 0: the reply must be an empty array.
   impl_->Run(checks[0].key, script, std::move(wire), call, deadline,
              [done = std::move(done)](const Status& st, std::span<const Decision>) { done(st); });

@@ -20,7 +20,7 @@
 namespace sluice::service {
 namespace {
 
-constexpr std::size_t kMaxChecks = decide::kMaxChecks;
+constexpr std::size_t kMaxChecks = kMaxBatchChecks;
 // Entries per descriptor the matcher records a path for (settings.max_entries' bound).
 constexpr std::size_t kMaxEntries = 64;
 
@@ -134,7 +134,7 @@ struct Engine::Prepared {
   // A permit operation (acquire, release, extend), its permit id (the checks view it),
   // and how many checks are of concurrency limits, with their shortest lease.
   bool permit_mode = false;
-  PermitOp op = PermitOp::kAcquire;
+  StoreOp op = StoreOp::kDecide;
   std::string permit_id;
   std::size_t nconcurrency = 0;
   Micros lease = 0;
@@ -298,10 +298,10 @@ std::string Engine::DumpConfig() const {
 }
 
 Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitResponse* resp,
-                       bool* decide, const PermitOp* permit_op, std::string_view permit_id) {
+                       bool* decide, const StoreOp* permit_op, std::string_view permit_id) {
   *decide = false;
   p.permit_mode = permit_op != nullptr;
-  p.op = permit_op ? *permit_op : PermitOp::kAcquire;
+  p.op = permit_op ? *permit_op : StoreOp::kDecide;
   p.permit_id.assign(permit_id);
   p.nconcurrency = 0;
   p.lease = 0;
@@ -443,7 +443,7 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
             ", which this API cannot release: take permits with POST /v1/acquire and give "
             "them back with POST /v1/release");
       }
-      if (!concurrency && p.permit_mode && p.op != PermitOp::kAcquire) {
+      if (!concurrency && p.permit_mode && p.op != StoreOp::kDecide) {
         p.rule[a] = nullptr;  // a release or an extend leaves rate limits alone
         continue;
       }
@@ -502,7 +502,6 @@ Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitRespon
         decide::Check& c = p.checks[p.nchecks];
         c.cost = 1;
         c.permit = p.permit_id;
-        c.op = p.op;
         p.lease = p.nconcurrency == 0 ? r->policy.window : std::min(p.lease, r->policy.window);
         ++p.nconcurrency;
       }
@@ -814,7 +813,7 @@ void Engine::AcquireAsync(const RateLimitRequest& req, PermitDone done) {
   auto p = std::make_shared<Prepared>();
   auto resp = std::make_shared<PermitResponse>();
   bool decide = false;
-  const PermitOp op = PermitOp::kAcquire;
+  const StoreOp op = StoreOp::kDecide;
   const std::string id = NewPermitId();
   Status s = Prepare(req, *p, &resp->rate, &decide, &op, id);
   if (s.ok() && p->nconcurrency == 0) {
@@ -842,7 +841,7 @@ void Engine::AcquireAsync(const RateLimitRequest& req, PermitDone done) {
                         });
 }
 
-void Engine::PermitAsync(PermitOp op, std::string_view token, PermitDone done) {
+void Engine::PermitAsync(StoreOp op, std::string_view token, PermitDone done) {
   auto resp = std::make_shared<PermitResponse>();
   std::string id, storage;
   RateLimitRequest req;
@@ -876,9 +875,10 @@ void Engine::PermitAsync(PermitOp op, std::string_view token, PermitDone done) {
                                        "its lease");
           return done(nf, *resp);
         }
-        if (op == PermitOp::kExtend) resp->lease = p->lease;
+        if (op == StoreOp::kExtend) resp->lease = p->lease;
         done(Status::Ok(), *resp);
-      });
+      },
+      op);
 }
 
 }  // namespace sluice::service

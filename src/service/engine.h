@@ -151,13 +151,13 @@ class Engine {
   // is). `done` runs exactly once (inline or on the store's thread). Errors:
   // InvalidArgument as ShouldRateLimit, or when no concurrency limit matches.
   void AcquireAsync(const RateLimitRequest& request, PermitDone done);
-  // Releases (PermitOp::kRelease) or extends (kExtend) the permit `token` from
+  // Releases (StoreOp::kRelease) or extends (kExtend) the permit `token` from
   // AcquireAsync, under every concurrency limit its descriptors match in the current
   // configuration (rate limits are left alone: nothing is refunded). Errors:
   // InvalidArgument for a malformed token; NotFound when no limit holds the permit
   // (unknown, released already, expired after its lease, or the limit is gone from the
   // configuration); store errors as is.
-  void PermitAsync(PermitOp op, std::string_view token, PermitDone done);
+  void PermitAsync(StoreOp op, std::string_view token, PermitDone done);
 
   // The settings of the current snapshot.
   Settings settings() const;
@@ -182,8 +182,7 @@ class Engine {
   // an InvalidArgument: these APIs have no release); else the permit operation, which
   // checks only the concurrency limits for a release or an extend.
   Status Prepare(const RateLimitRequest& request, Prepared& p, RateLimitResponse* response,
-                 bool* decide, const PermitOp* permit_op = nullptr,
-                 std::string_view permit_id = {});
+                 bool* decide, const StoreOp* permit_op = nullptr, std::string_view permit_id = {});
   // Statuses, metrics and headers from the decider's answer.
   void Finish(const Prepared& p, std::span<const Decision> decisions,
               RateLimitResponse* response) const;

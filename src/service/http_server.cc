@@ -181,7 +181,7 @@ struct HttpServer::Impl {
   void Nginx(const Request& req, const std::string& domain, Respond respond);
   // --- concurrency limits (issue #12) ---
   void Acquire(const Request& req, std::string_view query, Respond respond);
-  void PermitCall(const Request& req, std::string_view query, sluice::PermitOp op, Respond respond);
+  void PermitCall(const Request& req, std::string_view query, sluice::StoreOp op, Respond respond);
 };
 
 class Conn : public std::enable_shared_from_this<Conn> {
@@ -500,11 +500,11 @@ void HttpServer::Impl::Handle(const Request& req, Respond respond) {
     if (path == "/v1/acquire")
       return post ? Acquire(req, query, respond) : respond(not_allowed("POST"));
     if (path == "/v1/release") {
-      return post ? PermitCall(req, query, sluice::PermitOp::kRelease, respond)
+      return post ? PermitCall(req, query, sluice::StoreOp::kRelease, respond)
                   : respond(not_allowed("POST"));
     }
     if (path == "/v1/extend") {
-      return post ? PermitCall(req, query, sluice::PermitOp::kExtend, respond)
+      return post ? PermitCall(req, query, sluice::StoreOp::kExtend, respond)
                   : respond(not_allowed("POST"));
     }
     constexpr std::string_view kNginx = "/nginx/auth/";
@@ -709,7 +709,7 @@ void HttpServer::Impl::Acquire(const Request& req, std::string_view query, Respo
 // POST /v1/release, /v1/extend: `permit=TOKEN` (query or form body). 200; 404 when the
 // permit is not held (unknown, released already, expired); 400 for a missing or
 // malformed token.
-void HttpServer::Impl::PermitCall(const Request& req, std::string_view query, sluice::PermitOp op,
+void HttpServer::Impl::PermitCall(const Request& req, std::string_view query, sluice::StoreOp op,
                                   Respond respond) {
   auto fail = [this, respond](int status, const std::string& why) {
     engine.metrics().CountRequest(
@@ -736,7 +736,7 @@ void HttpServer::Impl::PermitCall(const Request& req, std::string_view query, sl
     engine.metrics().CountRequest(Api::kPermit, RequestOutcome::kOk);
     Reply rep;
     rep.content_type = "application/json";
-    if (op == sluice::PermitOp::kExtend) {
+    if (op == sluice::StoreOp::kExtend) {
       rep.body = Dump(nlohmann::json{{"extended", true}, {"lease_ms", (out.lease + 999) / 1000}});
     } else {
       rep.body = Dump(nlohmann::json{{"released", true}});

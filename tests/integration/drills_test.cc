@@ -207,25 +207,25 @@ class AsyncLoad : public Load {
           ++submitted_;
         }
         const int k = static_cast<int>(i % kKeys);
-        StoreCheck c{&policy_, keys_[static_cast<std::size_t>(k)], 1};
+        StoreCheck c{.policy = &policy_, .key = keys_[static_cast<std::size_t>(k)], .cost = 1};
         const auto start = steady_clock::now();
         // Never called with mu_ held: an immediate failure may complete inline.
-        store_.EvaluateAsync(std::span<const StoreCheck>(&c, 1), 0,
-                             [this, &t, k, start](const Status& s, std::span<const Decision> d) {
-                               t.Latency(steady_clock::now() - start);
-                               ++t.calls;
-                               if (s.ok() && d.size() == 1) {
-                                 ++t.from_store;
-                                 if (d[0].allowed) ++t.keys[k].allowed;
-                               } else {
-                                 ++t.fallback;
-                                 ++t.keys[k].unknown;
-                               }
-                               std::lock_guard<std::mutex> lock(mu_);
-                               ++completed_;
-                               --in_flight_;
-                               cv_.notify_all();
-                             });
+        store_.RunAsync({.checks = std::span<const StoreCheck>(&c, 1), .now = 0},
+                        [this, &t, k, start](const Status& s, std::span<const Decision> d) {
+                          t.Latency(steady_clock::now() - start);
+                          ++t.calls;
+                          if (s.ok() && d.size() == 1) {
+                            ++t.from_store;
+                            if (d[0].allowed) ++t.keys[k].allowed;
+                          } else {
+                            ++t.fallback;
+                            ++t.keys[k].unknown;
+                          }
+                          std::lock_guard<std::mutex> lock(mu_);
+                          ++completed_;
+                          --in_flight_;
+                          cv_.notify_all();
+                        });
       }
     });
   }
