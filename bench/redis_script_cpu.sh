@@ -90,9 +90,11 @@ key='sluice:{bench%3A__rand_int__}:bench'
 # issue #9 item 1; the lean layout after it (lua/single_head.lua: "" limit window cost,
 # then the capacity for a token bucket and GCRA, the initial tokens for a token bucket).
 # A batch layout from issue #12 on has a seventh argument per check (its extensions,
-# "" for a plain check: lua/dispatch.lua).
+# "" for a plain check); from issue #17 on it is the group runner's (lua/runner.lua:
+# one policy of 7 numbers, then one number for the check: cost 1, kind 0, last).
 batch_args() {
-  if grep -q "(#ARGV - 2) / 7" "$1"; then echo "\"\" 0 $2 1000 1000000 1000 -1 1 \"\""
+  if grep -q "local np = tonumber(ARGV\[3\])" "$1"; then echo "\"\" 0 1 $2 1000 1000000 1000 -1 0 0 131073"
+  elif grep -q "(#ARGV - 2) / 7" "$1"; then echo "\"\" 0 $2 1000 1000000 1000 -1 1 \"\""
   else echo "\"\" 0 $2 1000 1000000 1000 -1 1"
   fi
 }

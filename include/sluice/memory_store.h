@@ -56,6 +56,12 @@ class MemoryStore final : public Store {
 
   MemoryStoreStats Stats() const;
 
+  // Drops every key whose state is back to "full" at `now` (a clock reading of the
+  // store's callers), one shard at a time, and returns how many. Idle keys are otherwise
+  // dropped a few at a time by inserts, or all at once at the key cap, so without
+  // inserts Stats().keys keeps counting them. Changes no decision.
+  std::size_t SweepExpired(Micros now);
+
  private:
   Status Refund(std::span<const StoreCheck> checks, Micros now);
 

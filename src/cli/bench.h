@@ -48,7 +48,7 @@ class LatencyHistogram {
 };
 
 enum class BenchApi {
-  kStore,    // Store::EvaluateAsync (remote) or Store::Run from threads (memory)
+  kStore,    // Store::RunAsync (remote) or Store::Run from threads (memory)
   kLimiter,  // sluice::Limiter::Acquire from one thread per caller (deny cache applies)
 };
 

@@ -1,26 +1,13 @@
 #include "sluice/key.h"
 
+#include "core/key_escape.h"
+
 namespace sluice {
-namespace {
-
-bool Plain(unsigned char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-         c == '_' || c == '-' || c == '@' || c == '/' || c == '+' || c == '=';
-}
-
-}  // namespace
-
 void AppendEscaped(std::string& out, std::string_view part) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  for (unsigned char c : part) {
-    if (Plain(c)) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
+  const std::size_t start = out.size();
+  out.resize(start + 3 * part.size());
+  char* end = key_internal::WriteEscaped(out.data() + start, part);
+  out.resize(static_cast<std::size_t>(end - out.data()));
 }
 
 std::string JoinKey(std::initializer_list<std::string_view> parts) {

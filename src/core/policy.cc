@@ -328,8 +328,53 @@ Status ValidatePolicy(const Policy& p) {
   return Status::Ok();
 }
 
+namespace {
+
+// The microseconds of unit name `unit` ("ms", "hours"), or 0 when it is none.
+Micros UnitMicrosOf(std::string_view unit) {
+  for (const Unit& u : kUnits) {
+    if (unit == u.name || (unit.size() == u.name.size() + 1 && unit.back() == 's' &&
+                           unit.substr(0, u.name.size()) == u.name && u.name.size() > 2)) {
+      return u.micros;
+    }
+  }
+  return 0;
+}
+
+// "duration '0.5ms' must be a whole number of its unit (write 500us)": the fraction
+// `frac` (digits after the point) of `whole` units of `micros`, in the largest unit that
+// holds it exactly.
+std::string FractionError(std::string_view text, std::uint64_t whole, std::string_view frac,
+                          Micros micros) {
+  std::string why = "duration '" + std::string(text) + "' must be a whole number of its unit";
+  unsigned __int128 scale = 1, num = whole;
+  for (char c : frac) {
+    if (scale > 1'000'000'000'000ULL) return why;
+    num = num * 10 + static_cast<unsigned>(c - '0');
+    scale *= 10;
+  }
+  const unsigned __int128 us = num * static_cast<unsigned __int128>(micros);
+  if (us % scale != 0 || us / scale > static_cast<unsigned __int128>(INT64_MAX)) return why;
+  const auto total = static_cast<std::uint64_t>(us / scale);
+  const char* name = "us";
+  std::uint64_t n = total;
+  if (total % 1'000'000 == 0) {
+    name = "s";
+    n = total / 1'000'000;
+  } else if (total % 1'000 == 0) {
+    name = "ms";
+    n = total / 1'000;
+  }
+  return why + " (write " + std::to_string(n) + name + ")";
+}
+
+}  // namespace
+
 Result<Micros> ParseDuration(std::string_view text) {
   std::string_view s = Trim(text);
+  if (!s.empty() && s[0] == '-') {
+    return Status::InvalidArgument("duration '" + std::string(text) + "' must not be negative");
+  }
   std::size_t i = 0;
   while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
   std::uint64_t n = 1;
@@ -339,15 +384,22 @@ Result<Micros> ParseDuration(std::string_view text) {
       return Status::InvalidArgument("duration '" + std::string(text) + "' is out of range");
     }
   }
-  std::string_view unit = Trim(s.substr(i));
-  for (const Unit& u : kUnits) {
-    if (unit == u.name || (unit.size() == u.name.size() + 1 && unit.back() == 's' &&
-                           unit.substr(0, u.name.size()) == u.name && u.name.size() > 2)) {
-      if (n > static_cast<std::uint64_t>(INT64_MAX / u.micros)) {
-        return Status::InvalidArgument("duration '" + std::string(text) + "' is out of range");
-      }
-      return static_cast<Micros>(n) * u.micros;
+  if (i > 0 && i < s.size() && s[i] == '.') {
+    std::size_t j = i + 1;
+    while (j < s.size() && s[j] >= '0' && s[j] <= '9') ++j;
+    const Micros micros = UnitMicrosOf(Trim(s.substr(j)));
+    if (micros != 0 && j > i + 1) {
+      return Status::InvalidArgument(FractionError(text, n, s.substr(i + 1, j - i - 1), micros));
     }
+  }
+  std::string_view unit = Trim(s.substr(i));
+  // "0" is zero in any unit: it needs none.
+  if (i > 0 && n == 0 && unit.empty()) return Micros{0};
+  if (const Micros micros = UnitMicrosOf(unit); micros != 0) {
+    if (n > static_cast<std::uint64_t>(INT64_MAX / micros)) {
+      return Status::InvalidArgument("duration '" + std::string(text) + "' is out of range");
+    }
+    return static_cast<Micros>(n) * micros;
   }
   return Status::InvalidArgument("duration '" + std::string(text) +
                                  "' needs a unit: us, ms, s, m/min, h/hour or d/day");

@@ -129,6 +129,25 @@ std::string FormatRateLimitPolicy(std::span<const PolicyItem> items) {
   return out;
 }
 
+std::string FormatLimitList(std::uint64_t binding_limit, std::span<const PolicyItem> items) {
+  std::string out = SfInteger(binding_limit);
+  for (const PolicyItem& it : items) {
+    out.append(", ");
+    out.append(SfInteger(it.qw.q));
+    if (it.qw.concurrent) {
+      out.append(";qu=\"concurrent-requests\"");
+    } else {
+      out.append(";w=");
+      out.append(SfInteger(it.qw.w));
+    }
+    if (!it.name.empty()) {
+      out.append(";name=");
+      AppendSfString(out, it.name);
+    }
+  }
+  return out;
+}
+
 std::string FormatRateLimit(std::span<const LimitItem> items) {
   std::string out;
   for (const LimitItem& it : items) {

@@ -110,6 +110,10 @@ struct LimitItem {
 // Structured-field lists (RFC 9651 serialisation: members joined by ", ").
 std::string FormatRateLimitPolicy(std::span<const PolicyItem> items);
 std::string FormatRateLimit(std::span<const LimitItem> items);
+// X-RateLimit-Limit with several limits, as Envoy's draft-03 headers write it: the
+// binding limit's capacity, then each limit's quota policy, "q;w=W" (a concurrency
+// limit: "q;qu=\"concurrent-requests\"") with ";name=..." when its name is not empty.
+std::string FormatLimitList(std::uint64_t binding_limit, std::span<const PolicyItem> items);
 // Appends `s` as an sf-string (quoted, with '"' and '\' escaped; other bytes outside
 // printable ASCII are dropped).
 void AppendSfString(std::string& out, std::string_view s);

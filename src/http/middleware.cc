@@ -99,6 +99,24 @@ struct Middleware::Impl {
   IpAddress PeerAndClient(const Request& r, bool* peer_ok) const;
   Verdict Decide(const Request& r, const CompiledRoute& route, const IpAddress& client) const;
   Verdict Reject(int status, std::string_view title, std::string detail) const;
+
+  // The identities a route's keys may need. Reads them into `api_key` and `user`; a
+  // Verdict (400) when one is too long.
+  std::optional<Verdict> Identities(const Request& r, const CompiledRoute& route,
+                                    std::string_view* api_key, std::string* user) const;
+  // The key of every limit of `route` that applies into `keys`, and its check into
+  // `checks`; `*n` how many. A Verdict (400) when a key is too long.
+  std::optional<Verdict> BuildChecks(const Request& r, const CompiledRoute& route,
+                                     const IpAddress& client, std::string_view api_key,
+                                     std::string_view user, std::span<std::string> keys,
+                                     std::span<::sluice::Check> checks, std::size_t* n) const;
+  // Asks the limiter (a permit, a reservation or a plain decision, as the route says)
+  // and sets v.decision (and v.permit, v.delay).
+  Status Run(const CompiledRoute& route, std::span<const ::sluice::Check> batch,
+             std::span<Decision> per, Verdict& v) const;
+  // The headers, and the 429 / 503 answer of a denial.
+  Verdict Answer(Verdict v, const CompiledRoute& route, std::span<const ::sluice::Check> checks,
+                 std::span<const Decision> per) const;
 };
 
 namespace {
@@ -321,17 +339,35 @@ Verdict Middleware::Check(const Request& request) const {
 
 Verdict Middleware::Impl::Decide(const Request& request, const CompiledRoute& route,
                                  const IpAddress& client) const {
-  const ClientIpOptions& ci = options.client_ip;
-  // Formatted only when a key needs it (an API key alone does not).
-  std::string ip_storage;
-  auto ip_text = [&]() -> std::string_view {
-    if (ip_storage.empty()) {
-      ip_storage = internal::FormatIp(client, client.v4 ? ci.ipv4_prefix : ci.ipv6_prefix);
-    }
-    return ip_storage;
-  };
-
   std::string_view api_key;
+  std::string user;
+  if (auto bad = Identities(request, route, &api_key, &user)) return std::move(*bad);
+  thread_local std::array<std::string, kMaxLimits> keys;
+  std::array<::sluice::Check, kMaxLimits> checks;
+  std::size_t n = 0;
+  if (auto bad = BuildChecks(request, route, client, api_key, user, keys, checks, &n)) {
+    return std::move(*bad);
+  }
+  if (n == 0) {
+    allowed.fetch_add(1, std::memory_order_relaxed);
+    return Verdict{};
+  }
+  std::array<Decision, kMaxLimits> per;
+  const std::span<const ::sluice::Check> batch(checks.data(), n);
+  const std::span<Decision> per_span(per.data(), n);
+  Verdict v;
+  if (Status failed = Run(route, batch, per_span, v); !failed.ok()) {
+    errors.fetch_add(1, std::memory_order_relaxed);
+    return Reject(500, "Internal Server Error", "rate limiting: " + failed.ToString());
+  }
+  return Answer(std::move(v), route, batch, per_span);
+}
+
+std::optional<Verdict> Middleware::Impl::Identities(const Request& request,
+                                                    const CompiledRoute& route,
+                                                    std::string_view* api_key_out,
+                                                    std::string* user_out) const {
+  std::string_view& api_key = *api_key_out;
   if (route.needs_api_key && request.headers != nullptr) {
     std::string_view v;
     if (request.headers->Get(options.api_key_header, 0, &v)) api_key = TrimOws(v);
@@ -345,7 +381,7 @@ Verdict Middleware::Impl::Decide(const Request& request, const CompiledRoute& ro
       api_key = {};  // an invented key is no identity
     }
   }
-  std::string user;
+  std::string& user = *user_out;
   if (route.needs_user) {
     user = options.user(request);
     if (user.size() > options.max_identity_bytes) {
@@ -355,11 +391,26 @@ Verdict Middleware::Impl::Decide(const Request& request, const CompiledRoute& ro
           "the user id is longer than " + std::to_string(options.max_identity_bytes) + " bytes");
     }
   }
+  return std::nullopt;
+}
 
-  thread_local std::array<std::string, kMaxLimits> keys;
-  std::array<::sluice::Check, kMaxLimits> checks;
+std::optional<Verdict> Middleware::Impl::BuildChecks(
+    const Request& request, const CompiledRoute& route, const IpAddress& client,
+    std::string_view api_key, std::string_view user, std::span<std::string> keys,
+    std::span<::sluice::Check> checks, std::size_t* count) const {
+  const ClientIpOptions& ci = options.client_ip;
+  // Formatted only when a key needs it (an API key alone does not).
+  std::string ip_storage;
+  auto ip_text = [&]() -> std::string_view {
+    if (ip_storage.empty()) {
+      ip_storage = internal::FormatIp(client, client.v4 ? ci.ipv4_prefix : ci.ipv6_prefix);
+    }
+    return ip_storage;
+  };
+
   const std::uint64_t cost = options.cost ? options.cost(request) : route.cost;
-  std::size_t n = 0;
+  std::size_t& n = *count;
+  n = 0;
   for (const CompiledLimit& l : route.limits) {
     std::string& key = keys[n];
     key.clear();
@@ -409,15 +460,11 @@ Verdict Middleware::Impl::Decide(const Request& request, const CompiledRoute& ro
     checks[n] = ::sluice::Check{l.policy, key, cost};
     ++n;
   }
-  if (n == 0) {
-    allowed.fetch_add(1, std::memory_order_relaxed);
-    return Verdict{};
-  }
+  return std::nullopt;
+}
 
-  std::array<Decision, kMaxLimits> per;
-  const std::span<const ::sluice::Check> batch(checks.data(), n);
-  const std::span<Decision> per_span(per.data(), n);
-  Verdict v;
+Status Middleware::Impl::Run(const CompiledRoute& route, std::span<const ::sluice::Check> batch,
+                             std::span<Decision> per_span, Verdict& v) const {
   Status failed;
   if (route.concurrency) {
     // Rate and concurrency limits in one atomic call; the permit (when one was taken)
@@ -446,10 +493,13 @@ Verdict Middleware::Impl::Decide(const Request& request, const CompiledRoute& ro
       failed = result.status();
     }
   }
-  if (!failed.ok()) {
-    errors.fetch_add(1, std::memory_order_relaxed);
-    return Reject(500, "Internal Server Error", "rate limiting: " + failed.ToString());
-  }
+  return failed;
+}
+
+Verdict Middleware::Impl::Answer(Verdict v, const CompiledRoute& route,
+                                 std::span<const ::sluice::Check> checks,
+                                 std::span<const Decision> per) const {
+  const std::size_t n = checks.size();
   v.checked = true;
   const Decision& d = v.decision;
   const auto& policies = options.limiter->policies();

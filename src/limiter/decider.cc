@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/hash.h"
 #include "limiter/lease.h"
 #include "memory/memory_store_internal.h"
 #include "sluice/memory_store.h"
@@ -34,11 +35,6 @@ std::size_t ThisThreadStripe() {
   return stripe;
 }
 
-std::uint64_t Fnv(std::string_view s, std::uint64_t h) {
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
-  return h;
-}
-
 // A bounded, direct-mapped cache of keys known to be denied until a time. Its size is
 // a byte budget fixed at construction: slots are plain 64-byte records (the key is a
 // 128-bit hash, not a copy), so the cache never allocates after it is built, and its
@@ -60,8 +56,8 @@ class DenyCache {
   // max_wait (+1 us of rounding slack): otherwise the store may grant it.
   bool Lookup(std::string_view key, std::uint64_t cost, Micros now, Decision* d,
               Micros max_wait = 0) {
-    const std::uint64_t h1 = Fnv(key, 0xcbf29ce484222325ULL);
-    const std::uint64_t h2 = Fnv(key, 0x84222325cbf29ce4ULL) | 1;  // 0 marks an empty slot
+    const std::uint64_t h1 = Fnv1a64(key, kFnvOffset);
+    const std::uint64_t h2 = Fnv1a64(key, kFnvOffsetAlt) | 1;  // 0 marks an empty slot
     Entry e;
     {
       std::lock_guard<std::mutex> lock(LockOf(h1));
@@ -81,8 +77,8 @@ class DenyCache {
 
   void Insert(std::string_view key, std::uint64_t cost, Micros now, const Decision& d) {
     if (d.retry_after <= 0) return;
-    const std::uint64_t h1 = Fnv(key, 0xcbf29ce484222325ULL);
-    const std::uint64_t h2 = Fnv(key, 0x84222325cbf29ce4ULL) | 1;
+    const std::uint64_t h1 = Fnv1a64(key, kFnvOffset);
+    const std::uint64_t h2 = Fnv1a64(key, kFnvOffsetAlt) | 1;
     const Entry e{h1,
                   h2,
                   now + d.retry_after,
@@ -96,7 +92,7 @@ class DenyCache {
   }
 
   void Erase(std::string_view key) {
-    const std::uint64_t h1 = Fnv(key, 0xcbf29ce484222325ULL);
+    const std::uint64_t h1 = Fnv1a64(key, kFnvOffset);
     std::lock_guard<std::mutex> lock(LockOf(h1));
     Entry& e = slots_.get()[h1 & mask_];
     if (e.h1 == h1) e.until = 0;

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "core/key_escape.h"
 #include "limiter/decider.h"
 #include "limiter/limiter_internal.h"
 #include "limiter/permit_internal.h"
@@ -48,23 +49,12 @@ class Scratch {
   alignas(T) unsigned char bytes_[sizeof(T) * N];
 };
 
-// Which bytes AppendEscaped (sluice/key.h) leaves as they are: [A-Za-z0-9._@/+=-].
-constexpr std::array<bool, 256> kPlainByte = [] {
-  std::array<bool, 256> t{};
-  for (int c = 'a'; c <= 'z'; ++c) t[c] = true;
-  for (int c = 'A'; c <= 'Z'; ++c) t[c] = true;
-  for (int c = '0'; c <= '9'; ++c) t[c] = true;
-  for (char c : std::string_view("._-@/+=")) t[static_cast<unsigned char>(c)] = true;
-  return t;
-}();
-
 }  // namespace
 
 namespace limiter_internal {
 
 std::string_view BuildStoreKeyView(std::string& buf, std::string_view prefix, std::string_view key,
                                    std::string_view policy) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
   const std::size_t longest = prefix.size() + 2 + 3 * key.size() + 2 + policy.size();
   // Grown, never shrunk: once the buffer has held the longest key, nothing is
   // allocated or cleared here.
@@ -75,17 +65,7 @@ std::string_view BuildStoreKeyView(std::string& buf, std::string_view prefix, st
   p += prefix.size();
   *p++ = ':';
   *p++ = '{';
-  for (const char ch : key) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (kPlainByte[c]) {
-      *p++ = ch;
-    } else {
-      p[0] = '%';
-      p[1] = kHex[c >> 4];
-      p[2] = kHex[c & 15];
-      p += 3;
-    }
-  }
+  p = key_internal::WriteEscaped(p, key);
   *p++ = '}';
   *p++ = ':';
   std::memcpy(p, policy.data(), policy.size());

@@ -1315,6 +1315,19 @@ Status MemoryStore::Reset(const Policy& policy, std::string_view key) {
   return Status::Ok();
 }
 
+std::size_t MemoryStore::SweepExpired(Micros now) {
+  std::size_t removed = 0;
+  for (Shard& shard : impl_->shards) {
+    std::lock_guard<ShardLock> lock(shard.mu);
+    if (shard.table.next_expiry() > now) continue;  // nothing there can have expired
+    const std::size_t n = shard.table.Sweep(now);
+    impl_->total.fetch_sub(n, std::memory_order_relaxed);
+    impl_->expired.fetch_add(n, std::memory_order_relaxed);
+    removed += n;
+  }
+  return removed;
+}
+
 MemoryStoreStats MemoryStore::Stats() const {
   MemoryStoreStats s;
   s.keys = impl_->total.load(std::memory_order_relaxed);

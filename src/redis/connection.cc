@@ -196,25 +196,38 @@ void Connection::Emit(std::vector<Queued>& batch, std::string& out, std::deque<P
 }
 
 void Connection::DeliverMerged(Merged& m, const Status& s, const redisReply* r) {
-  std::size_t total = 0;
-  for (const Group& g : m.groups) total += g.nreplies;
-  const bool split = s.ok() && r->type == REDIS_REPLY_ARRAY && r->elements == total;
+  // Each group's part: [begin, end) of the reply's elements, or none when the reply does
+  // not split into exactly the groups' units.
+  std::vector<std::pair<std::size_t, std::size_t>> parts;
+  bool split = s.ok() && r->type == REDIS_REPLY_ARRAY;
+  std::size_t at = 0;
+  for (const Group& g : m.groups) {
+    if (!split) break;
+    const std::size_t begin = at;
+    for (std::uint32_t u = 0; u < g.nreplies && split; ++u) {
+      const std::size_t size =
+          at < r->elements
+              ? (m.target->unit_size == nullptr ? 1 : m.target->unit_size(*r->element[at]))
+              : 0;
+      split = size > 0 && at + size <= r->elements;
+      at += size;
+    }
+    parts.emplace_back(begin, at);
+  }
+  split = split && at == r->elements;
   const bool whole = !s.ok() || r->type == REDIS_REPLY_ERROR;
-  const Status bad =
-      Status::Internal("unexpected reply to a coalesced call: expected an array of " +
-                       std::to_string(total) + " elements");
-  std::size_t offset = 0;
-  for (Group& g : m.groups) {
-    const std::size_t at = offset;
-    offset += g.nreplies;
+  const Status bad = Status::Internal(
+      "unexpected reply to a coalesced call: it does not split into its callers' parts");
+  for (std::size_t i = 0; i < m.groups.size(); ++i) {
+    Group& g = m.groups[i];
     if (g.done) continue;
     g.done = true;
     if (split) {
       // The caller's part, as an array reply of its own (valid during the callback).
       redisReply part{};
       part.type = REDIS_REPLY_ARRAY;
-      part.elements = g.nreplies;
-      part.element = r->element + at;
+      part.elements = parts[i].second - parts[i].first;
+      part.element = r->element + parts[i].first;
       g.callback(s, &part);
     } else if (whole) {
       g.callback(s, r);

@@ -94,8 +94,8 @@ struct ConnectionStats {
 // connection. Calls queued in smaller numbers than `min_groups` are sent as they are.
 //
 // The grouped script's contract: KEYS are every group's keys in order; ARGV is what
-// `encode` wrote; the reply is one flat array, each group's `nreplies` elements in
-// order (or an error reply, which every group gets).
+// `encode` wrote; the reply is one flat array, each group's part in order (`nreplies`
+// units, each `unit_size` elements long), or an error reply, which every group gets.
 struct CoalesceInfo;
 struct CoalesceTarget {
   std::string_view sha;     // the grouped script's SHA1 (static storage)
@@ -108,6 +108,9 @@ struct CoalesceTarget {
   // returns how many. Runs on the I/O thread.
   std::function<std::size_t(const std::vector<const CoalesceInfo*>& groups, std::string& out)>
       encode;
+  // How many elements the unit of the reply starting at `e` takes (>= 1), or 0 when it
+  // is malformed; null: one element each.
+  std::size_t (*unit_size)(const redisReply& e) = nullptr;
 };
 
 // What a call says about itself to be merged.
@@ -117,7 +120,7 @@ struct CoalesceInfo {
   // The byte range of the call's KEYS in its wire (RESP bulk strings), and their count.
   std::uint32_t keys_begin = 0, keys_end = 0;
   std::uint32_t nkeys = 0;
-  std::uint32_t nreplies = 0;   // its elements in the merged reply
+  std::uint32_t nreplies = 0;   // its units in the merged reply (CoalesceTarget::unit_size)
   std::vector<long long> data;  // what the target's `encode` reads
 };
 

@@ -8,14 +8,19 @@
 # this file puts each body in both scripts that need it:
 # - the batch script: prelude + each body wrapped as DECIDE[id] (the wrapper below sets
 #   the locals from the check `c` and hands the outcome back in `c`) + the sliding log
-#   + the O(1) refunds + penalties and blocks + dispatch (any checks, all or nothing;
-#   refunds; penalties);
+#   + the O(1) refunds + penalties and blocks + concurrency + the group runner (any
+#   checks, all or nothing; refunds; penalties; permits);
 # - one script per algorithm for a single check, indexed by sluice::Algorithm:
 #   single_head + the body + single_tail for the O(1) algorithms (lean straight-line
 #   code, no tables or closures), and prelude + sliding_window_log + penalties + dispatch for the
 #   sliding log (the batch script with only the one algorithm it needs defined);
-# - the coalesced script: the batch script's parts with coalesced.lua in place of
-#   dispatch.lua (several callers' independent groups in one call).
+# - the coalesced script: the same group runner and wire layout as the batch script
+#   (runner.lua), with only the parts a merged call uses (decisions: no refunds,
+#   penalties, blocks or permits, so no DECIDE wrappers either), so that a call does not
+#   define what it never runs.
+# The runner decides the O(1) algorithms' plain decisions inline (their bodies in an
+# if-chain at its "--@INLINE@" line: no table or closure per check); the DECIDE[id]
+# wrappers serve the batch script's penalties, blocks and refunds.
 # A part named "decide:<file>:<id>" is <file>.lua wrapped as DECIDE[<id>].
 function(concat out_var)
   set(body "")
@@ -25,15 +30,29 @@ function(concat out_var)
       file(READ "${LUA_DIR}/${CMAKE_MATCH_1}.lua" content)
       string(APPEND body "DECIDE[${id}] = function(c, now)\n"
              "  local key, limit, w, cap, init, cost = c.key, c.limit, c.window, c.cap, c.init, c.cost\n"
-             "  local need, x = max(cost, 1), c.x or false\n"
-             "  local raw = redis.call('GET', key)\n"
-             "  local allowed, remaining, reset, retry, state, expires, start, start_expires, patch, patch_at\n"
+             "  local need, mode, mw, solo = max(cost, 1), c.mode, c.mw, false\n"
+             "  local allowed, remaining, reset, retry, state, expires, start, start_expires, patch, patch_at, undo\n"
              "${content}"
              "  c.state, c.expires, c.start, c.start_expires = state, expires, start, start_expires\n"
-             "  c.patch, c.patch_at = patch, patch_at\n"
+             "  c.patch, c.patch_at, c.undo = patch, patch_at, undo\n"
              "  return allowed, remaining, reset, retry\n"
              "end\n"
              "COMMIT[${id}] = store_word\n")
+    elseif(part STREQUAL "runner")
+      # The group runner decides the O(1) algorithms inline, each body in a branch of
+      # its own (untaken branches cost a call nothing).
+      set(chain "")
+      set(word "if")
+      foreach(alg fixed_window:0 sliding_window_counter:2 token_bucket:3 gcra:4)
+        string(REGEX MATCH "^([a-z_]+):([0-9])$" _ "${alg}")
+        file(READ "${LUA_DIR}/${CMAKE_MATCH_1}.lua" content)
+        string(APPEND chain "${word} alg == ${CMAKE_MATCH_2} then\n${content}")
+        set(word "elseif")
+      endforeach()
+      string(APPEND chain "else\n  return redis.error_reply('sluice: unknown algorithm ' .. alg)\nend\n")
+      file(READ "${LUA_DIR}/runner.lua" content)
+      string(REPLACE "      --@INLINE@\n" "${chain}" content "${content}")
+      string(APPEND body "${content}")
     else()
       file(READ "${LUA_DIR}/${part}.lua" content)
       string(APPEND body "${content}")
@@ -52,19 +71,18 @@ endfunction()
 set(emitted "")
 # (concurrency: issue #12 item 1; its checks always carry ext, so only the batch script
 # needs it.)
-emit(kBatchScript prelude decide:fixed_window:0 sliding_window_log decide:sliding_window_counter:2
-     decide:token_bucket:3 decide:gcra:4 refunds penalties concurrency dispatch)
-emit(kCoalescedScript prelude decide:fixed_window:0 sliding_window_log
-     decide:sliding_window_counter:2 decide:token_bucket:3 decide:gcra:4 refunds coalesced)
+emit(kBatchScript prelude bucket_refill decide:fixed_window:0 sliding_window_log decide:sliding_window_counter:2
+     decide:token_bucket:3 decide:gcra:4 refunds penalties concurrency runner)
+emit(kCoalescedScript prelude bucket_refill sliding_window_log no_penalties runner)
 emit(kSingleFixedWindow single_head fixed_window single_tail)
-emit(kSingleSlidingWindowLog prelude sliding_window_log penalties dispatch)
+emit(kSingleSlidingWindowLog prelude bucket_refill sliding_window_log penalties runner)
 emit(kSingleSlidingWindowCounter single_head sliding_window_counter single_tail)
-emit(kSingleTokenBucket single_head token_bucket single_tail)
+emit(kSingleTokenBucket single_head bucket_refill token_bucket single_tail)
 emit(kSingleGcra single_head gcra single_tail)
 # One concurrency check (an AcquirePermit of a concurrency policy alone, a release, an
 # extend): the batch script with only that algorithm defined, like the sliding log's,
 # so a call does not define every algorithm's functions (about 5 us of Redis CPU).
-emit(kSingleConcurrency prelude concurrency no_logs dispatch)
+emit(kSingleConcurrency prelude bucket_refill concurrency no_logs no_penalties runner)
 set(cc "// Generated by src/redis/embed_lua.cmake from src/redis/lua/*.lua. Do not edit.\n")
 string(APPEND cc "#include \"redis/scripts.h\"\n\nnamespace sluice::redis {\nnamespace {\n\n")
 string(APPEND cc "${emitted}\n}  // namespace\n\n")

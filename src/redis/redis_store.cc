@@ -13,6 +13,7 @@
 #include "redis/cluster_slots.h"
 #include "redis/cross_slot.h"
 #include "redis/router.h"
+#include "redis/script_wire.h"
 #include "redis/scripts.h"
 #include "redis/sentinel_router.h"
 #include "redis/standalone_router.h"
@@ -34,9 +35,6 @@ constexpr std::size_t kMaxBatch = kMaxBatchChecks;
 // the lean one-check scripts), and at low load merged calls measured a worse p99
 // (docs/benchmarks.md, "Coalesced calls").
 constexpr std::size_t kMinCoalescedBatches = 8;
-// Caller-time mode (tests): TTLs are padded so that Redis's own expiry, which runs on
-// its clock, never drops state that the caller's clock still needs.
-constexpr long long kCallerTimeTtlPadMs = 3'600'000;
 
 struct Batch {
   Status status;
@@ -53,9 +51,6 @@ struct Call {
   // timeout a caller sees is counted exactly once.
   std::atomic<bool> timeout_counted{false};
 };
-
-std::size_t EncodeCoalesced(bool caller_time, const std::vector<const redis::CoalesceInfo*>& groups,
-                            std::string& out);
 
 // Merges the RedisStoreOptions fields into the parsed URL: a field that is set wins.
 void MergeFields(const RedisStoreOptions& o, redis::Url* u) {
@@ -97,8 +92,8 @@ struct RedisStore::Impl {
     }
   }
   // RunAsync with the deadline given; returns the call (null if it failed at
-  // once) so that a blocking caller can count its own timeout.
-  // `op`: every operation but kRefund (Refund below).
+  // once) so that a blocking caller can count its own timeout. `op`: every operation
+  // but kRefund (Refund below).
   std::shared_ptr<Call> Evaluate(StoreOp op, std::span<const StoreCheck> checks, Micros now,
                                  redis::Deadline deadline, EvaluateCallback done);
   std::shared_ptr<Call> Refund(std::span<const StoreCheck> checks, Micros now,
@@ -210,13 +205,15 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
   }
   auto impl = std::make_unique<Impl>();
   impl->coalesce_target = {
-      redis::CoalescedScript().sha, redis::CoalescedScript().source,
+      redis::CoalescedScript().sha,
+      redis::CoalescedScript().source,
       static_cast<std::size_t>(options.coalesce),
       std::min(kMinCoalescedBatches, static_cast<std::size_t>(options.coalesce)),
       [caller_time = options.use_caller_time](const std::vector<const redis::CoalesceInfo*>& groups,
                                               std::string& out) {
-        return EncodeCoalesced(caller_time, groups, out);
-      }};
+        return redis::EncodeCoalesced(caller_time, groups, out);
+      },
+      redis::DecisionSize};
   impl->options = std::move(options);
   impl->router = std::move(router);
   Status usable;
@@ -240,237 +237,47 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
 
 namespace {
 
-// Coalesced calls (lua/coalesced.lua). A check's number there packs its cost, its
-// policy's index in the call and the end of its batch: (cost * 4096 + policy) * 2 +
-// last, exact in a Lua double for costs below 2^40 (a call with a larger cost is sent
-// alone). 4096 policies: at most 256 batches of 16 checks.
-constexpr std::uint64_t kMaxCoalescedCost = std::uint64_t{1} << 40;
-
-// What the encoder below needs of one batch (CoalesceInfo::data): its now, then six
-// numbers per check (algorithm, limit, window, capacity, initial tokens, cost).
-void GroupData(std::span<const StoreCheck> checks, Micros now, redis::CoalesceInfo& merge) {
-  std::vector<long long>& d = merge.data;
-  d.reserve(1 + 6 * checks.size());
-  d.push_back(static_cast<long long>(now));
-  for (const StoreCheck& c : checks) {
-    const Policy& p = *c.policy;
-    d.push_back(static_cast<long long>(p.algorithm));
-    d.push_back(static_cast<long long>(p.limit));
-    d.push_back(static_cast<long long>(p.window));
-    d.push_back(static_cast<long long>(p.Capacity()));
-    d.push_back(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL);
-    d.push_back(static_cast<long long>(c.cost));
-  }
-  merge.nreplies = static_cast<std::uint32_t>(4 * checks.size());
-}
-
-// Where the KEYS of an EVALSHA are in its wire (`*N $7 EVALSHA $40 sha $k nkeys` and
-// then the keys, each `$len\r\n` + bytes + `\r\n`), whatever the script's ARGV layout.
-void FindKeys(const std::string& wire, std::size_t nkeys, redis::CoalesceInfo& merge) {
-  std::size_t at = wire.find('\n') + 1;  // after the array header
-  auto skip = [&wire, &at] {             // one bulk string
-    const std::size_t eol = wire.find('\n', at);
-    std::size_t len = 0;
-    std::from_chars(wire.data() + at + 1, wire.data() + eol - 1, len);
-    at = eol + 1 + len + 2;
-  };
-  for (int i = 0; i < 3; ++i) skip();  // EVALSHA, sha, nkeys
-  merge.keys_begin = static_cast<std::uint32_t>(at);
-  for (std::size_t i = 0; i < nkeys; ++i) skip();
-  merge.keys_end = static_cast<std::uint32_t>(at);
-  merge.nkeys = static_cast<std::uint32_t>(nkeys);
-}
-
-void AppendBulk(std::string& out, std::string_view v) {
-  out.push_back('$');
-  out.append(std::to_string(v.size()));
-  out.append("\r\n");
-  out.append(v);
-  out.append("\r\n");
-}
-
-void AppendNumber(std::string& out, long long v) {
-  char buf[24];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  AppendBulk(out, std::string_view(buf, static_cast<std::size_t>(r.ptr - buf)));
-}
-
-// The ARGV of a coalesced call (lua/coalesced.lua's layout): the clock mode, the TTL
-// pad, the call's distinct policies, then one number per check (and each batch's now
-// before its checks in caller-time mode). Returns the number of arguments.
-std::size_t EncodeCoalesced(bool caller_time, const std::vector<const redis::CoalesceInfo*>& groups,
-                            std::string& out) {
-  struct Numbers {
-    long long v[5];
-  };
-  std::vector<Numbers> policies;
-  std::vector<std::uint32_t> index;
-  for (const redis::CoalesceInfo* g : groups) {
-    for (std::size_t at = 1; at + 6 <= g->data.size(); at += 6) {
-      const long long* p = g->data.data() + at;
-      std::size_t i = 0;
-      while (i < policies.size() && !std::equal(p, p + 5, policies[i].v)) ++i;
-      if (i == policies.size()) {
-        Numbers n;
-        std::copy(p, p + 5, n.v);
-        policies.push_back(n);
-      }
-      index.push_back(static_cast<std::uint32_t>(i));
+// What each check does on the wire (lua/runner.lua's kinds), from the batch's operation.
+void Kinds(std::span<const StoreCheck> checks, StoreOp op, redis::WireKind* out) {
+  using redis::WireKind;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const StoreCheck& c = checks[i];
+    const Algorithm a = c.policy->algorithm;
+    if (op == StoreOp::kRefund) {
+      out[i] = WireKind::kRefund;
+    } else if (op == StoreOp::kRelease) {
+      out[i] = WireKind::kRelease;
+    } else if (op == StoreOp::kExtend) {
+      out[i] = WireKind::kExtend;
+    } else if (a == Algorithm::kConcurrency) {
+      out[i] = WireKind::kAcquire;
+    } else if (op == StoreOp::kPenalize) {
+      out[i] = WireKind::kForce;
+    } else if (c.max_wait > 0 && c.cost > 0 &&
+               (a == Algorithm::kTokenBucket || a == Algorithm::kGcra)) {
+      // Only they take future budget: a window algorithm's reservation is a plain
+      // decision (and stays on the lean script, as does a peek).
+      out[i] = WireKind::kReserve;
+    } else {
+      out[i] = WireKind::kDecide;
     }
   }
-  AppendBulk(out, caller_time ? "c" : "");
-  AppendNumber(out, caller_time ? kCallerTimeTtlPadMs : 0);
-  AppendNumber(out, static_cast<long long>(policies.size()));
-  for (const Numbers& n : policies) {
-    for (long long v : n.v) AppendNumber(out, v);
-  }
-  std::size_t count = 3 + 5 * policies.size(), check = 0;
-  for (const redis::CoalesceInfo* g : groups) {
-    if (caller_time) {
-      AppendNumber(out, g->data[0]);
-      ++count;
-    }
-    for (std::size_t at = 1; at + 6 <= g->data.size(); at += 6) {
-      const long long cost = g->data[at + 5];
-      const long long last = at + 12 > g->data.size() ? 1 : 0;
-      AppendNumber(out, (cost * 4096 + index[check++]) * 2 + last);
-      ++count;
-    }
-  }
-  return count;
 }
 
-// A check's extensions (lua/dispatch.lua's 7th argument per check, read by the scripts
-// as `c.x`; docs/redis.md, "Check extensions"): ';'-separated 'k=v' items for what a
-// plain decision does not need, or "" for a plain check. Each feature appends its own
-// items, one letter each. A check with extensions runs the batch script: the one-check
-// scripts and coalesced calls take plain checks only, so the common call stays lean.
-void AppendExt(const StoreCheck& c, StoreOp op, std::string& out) {
-  // --- concurrency limits (issue #12 item 1): e = the permit op (a: acquire or peek,
-  // r: release, x: extend), p = the permit id (lua/concurrency.lua). Always present
-  // for a concurrency check, so that it never takes a lean or coalesced script.
-  if (c.policy->algorithm == Algorithm::kConcurrency) {
-    if (!out.empty()) out.push_back(';');
-    out.append(op == StoreOp::kRelease ? "e=r" : op == StoreOp::kExtend ? "e=x" : "e=a");
-    if (!c.permit.empty()) {
-      out.append(";p=");
-      out.append(c.permit);
-    }
-  }
-  // Blocks and penalties (issue #12; lua/penalties.lua): b = Policy::block_for in us,
-  // f=1 a forced check (Limiter::Penalize).
-  if (c.policy->block_for > 0) {
-    if (!out.empty()) out.push_back(';');
-    out.append("b=").append(std::to_string(c.policy->block_for));
-  }
-  if (op == StoreOp::kPenalize) {
-    if (!out.empty()) out.push_back(';');
-    out.append("f=1");
-  }
-  // -- Reservations (issue #12 item 2): w = max_wait in us, read by token_bucket.lua and
-  // gcra.lua. Only they take future budget: a window algorithm's reservation is a plain
-  // decision and stays on the lean script (as does a peek).
-  if (c.max_wait > 0 && c.cost > 0 &&
-      (c.policy->algorithm == Algorithm::kTokenBucket || c.policy->algorithm == Algorithm::kGcra)) {
-    if (!out.empty()) out.push_back(';');
-    out.append("w=");
-    out.append(std::to_string(c.max_wait));
-  }
-  // --- carry-over (Policy::on_change; issue #12 item 4) ---
-  // o=r (reset) or o=p (proportional); as_is, the default, sends nothing. The bodies
-  // (lua/<algorithm>.lua) then record the parameters with the state they write and
-  // convert a state recorded under others.
-  if (c.policy->on_change != OnChange::kAsIs) {
-    if (!out.empty()) out.push_back(';');
-    out.append(c.policy->on_change == OnChange::kReset ? "o=r" : "o=p");
-  }
+// A decision that the coalesced script can run (lua/embed_lua.cmake: no penalties,
+// blocks or permits there).
+bool Mergeable(const StoreCheck& c, redis::WireKind k) {
+  return (k == redis::WireKind::kDecide || k == redis::WireKind::kReserve) &&
+         c.policy->block_for == 0;
 }
 
-// True when every check is plain (no extensions): only then may a call use a one-check
-// script or be coalesced.
-bool AllPlain(std::span<const StoreCheck> checks, StoreOp op) {
-  std::string ext;
-  for (const StoreCheck& c : checks) {
-    AppendExt(c, op, ext);
-    if (!ext.empty()) return false;
-  }
-  return true;
-}
-
-// EVALSHA of `script` over `checks`: KEYS are each check's key (and a sliding log's
-// ":log" key, then a block policy's ":b" key), ARGV the clock mode and seven arguments per check
-// (six numbers and the extensions). A refund negates every cost (lua/dispatch.lua) and expects an
-// empty reply; a decision records each check's capacity in `call` (Decision::limit).
-std::string EncodeEval(const redis::Script& script, std::span<const StoreCheck> checks, Micros now,
-                       bool use_caller_time, StoreOp op, Call& call) {
-  const bool refund = op == StoreOp::kRefund;
-  std::size_t nkeys = 0;
-  for (const StoreCheck& c : checks) {
-    nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
-    nkeys += c.policy->block_for > 0 ? 1 : 0;  // blocks: the block key (lua/penalties.lua)
-  }
-  redis::CommandBuilder b(3 + nkeys + 2 + 7 * checks.size());
-  b.Add("EVALSHA").Add(script.sha).Add(static_cast<long long>(nkeys));
-  std::string log_key, ext;
-  for (const StoreCheck& c : checks) {
-    b.Add(c.key);
-    if (c.policy->algorithm == Algorithm::kSlidingWindowLog) {
-      log_key.assign(c.key);
-      log_key.append(":log");
-      b.Add(log_key);
-    }
-    if (c.policy->block_for > 0) {  // declared, as Redis asks of every key a script uses
-      log_key.assign(c.key);
-      log_key.append(":b");
-      b.Add(log_key);
-    }
-  }
-  if (use_caller_time) {
-    b.Add(static_cast<long long>(now)).Add(kCallerTimeTtlPadMs);
-  } else {
-    b.Add("").Add(0LL);
-  }
-  for (const StoreCheck& c : checks) {
-    const Policy& p = *c.policy;
-    const long long cost = static_cast<long long>(c.cost);
-    b.Add(static_cast<long long>(p.algorithm))
-        .Add(static_cast<long long>(p.limit))
-        .Add(static_cast<long long>(p.window))
-        .Add(static_cast<long long>(p.Capacity()))
-        .Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL)
-        .Add(refund ? -cost : cost);
-    ext.clear();
-    AppendExt(c, op, ext);
-    b.Add(ext);
-    if (!refund) call.capacity[call.n++] = p.Capacity();
-  }
-  return b.Take();
-}
-
-// EVALSHA of the one-check script of an O(1) algorithm (lua/single_head.lua): KEYS is
-// the check's key, ARGV the clock mode, limit, window and cost, then the capacity for a
-// token bucket or GCRA and the initial tokens for a token bucket: only what the
-// algorithm reads (each argument costs Redis CPU). The reply's decoding needs the
-// capacity, recorded in `call`.
-std::string EncodeSingle(const redis::Script& script, const StoreCheck& c, Micros now,
-                         bool use_caller_time, Call& call) {
-  const Policy& p = *c.policy;
-  const bool bucket = p.algorithm == Algorithm::kTokenBucket || p.algorithm == Algorithm::kGcra;
-  const bool init = p.algorithm == Algorithm::kTokenBucket;
-  redis::CommandBuilder b(4 + 4 + (bucket ? 1 : 0) + (init ? 1 : 0));
-  b.Add("EVALSHA").Add(script.sha).Add(1LL).Add(c.key);
-  if (use_caller_time) {
-    b.Add(static_cast<long long>(now));
-  } else {
-    b.Add("");
-  }
-  b.Add(static_cast<long long>(p.limit))
-      .Add(static_cast<long long>(p.window))
-      .Add(static_cast<long long>(c.cost));
-  if (bucket) b.Add(static_cast<long long>(p.Capacity()));
-  if (init) b.Add(p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL);
-  call.capacity[call.n++] = p.Capacity();
-  return b.Take();
+// A check that the lean one-check script of its algorithm decides: a plain decision of
+// an O(1) algorithm under a policy without on_change or block_for.
+bool Lean(const StoreCheck& c, redis::WireKind k) {
+  const Algorithm a = c.policy->algorithm;
+  return k == redis::WireKind::kDecide && a != Algorithm::kSlidingWindowLog &&
+         a != Algorithm::kConcurrency && c.policy->block_for == 0 &&
+         c.policy->on_change == OnChange::kAsIs;
 }
 
 }  // namespace
@@ -506,7 +313,9 @@ void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& sc
                std::move(on_reply));
 }
 
-namespace {}  // namespace
+namespace {
+
+}  // namespace
 
 void RedisStore::RunAsync(const StoreBatch& batch, RunCallback done) {
   const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
@@ -537,8 +346,8 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(StoreOp op, std::span<const Sto
     return nullptr;
   }
   if (cluster && checks.size() > 1 && op != StoreOp::kDecide && redis::CountSlots(checks) > 1) {
-    // Release and extend apply per check: one call per slot would do, but a permit's keys
-    // share the caller key's hash tag, so this does not arise (minimal adapter).
+    // Release and extend apply per check, but a permit's keys share the caller key's
+    // hash tag (the Limiter's and sluiced's keys do): one slot only.
     done(Status::InvalidArgument("a permit operation's keys must be in one hash slot"), {});
     return nullptr;
   }
@@ -568,38 +377,37 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(StoreOp op, std::span<const Sto
     return nullptr;
   }
   impl_->calls.fetch_add(1, std::memory_order_relaxed);
-  // One check (the common call) runs its algorithm's lean script, which costs Redis a
-  // fraction of the batch script's CPU (lua/single_head.lua); both take the same
-  // arguments and give the same reply.
-  // A check with extensions (AppendExt) always takes the batch script, uncoalesced.
+  redis::WireKind kinds[kMaxBatch];
+  Kinds(checks, op, kinds);
+  // One check (the common call) runs its algorithm's lean script when it can, which
+  // costs Redis a fraction of the batch script's CPU (lua/single_head.lua); a sliding
+  // log or a concurrency check alone runs a one-check script that is the group runner
+  // with only its algorithm defined; anything else the batch script.
   auto call = std::make_shared<Call>();
-  const bool plain = AllPlain(checks, op);
-  // (A lone concurrency check always has extensions, its permit: it runs a one-check
-  // script of its own that takes the batch arguments, like the sliding log's.)
-  const bool single =
-      checks.size() == 1 && (plain || checks[0].policy->algorithm == Algorithm::kConcurrency);
+  const bool single = checks.size() == 1;
+  const bool lean = single && Lean(checks[0], kinds[0]);
+  const Algorithm a0 = checks[0].policy->algorithm;
   const redis::Script& script =
-      single ? redis::SingleCheckScript(checks[0].policy->algorithm) : redis::BatchScript();
-  // The sliding log's one-check script is the batch script's body (batch arguments).
-  const bool lean =
-      checks.size() == 1 && plain && checks[0].policy->algorithm != Algorithm::kSlidingWindowLog;
+      lean || (single && (a0 == Algorithm::kSlidingWindowLog ||
+                          (a0 == Algorithm::kConcurrency && checks[0].policy->block_for == 0 &&
+                           kinds[0] != redis::WireKind::kForce)))
+          ? redis::SingleCheckScript(a0)
+          : redis::BatchScript();
+  redis::CoalesceInfo merge;
   std::string wire =
-      lean ? EncodeSingle(script, checks[0], now, impl_->options.use_caller_time, *call)
-           : EncodeEval(script, checks, now, impl_->options.use_caller_time, op, *call);
+      lean ? redis::EncodeSingle(script, checks[0], now, options.use_caller_time, merge)
+           : redis::EncodeGroup(script, checks, {kinds, checks.size()}, now,
+                                options.use_caller_time, merge);
+  for (const StoreCheck& c : checks) call->capacity[call->n++] = c.policy->Capacity();
   // Coalescing: the connection may merge this call with others queued with it
   // (connection.h); on a cluster only with calls of the same slot.
-  redis::CoalesceInfo merge;
-  bool coalesce = options.coalesce > 1 && plain;
-  for (const StoreCheck& c : checks) coalesce = coalesce && c.cost < kMaxCoalescedCost;
+  bool coalesce = options.coalesce > 1;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    coalesce = coalesce && Mergeable(checks[i], kinds[i]);
+  }
   if (coalesce) {
     merge.target = &coalesce_target;
     merge.slot = cluster ? redis::KeySlot(checks[0].key) : 0;
-    std::size_t nkeys = 0;
-    for (const StoreCheck& c : checks) {
-      nkeys += c.policy->algorithm == Algorithm::kSlidingWindowLog ? 2 : 1;
-    }
-    FindKeys(wire, nkeys, merge);
-    GroupData(checks, now, merge);
   }
   // Every key of a batch shares the hash tag of the first one (sluice keys carry
   // one), so the first key routes the whole script.
@@ -616,14 +424,15 @@ Status RedisStore::Run(const StoreBatch& batch, std::span<Decision> out) {
   // counts its timeout (Call::timeout_counted).
   const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
   auto w = std::make_shared<redis::Waiter<Batch>>();
-  auto call = impl_->Evaluate(batch.op, checks, now, deadline,
-                              [w](const Status& s, std::span<const Decision> d) {
-                                w->Complete([&](Batch& b) {
-                                  b.status = s;
-                                  b.n = d.size();
-                                  std::copy(d.begin(), d.end(), b.decisions);
-                                });
-                              });
+  auto call =
+      impl_->Evaluate(batch.op, checks, now, deadline,
+                      [w](const Status& s, std::span<const Decision> d) {
+        w->Complete([&](Batch& b) {
+          b.status = s;
+          b.n = d.size();
+          std::copy(d.begin(), d.end(), b.decisions);
+        });
+      });
   if (!w->Wait(deadline)) {
     if (call) impl_->CountTimeout(*call);
     return Status::DeadlineExceeded("Redis did not answer within " +
@@ -635,8 +444,8 @@ Status RedisStore::Run(const StoreBatch& batch, std::span<Decision> out) {
   return Status::Ok();
 }
 
-// A refund is the batch script with every cost negated (lua/dispatch.lua), even for one
-// check: refunds are rare, and the one-check scripts stay lean. The reply is empty.
+// A refund is the batch script with every check of kind refund (lua/runner.lua), even for
+// one check: refunds are rare, and the one-check scripts stay lean. The reply is empty.
 std::shared_ptr<Call> RedisStore::Impl::Refund(std::span<const StoreCheck> checks, Micros now,
                                                redis::Deadline deadline, RefundCallback done) {
   RedisStore::Impl* impl_ = this;
@@ -658,8 +467,11 @@ std::shared_ptr<Call> RedisStore::Impl::Refund(std::span<const StoreCheck> check
   impl_->calls.fetch_add(1, std::memory_order_relaxed);
   auto call = std::make_shared<Call>();
   const redis::Script& script = redis::BatchScript();
-  std::string wire =
-      EncodeEval(script, checks, now, impl_->options.use_caller_time, StoreOp::kRefund, *call);
+  redis::WireKind kinds[kMaxBatch];
+  Kinds(checks, StoreOp::kRefund, kinds);
+  redis::CoalesceInfo unused;
+  std::string wire = redis::EncodeGroup(script, checks, {kinds, checks.size()}, now,
+                                        impl_->options.use_caller_time, unused);
   // call->n == 0: the reply must be an empty array.
   impl_->Run(checks[0].key, script, std::move(wire), call, deadline,
              [done = std::move(done)](const Status& st, std::span<const Decision>) { done(st); });

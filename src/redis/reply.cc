@@ -126,41 +126,63 @@ bool ParseRedirect(std::string_view e, Redirect* out) {
   return true;
 }
 
+namespace {
+
+// An allowed decision packed into one integer (lua/runner.lua).
+Status UnpackDecision(long long v, std::uint64_t capacity, Decision& d) {
+  constexpr long long kMaxPacked = 1LL << 53;
+  if (v < 0 || v >= kMaxPacked || (v & 1) == 0 ||
+      capacity >= static_cast<std::uint64_t>(kMaxPacked)) {
+    return Status::Internal("unexpected reply to the decide script: integer " + std::to_string(v) +
+                            " is not a packed allowed decision");
+  }
+  const std::uint64_t rest = static_cast<std::uint64_t>(v) >> 1;
+  d.allowed = true;
+  d.limit = capacity;
+  d.remaining = rest % (capacity + 1);
+  d.reset_after = static_cast<Micros>(rest / (capacity + 1));
+  d.retry_after = 0;
+  d.wait = 0;
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::size_t DecisionSize(const redisReply& e) {
+  if (e.type != REDIS_REPLY_INTEGER) return 0;
+  return (e.integer & 1) != 0 ? 1 : 4;
+}
+
 Status DecodeDecisions(const redisReply& r, std::size_t n, const std::uint64_t* capacity,
                        Decision* out) {
-  if (n == 1 && r.type == REDIS_REPLY_INTEGER) {
-    // A one-check script's allowed decision, packed (lua/single_tail.lua):
-    // ((reset_after * (capacity + 1)) + remaining) * 2 + 1, below 2^53.
-    constexpr long long kMaxPacked = 1LL << 53;
-    if (r.integer < 0 || r.integer >= kMaxPacked || (r.integer & 1) == 0 ||
-        capacity[0] >= static_cast<std::uint64_t>(kMaxPacked)) {
-      return Status::Internal("unexpected reply to the decide script: integer " +
-                              std::to_string(r.integer) + " is not a packed allowed decision");
-    }
-    const std::uint64_t rest = static_cast<std::uint64_t>(r.integer) >> 1;
-    Decision& d = out[0];
-    d.allowed = true;
-    d.limit = capacity[0];
-    d.remaining = rest % (capacity[0] + 1);
-    d.reset_after = static_cast<Micros>(rest / (capacity[0] + 1));
-    d.retry_after = 0;
-    return Status::Ok();
+  if (n == 1 && r.type == REDIS_REPLY_INTEGER)
+    return UnpackDecision(r.integer, capacity[0], out[0]);
+  if (r.type != REDIS_REPLY_ARRAY) {
+    return Status::Internal("unexpected reply to the decide script: expected an array");
   }
-  if (r.type != REDIS_REPLY_ARRAY || r.elements != 4 * n) {
-    return Status::Internal("unexpected reply to the decide script: expected an array of " +
-                            std::to_string(4 * n) + " integers");
-  }
-  for (std::size_t i = 0; i < 4 * n; ++i) {
-    if (r.element[i] == nullptr || r.element[i]->type != REDIS_REPLY_INTEGER) {
-      return Status::Internal("unexpected reply to the decide script: element " +
-                              std::to_string(i) + " is not an integer");
-    }
-  }
+  std::size_t at = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const redisReply* const* e = r.element + 4 * i;
-    if (e[0]->integer != 0 && e[0]->integer != 1) {
+    const std::size_t size =
+        at < r.elements && r.element[at] != nullptr ? DecisionSize(*r.element[at]) : 0;
+    if (size == 0 || at + size > r.elements) {
       return Status::Internal("unexpected reply to the decide script: check " + std::to_string(i) +
-                              " is neither allowed (1) nor denied (0)");
+                              " has no decision at element " + std::to_string(at));
+    }
+    const redisReply* const* e = r.element + at;
+    at += size;
+    if (size == 1) {
+      if (Status s = UnpackDecision(e[0]->integer, capacity[i], out[i]); !s.ok()) return s;
+      continue;
+    }
+    for (int j = 1; j < 4; ++j) {
+      if (e[j] == nullptr || e[j]->type != REDIS_REPLY_INTEGER) {
+        return Status::Internal("unexpected reply to the decide script: check " +
+                                std::to_string(i) + " has a non-integer field");
+      }
+    }
+    if (e[0]->integer != 0 && e[0]->integer != 2) {
+      return Status::Internal("unexpected reply to the decide script: check " + std::to_string(i) +
+                              " is neither allowed (2) nor denied (0)");
     }
     Decision& d = out[i];
     d.allowed = e[0]->integer != 0;
@@ -168,12 +190,18 @@ Status DecodeDecisions(const redisReply& r, std::size_t n, const std::uint64_t* 
     d.remaining = static_cast<std::uint64_t>(std::max<long long>(0, e[1]->integer));
     d.reset_after = e[2]->integer;
     d.retry_after = e[3]->integer;
-    // An allowed reservation (issue #12, ext item w) answers its wait as a negative
-    // retry_after (lua/token_bucket.lua, lua/gcra.lua).
+    d.wait = 0;
+    // An allowed reservation answers its wait as a negative retry_after
+    // (lua/token_bucket.lua, lua/gcra.lua).
     if (d.allowed && d.retry_after < 0) {
       d.wait = -d.retry_after;
       d.retry_after = 0;
     }
+  }
+  if (at != r.elements) {
+    return Status::Internal(
+        "unexpected reply to the decide script: " + std::to_string(r.elements - at) +
+        " elements beyond its " + std::to_string(n) + " checks");
   }
   return Status::Ok();
 }

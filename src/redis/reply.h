@@ -88,12 +88,17 @@ struct Redirect {
 // False when `error_text` is not a well-formed MOVED/ASK reply.
 bool ParseRedirect(std::string_view error_text, Redirect* out);
 
-// Decodes the decide scripts' reply for `n` checks: an array of 4 integers per check
-// (allowed, remaining, reset_after, retry_after); `capacity[i]` becomes Decision::limit.
-// For n == 1 also one integer, an allowed decision packed by the one-check scripts
-// (lua/single_tail.lua): ((reset_after * (capacity + 1)) + remaining) * 2 + 1.
-// Anything else (another shape, a non-integer, `allowed` not 0 or 1) is kInternal naming
-// what was wrong: a wrong reply never becomes a decision.
+// Decodes the decide scripts' reply for `n` checks (the one reply encoding of every
+// script, lua/runner.lua): per check ONE integer, an allowed decision with nothing to
+// wait packed as ((reset_after * (capacity + 1)) + remaining) * 2 + 1 (odd), or four:
+// 2 (allowed) or 0 (denied), remaining, reset_after, retry_after (negative: an allowed
+// reservation's wait). The reply is an array of them, or, for a one-check call whose
+// decision is packed, that integer alone. `capacity[i]` becomes Decision::limit.
+// Anything else (another shape, a non-integer, a bad flag, too few or too many
+// elements) is kInternal naming what was wrong: a wrong reply never becomes a decision.
+// The elements one check's decision takes in such a reply, starting at `e`: 1, 4, or 0
+// when `e` cannot start one (CoalesceTarget::unit_size).
+std::size_t DecisionSize(const redisReply& e);
 Status DecodeDecisions(const redisReply& r, std::size_t n, const std::uint64_t* capacity,
                        Decision* out);
 

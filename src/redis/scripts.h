@@ -1,6 +1,6 @@
 // Internal: the Lua scripts that decide checks, embedded at build time from
 // src/redis/lua/*.lua by embed_lua.cmake (see lua/prelude.lua for the batch script's
-// structure, lua/dispatch.lua for the KEYS/ARGV layout all of them share, and
+// structure, lua/runner.lua for the KEYS/ARGV layout all but the lean ones share, and
 // lua/single_head.lua for why one-check calls have scripts of their own).
 #pragma once
 
@@ -21,11 +21,12 @@ struct Script {
 
 // Decides any batch of checks (any algorithms, all or nothing).
 const Script& BatchScript();
-// Decides several callers' independent check groups in one call (lua/coalesced.lua),
+// Decides several callers' independent check groups in one call (lua/runner.lua, one group per caller),
 // each group all or nothing.
 const Script& CoalescedScript();
-// Decides exactly one check of algorithm `a`, with the batch script's arguments and
-// reply, at a fraction of its Redis CPU.
+// Decides exactly one check of algorithm `a`, at a fraction of the batch script's Redis
+// CPU: the lean layout for the O(1) algorithms, the group runner's for the sliding log
+// and concurrency limits (docs/redis.md, "Wire layout"); the one reply encoding.
 const Script& SingleCheckScript(Algorithm a);
 // Every script's source, for SCRIPT LOAD on each (re)connect.
 std::vector<std::string> AllScripts();

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -301,26 +302,22 @@ class Loader {
     }
     if (!n["requests_per_unit"]) Fail(n, "rate_limit needs requests_per_unit");
     if (r.requests_per_unit == 0) {
-      Fail(n["requests_per_unit"],
-           "requests_per_unit must be at least 1 (use unlimited: true, "
-           "or a tiny limit, rather than 0)");
+      // envoyproxy/ratelimit's ban (its README, "Black list IP"): every request is
+      // OVER_LIMIT, without a counter. The sluice fields that shape a counter do not apply.
+      for (const char* f : {"burst", "lease", "lease_validity", "block_for", "on_change"}) {
+        if (n[f]) {
+          Fail(n[f],
+               std::string("requests_per_unit: 0 denies every request; ") + f + " does not apply");
+        }
+      }
+      return r;
     }
     if (r.burst != 0 && r.algorithm != Algorithm::kTokenBucket && r.algorithm != Algorithm::kGcra) {
       Fail(n["burst"], "burst applies only to token_bucket and gcra");
     }
     // Validate the policy the rule will become, so a bad combination fails at load time.
-    Policy p;
+    Policy p = PolicyOf(r);
     p.name = "probe";
-    p.algorithm = r.algorithm;
-    p.limit = r.requests_per_unit;
-    p.window = UnitMicros(r.unit) * r.unit_multiplier;
-    p.burst = r.burst;
-    p.failure_mode = r.failure_mode;
-    p.fallback_divisor = r.fallback_divisor;
-    p.lease = r.lease;
-    p.lease_validity = r.lease_validity;
-    p.block_for = r.block_for;
-    p.on_change = r.on_change.value_or(OnChange::kAsIs);
     FailIfInvalid(n, p);
     return r;
   }
@@ -364,9 +361,8 @@ class Loader {
     r.permit_lease = *us;
     r.algorithm = Algorithm::kConcurrency;
     r.requests_per_unit = static_cast<std::uint32_t>(r.concurrency);
-    Policy p = Policy::Concurrency("probe", r.concurrency, std::chrono::microseconds(*us));
-    p.failure_mode = r.failure_mode;
-    p.fallback_divisor = r.fallback_divisor;
+    Policy p = PolicyOf(r);
+    p.name = "probe";
     FailIfInvalid(n, p);
     return r;
   }
@@ -398,6 +394,31 @@ class Loader {
       }
       d.rate_limits.push_back(std::move(r));
     }
+  }
+
+  // A descriptor's `metadata` as JSON, typed as YAML reads it: unquoted true/false are
+  // booleans, unquoted numbers numbers, ~/null null, anything else a string.
+  static nlohmann::json MetadataJson(const YAML::Node& n) {
+    if (n.IsMap()) {
+      nlohmann::json o = nlohmann::json::object();
+      for (const auto& kv : n) o[kv.first.Scalar()] = MetadataJson(kv.second);
+      return o;
+    }
+    if (n.IsSequence()) {
+      nlohmann::json a = nlohmann::json::array();
+      for (const auto& e : n) a.push_back(MetadataJson(e));
+      return a;
+    }
+    if (!n.IsScalar()) return nullptr;
+    const std::string& v = n.Scalar();
+    if (n.Tag() == "!") return v;  // quoted: a string whatever it looks like
+    if (v == "true") return true;
+    if (v == "false") return false;
+    if (v == "~" || v == "null") return nullptr;
+    double x = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec == std::errc() && end == v.data() + v.size() && !v.empty()) return x;
+    return v;
   }
 
   DescriptorSpec ParseDescriptor(const YAML::Node& n, const Settings& s, int depth) {
@@ -433,7 +454,12 @@ class Loader {
         Fail(n["share_threshold"], "share_threshold applies only to a value with '*'");
       }
     }
-    // `metadata`: free-form, for tools reading the file; loaded and ignored.
+    if (const YAML::Node md = n["metadata"]) {
+      if (!md.IsMap()) {
+        Fail(md, "metadata must be a mapping (it becomes the response's dynamic metadata)");
+      }
+      d.metadata = MetadataJson(md).dump();
+    }
     if (const YAML::Node c = n["descriptors"]) d.descriptors = ParseDescriptors(c, s, depth + 1);
     return d;
   }
@@ -602,74 +628,6 @@ class Loader {
 
 }  // namespace
 
-std::vector<const RateLimitSpec*> LimitsOf(const DescriptorSpec& d) {
-  std::vector<const RateLimitSpec*> out;
-  if (d.has_rate_limit) out.push_back(&d.rate_limit);
-  for (const RateLimitSpec& r : d.rate_limits) out.push_back(&r);
-  return out;
-}
-
-const char* UnitName(Unit u) {
-  switch (u) {
-    case Unit::kSecond:
-      return "second";
-    case Unit::kMinute:
-      return "minute";
-    case Unit::kHour:
-      return "hour";
-    case Unit::kDay:
-      return "day";
-    case Unit::kWeek:
-      return "week";
-    case Unit::kMonth:
-      return "month";
-    case Unit::kYear:
-      return "year";
-    default:
-      return "unknown";
-  }
-}
-
-bool ValidUnit(int unit) {
-  return unit >= 1 && unit <= 7;
-}
-
-Micros UnitMicros(Unit u) {
-  switch (u) {
-    case Unit::kSecond:
-      return 1'000'000;
-    case Unit::kMinute:
-      return 60'000'000;
-    case Unit::kHour:
-      return 3'600'000'000;
-    case Unit::kDay:
-      return 86'400'000'000;
-    case Unit::kWeek:
-      return 7 * 86'400'000'000LL;
-    case Unit::kMonth:
-      return 30 * 86'400'000'000LL;
-    case Unit::kYear:
-      return 365 * 86'400'000'000LL;
-    default:
-      return 0;
-  }
-}
-
-Status ValidateListenAddress(const std::string& addr) {
-  const std::size_t colon = addr.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    return Status::InvalidArgument("listen address must be ADDR:PORT (got '" + addr + "')");
-  }
-  const std::string port = addr.substr(colon + 1);
-  unsigned v = 0;
-  auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), v);
-  if (ec != std::errc() || p != port.data() + port.size() || port.empty() || v > 65535) {
-    return Status::InvalidArgument("listen address '" + addr + "' has an invalid port '" + port +
-                                   "'");
-  }
-  return Status::Ok();
-}
-
 Result<Config> ParseConfig(const std::string& text, const std::string& file) {
   // YAML allows no C0 control characters but tab, LF and CR (YAML 1.2, 5.1), and
   // yaml-cpp 0.7 loops without end, allocating, on some inputs with a NUL byte (found by
@@ -710,67 +668,6 @@ Result<Config> ParseConfig(const std::string& text, const std::string& file) {
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument(file + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }
-}
-
-namespace {
-
-Result<std::string> ReadFile(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return Status::InvalidArgument(file + ": cannot open the config file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Status::InvalidArgument(file + ": cannot read the config file");
-  return ss.str();
-}
-
-}  // namespace
-
-Result<Config> LoadConfig(const std::string& file) {
-  auto text = ReadFile(file);
-  if (!text.ok()) return text.status();
-  return ParseConfig(*text, file);
-}
-
-ConfigFileWatcher::ConfigFileWatcher(std::string file, Micros settle)
-    : file_(std::move(file)), settle_(settle) {
-  MarkLoaded();
-}
-
-void ConfigFileWatcher::MarkLoaded() {
-  auto text = ReadFile(file_);
-  loaded_ = text.ok() ? std::move(*text) : std::string();
-  has_pending_ = false;
-}
-
-Result<Config> ConfigFileWatcher::Poll(Micros now) {
-  auto text = ReadFile(file_);
-  if (!text.ok()) {
-    // A file briefly missing (replaced by rename) is not a change to load.
-    return Status::NotFound("config file unreadable; keeping the running config");
-  }
-  if (*text == loaded_) {
-    has_pending_ = false;
-    return Status::NotFound("unchanged");
-  }
-  if (!has_pending_ || *text != pending_) {
-    // New content: wait until it stays the same for `settle`.
-    pending_ = std::move(*text);
-    pending_since_ = now;
-    has_pending_ = true;
-    pending_reported_ = false;
-    return Status::NotFound("changed; waiting for the file to settle");
-  }
-  if (now - pending_since_ < settle_) return Status::NotFound("waiting for the file to settle");
-  auto config = ParseConfig(pending_, file_);
-  if (!config.ok()) {
-    // Stable but invalid: reported once; the next change starts over.
-    if (pending_reported_) return Status::NotFound("unchanged invalid config");
-    pending_reported_ = true;
-    return config.status();
-  }
-  loaded_ = pending_;
-  has_pending_ = false;
-  return config;
 }
 
 }  // namespace sluice::service

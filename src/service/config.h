@@ -97,9 +97,18 @@ struct DescriptorSpec {
   bool share_threshold = false;
   // `value_to_metric`: the request's value joins this descriptor's metric label.
   bool value_to_metric = false;
+  // `metadata` (a mapping) as JSON object text; empty when not set. Returned to Envoy as
+  // the response's dynamic metadata while a request's descriptor that lands here is
+  // under its limit.
+  std::string metadata;
   std::vector<DescriptorSpec> descriptors;
   int line = 0;
 };
+
+// The sluice Policy a `rate_limit` block makes, unnamed and with shadow off: the one
+// conversion from a config rule to a Policy (the loader validates it, the rule set
+// names it). A concurrency limit's window is its permit lease.
+Policy PolicyOf(const RateLimitSpec& s);
 
 // The limits of a descriptor: its `rate_limit`, or each of its `rate_limits`, or none.
 std::vector<const RateLimitSpec*> LimitsOf(const DescriptorSpec& d);

@@ -1,99 +1,35 @@
-// sluiced's orchestration: validate a request, match its descriptors (service/rules.h),
-// decide them in one batch through the process's Decider, and turn the decisions into
-// per-descriptor statuses, metrics and headers.
+// sluiced's orchestration: plan a request (service/plan.h), decide its checks in one
+// batch through the process's Decider, and turn the decisions into per-descriptor
+// statuses, counters and headers (service/response_headers.h).
 #include "service/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
-#include <random>
 
-#include "limiter/limiter_internal.h"
+#include "limiter/permit_internal.h"
 #include "service/log.h"
+#include "service/response_headers.h"
 #include "service/timed_store.h"
-#include "sluice/key.h"
 #include "sluice/permit.h"
 
 namespace sluice::service {
 namespace {
 
-constexpr std::size_t kMaxChecks = kMaxBatchChecks;
-// Entries per descriptor the matcher records a path for (settings.max_entries' bound).
-constexpr std::size_t kMaxEntries = 64;
-
-std::uint64_t Fnv(std::string_view s, std::uint64_t seed) {
-  std::uint64_t h = seed;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
-  return h;
-}
-
-std::string CeilSeconds(Micros us) {
-  if (us <= 0) return "0";
-  return std::to_string((us + 999'999) / 1'000'000);
-}
-
-// The policy name a header names a limit by: its rule's name, else "d<descriptor index>"
-// (with several limits on the descriptor, "d<descriptor index>.<limit index>").
-std::string HeaderPolicyName(const DescriptorStatus& st, std::size_t i, std::size_t j, bool multi) {
-  std::string name = !st.name.empty() ? st.name
-                     : multi          ? "d" + std::to_string(i) + "." + std::to_string(j)
-                                      : "d" + std::to_string(i);
-  // A structured-field string: escape '"' and '\\', drop what it cannot hold.
-  std::string out;
-  for (char c : name) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u > 0x7e) continue;
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
+// The answer for a banned rule (requests_per_unit 0), written to `out`: denied, nothing
+// left, the full window until reset; in shadow or quota mode allowed and reported as a
+// would-be denial.
+const Decision& BannedDecision(const Rule& r, Decision& out) {
+  out = Decision{};
+  out.allowed = r.policy.shadow;
+  out.shadow_denied = r.policy.shadow;
+  out.reset_after = r.policy.window;
+  out.retry_after = r.policy.shadow ? 0 : r.policy.window;
   return out;
-}
-
-// One limit reported in the headers: a descriptor's status (or one of its `limits`) and
-// the name headers call it by.
-struct HeaderItem {
-  const DescriptorStatus* st;
-  std::string name;  // the rule's name, else "d<descriptor>" or "d<descriptor>.<limit>"
-};
-
-// Headers for every limit of every limited descriptor; `binding` indexes the binding
-// item. See the header table in docs/sluiced.md.
-void AppendHeaders(Settings::Headers mode, const std::vector<HeaderItem>& items,
-                   std::size_t binding, std::vector<std::pair<std::string, std::string>>& h) {
-  const DescriptorStatus& b = *items[binding].st;
-  const bool over = b.code == Code::kOverLimit;
-  if (mode == Settings::Headers::kDraft10) {
-    std::string policy, state;
-    for (const HeaderItem& it : items) {
-      const DescriptorStatus& st = *it.st;
-      const std::string name = "\"" + it.name + "\"";
-      if (!policy.empty()) policy += ", ";
-      policy += name + ";q=" + std::to_string(st.capacity) + ";w=" + CeilSeconds(st.window);
-      if (!state.empty()) state += ", ";
-      state += name + ";r=" + std::to_string(st.limit_remaining) +
-               ";t=" + CeilSeconds(st.duration_until_reset);
-    }
-    h.emplace_back("ratelimit-policy", policy);
-    h.emplace_back("ratelimit", state);
-  } else {
-    const std::string prefix =
-        mode == Settings::Headers::kRateLimit ? "ratelimit-" : "x-ratelimit-";
-    // The binding limit; with several limits, then every limit's quota policy (Envoy's
-    // draft-03 form). One limit: the plain number.
-    std::string limit = std::to_string(b.capacity);
-    for (std::size_t i = 0; items.size() > 1 && i < items.size(); ++i) {
-      const DescriptorStatus& st = *items[i].st;
-      limit += ", " + std::to_string(st.capacity) + ";w=" + CeilSeconds(st.window);
-      if (!st.name.empty()) limit += ";name=\"" + items[i].name + "\"";
-    }
-    h.emplace_back(prefix + "limit", limit);
-    h.emplace_back(prefix + "remaining", std::to_string(b.limit_remaining));
-    h.emplace_back(prefix + "reset", CeilSeconds(b.duration_until_reset));
-  }
-  if (over) h.emplace_back("retry-after", CeilSeconds(b.retry_after));
 }
 
 }  // namespace
@@ -104,40 +40,11 @@ struct Engine::Snapshot {
   const Settings& settings() const { return rules->config().settings; }
 };
 
-// A request between matching and deciding. It owns what the decision needs (the rules
-// of caller overrides, the store keys, the metric series), so that an asynchronous
-// decision outlives the caller's request.
-//
-// A descriptor matches one rule, or several (`rate_limits`): each matched rule is a
-// "slot", in descriptor order then list order, at most kMaxChecks per request.
+// A request between planning and deciding: its plan, and the snapshot whose rules the
+// plan points into.
 struct Engine::Prepared {
   std::shared_ptr<Snapshot> snap;
-  std::size_t n = 0;  // descriptors
-  // Per descriptor: its first slot and its number of slots (0: no limit applies).
-  std::uint8_t first[kMaxChecks] = {};
-  std::uint8_t count[kMaxChecks] = {};
-  // The rules of caller overrides, per descriptor; allocated for the first request that
-  // has one (a Rule is a few hundred bytes: most requests need none).
-  std::unique_ptr<Rule[]> overrides;
-  // Per slot: its descriptor, its rule (null: replaced by another matched limit), its
-  // check, its counters.
-  std::size_t nslots = 0;
-  std::uint8_t desc[kMaxChecks] = {};
-  const Rule* rule[kMaxChecks] = {};
-  int check[kMaxChecks] = {};
-  DescriptorCounters* counters[kMaxChecks] = {};
-  // Per check (slots with the same rule and key share one, costs added).
-  decide::Check checks[kMaxChecks];
-  std::string keys[kMaxChecks];
-  std::size_t nchecks = 0;
-  // --- concurrency limits (issue #12) ---
-  // A permit operation (acquire, release, extend), its permit id (the checks view it),
-  // and how many checks are of concurrency limits, with their shortest lease.
-  bool permit_mode = false;
-  StoreOp op = StoreOp::kDecide;
-  std::string permit_id;
-  std::size_t nconcurrency = 0;
-  Micros lease = 0;
+  Plan plan;
 };
 
 Engine::~Engine() = default;
@@ -231,65 +138,22 @@ EngineStats Engine::Stats() const {
 std::string Engine::RenderMetrics() const {
   std::string out;
   out.reserve(8192);
-  metrics_->Render(out);
   const EngineStats st = Stats();
-  auto line = [&out](std::string_view name, std::string_view labels, std::uint64_t v) {
-    AppendMetricLine(out, name, labels, v);
-  };
-  out.append("# HELP sluiced_limiter_decisions_total Decisions made by the limiters.\n");
-  out.append("# TYPE sluiced_limiter_decisions_total counter\n");
-  line("sluiced_limiter_decisions_total", "", st.limiter.decisions);
-  out.append(
-      "# HELP sluiced_limiter_denied_total Denied limiter decisions (not in shadow mode).\n");
-  out.append("# TYPE sluiced_limiter_denied_total counter\n");
-  line("sluiced_limiter_denied_total", "", st.limiter.denied);
-  out.append("# HELP sluiced_store_errors_total Store calls that failed or timed out.\n");
-  out.append("# TYPE sluiced_store_errors_total counter\n");
-  line("sluiced_store_errors_total", "", st.limiter.store_errors);
-  out.append(
-      "# HELP sluiced_failure_policy_total Decisions made without the store, by failure "
-      "policy.\n");
-  out.append("# TYPE sluiced_failure_policy_total counter\n");
-  line("sluiced_failure_policy_total", "outcome=\"fail_open\"", st.limiter.fail_open);
-  line("sluiced_failure_policy_total", "outcome=\"fail_closed\"", st.limiter.fail_closed);
-  line("sluiced_failure_policy_total", "outcome=\"local_fallback\"", st.limiter.local_fallback);
-  out.append("# HELP sluiced_deny_cache_hits_total Denials answered locally by the deny cache.\n");
-  out.append("# TYPE sluiced_deny_cache_hits_total counter\n");
-  line("sluiced_deny_cache_hits_total", "", st.limiter.deny_cache_hits);
-  out.append(
-      "# HELP sluiced_lease_total Hot-key leases (lease in a rule): decisions allowed from "
-      "a lease without a store call (hit), leases taken from the store (grant) and "
-      "leases given back (return).\n");
-  out.append("# TYPE sluiced_lease_total counter\n");
-  line("sluiced_lease_total", "event=\"hit\"", st.limiter.lease_hits);
-  line("sluiced_lease_total", "event=\"grant\"", st.limiter.lease_grants);
-  line("sluiced_lease_total", "event=\"return\"", st.limiter.lease_returns);
-  out.append(
-      "# HELP sluiced_deny_cache_bytes Bytes reserved by the deny cache (fixed at start).\n");
-  out.append("# TYPE sluiced_deny_cache_bytes gauge\n");
-  line("sluiced_deny_cache_bytes", "", st.deny_cache_bytes);
-  out.append(
-      "# HELP sluiced_store_keys Keys held by the in-process stores: the embedded store "
-      "(memory://) and the local fallback's.\n");
-  out.append("# TYPE sluiced_store_keys gauge\n");
-  if (embedded_ != nullptr)
-    line("sluiced_store_keys", "store=\"embedded\"", embedded_->Stats().keys);
-  line("sluiced_store_keys", "store=\"local_fallback\"", decider_->FallbackKeys());
-  out.append("# HELP sluiced_store_max_keys Key cap of the in-process stores (max_keys).\n");
-  out.append("# TYPE sluiced_store_max_keys gauge\n");
-  if (embedded_ != nullptr) line("sluiced_store_max_keys", "store=\"embedded\"", max_keys_);
-  line("sluiced_store_max_keys", "store=\"local_fallback\"", decider_->FallbackMaxKeys());
-  out.append(
-      "# HELP sluiced_key_cap_refusals_total Store calls refused because the embedded store "
-      "was at its key cap (decided by failure mode).\n");
-  out.append("# TYPE sluiced_key_cap_refusals_total counter\n");
-  line("sluiced_key_cap_refusals_total", "", key_cap_refusals_.load(std::memory_order_relaxed));
-  out.append("# HELP sluiced_config_generation Generation of the configuration in use.\n");
-  out.append("# TYPE sluiced_config_generation gauge\n");
-  line("sluiced_config_generation", "", st.generation);
-  out.append("# HELP sluiced_config_rules Limits in the configuration in use.\n");
-  out.append("# TYPE sluiced_config_rules gauge\n");
-  line("sluiced_config_rules", "", st.rules);
+  EngineSeries e;
+  e.limiter = st.limiter;
+  e.deny_cache_bytes = st.deny_cache_bytes;
+  e.embedded = embedded_ != nullptr;
+  // The embedded store drops idle keys only as new ones arrive: sweep first, so that
+  // the gauge counts what the store holds, not keys whose windows have passed.
+  if (embedded_ != nullptr) embedded_->SweepExpired(clock_->Now());
+  e.embedded_keys = embedded_ != nullptr ? embedded_->Stats().keys : 0;
+  e.embedded_max_keys = max_keys_;
+  e.fallback_keys = decider_->FallbackKeys();
+  e.fallback_max_keys = decider_->FallbackMaxKeys();
+  e.key_cap_refusals = key_cap_refusals_.load(std::memory_order_relaxed);
+  e.generation = st.generation;
+  e.rules = st.rules;
+  metrics_->Render(out, e);
   return out;
 }
 
@@ -298,235 +162,32 @@ std::string Engine::DumpConfig() const {
 }
 
 Status Engine::Prepare(const RateLimitRequest& req, Prepared& p, RateLimitResponse* resp,
-                       bool* decide, const StoreOp* permit_op, std::string_view permit_id) {
+                       bool* decide, const PlanOp& op) {
   *decide = false;
-  p.permit_mode = permit_op != nullptr;
-  p.op = permit_op ? *permit_op : StoreOp::kDecide;
-  p.permit_id.assign(permit_id);
-  p.nconcurrency = 0;
-  p.lease = 0;
   p.snap = std::atomic_load(&snapshot_);
-  const Settings& settings = p.snap->settings();
-  const RuleSet& rules = *p.snap->rules;
   resp->overall_code = Code::kOk;
   resp->statuses.clear();
   resp->response_headers.clear();
-  if (req.domain.empty()) return Status::InvalidArgument("domain must not be empty");
-  const std::size_t n = req.descriptors.size();
-  if (n == 0) return Status::InvalidArgument("descriptors must not be empty");
-  if (n > settings.max_descriptors || n > kMaxChecks) {
-    return Status::InvalidArgument("too many descriptors: " + std::to_string(n) + " (at most " +
-                                   std::to_string(std::min(settings.max_descriptors, kMaxChecks)) +
-                                   ")");
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    const DescriptorRequest& d = req.descriptors[i];
-    if (d.entries.size() > settings.max_entries) {
-      return Status::InvalidArgument("descriptor " + std::to_string(i) + " has " +
-                                     std::to_string(d.entries.size()) + " entries (at most " +
-                                     std::to_string(settings.max_entries) + ")");
-    }
-    for (const Entry& e : d.entries) {
-      if (e.key.empty()) {
-        return Status::InvalidArgument("descriptor " + std::to_string(i) +
-                                       " has an entry with an empty key");
-      }
-    }
-    if (d.has_override) {
-      if (d.override_requests_per_unit == 0) {
-        return Status::InvalidArgument("descriptor " + std::to_string(i) +
-                                       ": limit override needs requests_per_unit > 0");
-      }
-      if (!ValidUnit(d.override_unit)) {
-        return Status::InvalidArgument(
-            "descriptor " + std::to_string(i) +
-            ": limit override unit must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR");
-      }
-    }
-  }
-  resp->statuses.resize(n);
-  p.n = n;
-  p.nchecks = 0;
-
-  const Node* root = rules.Domain(req.domain);
-  if (root == nullptr) {
-    // Like envoyproxy/ratelimit: a domain without configuration limits nothing.
-    metrics_->CountUnknownDomain();
-    return Status::Ok();
-  }
-
-  // 1. Match every descriptor to its rules; a caller's override makes a rule of its own
-  // (no state is kept per override).
-  p.nslots = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const DescriptorRequest& d = req.descriptors[i];
-    p.first[i] = static_cast<std::uint8_t>(p.nslots);
-    p.count[i] = 0;
-    if (d.entries.empty()) continue;  // envoyproxy/ratelimit: no entries, no limit (OK)
-    const Rule* r = nullptr;
-    if (d.has_override) {
-      if (!p.overrides) p.overrides = std::make_unique<Rule[]>(kMaxChecks);
-      Status s = rules.OverrideRule(req.domain, d.override_requests_per_unit, d.override_unit,
-                                    p.overrides[i]);
-      if (!s.ok())
-        return Status::InvalidArgument("descriptor " + std::to_string(i) + ": " + s.message());
-      r = &p.overrides[i];
-    } else {
-      r = RuleSet::Match(*root, d.entries);
-    }
-    for (; r != nullptr; r = r->next) {
-      if (p.nslots == kMaxChecks) {
-        std::size_t total = p.nslots;
-        for (const Rule* x = r; x != nullptr; x = x->next) ++total;
-        for (std::size_t k = i + 1; k < n; ++k) {
-          const DescriptorRequest& o = req.descriptors[k];
-          if (o.entries.empty()) continue;
-          if (o.has_override) {
-            ++total;
-            continue;
-          }
-          for (const Rule* x = RuleSet::Match(*root, o.entries); x != nullptr; x = x->next) {
-            ++total;
-          }
-        }
-        return Status::InvalidArgument("the request's descriptors match " + std::to_string(total) +
-                                       " limits (at most " + std::to_string(kMaxChecks) +
-                                       " in one request)");
-      }
-      p.desc[p.nslots] = static_cast<std::uint8_t>(i);
-      p.rule[p.nslots] = r;
-      p.check[p.nslots] = -1;
-      ++p.nslots;
-      ++p.count[i];
-    }
-  }
-  // 2. Limits replaced by another matched limit do not apply.
-  for (std::size_t a = 0; a < p.nslots; ++a) {
-    if (p.rule[a] == nullptr || p.rule[a]->replaces.empty()) continue;
-    for (const std::string& name : p.rule[a]->replaces) {
-      for (std::size_t b = 0; b < p.nslots; ++b) {
-        if (b != a && p.rule[b] != nullptr && p.rule[b]->name == name) p.rule[b] = nullptr;
-      }
-    }
-  }
-  // 3. One check per distinct (rule, key); the same limit on the same key twice in one
-  // request is one check with the costs added. The limits of one descriptor share its
-  // key (and so its cluster slot: one store call) and differ by policy name.
-  thread_local std::string key;
-  const Node* path[kMaxEntries];
-  for (std::size_t i = 0; i < n; ++i) {
-    bool any = false;
-    for (std::size_t a = p.first[i]; a < p.first[i] + p.count[i]; ++a) any = any || p.rule[a];
-    if (!any) continue;
-    const DescriptorRequest& d = req.descriptors[i];
-    // The nodes each entry landed on: share_threshold and value_to_metric are per level.
-    const bool matched_tree = !d.has_override && d.entries.size() <= kMaxEntries;
-    if (matched_tree) RuleSet::Match(*root, d.entries, path);
-    bool value_to_metric = false;
-    for (std::size_t k = 0; matched_tree && k < d.entries.size(); ++k) {
-      value_to_metric = value_to_metric || path[k]->value_to_metric;
-    }
-    bool key_built = false;
-    const std::uint64_t cost =
-        d.has_hits_addend ? d.hits_addend : (req.hits_addend ? req.hits_addend : 1);
-    for (std::size_t a = p.first[i]; a < p.first[i] + p.count[i]; ++a) {
-      const Rule* r = p.rule[a];
-      if (r == nullptr) continue;
-      // --- concurrency limits (issue #12) ---
-      const bool concurrency = !r->unlimited && r->policy.algorithm == Algorithm::kConcurrency;
-      if (concurrency && !p.permit_mode) {
-        // A permit taken here could never be given back (Envoy's rate limit API, /json,
-        // /v1/check and nginx have no release): refuse, naming the way that works.
-        return Status::InvalidArgument(
-            "descriptor " + std::to_string(i) + " matches the concurrency limit " + r->path +
-            (r->name.empty() ? "" : " ('" + r->name + "')") +
-            ", which this API cannot release: take permits with POST /v1/acquire and give "
-            "them back with POST /v1/release");
-      }
-      if (!concurrency && p.permit_mode && p.op != StoreOp::kDecide) {
-        p.rule[a] = nullptr;  // a release or an extend leaves rate limits alone
-        continue;
-      }
-      p.counters[a] = r->counters;
-      if (r->detailed_metric || value_to_metric) {
-        std::string label = r->path;
-        for (std::size_t k = 0; k < d.entries.size(); ++k) {
-          if (!r->detailed_metric && !(matched_tree && path[k]->value_to_metric)) continue;
-          const Entry& e = d.entries[k];
-          label += "|";
-          label.append(e.key);
-          label += "=";
-          label.append(e.value);
-        }
-        p.counters[a] = metrics_->Descriptor(req.domain, label);
-      }
-      if (r->unlimited) continue;
-      if (!key_built) {
-        key_built = true;
-        key.clear();
-        AppendEscaped(key, req.domain);
-        for (std::size_t k = 0; k < d.entries.size(); ++k) {
-          const Entry& e = d.entries[k];
-          key.push_back(':');
-          AppendEscaped(key, e.key);
-          key.push_back(':');
-          // share_threshold: the pattern, not the value, so matching values share a
-          // counter.
-          if (matched_tree && !path[k]->shared_pattern.empty()) {
-            AppendEscaped(key, path[k]->shared_pattern);
-          } else {
-            AppendEscaped(key, e.value);
-          }
-        }
-        if (key.size() > kMaxKeyBytes) {
-          char buf[48];
-          std::snprintf(buf, sizeof buf, "h.%016llx%016llx",
-                        static_cast<unsigned long long>(Fnv(key, 0xcbf29ce484222325ULL)),
-                        static_cast<unsigned long long>(Fnv(key, 0x84222325cbf29ce4ULL)));
-          key = buf;
-        }
-      }
-      std::string& store_key = p.keys[p.nchecks];
-      limiter_internal::BuildStoreKey(store_key, "sluiced", key, r->policy.name);
-      for (std::size_t c = 0; c < p.nchecks; ++c) {
-        if (p.checks[c].key == store_key) p.check[a] = static_cast<int>(c);
-      }
-      if (p.check[a] >= 0) {
-        if (!concurrency) p.checks[p.check[a]].cost += cost;  // one permit per key
-        continue;
-      }
-      p.check[a] = static_cast<int>(p.nchecks);
-      p.checks[p.nchecks] = decide::Check{&r->policy, &r->fallback, store_key, cost};
-      if (concurrency) {
-        // One permit (a slot) per acquisition, whatever the request's hits.
-        decide::Check& c = p.checks[p.nchecks];
-        c.cost = 1;
-        c.permit = p.permit_id;
-        p.lease = p.nconcurrency == 0 ? r->policy.window : std::min(p.lease, r->policy.window);
-        ++p.nconcurrency;
-      }
-      ++p.nchecks;
-    }
-  }
-  // Keys are views into p.keys, which the loop above may still have grown: set them
-  // once every key is final.
-  for (std::size_t c = 0; c < p.nchecks; ++c) p.checks[c].key = p.keys[c];
-  if (p.nchecks == 0) {
-    Finish(p, {}, resp);
+  if (Status s = BuildPlan(*p.snap->rules, *metrics_, req, op, p.plan); !s.ok()) return s;
+  resp->statuses.resize(p.plan.n);
+  if (p.plan.nchecks == 0) {
+    Finish(p, {}, resp);  // unlimited limits are counted; nothing else to do
     return Status::Ok();
   }
   *decide = true;
   return Status::Ok();
 }
 
-void Engine::Finish(const Prepared& p, std::span<const Decision> decisions,
+void Engine::Finish(const Prepared& prepared, std::span<const Decision> decisions,
                     RateLimitResponse* resp) const {
-  const Settings& settings = p.snap->settings();
+  const Settings& settings = prepared.snap->settings();
+  const Plan& p = prepared.plan;
   // Per limited slot, its decision and status; the binding one (of a descriptor, of the
   // request) is chosen among them by the decision layer's rule.
   Decision per[kMaxChecks];
   DescriptorStatus slot_status[kMaxChecks];
   std::size_t slot_of[kMaxChecks];
+  Decision banned;
   std::size_t m = 0;
   for (std::size_t i = 0; i < p.n; ++i) {
     const std::size_t m0 = m;
@@ -539,7 +200,7 @@ void Engine::Finish(const Prepared& p, std::span<const Decision> decisions,
         if (c != nullptr) c->unlimited.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
-      const Decision& d = decisions[p.check[a]];
+      const Decision& d = r->banned ? BannedDecision(*r, banned) : decisions[p.check[a]];
       DescriptorStatus& st = slot_status[m];
       st = DescriptorStatus{};
       st.has_limit = true;
@@ -557,6 +218,7 @@ void Engine::Finish(const Prepared& p, std::span<const Decision> decisions,
       st.duration_until_reset = d.reset_after;
       st.retry_after = d.retry_after;
       st.code = d.allowed ? Code::kOk : Code::kOverLimit;
+      st.above_capacity = !r->banned && !d.allowed && p.checks[p.check[a]].cost > st.capacity;
       // The embedded store fails only at its key cap: the failure mode decided, and that
       // is neither the limit's "ok" nor its "over_limit".
       const bool key_cap = embedded_ != nullptr && (d.source == DecisionSource::kFailOpen ||
@@ -593,22 +255,20 @@ void Engine::Finish(const Prepared& p, std::span<const Decision> decisions,
       out.limits.assign(slot_status + m0, slot_status + m);
     }
   }
+  // A descriptor's `metadata` goes back while the descriptor is under its limit.
+  for (std::size_t a = 0; a < p.nslots; ++a) {
+    const Rule* r = p.rule[a];
+    if (r == nullptr || r->metadata.empty()) continue;
+    DescriptorStatus& st = resp->statuses[p.desc[a]];
+    if (st.code == Code::kOk) st.metadata = r->metadata;
+  }
   if (settings.response_headers != Settings::Headers::kNone && m > 0) {
     std::vector<HeaderItem> items;
     items.reserve(m);
     for (std::size_t k = 0; k < m; ++k) {
-      const std::size_t a = slot_of[k];
-      const std::size_t i = p.desc[a];
-      const Rule* r = p.rule[a];
-      const DescriptorStatus& ds = resp->statuses[i];
-      // Point into the response: the descriptor's own status, or its entry in limits.
-      const DescriptorStatus* st = &ds;
-      if (!ds.limits.empty()) {
-        std::size_t j = 0;
-        for (std::size_t q = 0; q < k; ++q) j += p.desc[slot_of[q]] == i ? 1 : 0;
-        st = &ds.limits[j];
-      }
-      items.push_back(HeaderItem{st, HeaderPolicyName(*st, i, r->index, r->multi)});
+      const Rule* r = p.rule[slot_of[k]];
+      items.push_back(HeaderItem{HeaderPolicyName(*r, p.desc[slot_of[k]]), !r->name.empty(),
+                                 &r->policy, per[k], slot_status[k].above_capacity});
     }
     AppendHeaders(settings.response_headers, items,
                   decide::BindingIndex(std::span<const Decision>(per, m)), resp->response_headers);
@@ -622,12 +282,12 @@ Status Engine::ShouldRateLimit(const RateLimitRequest& req, RateLimitResponse* r
     ~Release() { p.snap.reset(); }  // a thread must not keep an old config alive
   } release{p};
   bool decide = false;
-  if (Status s = Prepare(req, p, resp, &decide); !s.ok() || !decide) return s;
+  if (Status s = Prepare(req, p, resp, &decide, PlanOp{}); !s.ok() || !decide) return s;
   Decision out[kMaxChecks];
-  auto bind = decider_->Decide(std::span<const decide::Check>(p.checks, p.nchecks),
-                               std::span<Decision>(out, p.nchecks));
+  auto bind = decider_->Decide(std::span<const decide::Check>(p.plan.checks, p.plan.nchecks),
+                               std::span<Decision>(out, p.plan.nchecks));
   if (!bind.ok()) return bind.status();
-  Finish(p, std::span<const Decision>(out, p.nchecks), resp);
+  Finish(p, std::span<const Decision>(out, p.plan.nchecks), resp);
   return Status::Ok();
 }
 
@@ -655,12 +315,12 @@ void Engine::ShouldRateLimitAsync(const RateLimitRequest& req, AsyncDone done) {
   auto p = std::make_shared<Prepared>();
   auto resp = std::make_shared<RateLimitResponse>();
   bool decide = false;
-  Status s = Prepare(req, *p, resp.get(), &decide);
+  Status s = Prepare(req, *p, resp.get(), &decide, PlanOp{});
   if (!s.ok() || !decide) {
     done(s, *resp);
     return;
   }
-  decider_->DecideAsync(std::span<const decide::Check>(p->checks, p->nchecks),
+  decider_->DecideAsync(std::span<const decide::Check>(p->plan.checks, p->plan.nchecks),
                         [this, p, resp, done = std::move(done)](
                             const Status& st, std::span<const Decision> d, std::size_t) {
                           if (st.ok()) Finish(*p, d, resp.get());
@@ -670,153 +330,13 @@ void Engine::ShouldRateLimitAsync(const RateLimitRequest& req, AsyncDone done) {
 
 // --- concurrency limits (issue #12): /v1/acquire, /v1/release, /v1/extend ---------
 
-namespace {
-
-constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-void AppendVarint(std::string& out, std::uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
-
-bool ReadVarint(std::string_view& in, std::uint64_t* v) {
-  *v = 0;
-  for (int shift = 0; shift < 64 && !in.empty(); shift += 7) {
-    const auto b = static_cast<unsigned char>(in.front());
-    in.remove_prefix(1);
-    *v |= static_cast<std::uint64_t>(b & 0x7f) << shift;
-    if ((b & 0x80) == 0) return true;
-  }
-  return false;
-}
-
-void AppendBytes(std::string& out, std::string_view s) {
-  AppendVarint(out, s.size());
-  out.append(s);
-}
-
-bool ReadBytes(std::string_view& in, std::string_view* s) {
-  std::uint64_t n = 0;
-  if (!ReadVarint(in, &n) || n > in.size()) return false;
-  *s = in.substr(0, n);
-  in.remove_prefix(n);
-  return true;
-}
-
-std::string Base64Url(std::string_view in) {
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const std::uint32_t v = (static_cast<unsigned char>(in[i]) << 16) |
-                            (static_cast<unsigned char>(in[i + 1]) << 8) |
-                            static_cast<unsigned char>(in[i + 2]);
-    out.push_back(kB64[v >> 18]);
-    out.push_back(kB64[(v >> 12) & 63]);
-    out.push_back(kB64[(v >> 6) & 63]);
-    out.push_back(kB64[v & 63]);
-  }
-  if (i < in.size()) {
-    std::uint32_t v = static_cast<unsigned char>(in[i]) << 16;
-    if (i + 1 < in.size()) v |= static_cast<unsigned char>(in[i + 1]) << 8;
-    out.push_back(kB64[v >> 18]);
-    out.push_back(kB64[(v >> 12) & 63]);
-    if (i + 1 < in.size()) out.push_back(kB64[(v >> 6) & 63]);
-  }
-  return out;
-}
-
-bool FromBase64Url(std::string_view in, std::string* out) {
-  out->clear();
-  std::uint32_t acc = 0;
-  int bits = 0;
-  for (char c : in) {
-    const char* pos = std::strchr(kB64, c);
-    if (c == '\0' || pos == nullptr) return false;
-    acc = (acc << 6) | static_cast<std::uint32_t>(pos - kB64);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out->push_back(static_cast<char>((acc >> bits) & 0xff));
-    }
-  }
-  return bits < 6;
-}
-
-// 128 random bits as 32 lower-case hex characters (sluice/permit.h's id form).
-std::string NewPermitId() {
-  thread_local std::mt19937_64 rng([] {
-    std::random_device rd;
-    std::seed_seq seq{rd(), rd(), rd(), rd(), rd(), rd(), rd(), rd()};
-    return std::mt19937_64(seq);
-  }());
-  char buf[kPermitIdLength + 1];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(rng()),
-                static_cast<unsigned long long>(rng()));
-  return std::string(buf, kPermitIdLength);
-}
-
-}  // namespace
-
-std::string EncodePermitToken(std::string_view id, const RateLimitRequest& req) {
-  std::string payload;
-  AppendBytes(payload, req.domain);
-  AppendVarint(payload, req.descriptors.size());
-  for (const DescriptorRequest& d : req.descriptors) {
-    AppendVarint(payload, d.entries.size());
-    for (const Entry& e : d.entries) {
-      AppendBytes(payload, e.key);
-      AppendBytes(payload, e.value);
-    }
-  }
-  std::string token(id);
-  token.push_back('.');
-  token.append(Base64Url(payload));
-  return token;
-}
-
-Status DecodePermitToken(std::string_view token, std::string* id, std::string* storage,
-                         RateLimitRequest* req) {
-  const auto bad = [&](const char* why) {
-    std::string shown(token.substr(0, 80));
-    return Status::InvalidArgument("permit '" + shown + (token.size() > 80 ? "...'" : "'") +
-                                   " is not a permit token from /v1/acquire (" + why + ")");
-  };
-  const std::size_t dot = token.find('.');
-  if (dot == std::string_view::npos) return bad("no '.'");
-  if (!IsPermitId(token.substr(0, dot))) return bad("bad permit id");
-  if (!FromBase64Url(token.substr(dot + 1), storage)) return bad("bad encoding");
-  std::string_view in(*storage);
-  req->descriptors.clear();
-  std::uint64_t n = 0;
-  if (!ReadBytes(in, &req->domain) || !ReadVarint(in, &n) || n == 0 || n > kMaxChecks) {
-    return bad("bad descriptors");
-  }
-  req->descriptors.resize(n);
-  for (DescriptorRequest& d : req->descriptors) {
-    std::uint64_t m = 0;
-    if (!ReadVarint(in, &m) || m > kMaxEntries) return bad("bad entries");
-    d.entries.resize(m);
-    for (Entry& e : d.entries) {
-      if (!ReadBytes(in, &e.key) || !ReadBytes(in, &e.value)) return bad("bad entry");
-    }
-  }
-  if (!in.empty()) return bad("trailing bytes");
-  id->assign(token.substr(0, dot));
-  return Status::Ok();
-}
-
 void Engine::AcquireAsync(const RateLimitRequest& req, PermitDone done) {
   auto p = std::make_shared<Prepared>();
   auto resp = std::make_shared<PermitResponse>();
   bool decide = false;
-  const StoreOp op = StoreOp::kDecide;
-  const std::string id = NewPermitId();
-  Status s = Prepare(req, *p, &resp->rate, &decide, &op, id);
-  if (s.ok() && p->nconcurrency == 0) {
+  const std::string id = permit_internal::NewPermitId();
+  Status s = Prepare(req, *p, &resp->rate, &decide, PlanOp{true, StoreOp::kDecide, id});
+  if (s.ok() && p->plan.nconcurrency == 0) {
     s = Status::InvalidArgument(
         "no concurrency limit matches the request's descriptors (/v1/acquire takes permits "
         "of limits with `concurrency:`; use /v1/check for rate limits)");
@@ -827,14 +347,14 @@ void Engine::AcquireAsync(const RateLimitRequest& req, PermitDone done) {
   }
   // The token names the descriptors, so that a release matches the same limits.
   std::string token = EncodePermitToken(id, req);
-  decider_->DecideAsync(std::span<const decide::Check>(p->checks, p->nchecks),
+  decider_->DecideAsync(std::span<const decide::Check>(p->plan.checks, p->plan.nchecks),
                         [this, p, resp, token = std::move(token), done = std::move(done)](
                             const Status& st, std::span<const Decision> d, std::size_t) {
                           if (st.ok()) {
                             Finish(*p, d, &resp->rate);
                             if (resp->rate.overall_code != Code::kOverLimit) {
                               resp->permit = token;
-                              resp->lease = p->lease;
+                              resp->lease = p->plan.lease;
                             }
                           }
                           done(st, *resp);
@@ -851,8 +371,8 @@ void Engine::PermitAsync(StoreOp op, std::string_view token, PermitDone done) {
   }
   auto p = std::make_shared<Prepared>();
   bool decide = false;
-  Status s = Prepare(req, *p, &resp->rate, &decide, &op, id);
-  if (s.ok() && p->nconcurrency == 0) {
+  Status s = Prepare(req, *p, &resp->rate, &decide, PlanOp{true, op, id});
+  if (s.ok() && p->plan.nconcurrency == 0) {
     s = Status::NotFound("permit " + id +
                          ": no concurrency limit matches its descriptors any more (the "
                          "configuration changed since it was acquired?)");
@@ -862,7 +382,7 @@ void Engine::PermitAsync(StoreOp op, std::string_view token, PermitDone done) {
     return;
   }
   decider_->DecideAsync(
-      std::span<const decide::Check>(p->checks, p->nchecks),
+      std::span<const decide::Check>(p->plan.checks, p->plan.nchecks),
       [p, resp, op, id = std::move(id), done = std::move(done)](
           const Status& st, std::span<const Decision> d, std::size_t) {
         if (!st.ok()) return done(st, *resp);
@@ -875,7 +395,7 @@ void Engine::PermitAsync(StoreOp op, std::string_view token, PermitDone done) {
                                        "its lease");
           return done(nf, *resp);
         }
-        if (op == StoreOp::kExtend) resp->lease = p->lease;
+        if (op == StoreOp::kExtend) resp->lease = p->plan.lease;
         done(Status::Ok(), *resp);
       },
       op);

@@ -21,6 +21,9 @@
 #include "limiter/decider.h"
 #include "service/config.h"
 #include "service/metrics.h"
+#include "service/permit_token.h"
+#include "service/plan.h"
+#include "service/request.h"
 #include "service/rules.h"
 #include "sluice/clock.h"
 #include "sluice/limiter.h"
@@ -29,78 +32,6 @@
 #include "sluice/store.h"
 
 namespace sluice::service {
-
-struct DescriptorRequest {
-  std::vector<Entry> entries;
-  // The caller's limit override (Envoy's RateLimitDescriptor.limit).
-  bool has_override = false;
-  std::uint32_t override_requests_per_unit = 0;
-  int override_unit = 0;  // envoy.type.v3.RateLimitUnit
-  // Per-descriptor cost; overrides the request's hits_addend.
-  bool has_hits_addend = false;
-  std::uint64_t hits_addend = 0;
-};
-
-struct RateLimitRequest {
-  std::string_view domain;
-  std::vector<DescriptorRequest> descriptors;
-  // Cost for every descriptor; 0 means 1.
-  std::uint32_t hits_addend = 0;
-};
-
-enum class Code : int { kUnknown = 0, kOk = 1, kOverLimit = 2 };
-
-struct DescriptorStatus {
-  Code code = Code::kOk;
-  // False when no limit applied (no match, unlimited, replaced, unknown domain).
-  bool has_limit = false;
-  std::uint32_t requests_per_unit = 0;
-  Unit unit = Unit::kUnknown;
-  std::string name;
-  std::uint32_t limit_remaining = 0;
-  // What the headers call the limit: the policy's capacity (requests_per_unit for the
-  // window algorithms, the burst for token_bucket/gcra), and its window.
-  std::uint64_t capacity = 0;
-  Micros window = 0;
-  Micros duration_until_reset = 0;
-  Micros retry_after = 0;
-  // A concurrency limit (issue #12): requests_per_unit and capacity are its most permits
-  // held at once, limit_remaining its free permits, window its lease; unit is unknown.
-  bool concurrency = false;
-  // A descriptor with several limits (`rate_limits`): each one's status, in list order
-  // (replaced ones left out); the fields above are then the binding one's (a denial
-  // with the longest wait, else the least remaining). Empty for a single limit.
-  std::vector<DescriptorStatus> limits;
-};
-
-struct RateLimitResponse {
-  Code overall_code = Code::kOk;
-  std::vector<DescriptorStatus> statuses;
-  // Headers for the client (x-ratelimit-*, retry-after), when enabled.
-  std::vector<std::pair<std::string, std::string>> response_headers;
-};
-
-// --- concurrency limits (issue #12): /v1/acquire, /v1/release, /v1/extend ---
-// The answer to AcquireAsync / PermitAsync.
-struct PermitResponse {
-  // Acquire: every descriptor's status, as ShouldRateLimit reports it (a concurrency
-  // limit's remaining is its free permits, its retry_after the time until the earliest
-  // held permit expires).
-  RateLimitResponse rate;
-  // Acquire, when allowed: the permit token to release or extend with (its id and the
-  // request's descriptors, so that a release needs nothing else).
-  std::string permit;
-  // Acquire and extend: the shortest lease of the concurrency limits, i.e. how long the
-  // permit lives from now unless released or extended.
-  Micros lease = 0;
-};
-
-// A permit token: "<permit id>.<domain and descriptors, base64url>". Opaque to clients.
-std::string EncodePermitToken(std::string_view id, const RateLimitRequest& request);
-// Parses a token into its id and a request (views into `storage`, which it fills).
-// InvalidArgument naming what is wrong ("permit ... is not a token from /v1/acquire").
-Status DecodePermitToken(std::string_view token, std::string* id, std::string* storage,
-                         RateLimitRequest* request);
 
 // The engine's decision counters (its one Decider's) and the config in use.
 struct EngineStats {
@@ -176,13 +107,11 @@ class Engine {
  private:
   Engine() = default;
   Result<std::shared_ptr<Snapshot>> Compile(const Config& config);
-  // Validates and matches `request` into `p`. `*decide` false: `response` is complete
-  // without a store call (unknown domain, nothing limited).
-  // `permit_op`/`permit_id`: null for a rate decision (a concurrency limit matched is then
-  // an InvalidArgument: these APIs have no release); else the permit operation, which
-  // checks only the concurrency limits for a release or an extend.
+  // Plans `request` (service/plan.h) into `p` on the current snapshot and resets
+  // `response`. `*decide` false: `response` is complete without a store call (unknown
+  // domain, nothing limited).
   Status Prepare(const RateLimitRequest& request, Prepared& p, RateLimitResponse* response,
-                 bool* decide, const StoreOp* permit_op = nullptr, std::string_view permit_id = {});
+                 bool* decide, const PlanOp& op);
   // Statuses, metrics and headers from the decider's answer.
   void Finish(const Prepared& p, std::span<const Decision> decisions,
               RateLimitResponse* response) const;

@@ -2,10 +2,14 @@
 // (the embedded store never blocks; a Redis store blocks at most its call deadline).
 #include "service/grpc_service.h"
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
+#include <string>
+#include <vector>
 
 #include "core/utf8.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
@@ -78,6 +82,15 @@ void ToProto(const RateLimitResponse& resp, pb::RateLimitResponse* out) {
     }
     s->set_limit_remaining(st.limit_remaining);
   }
+  // Descriptor metadata (JSON objects the config loader wrote) becomes the response's
+  // dynamic metadata, one object: a later descriptor's field wins over an earlier one's.
+  for (const DescriptorStatus& st : resp.statuses) {
+    if (st.metadata.empty()) continue;
+    google::protobuf::Struct md;
+    if (!google::protobuf::util::JsonStringToMessage(st.metadata, &md).ok()) continue;
+    for (const auto& [k, v] : md.fields())
+      (*out->mutable_dynamic_metadata()->mutable_fields())[k] = v;
+  }
   for (const auto& [k, v] : resp.response_headers) {
     auto* h = out->add_response_headers_to_add();
     h->set_key(k);
@@ -116,25 +129,54 @@ grpc::StatusCode ToGrpc(ErrorCode c) {
   }
 }
 
-class RlsService final : public pb::RateLimitService::CallbackService {
+// Parses the request bytes itself (a raw method): when gRPC's generated handler fails
+// to parse them it answers UNIMPLEMENTED with no message, as if the method did not exist.
+// `bytes` as a RateLimitRequest; false when they are not one.
+bool Parse(const grpc::ByteBuffer& bytes, pb::RateLimitRequest* out) {
+  std::vector<grpc::Slice> slices;
+  if (!bytes.Dump(&slices).ok()) return false;
+  if (slices.size() == 1)
+    return out->ParseFromArray(slices[0].begin(), static_cast<int>(slices[0].size()));
+  std::string all;
+  for (const grpc::Slice& x : slices)
+    all.append(reinterpret_cast<const char*>(x.begin()), x.size());
+  return out->ParseFromString(all);
+}
+
+class RlsService final : public pb::RateLimitService::WithRawCallbackMethod_ShouldRateLimit<
+                             pb::RateLimitService::CallbackService> {
  public:
   explicit RlsService(Engine& engine) : engine_(engine) {}
 
   // Decides with the engine's asynchronous path: no gRPC thread waits on Redis; the
   // reactor finishes from the store's I/O thread (or inline for the embedded store).
   grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* ctx,
-                                            const pb::RateLimitRequest* request,
-                                            pb::RateLimitResponse* response) override {
+                                            const grpc::ByteBuffer* bytes,
+                                            grpc::ByteBuffer* response) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    pb::RateLimitRequest request;
+    if (!Parse(*bytes, &request)) {
+      Fail(reactor, Status::InvalidArgument(
+                        "the request is not a valid envoy.service.ratelimit.v3.RateLimitRequest "
+                        "(protobuf: truncated, a malformed tag or varint, or nested deeper than "
+                        "protobuf allows)"));
+      return reactor;
+    }
     RateLimitRequest req;
-    if (Status s = FromProto(engine_, *request, &req); !s.ok()) {
+    if (Status s = FromProto(engine_, request, &req); !s.ok()) {
       Fail(reactor, s);
       return reactor;
     }
     engine_.ShouldRateLimitAsync(
         req, [this, reactor, response](const Status& s, RateLimitResponse& out) {
           if (!s.ok()) return Fail(reactor, s);
-          ToProto(out, response);
+          pb::RateLimitResponse proto;
+          ToProto(out, &proto);
+          bool own = false;
+          if (!grpc::SerializationTraits<pb::RateLimitResponse>::Serialize(proto, response, &own)
+                   .ok()) {
+            return Fail(reactor, Status::Internal("cannot serialize the response"));
+          }
           engine_.metrics().CountRequest(Api::kGrpc, out.overall_code == Code::kOverLimit
                                                          ? RequestOutcome::kOverLimit
                                                          : RequestOutcome::kOk);

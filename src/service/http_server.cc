@@ -25,6 +25,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "service/http_routes.h"
 #include "service/json_api.h"
 #include "service/log.h"
 
@@ -34,109 +35,13 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+using http_routes::Dump;
+using http_routes::JsonError;
+using http_routes::Reply;
+using http_routes::Request;
+using http_routes::Respond;
 
-namespace {
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// %XX escapes; '+' is a space in a query (HTML forms), not in a path.
-bool PercentDecode(std::string_view in, bool plus_is_space, std::string* out) {
-  out->clear();
-  out->reserve(in.size());
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    const char c = in[i];
-    if (c == '%') {
-      if (i + 2 >= in.size()) return false;
-      const int hi = HexValue(in[i + 1]);
-      const int lo = HexValue(in[i + 2]);
-      if (hi < 0 || lo < 0) return false;
-      out->push_back(static_cast<char>(hi * 16 + lo));
-      i += 2;
-    } else if (c == '+' && plus_is_space) {
-      out->push_back(' ');
-    } else {
-      out->push_back(c);
-    }
-  }
-  return true;
-}
-
-// Never throws: bytes that are not UTF-8 (user input echoed in errors) are replaced.
-std::string Dump(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-}
-
-// What a handler answers; turned into a Beast response by the connection.
-struct Reply {
-  int status = 200;
-  std::string content_type;
-  std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;
-  bool close = false;  // close the connection after this answer
-};
-
-Reply JsonError(int status, const std::string& why) {
-  Reply r;
-  r.status = status;
-  r.content_type = "application/json";
-  r.body = Dump(nlohmann::json{{"error", why}});
-  return r;
-}
-
-void AddRateLimitHeaders(Reply& r, const RateLimitResponse& out) {
-  for (const auto& [k, v] : out.response_headers) {
-    // Canonical capitalisation for clients and nginx's $upstream_http_* alike.
-    if (k == "x-ratelimit-limit") {
-      r.headers.emplace_back("X-RateLimit-Limit", v);
-    } else if (k == "x-ratelimit-remaining") {
-      r.headers.emplace_back("X-RateLimit-Remaining", v);
-    } else if (k == "x-ratelimit-reset") {
-      r.headers.emplace_back("X-RateLimit-Reset", v);
-    } else if (k == "retry-after") {
-      r.headers.emplace_back("Retry-After", v);
-    } else {
-      r.headers.emplace_back(k, v);
-    }
-  }
-}
-
-using Request = http::request<http::string_body>;
-using Params = std::vector<std::pair<std::string, std::string>>;
-
-const std::string* FirstParam(const Params& p, std::string_view name) {
-  for (const auto& [k, v] : p) {
-    if (k == name) return &v;
-  }
-  return nullptr;
-}
-
-}  // namespace
-
-Result<std::vector<std::pair<std::string, std::string>>> ParseQuery(std::string_view query) {
-  std::vector<std::pair<std::string, std::string>> out;
-  while (!query.empty()) {
-    const std::size_t amp = query.find('&');
-    const std::string_view part = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    if (part.empty()) continue;
-    const std::size_t eq = part.find('=');
-    const std::string_view name = part.substr(0, eq);
-    const std::string_view value =
-        eq == std::string_view::npos ? std::string_view() : part.substr(eq + 1);
-    std::pair<std::string, std::string> p;
-    if (!PercentDecode(name, true, &p.first) || !PercentDecode(value, true, &p.second)) {
-      return Status::InvalidArgument("invalid percent-encoding in query parameter '" +
-                                     std::string(part) + "' (use %XX with two hex digits)");
-    }
-    out.push_back(std::move(p));
-  }
-  return out;
-}
+namespace {}  // namespace
 
 class Conn;
 
@@ -174,14 +79,8 @@ struct HttpServer::Impl {
   void Refuse(tcp::socket socket);
   void Sweep();
   // Handlers answer through `respond`, exactly once, inline or from the store's thread.
-  using Respond = std::function<void(Reply)>;
   void Handle(const Request& req, Respond respond);
-  void Json(const Request& req, Respond respond);
-  void Check(const Request& req, std::string_view query, Respond respond);
-  void Nginx(const Request& req, const std::string& domain, Respond respond);
   // --- concurrency limits (issue #12) ---
-  void Acquire(const Request& req, std::string_view query, Respond respond);
-  void PermitCall(const Request& req, std::string_view query, sluice::StoreOp op, Respond respond);
 };
 
 class Conn : public std::enable_shared_from_this<Conn> {
@@ -492,25 +391,28 @@ void HttpServer::Impl::Handle(const Request& req, Respond respond) {
       r.headers.emplace_back("Allow", allowed);
       return r;
     };
-    if (path == "/json") return post ? Json(req, respond) : respond(not_allowed("POST"));
+    if (path == "/json")
+      return post ? http_routes::Json(engine, req, respond) : respond(not_allowed("POST"));
     if (path == "/v1/check") {
-      return get || post ? Check(req, query, respond) : respond(not_allowed("GET, POST"));
+      return get || post ? http_routes::Check(engine, req, query, respond)
+                         : respond(not_allowed("GET, POST"));
     }
     // --- concurrency limits (issue #12): POST only, they change state ---
     if (path == "/v1/acquire")
-      return post ? Acquire(req, query, respond) : respond(not_allowed("POST"));
+      return post ? http_routes::Acquire(engine, req, query, respond)
+                  : respond(not_allowed("POST"));
     if (path == "/v1/release") {
-      return post ? PermitCall(req, query, sluice::StoreOp::kRelease, respond)
+      return post ? http_routes::PermitCall(engine, req, query, sluice::StoreOp::kRelease, respond)
                   : respond(not_allowed("POST"));
     }
     if (path == "/v1/extend") {
-      return post ? PermitCall(req, query, sluice::StoreOp::kExtend, respond)
+      return post ? http_routes::PermitCall(engine, req, query, sluice::StoreOp::kExtend, respond)
                   : respond(not_allowed("POST"));
     }
     constexpr std::string_view kNginx = "/nginx/auth/";
     if (path.rfind(kNginx, 0) == 0 && path.size() > kNginx.size() &&
         path.find('/', kNginx.size()) == std::string::npos) {
-      return get || post ? Nginx(req, path.substr(kNginx.size()), respond)
+      return get || post ? http_routes::Nginx(engine, req, path.substr(kNginx.size()), respond)
                          : respond(not_allowed("GET, POST"));
     }
     if (path == "/metrics" || path == "/healthz" || path == "/readyz" || path == "/rlconfig") {
@@ -537,212 +439,6 @@ void HttpServer::Impl::Handle(const Request& req, Respond respond) {
     Log(LogLevel::kError, "internal_error", {{"api", "http"}, {"error", e.what()}});
     return respond(JsonError(500, "internal error"));
   }
-}
-
-void HttpServer::Impl::Json(const Request& req, Respond respond) {
-  auto fail = [this, &respond](const Status& s) {
-    const bool invalid = s.code() == ErrorCode::kInvalidArgument;
-    engine.metrics().CountRequest(Api::kJson,
-                                  invalid ? RequestOutcome::kInvalid : RequestOutcome::kError);
-    Log(LogLevel::kWarn, "bad_request", {{"api", "json"}, {"error", s.message()}});
-    respond(JsonError(invalid ? 400 : 500, s.message()));
-  };
-  JsonRequest parsed;
-  if (Status s = ParseJsonRequest(req.body(), engine.settings_ptr()->max_descriptors, &parsed);
-      !s.ok()) {
-    return fail(s);
-  }
-  engine.ShouldRateLimitAsync(
-      parsed.request, [this, respond, fail](const Status& s, RateLimitResponse& out) mutable {
-        if (!s.ok()) return fail(s);
-        const bool over = out.overall_code == Code::kOverLimit;
-        engine.metrics().CountRequest(Api::kJson,
-                                      over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
-        Reply r;
-        r.status = over ? 429 : 200;
-        r.content_type = "application/json";
-        r.body = RenderJsonResponse(out);
-        respond(std::move(r));
-      });
-}
-
-// /v1/check?domain=D&key=K&value=V[&key=K2&value=V2...][&hits=N]: one descriptor whose
-// entries are the key/value pairs in order (repeated keys kept). A POST may carry the
-// same parameters as an application/x-www-form-urlencoded body. 200 allowed, 429 over.
-// The query parameters of `req`, and those of an application/x-www-form-urlencoded POST
-// body after them.
-static Result<Params> RequestParams(const Request& req, std::string_view query) {
-  auto params = ParseQuery(query);
-  if (!params.ok()) return params.status();
-  if (req.method() == http::verb::post &&
-      beast::iequals(req[http::field::content_type].substr(0, 33),
-                     "application/x-www-form-urlencoded")) {
-    auto form = ParseQuery(req.body());
-    if (!form.ok()) return form.status();
-    params->insert(params->end(), form->begin(), form->end());
-  }
-  return params;
-}
-
-// /v1/check's (and /v1/acquire's) one descriptor from `params` (which `r` views).
-// InvalidArgument with the reason.
-static Status DescriptorFromParams(const Params& params, RateLimitRequest* r) {
-  const std::string* domain = FirstParam(params, "domain");
-  if (domain == nullptr || domain->empty()) {
-    return Status::InvalidArgument("missing query parameter 'domain'");
-  }
-  std::vector<const std::string*> keys, values;
-  for (const auto& [k, v] : params) {
-    if (k == "key") keys.push_back(&v);
-    if (k == "value") values.push_back(&v);
-  }
-  if (keys.empty() || keys.size() != values.size()) {
-    return Status::InvalidArgument("give one or more key=K&value=V pairs (got " +
-                                   std::to_string(keys.size()) + " key and " +
-                                   std::to_string(values.size()) + " value parameters)");
-  }
-  r->domain = *domain;
-  r->descriptors.resize(1);
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    r->descriptors[0].entries.push_back(Entry{*keys[i], *values[i]});
-  }
-  if (const std::string* h = FirstParam(params, "hits")) {
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(h->c_str(), &end, 10);
-    if (h->empty() || *end != '\0' || (*h)[0] == '-' || v > 0xffffffffULL) {
-      return Status::InvalidArgument("hits must be an integer in 0..4294967295 (got '" + *h + "')");
-    }
-    // The descriptor's own cost, so that hits=0 peeks (a request-level 0 would mean 1).
-    r->descriptors[0].has_hits_addend = true;
-    r->descriptors[0].hits_addend = v;
-  }
-  return Status::Ok();
-}
-
-void HttpServer::Impl::Check(const Request& req, std::string_view query, Respond respond) {
-  auto invalid = [this, respond](const std::string& why) {
-    engine.metrics().CountRequest(Api::kCheck, RequestOutcome::kInvalid);
-    respond(JsonError(400, why));
-  };
-  auto params = RequestParams(req, query);
-  if (!params.ok()) return invalid(params.status().message());
-  RateLimitRequest r;
-  if (Status st = DescriptorFromParams(*params, &r); !st.ok()) return invalid(st.message());
-  engine.ShouldRateLimitAsync(r, [this, respond, invalid](const Status& s, RateLimitResponse& out) {
-    if (!s.ok()) return invalid(s.message());
-    const bool over = out.overall_code == Code::kOverLimit;
-    engine.metrics().CountRequest(Api::kCheck,
-                                  over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
-    Reply rep;
-    AddRateLimitHeaders(rep, out);
-    rep.status = over ? 429 : 200;
-    rep.content_type = "application/json";
-    rep.body = RenderCheckResponse(out);
-    respond(std::move(rep));
-  });
-}
-
-// nginx auth_request: descriptors from the headers named in settings.nginx_headers.
-// 200 allowed; 403 over limit (auth_request passes only 2xx, 401 and 403; the nginx
-// config turns 403 into 429 with error_page). Rate-limit headers on both.
-void HttpServer::Impl::Nginx(const Request& req, const std::string& domain, Respond respond) {
-  const std::shared_ptr<const Settings> settings = engine.settings_ptr();
-  RateLimitRequest r;
-  r.domain = domain;
-  for (const auto& [header, key] : settings->nginx_headers) {
-    const auto it = req.find(header);
-    if (it == req.end() || it->value().empty()) continue;
-    r.descriptors.push_back(DescriptorRequest{});
-    r.descriptors.back().entries.push_back(
-        Entry{key, std::string_view(it->value().data(), it->value().size())});
-  }
-  if (r.descriptors.empty()) {
-    // Nothing identifies the caller: nothing to limit.
-    engine.metrics().CountRequest(Api::kNginx, RequestOutcome::kOk);
-    return respond(Reply{});
-  }
-  engine.ShouldRateLimitAsync(r, [this, respond, domain](const Status& s, RateLimitResponse& out) {
-    if (!s.ok()) {
-      engine.metrics().CountRequest(Api::kNginx, RequestOutcome::kInvalid);
-      Log(LogLevel::kWarn, "bad_request",
-          {{"api", "nginx"}, {"domain", domain}, {"error", s.message()}});
-      return respond(JsonError(400, s.message()));
-    }
-    const bool over = out.overall_code == Code::kOverLimit;
-    engine.metrics().CountRequest(Api::kNginx,
-                                  over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
-    Reply rep;
-    AddRateLimitHeaders(rep, out);
-    rep.status = over ? 403 : 200;
-    respond(std::move(rep));
-  });
-}
-
-// --- concurrency limits (issue #12) ---------------------------------------------
-
-// POST /v1/acquire: /v1/check's parameters; takes a permit from every concurrency limit
-// the descriptor matches (and its rate limits), atomically. 200 with the permit token,
-// 429 with Retry-After (until the earliest held permit expires) when none is free.
-void HttpServer::Impl::Acquire(const Request& req, std::string_view query, Respond respond) {
-  auto invalid = [this, respond](const std::string& why) {
-    engine.metrics().CountRequest(Api::kPermit, RequestOutcome::kInvalid);
-    respond(JsonError(400, why));
-  };
-  auto params = RequestParams(req, query);
-  if (!params.ok()) return invalid(params.status().message());
-  RateLimitRequest r;
-  if (Status st = DescriptorFromParams(*params, &r); !st.ok()) return invalid(st.message());
-  engine.AcquireAsync(r, [this, respond, invalid](const Status& s, PermitResponse& out) {
-    if (!s.ok()) return invalid(s.message());
-    const bool over = out.rate.overall_code == Code::kOverLimit;
-    engine.metrics().CountRequest(Api::kPermit,
-                                  over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
-    Reply rep;
-    AddRateLimitHeaders(rep, out.rate);
-    rep.status = over ? 429 : 200;
-    rep.content_type = "application/json";
-    rep.body = RenderAcquireResponse(out);
-    respond(std::move(rep));
-  });
-}
-
-// POST /v1/release, /v1/extend: `permit=TOKEN` (query or form body). 200; 404 when the
-// permit is not held (unknown, released already, expired); 400 for a missing or
-// malformed token.
-void HttpServer::Impl::PermitCall(const Request& req, std::string_view query, sluice::StoreOp op,
-                                  Respond respond) {
-  auto fail = [this, respond](int status, const std::string& why) {
-    engine.metrics().CountRequest(
-        Api::kPermit, status == 400 ? RequestOutcome::kInvalid : RequestOutcome::kError);
-    respond(JsonError(status, why));
-  };
-  auto params = RequestParams(req, query);
-  if (!params.ok()) return fail(400, params.status().message());
-  const std::string* token = FirstParam(*params, "permit");
-  if (token == nullptr || token->empty()) {
-    return fail(400, "missing parameter 'permit' (the token /v1/acquire returned)");
-  }
-  engine.PermitAsync(op, *token, [this, respond, fail, op](const Status& s, PermitResponse& out) {
-    if (!s.ok()) {
-      const int status = s.code() == ErrorCode::kInvalidArgument ? 400
-                         : s.code() == ErrorCode::kNotFound      ? 404
-                                                                 : 503;
-      if (status == 404) {
-        engine.metrics().CountRequest(Api::kPermit, RequestOutcome::kInvalid);
-        return respond(JsonError(404, s.message()));
-      }
-      return fail(status, s.message());
-    }
-    engine.metrics().CountRequest(Api::kPermit, RequestOutcome::kOk);
-    Reply rep;
-    rep.content_type = "application/json";
-    if (op == sluice::StoreOp::kExtend) {
-      rep.body = Dump(nlohmann::json{{"extended", true}, {"lease_ms", (out.lease + 999) / 1000}});
-    } else {
-      rep.body = Dump(nlohmann::json{{"released", true}});
-    }
-    respond(std::move(rep));
-  });
 }
 
 HttpServer::HttpServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "service/engine.h"
+#include "service/params.h"  // ParseQuery (tests/fuzz/query_fuzz.cc)
 #include "sluice/status.h"
 
 namespace sluice::service {
@@ -42,10 +43,6 @@ struct HttpOptions {
   // How long a keep-alive connection may wait for its next request.
   Micros idle_timeout = 60'000'000;
 };
-
-// Splits a query string ("a=1&b=%2F&b=x+y") into its pairs, in order, repeated names
-// kept, percent-escapes and '+' decoded. InvalidArgument names a bad escape.
-Result<std::vector<std::pair<std::string, std::string>>> ParseQuery(std::string_view query);
 
 class HttpServer {
  public:

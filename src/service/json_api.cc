@@ -3,7 +3,11 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace sluice::service {
 namespace {
@@ -207,11 +211,59 @@ void AppendDuration(std::string& out, Micros us) {
   out.append(buf);
 }
 
+// A member name given twice in one object (protobuf's two spellings of a field count as
+// one name): the parser keeps the last, another reader the first, so it is refused, as
+// the YAML loader refuses duplicate keys. Called by the parser for every event.
+struct DuplicateFields {
+  // Per open object: its names, canonical and as written.
+  std::vector<std::vector<std::pair<std::string, std::string>>> open;
+  std::string repeated, first;  // the first repeat found, and its earlier spelling
+
+  static std::string Canonical(const std::string& name) {
+    std::string out;
+    for (char c : name) {
+      if (c >= 'A' && c <= 'Z') {
+        out.push_back('_');
+        out.push_back(static_cast<char>(c - 'A' + 'a'));
+      } else {
+        out.push_back(c);
+      }
+    }
+    return out;
+  }
+  bool operator()(int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      open.emplace_back();
+    } else if (event == json::parse_event_t::object_end && !open.empty()) {
+      open.pop_back();
+    } else if (event == json::parse_event_t::key && !open.empty() && repeated.empty()) {
+      const std::string& name = parsed.get_ref<const std::string&>();
+      std::string c = Canonical(name);
+      for (const auto& [canon, as] : open.back()) {
+        if (canon != c) continue;
+        repeated = name;
+        first = as;
+        return true;
+      }
+      open.back().emplace_back(std::move(c), name);
+    }
+    return true;
+  }
+};
+
 }  // namespace
 
 Status ParseJsonRequest(std::string_view body, std::size_t max_descriptors, JsonRequest* out) {
-  out->doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  DuplicateFields dups;
+  out->doc = json::parse(body, std::ref(dups), /*allow_exceptions=*/false);
   const json& doc = out->doc;
+  if (!doc.is_discarded() && !dups.repeated.empty()) {
+    return Status::InvalidArgument(
+        "invalid JSON request: field \"" + dups.repeated +
+        "\" is given more than once in one object" +
+        (dups.first == dups.repeated ? "" : " (also as \"" + dups.first + "\")") +
+        ": give it once");
+  }
   if (doc.is_discarded()) {
     // Bad input only: parse again to learn where and why (the exception stays here).
     std::string why = "malformed JSON";
@@ -275,12 +327,19 @@ void AppendCheckLimit(std::string& out, const DescriptorStatus& s, bool with_cod
     out.append(CodeName(s.code));
     out.push_back(',');
   }
+  // The capacity: what remaining counts down from, as X-RateLimit-Limit says (a token
+  // bucket's burst, not its rate).
   out.append("\"limit\":");
-  out.append(std::to_string(s.requests_per_unit));
+  out.append(std::to_string(s.capacity));
   out.append(middle);
   if (!s.name.empty()) {
     out.append(",\"name\":");
     AppendString(out, s.name);
+  }
+  if (s.above_capacity) {
+    out.append(",\"reason\":");
+    AppendString(out, "the request's cost is above the limit's capacity (" +
+                          std::to_string(s.capacity) + "): it can never pass");
   }
   out.append(",\"remaining\":");
   out.append(std::to_string(s.limit_remaining));

@@ -58,21 +58,46 @@ std::string DescribeStore(const std::string& url) {
   return "(unparsable URL)";
 }
 
+// A duration in the largest unit that holds it exactly: "15m", "50ms", "1500us".
+std::string Duration(Micros us) {
+  static constexpr struct {
+    Micros micros;
+    const char* name;
+  } kUnits[] = {{86'400'000'000, "d"},
+                {3'600'000'000, "h"},
+                {60'000'000, "m"},
+                {1'000'000, "s"},
+                {1'000, "ms"}};
+  for (const auto& u : kUnits) {
+    if (us != 0 && us % u.micros == 0) return std::to_string(us / u.micros) + u.name;
+  }
+  return std::to_string(us) + "us";
+}
+
 std::string Rate(const RateLimitSpec& r) {
   if (r.unlimited) return "unlimited";
+  std::string s;
   if (r.concurrency != 0) {
     // --- concurrency limits (issue #12) ---
-    return std::to_string(r.concurrency) + " in flight, lease " +
-           std::to_string(r.permit_lease / 1000) + "ms " + FailureModeName(r.failure_mode) +
-           (r.name.empty() ? "" : " name=" + r.name);
+    s = std::to_string(r.concurrency) + " in flight, lease " + Duration(r.permit_lease) + " " +
+        FailureModeName(r.failure_mode);
+  } else {
+    s = std::to_string(r.requests_per_unit) + "/" +
+        (r.unit_multiplier == 1
+             ? std::string(UnitName(r.unit))
+             : "(" + std::to_string(r.unit_multiplier) + " " + UnitName(r.unit) + ")") +
+        " " + AlgorithmName(r.algorithm);
+    if (r.burst != 0) s += " burst " + std::to_string(r.burst);
+    s += std::string(" ") + FailureModeName(r.failure_mode);
   }
-  std::string s = std::to_string(r.requests_per_unit) + "/" +
-                  (r.unit_multiplier == 1
-                       ? std::string(UnitName(r.unit))
-                       : "(" + std::to_string(r.unit_multiplier) + " " + UnitName(r.unit) + ")") +
-                  " " + AlgorithmName(r.algorithm);
-  if (r.burst != 0) s += " burst " + std::to_string(r.burst);
-  s += std::string(" ") + FailureModeName(r.failure_mode);
+  // Everything else that changes what the limit does: blocks, carry-over, hot-key leases.
+  if (r.block_for != 0) s += " block_for " + Duration(r.block_for);
+  if (r.on_change) s += std::string(" on_change ") + OnChangeName(*r.on_change);
+  if (r.lease != 0) {
+    s += " lease " + std::to_string(r.lease) +
+         (r.lease_validity != 0 ? " (valid " + Duration(r.lease_validity) + ")" : "");
+  }
+  if (!r.policy.empty()) s += " policy=" + r.policy;
   if (!r.name.empty()) s += " name=" + r.name;
   return s;
 }

@@ -152,4 +152,64 @@ void Metrics::Render(std::string& out) const {
   AppendMetricLine(out, "sluiced_store_latency_seconds_count", "", latency_count_.load());
 }
 
+void Metrics::Render(std::string& out, const EngineSeries& s) const {
+  Render(out);
+  auto line = [&out](std::string_view name, std::string_view labels, std::uint64_t v) {
+    AppendMetricLine(out, name, labels, v);
+  };
+  out.append("# HELP sluiced_limiter_decisions_total Decisions made by the limiters.\n");
+  out.append("# TYPE sluiced_limiter_decisions_total counter\n");
+  line("sluiced_limiter_decisions_total", "", s.limiter.decisions);
+  out.append(
+      "# HELP sluiced_limiter_denied_total Denied limiter decisions (not in shadow mode).\n");
+  out.append("# TYPE sluiced_limiter_denied_total counter\n");
+  line("sluiced_limiter_denied_total", "", s.limiter.denied);
+  out.append("# HELP sluiced_store_errors_total Store calls that failed or timed out.\n");
+  out.append("# TYPE sluiced_store_errors_total counter\n");
+  line("sluiced_store_errors_total", "", s.limiter.store_errors);
+  out.append(
+      "# HELP sluiced_failure_policy_total Decisions made without the store, by failure "
+      "policy.\n");
+  out.append("# TYPE sluiced_failure_policy_total counter\n");
+  line("sluiced_failure_policy_total", "outcome=\"fail_open\"", s.limiter.fail_open);
+  line("sluiced_failure_policy_total", "outcome=\"fail_closed\"", s.limiter.fail_closed);
+  line("sluiced_failure_policy_total", "outcome=\"local_fallback\"", s.limiter.local_fallback);
+  out.append("# HELP sluiced_deny_cache_hits_total Denials answered locally by the deny cache.\n");
+  out.append("# TYPE sluiced_deny_cache_hits_total counter\n");
+  line("sluiced_deny_cache_hits_total", "", s.limiter.deny_cache_hits);
+  out.append(
+      "# HELP sluiced_lease_total Hot-key leases (lease in a rule): decisions allowed from "
+      "a lease without a store call (hit), leases taken from the store (grant) and "
+      "leases given back (return).\n");
+  out.append("# TYPE sluiced_lease_total counter\n");
+  line("sluiced_lease_total", "event=\"hit\"", s.limiter.lease_hits);
+  line("sluiced_lease_total", "event=\"grant\"", s.limiter.lease_grants);
+  line("sluiced_lease_total", "event=\"return\"", s.limiter.lease_returns);
+  out.append(
+      "# HELP sluiced_deny_cache_bytes Bytes reserved by the deny cache (fixed at start).\n");
+  out.append("# TYPE sluiced_deny_cache_bytes gauge\n");
+  line("sluiced_deny_cache_bytes", "", s.deny_cache_bytes);
+  out.append(
+      "# HELP sluiced_store_keys Keys held by the in-process stores: the embedded store "
+      "(memory://) and the local fallback's.\n");
+  out.append("# TYPE sluiced_store_keys gauge\n");
+  if (s.embedded) line("sluiced_store_keys", "store=\"embedded\"", s.embedded_keys);
+  line("sluiced_store_keys", "store=\"local_fallback\"", s.fallback_keys);
+  out.append("# HELP sluiced_store_max_keys Key cap of the in-process stores (max_keys).\n");
+  out.append("# TYPE sluiced_store_max_keys gauge\n");
+  if (s.embedded) line("sluiced_store_max_keys", "store=\"embedded\"", s.embedded_max_keys);
+  line("sluiced_store_max_keys", "store=\"local_fallback\"", s.fallback_max_keys);
+  out.append(
+      "# HELP sluiced_key_cap_refusals_total Store calls refused because the embedded store "
+      "was at its key cap (decided by failure mode).\n");
+  out.append("# TYPE sluiced_key_cap_refusals_total counter\n");
+  line("sluiced_key_cap_refusals_total", "", s.key_cap_refusals);
+  out.append("# HELP sluiced_config_generation Generation of the configuration in use.\n");
+  out.append("# TYPE sluiced_config_generation gauge\n");
+  line("sluiced_config_generation", "", s.generation);
+  out.append("# HELP sluiced_config_rules Limits in the configuration in use.\n");
+  out.append("# TYPE sluiced_config_rules gauge\n");
+  line("sluiced_config_rules", "", s.rules);
+}
+
 }  // namespace sluice::service

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "sluice/clock.h"
+#include "sluice/limiter.h"
 
 namespace sluice::service {
 
@@ -26,6 +27,22 @@ struct DescriptorCounters {
   // Decided by the limit's failure mode because the in-process store was at its key
   // cap (not the limit's own answer: neither "ok" nor "over_limit").
   std::atomic<std::uint64_t> key_cap{0};
+};
+
+// The engine's figures at one scrape: its Decider's counters, the in-process stores'
+// keys, the config in use.
+struct EngineSeries {
+  LimiterStats limiter;
+  std::size_t deny_cache_bytes = 0;
+  // The embedded store (memory://): present, its keys and its cap.
+  bool embedded = false;
+  std::size_t embedded_keys = 0;
+  std::size_t embedded_max_keys = 0;
+  std::size_t fallback_keys = 0;
+  std::size_t fallback_max_keys = 0;
+  std::uint64_t key_cap_refusals = 0;
+  std::uint64_t generation = 0;
+  std::size_t rules = 0;
 };
 
 // Where a request came in.
@@ -49,6 +66,9 @@ class Metrics {
 
   // Appends every series this object owns to `out`.
   void Render(std::string& out) const;
+  // The same, then the engine's series (decider counters, store gauges, config): every
+  // sluiced series, rendered here and nowhere else.
+  void Render(std::string& out, const EngineSeries& engine) const;
 
  private:
   static constexpr int kBuckets = 14;

@@ -28,39 +28,41 @@ const char* AlgorithmCode(Algorithm a) {
 
 }  // namespace
 
-Status RuleSet::FinishRule(Rule& r, const std::string& policy_name, Algorithm algorithm,
-                           std::uint64_t burst, FailureMode failure, std::uint32_t divisor,
-                           bool shadow, std::optional<OnChange> on_change,
-                           Micros permit_lease) const {
+Status RuleSet::FinishRule(Rule& r, const RateLimitSpec& spec, bool shadow) const {
   if (r.unlimited) return Status::Ok();
   Policy& p = r.policy;
-  p.algorithm = algorithm;
-  p.limit = r.requests_per_unit;
-  // A concurrency limit's "window" is its permit lease (Policy::Concurrency).
-  p.window =
-      algorithm == Algorithm::kConcurrency ? permit_lease : UnitMicros(r.unit) * r.unit_multiplier;
-  p.burst = burst;
-  p.failure_mode = failure;
-  p.fallback_divisor = divisor;
+  p = PolicyOf(spec);
   p.shadow = shadow || r.quota_mode || config_.settings.shadow_mode;
-  p.on_change = on_change.value_or(OnChange::kAsIs);
+  // requests_per_unit 0: a ban, decided without a counter (no store policy to name).
+  r.banned = spec.requests_per_unit == 0 && spec.algorithm != Algorithm::kConcurrency;
+  if (r.banned) {
+    p.name = "banned";
+    return Status::Ok();
+  }
+  const Algorithm algorithm = spec.algorithm;
   // The name carries every parameter that shapes the stored state, so a changed limit
   // starts afresh while an unchanged one keeps its counters across reloads. With
   // `on_change` (carry-over) it does not: a changed limit keeps the key and the store
   // converts its state by that mode (docs/sluiced.md, "Changing a limit").
   const std::string params =
-      on_change ? std::string("oc.") + AlgorithmCode(algorithm)
-                : std::string(AlgorithmCode(algorithm)) + "." + std::to_string(p.limit) + "." +
-                      std::to_string(p.window / 1000) + "." + std::to_string(burst);
+      spec.on_change ? std::string("oc.") + AlgorithmCode(algorithm)
+                     : std::string(AlgorithmCode(algorithm)) + "." + std::to_string(p.limit) + "." +
+                           std::to_string(p.window / 1000) + "." + std::to_string(p.burst);
   // Two limits with equal parameters but different failure modes can meet in one
   // request: the mode joins the name unless it is the default, so their store keys
   // differ.
   std::string mode;
-  if (failure == FailureMode::kFailClosed) mode = ".fc";
-  if (failure == FailureMode::kLocalFallback) mode = ".lf" + std::to_string(divisor);
-  p.name = (policy_name.empty() ? params : policy_name + "." + AlgorithmCode(algorithm)) + mode;
+  if (p.failure_mode == FailureMode::kFailClosed) mode = ".fc";
+  if (p.failure_mode == FailureMode::kLocalFallback)
+    mode = ".lf" + std::to_string(p.fallback_divisor);
+  p.name = (spec.policy.empty() ? params : spec.policy + "." + AlgorithmCode(algorithm)) + mode;
   if (Status s = ValidatePolicy(p); !s.ok()) return s;
-  r.fallback = decide::FallbackPolicy(p);
+  // The local fallback decides without hot-key leases or blocks.
+  Policy plain = p;
+  plain.lease = 0;
+  plain.lease_validity = 0;
+  plain.block_for = 0;
+  r.fallback = decide::FallbackPolicy(plain);
   return Status::Ok();
 }
 
@@ -99,18 +101,12 @@ Status RuleSet::AddDescriptors(const std::string& domain, Node& node,
       rule->requests_per_unit = s.requests_per_unit;
       rule->unit_multiplier = s.unit_multiplier;
       rule->quota_mode = d.quota_mode;
+      rule->metadata = d.metadata;
       rule->counters = metrics_->Descriptor(domain, rule->path);
-      if (Status st = FinishRule(*rule, s.policy, s.algorithm, s.burst, s.failure_mode,
-                                 s.fallback_divisor, d.shadow_mode, s.on_change, s.permit_lease);
-          !st.ok()) {
+      if (Status st = FinishRule(*rule, s, d.shadow_mode); !st.ok()) {
         return Status::InvalidArgument(config_.file + ":" + std::to_string(s.line) + ": " +
                                        st.message());
       }
-      // Hot-key leases (checked with the rest of the policy when the file was parsed).
-      rule->policy.lease = rule->unlimited ? 0 : s.lease;
-      rule->policy.lease_validity = rule->unlimited ? 0 : s.lease_validity;
-      // Blocks (Policy::block_for; checked with the rest of the policy at parse time).
-      rule->policy.block_for = rule->unlimited ? 0 : s.block_for;
       // Limits of one descriptor share its store key and differ by policy name: two
       // with the same name would be one counter charged twice.
       for (const Rule* o = c->rule; o != nullptr; o = o->next) {
@@ -257,7 +253,12 @@ Status RuleSet::OverrideRule(std::string_view domain, std::uint32_t requests_per
   auto it = override_counters_.find(domain);
   out.counters = it == override_counters_.end() ? nullptr : it->second;
   const Settings& s = config_.settings;
-  return FinishRule(out, "", s.default_algorithm, 0, s.default_failure_mode, 1, false);
+  RateLimitSpec spec;
+  spec.unit = out.unit;
+  spec.requests_per_unit = requests_per_unit;
+  spec.algorithm = s.default_algorithm;
+  spec.failure_mode = s.default_failure_mode;
+  return FinishRule(out, spec, false);
 }
 
 }  // namespace sluice::service

@@ -39,6 +39,12 @@ struct Rule {
   Unit unit = Unit::kUnknown;
   std::uint32_t requests_per_unit = 0;
   std::uint32_t unit_multiplier = 1;
+  // requests_per_unit 0 (envoyproxy/ratelimit's ban): every request is OVER_LIMIT (or,
+  // in shadow or quota mode, reported so) without a store call; policy.window is the
+  // reported reset.
+  bool banned = false;
+  // The descriptor's `metadata` as JSON object text (DescriptorSpec::metadata).
+  std::string metadata;
   // quota_mode: over the limit is counted and reported, but answered OK (the policy is
   // decided apart from the enforced ones, like shadow mode).
   bool quota_mode = false;
@@ -124,10 +130,8 @@ class RuleSet {
 
  private:
   RuleSet() = default;
-  Status FinishRule(Rule& r, const std::string& policy_name, Algorithm algorithm,
-                    std::uint64_t burst, FailureMode failure, std::uint32_t divisor, bool shadow,
-                    std::optional<OnChange> on_change = std::nullopt,
-                    Micros permit_lease = 0) const;
+  // Fills r.policy (PolicyOf(spec), named and with its shadow flag) and r.fallback.
+  Status FinishRule(Rule& r, const RateLimitSpec& spec, bool shadow) const;
   Status AddDescriptors(const std::string& domain, Node& node,
                         const std::vector<DescriptorSpec>& specs, const std::string& parent);
 

@@ -2,13 +2,10 @@
 // redis-server: N requests spread over both get exactly the limit's worth of 2xx, then
 // 429s, with consistent headers. Also: a stopped or frozen Redis is decided by the
 // policy's failure mode, and requests still get answered.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,23 +14,14 @@
 #include <thread>
 #include <vector>
 
+#include "process.h"
 #include "redis_server.h"
 
 namespace {
 
 using sluice::testing::RedisServer;
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using sluice::testing::FreePort;
 
 // One sluice_http_api process on a free loopback port; killed when destroyed.
 class App {

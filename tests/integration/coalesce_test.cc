@@ -13,6 +13,7 @@
 #include <random>
 
 #include "redis/node_client.h"
+#include "redis/script_wire.h"
 #include "redis/scripts.h"
 #include "redis/url.h"
 #include "sluice/key.h"
@@ -367,32 +368,25 @@ TEST(CoalesceConnection, ACallerWhoseDeadlinePassedInTheQueueTimesOutAlone) {
   auto node = redis::NodeClient::Create(no, stats);
   ASSERT_TRUE(node.ok()) << node.status().ToString();
   const redis::Script& single = redis::SingleCheckScript(Algorithm::kFixedWindow);
-  // The merged call's ARGV for these one-check fixed-window calls (limit 10 per hour,
-  // cost 1), in lua/coalesced.lua's layout: Redis's clock, no TTL pad, one policy, then
-  // (cost * 4096 + policy 0) * 2 + last for each.
+  // The store's own encoders (redis/script_wire.h): one-check fixed-window calls (limit
+  // 10 per hour, cost 1) on Redis's clock, mergeable into the coalesced script.
   const redis::CoalesceTarget target{
-      redis::CoalescedScript().sha, redis::CoalescedScript().source, 8, 2,
+      redis::CoalescedScript().sha,
+      redis::CoalescedScript().source,
+      8,
+      2,
       [](const std::vector<const redis::CoalesceInfo*>& groups, std::string& out) {
-        redis::CommandBuilder b(8 + groups.size());
-        b.Add("").Add(0LL).Add(1LL).Add(0LL).Add(10LL).Add(3'600'000'000LL).Add(10LL).Add(-1LL);
-        for (std::size_t i = 0; i < groups.size(); ++i) b.Add((1LL * 4096 + 0) * 2 + 1);
-        const std::string w = b.Take();
-        out.append(w, w.find('\n') + 1, std::string::npos);  // without the array header
-        return 8 + groups.size();
-      }};
-  // A one-check fixed-window call (limit 10 per hour, cost 1) on `key`, mergeable.
+        return redis::EncodeCoalesced(/*caller_time=*/false, groups, out);
+      },
+      redis::DecisionSize};
+  const Policy policy = Policy::FixedWindow("fw", 10, std::chrono::hours(1));
+  // A one-check fixed-window call on `key`, mergeable.
   auto command = [&](const std::string& key) {
+    const StoreCheck check{.policy = &policy, .key = key, .cost = 1};
     redis::CoalesceInfo info;
-    redis::CommandBuilder b(3 + 1 + 2 + 6);
-    b.Add("EVALSHA").Add(single.sha).Add(1LL);
+    std::string wire = redis::EncodeSingle(single, check, 0, /*caller_time=*/false, info);
     info.target = &target;
-    info.keys_begin = static_cast<std::uint32_t>(b.size());
-    b.Add(key);
-    info.keys_end = static_cast<std::uint32_t>(b.size());
-    info.nkeys = 1;
-    info.nreplies = 4;
-    b.Add("").Add(0LL).Add(0LL).Add(10LL).Add(3'600'000'000LL).Add(10LL).Add(-1LL).Add(1LL);
-    return redis::Command{b.Take(), single.source, std::move(info)};
+    return redis::Command{std::move(wire), single.source, std::move(info)};
   };
   struct Shared {
     std::mutex mu;
@@ -406,8 +400,11 @@ TEST(CoalesceConnection, ACallerWhoseDeadlinePassedInTheQueueTimesOutAlone) {
     return [shared, i](const Status& s, const redisReply* r) {
       std::lock_guard<std::mutex> lock(shared->mu);
       shared->status[i] = s;
-      if (s.ok() && r->type == REDIS_REPLY_ARRAY && r->elements == 4) {
-        shared->remaining[i] = r->element[1]->integer;
+      const std::uint64_t capacity = 10;
+      Decision d;
+      if (s.ok() && r->type == REDIS_REPLY_ARRAY &&
+          redis::DecodeDecisions(*r, 1, &capacity, &d).ok()) {
+        shared->remaining[i] = static_cast<long long>(d.remaining);
       }
       ++shared->answered;
       shared->cv.notify_all();

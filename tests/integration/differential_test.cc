@@ -399,10 +399,123 @@ TEST(RedisLayout, GcraPreviousLayoutIsReadExactly) {
   EXPECT_GT(old_layout_reads, 100);  // the previous layout was really read, many times
 }
 
-// A fixed window or sliding counter that goes on in its window writes only its count (SETRANGE,
-// lua/fixed_window.lua), the key keeps its TTL and its full layout, and the count is really stored
-// (the limit is enforced).
-TEST(RedisLayout, SameWindowWritesPatchTheCountAndKeepTheTtl) {
+// A rolling upgrade (issue #18): a fixed window's state was struct.pack('<Bddd', 0,
+// expires, window_start, count) and is now a counter (lua/fixed_window.lua). At random
+// steps the key is rewritten in the previous layout (what a server of the previous
+// version would have left, with the same TTL); decisions, peeks and refunds must still
+// equal MemoryStore's, for the one-check script and the batch script alike.
+TEST(RedisLayout, FixedWindowPreviousLayoutIsReadExactly) {
+  RedisServer* server = SharedRedis();
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+  RedisStoreOptions o;
+  o.url = server->Url();
+  o.call_timeout = 5'000'000;
+  o.use_caller_time = true;
+  o.on_warning = [](std::string_view) {};
+  auto redis = RedisStore::Create(std::move(o));
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  MemoryStore memory;
+  const Policy fw = Policy::FixedWindow("f", 5, std::chrono::seconds(1));
+  const Policy other = Policy::Gcra("g", 1000, std::chrono::seconds(1), 1000);
+  const std::string key = "sluice:{upfw}:f", key2 = "sluice:{upfw}:g";
+  // ARGV: the current window's start and the window (us). The counter of that window
+  // becomes the previous layout, with its TTL.
+  const char* downgrade =
+      "local n = tonumber(redis.call('GET', KEYS[1]) or '') if not n or n < 2^52 then return 0 end "
+      "local ws, w = tonumber(ARGV[1]), tonumber(ARGV[2]) "
+      "local tag = 2^20 + (ws / w) % 2^20 local otag = math.floor(n / 2^32) "
+      "if otag ~= tag then return 0 end local ttl = redis.call('PTTL', KEYS[1]) "
+      "redis.call('SET', KEYS[1], struct.pack('<Bddd', 0, ws + w, ws, n - otag * 2^32), 'PX', "
+      "ttl) return 1";
+  std::mt19937_64 rng(11);
+  Micros now = kNoon;
+  int old_layout_reads = 0, decided_on_old = 0;
+  for (int step = 0; step < 600; ++step) {
+    now += static_cast<Micros>(rng() % 300'000);
+    if (rng() % 2 == 0) {
+      const Micros ws = now - now % fw.window;
+      auto r = server->Command(
+          {"EVAL", downgrade, "1", key, std::to_string(ws), std::to_string(fw.window)});
+      ASSERT_TRUE(r.ok());
+      ASSERT_NE(r->type, REDIS_REPLY_ERROR) << r->str;
+      old_layout_reads += static_cast<int>(r->integer);
+    }
+    auto len = server->Command({"STRLEN", key});
+    ASSERT_TRUE(len.ok());
+    decided_on_old += len->integer == 25 ? 1 : 0;
+    const std::uint64_t cost = rng() % 4;  // 0: a peek
+    StoreCheck checks[2] = {{.policy = &fw, .key = key, .cost = cost},
+                            {.policy = &other, .key = key2, .cost = 1}};
+    const std::size_t n = rng() % 3 == 0 ? 2 : 1;  // one-check or batch script
+    const std::string where = "step " + std::to_string(step);
+    if (cost > 0 && rng() % 5 == 0) {
+      ASSERT_TRUE(memory
+                      .Run({.op = StoreOp::kRefund,
+                            .checks = std::span<const StoreCheck>(checks, 1),
+                            .now = now},
+                           {})
+                      .ok());
+      ASSERT_TRUE((*redis)
+                      ->Run({.op = StoreOp::kRefund,
+                             .checks = std::span<const StoreCheck>(checks, 1),
+                             .now = now},
+                            {})
+                      .ok())
+          << where;
+      continue;
+    }
+    Decision a[2], b[2];
+    ASSERT_TRUE(memory.Run({.checks = std::span<const StoreCheck>(checks, n), .now = now}, a).ok());
+    ASSERT_TRUE(
+        (*redis)->Run({.checks = std::span<const StoreCheck>(checks, n), .now = now}, b).ok())
+        << where;
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(a[i].allowed, b[i].allowed) << where << " check " << i;
+      ASSERT_EQ(a[i].remaining, b[i].remaining) << where << " check " << i;
+      ASSERT_EQ(a[i].reset_after, b[i].reset_after) << where << " check " << i;
+      ASSERT_EQ(a[i].retry_after, b[i].retry_after) << where << " check " << i;
+    }
+    auto ttl = server->Command({"PTTL", key});
+    ASSERT_TRUE(ttl.ok());
+    EXPECT_NE(ttl->integer, -1) << where << ": a key without a TTL";
+  }
+  // The previous layout was really read, many times (a key keeps it until its window ends).
+  EXPECT_GT(old_layout_reads, 50);
+  EXPECT_GT(decided_on_old, 200);
+}
+
+// A fixed window's counter names its window with a 20-bit tag (lua/fixed_window.lua). In
+// caller-time mode every TTL is padded by an hour, so a 1 ms window's key outlives 2^20
+// windows: its stale count must not be read as the count of the window 2^20 later.
+TEST(RedisLayout, AStaleCounterIsNotReadAsTheWindowItsTagAliases) {
+  RedisServer* server = SharedRedis();
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+  RedisStoreOptions o;
+  o.url = server->Url();
+  o.call_timeout = 5'000'000;
+  o.use_caller_time = true;
+  o.on_warning = [](std::string_view) {};
+  auto redis = RedisStore::Create(std::move(o));
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  const Policy fw = Policy::FixedWindow("ms", 3, std::chrono::milliseconds(1));
+  const std::string key = "sluice:{alias}:ms";
+  const StoreCheck c{.policy = &fw, .key = key, .cost = 3};
+  Decision d;
+  ASSERT_TRUE((*redis)->Run({.checks = {&c, 1}, .now = kNoon}, {&d, 1}).ok());
+  ASSERT_TRUE(d.allowed);
+  // 2^20 windows later (about 17.5 minutes, within the padded TTL)
+  ASSERT_TRUE(
+      (*redis)->Run({.checks = {&c, 1}, .now = kNoon + (Micros{1} << 20) * 1000}, {&d, 1}).ok());
+  EXPECT_TRUE(d.allowed) << "a fresh window, not the stale count";
+  EXPECT_EQ(d.remaining, 0u);
+}
+
+// A fixed window decides with ONE INCRBY on its counter (lua/fixed_window.lua), a sliding
+// counter that goes on in its window writes only its count (SETRANGE); each key keeps its
+// TTL and its layout, and the count is really stored (the limit is enforced).
+TEST(RedisLayout, SameWindowWritesTouchOnlyTheCountAndKeepTheTtl) {
   RedisServer* server = SharedRedis();
   ASSERT_NE(server, nullptr);
   ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
@@ -416,13 +529,15 @@ TEST(RedisLayout, SameWindowWritesPatchTheCountAndKeepTheTtl) {
   ASSERT_TRUE(redis.ok()) << redis.status().ToString();
   const Policy fw = Policy::FixedWindow("fw", 3, std::chrono::hours(1));
   const Policy swc = Policy::SlidingWindowCounter("swc", 3, std::chrono::hours(1));
-  for (const auto& [p, size] : {std::pair{&fw, 25}, std::pair{&swc, 33}}) {
+  // (the counter: tag * 2^32 + count, 16 decimal digits)
+  for (const auto& [p, size] : {std::pair{&fw, 16}, std::pair{&swc, 33}}) {
     const std::string key = "sluice:{patch}:" + p->name;
     const StoreCheck c{.policy = p, .key = key, .cost = 1};
     for (int i = 0; i < 4; ++i) {
       Decision d;
       ASSERT_TRUE((*redis)->Run({.checks = {&c, 1}, .now = kNoon + i}, {&d, 1}).ok());
       EXPECT_EQ(d.allowed, i < 3) << p->name << " " << i;
+      EXPECT_EQ(d.remaining, i < 3 ? 2u - i : 0u) << p->name << " " << i;
       auto ttl = server->Command({"PTTL", key});
       ASSERT_TRUE(ttl.ok());
       EXPECT_GT(ttl->integer, 0) << p->name << " " << i;
@@ -433,8 +548,12 @@ TEST(RedisLayout, SameWindowWritesPatchTheCountAndKeepTheTtl) {
   }
   auto stats = server->Command({"INFO", "commandstats"});
   ASSERT_TRUE(stats.ok());
-  // Two patches per key: the second and third requests (the first SETs, the fourth is denied).
-  EXPECT_NE(stats->str.find("cmdstat_setrange:calls=4,"), std::string::npos) << stats->str;
+  // The sliding counter: two patches (the second and third requests; the first SETs,
+  // the fourth is denied). The fixed window: an INCRBY each, and one more to give the
+  // denied fourth's cost back; a SET only for the first (the fresh window).
+  EXPECT_NE(stats->str.find("cmdstat_setrange:calls=2,"), std::string::npos) << stats->str;
+  EXPECT_NE(stats->str.find("cmdstat_incrby:calls=5,"), std::string::npos) << stats->str;
+  EXPECT_NE(stats->str.find("cmdstat_set:calls=2,"), std::string::npos) << stats->str;
 }
 
 // Refunds on Redis's own clock (the production mode), through the Limiter: every
@@ -498,7 +617,7 @@ TEST(RedisRefund, LimiterRefundOnRedisClock) {
 }
 
 // A store whose asynchronous calls complete inline (the defaults of sluice::Store), so
-// that a lease given back (RefundAsync) lands before the next request: the sequence
+// that a lease given back (a RunAsync refund) lands before the next request: the sequence
 // is then the same on both stores. Not remote: no deny cache on either side.
 class InlineStore final : public Store {
  public:

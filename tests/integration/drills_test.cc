@@ -1,6 +1,6 @@
 // Fault drills (`ctest -L drills`): one fault at a time injected into a real
 // redis-server while callers keep deciding, through the blocking API (Limiter::Acquire
-// from 4 threads) and the asynchronous one (RedisStore::EvaluateAsync, 32 calls in
+// from 4 threads) and the asynchronous one (RedisStore::RunAsync, 32 calls in
 // flight). Faults: kill -9 then restart, SIGSTOP then SIGCONT, SCRIPT FLUSH, CLIENT
 // KILL, and OOM (noeviction with a 1-byte maxmemory, then lifted). Each drill asserts:
 //  - no call returns past its deadline (call_timeout + kMargin for scheduling);
@@ -22,6 +22,7 @@
 
 #include "sluice/key.h"
 #include "store_backends.h"
+#include "wait.h"
 
 namespace sluice::testing {
 namespace {
@@ -130,17 +131,6 @@ struct Tally {
     }
   }
 };
-
-// Waits (bounded) until `done` holds; polls another thread's progress, not timing.
-template <typename F>
-bool WaitUntil(F done, milliseconds bound) {
-  const auto end = steady_clock::now() + bound;
-  while (!done()) {
-    if (steady_clock::now() >= end) return false;
-    std::this_thread::sleep_for(milliseconds(2));
-  }
-  return true;
-}
 
 // The two APIs under drill, behind one interface: Start() begins the load, Stop()
 // ends it and returns once every call completed.

@@ -12,6 +12,7 @@
 
 #include "sluice/key.h"
 #include "store_backends.h"
+#include "wait.h"
 
 namespace sluice::testing {
 namespace {
@@ -55,17 +56,6 @@ bool WaitForRecovery(Limiter& l, milliseconds bound = milliseconds(15'000)) {
     std::this_thread::sleep_for(milliseconds(20));  // polling a real process, not timing
   }
   return false;
-}
-
-// Polls `done` until it holds (bounded): waiting on an event another thread causes.
-template <typename F>
-bool WaitUntil(F done, milliseconds bound = milliseconds(15'000)) {
-  const auto end = steady_clock::now() + bound;
-  while (!done()) {
-    if (steady_clock::now() >= end) return false;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return true;
 }
 
 TEST(Faults, StoppedRedisNeverHoldsACallerPastItsDeadline) {

@@ -37,54 +37,75 @@ std::unique_ptr<Limiter> MakeLimiter(std::shared_ptr<Store> store, std::vector<P
   return l.ok() ? std::move(*l) : nullptr;
 }
 
-// The batch script's seventh argument per check carries the check's extensions
-// (docs/redis.md, "Check extensions"). Items no feature reads change nothing: the
-// checks decide and commit exactly as plain ones, and the argument stride stays right
-// for the checks after them (a wrong stride would misread the second check's fields).
-TEST(RedisScripts, AChecksExtensionsKeepTheBatchLayout) {
+// The group runner's layout (lua/runner.lua, docs/redis.md "Wire layout"): a check's
+// extra argument (a reservation's max_wait; a cost from 2^36 on) is read where it is,
+// so the checks after it keep their fields (a wrong stride would misread the second
+// check), and each decision comes back packed (allowed) or as four integers (denied).
+TEST(RedisScripts, ExtraArgumentsKeepTheRunnerLayout) {
   RedisServer* server = SharedRedis();
   ASSERT_NE(server, nullptr);
   ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
-  // Two fixed-window checks (limit 2 per hour; caller time 10 s into an hour), the first
-  // with unknown extension items, the second plain.
-  auto call = [&](const std::string& ext) {
-    return server->Command({"EVAL",
-                            std::string(redis::BatchScript().source),
-                            "2",
-                            "sluice:{ext}:a",
-                            "sluice:{ext}:b",
-                            "3610000000",
-                            "3600000",
-                            "0",
-                            "2",
-                            "3600000000",
-                            "2",
-                            "-1",
-                            "1",
-                            ext,
-                            "0",
-                            "2",
-                            "3600000000",
-                            "2",
-                            "-1",
-                            "1",
-                            ""});
+  // Caller time 10 s into an hour; policy 0: fixed window, 2 per hour; policy 1: fixed
+  // window, 2^40 per hour.
+  const long long ws = 3'600'000'000, now = ws + 10'000'000, reset = ws + ws - now;
+  auto number = [](long long cost, bool big, long long kind, long long policy, bool last) {
+    return std::to_string(
+        ((((big ? 0 : cost) * 2 + (big ? 1 : 0)) * 8 + kind) * 4096 + policy) * 2 + (last ? 1 : 0));
   };
+  const std::string w = std::to_string(ws), t = std::to_string(now);
+  auto call = [&](std::vector<std::string> checks) {
+    std::vector<std::string> cmd = {"EVAL",
+                                    std::string(redis::BatchScript().source),
+                                    "3",
+                                    "sluice:{ext}:a",
+                                    "sluice:{ext}:b",
+                                    "sluice:{ext}:c",
+                                    "c",
+                                    "3600000",
+                                    "2",
+                                    "0",
+                                    "2",
+                                    w,
+                                    "2",
+                                    "-1",
+                                    "0",
+                                    "0",
+                                    "0",
+                                    std::to_string(1LL << 40),
+                                    w,
+                                    std::to_string(1LL << 40),
+                                    "-1",
+                                    "0",
+                                    "0",
+                                    t};
+    cmd.insert(cmd.end(), checks.begin(), checks.end());
+    return server->Command(cmd);
+  };
+  const long long big = (1LL << 36) + 5;
   for (long long remaining : {1, 0}) {
-    auto r = call("zz=1;q=abc");
+    // a reservation (kind 1, max_wait 5 us: ignored by a window), a plain check, and
+    // a cost of its own argument
+    auto r = call({number(1, false, 1, 0, false), "5", number(1, false, 0, 0, false),
+                   number(0, true, 0, 1, true), std::to_string(big)});
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     ASSERT_EQ(r->type, REDIS_REPLY_ARRAY) << r->str;
-    ASSERT_EQ(r->elements.size(), 8U);
-    for (std::size_t i : {0U, 4U}) {
-      EXPECT_EQ(r->elements[i].integer, 1) << "check " << i / 4 << " allowed";
-      EXPECT_EQ(r->elements[i + 1].integer, remaining) << "check " << i / 4 << " remaining";
+    // (the third does not pack below 2^53: four integers)
+    ASSERT_EQ(r->elements.size(), 6U);
+    for (std::size_t i : {0U, 1U}) {
+      EXPECT_EQ(r->elements[i].integer, (reset * 3 + remaining) * 2 + 1) << "check " << i;
     }
+    EXPECT_EQ(r->elements[2].integer, 2);
+    EXPECT_EQ(r->elements[3].integer, (1LL << 40) - big * (2 - remaining));
+    EXPECT_EQ(r->elements[4].integer, reset);
+    EXPECT_EQ(r->elements[5].integer, 0);
   }
-  auto denied = call("");
+  auto denied = call({number(1, false, 0, 0, false), number(1, false, 0, 0, true)});
   ASSERT_TRUE(denied.ok()) << denied.status().ToString();
   ASSERT_EQ(denied->elements.size(), 8U);
-  EXPECT_EQ(denied->elements[0].integer, 0);
-  EXPECT_EQ(denied->elements[4].integer, 0);
+  for (std::size_t i : {0U, 4U}) {
+    EXPECT_EQ(denied->elements[i].integer, 0) << "check " << i / 4 << " denied";
+    EXPECT_EQ(denied->elements[i + 3].integer, reset) << "check " << i / 4 << " retry_after";
+  }
 }
 
 // Three app servers whose clocks are 10 s apart share one bucket. The bucket refills
@@ -297,7 +318,8 @@ TEST(RedisSetup, TheDocumentedAclUserIsEnough) {
                                  "+pexpire",
                                  "+time",
                                  "+config|get",
-                                 "+setrange"});
+                                 "+setrange",
+                                 "+incrby"});
   ASSERT_TRUE(acl.ok() && !acl->is_error()) << (acl.ok() ? acl->str : acl.status().ToString());
   std::vector<std::string> warnings;
   auto store =

@@ -248,10 +248,12 @@ TEST(RedisReply, AnArrayHeaderBeyondTheReplyCapIsAnErrorNotAnAllocation) {
   EXPECT_EQ(nil->type, REDIS_REPLY_NIL);
 }
 
-TEST(RedisReply, DecideRepliesDecodeOnlyFromFourIntegersPerCheck) {
-  const std::uint64_t capacity[2] = {10, 20};
-  Decision out[2];
-  auto good = ReadOne("*8\r\n:1\r\n:9\r\n:1000\r\n:0\r\n:0\r\n:0\r\n:5\r\n:7\r\n");
+// Each check's decision is four integers (2 allowed or 0 denied, remaining, reset_after,
+// retry_after) or one packed integer (odd); a check's kind decides, not its position.
+TEST(RedisReply, DecideRepliesDecodeOnlyFromTheirEncoding) {
+  const std::uint64_t capacity[3] = {10, 20, 10};
+  Decision out[3];
+  auto good = ReadOne("*8\r\n:2\r\n:9\r\n:1000\r\n:0\r\n:0\r\n:0\r\n:5\r\n:7\r\n");
   ASSERT_TRUE(good);
   ASSERT_TRUE(redis::DecodeDecisions(*good, 2, capacity, out).ok());
   EXPECT_TRUE(out[0].allowed);
@@ -262,10 +264,10 @@ TEST(RedisReply, DecideRepliesDecodeOnlyFromFourIntegersPerCheck) {
   EXPECT_EQ(out[1].retry_after, 7);
 
   for (std::string_view bad : {
-           "*4\r\n:1\r\n$1\r\nx\r\n:0\r\n:0\r\n",  // a string where a count goes
-           "*4\r\n:1\r\n$-1\r\n:0\r\n:0\r\n",      // nil
-           "*4\r\n:2\r\n:1\r\n:0\r\n:0\r\n",       // allowed is 0 or 1
-           "*3\r\n:1\r\n:1\r\n:0\r\n",             // too short
+           "*4\r\n:2\r\n$1\r\nx\r\n:0\r\n:0\r\n",  // a string where a count goes
+           "*4\r\n:0\r\n$-1\r\n:0\r\n:0\r\n",      // nil
+           "*4\r\n:4\r\n:1\r\n:0\r\n:0\r\n",       // allowed is 2 or 0
+           "*3\r\n:2\r\n:1\r\n:0\r\n",             // too short
            "+OK\r\n",                              // not an array
            ":22018\r\n",                           // a packed decision is odd (allowed)
            ":-1\r\n",                              // and not negative

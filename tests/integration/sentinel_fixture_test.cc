@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "redis_sentinel.h"
+#include "wait.h"
 
 namespace sluice::testing {
 namespace {
@@ -40,6 +41,38 @@ TEST(SentinelFixture, StartsHealthyAndFailsOverBothWays) {
   ASSERT_TRUE(g.RestartOldPrimary().ok());
   Status healthy = g.WaitHealthy();
   EXPECT_TRUE(healthy.ok()) << healthy.ToString();
+}
+
+// A loaded machine can leave the primary unanswered for longer than down_after_ms (here:
+// SIGSTOP), and the sentinels fail over on their own. WaitHealthy then waits for the
+// group to be healthy around the node they promoted; it used to insist on the primary it
+// had last seen and failed after its bound ("sentinel 0 does not report port ... as
+// primary", issue #19).
+TEST(SentinelFixture, WaitHealthyFollowsAFailoverTheSentinelsMadeOnTheirOwn) {
+  auto group = RedisSentinelGroup::Start();
+  ASSERT_TRUE(group.ok()) << group.status().ToString();
+  RedisSentinelGroup& g = **group;
+  const int first = g.primary().port();
+  const int other = g.replica().port();
+  g.primary().Pause();
+  const bool promoted = WaitUntil(
+      [&] {
+        for (int i = 0; i < 3; ++i) {
+          auto port = g.ReportedPrimaryPort(i);
+          if (!port.ok() || *port != other) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(50));
+  g.primary().Resume();
+  ASSERT_TRUE(promoted) << "the sentinels did not promote port " << other;
+  Status healthy = g.WaitHealthy();
+  ASSERT_TRUE(healthy.ok()) << healthy.ToString();
+  EXPECT_EQ(g.primary().port(), other);
+  EXPECT_EQ(g.replica().port(), first);
+  auto role = g.replica().Command({"ROLE"});
+  ASSERT_TRUE(role.ok() && !role->elements.empty());
+  EXPECT_EQ(role->elements[0].str, "slave");
 }
 
 }  // namespace

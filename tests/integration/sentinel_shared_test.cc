@@ -243,7 +243,8 @@ TEST(SentinelStore, TheMinimalAclUserNeedsRole) {
                                             "+zrangebyscore",
                                             "+zremrangebyscore",
                                             "+config|get",
-                                            "+setrange"};
+                                            "+setrange",
+                                            "+incrby"};
   for (RedisServer* node : {&g->primary(), &g->replica()}) {
     std::vector<std::string> with_role = minimal;
     with_role[2] = "with-role";

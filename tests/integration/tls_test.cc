@@ -3,12 +3,10 @@
 // certificate, and a second CA nobody trusts). The server also listens on a plain
 // port, which gives "plain to a TLS port" and "TLS to a plain port" for free.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 
+#include "process.h"
 #include "redis_server.h"
 #include "sluice/policy.h"
 #include "sluice/redis_store.h"
@@ -20,18 +18,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 constexpr auto kMargin = milliseconds(1000);
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 // Certificates in a temporary directory, made by the openssl command (tls_certs.h).
 struct Certs {

@@ -439,6 +439,28 @@ TEST(Config, LoadConfigReportsMissingFile) {
   EXPECT_NE(c.status().message().find("/nonexistent/sluiced.yaml: cannot open"), std::string::npos);
 }
 
+// Issue #20 item 5: '-5ms', '-1s', '0.5ms' and '0' all failed with "needs a unit". Each
+// gets its own reason now, and 0 is accepted where it means "none" (block_for: off).
+TEST(Config, DurationsSayWhatIsWrong) {
+  const std::string head = "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n";
+  const std::string rate = head + "      unit: second\n      requests_per_unit: 1\n";
+  EXPECT_EQ(ErrorOf(rate + "      block_for: -1s\n"),
+            "test.yaml:7: block_for: duration '-1s' must not be negative");
+  EXPECT_EQ(ErrorOf(rate + "      block_for: 0.5ms\n"),
+            "test.yaml:7: block_for: duration '0.5ms' must be a whole number of its unit (write "
+            "500us)");
+  const std::string conc = head + "      concurrency: 2\n";
+  EXPECT_EQ(ErrorOf(conc + "      lease: -5ms\n"),
+            "test.yaml:6: lease: duration '-5ms' must not be negative (a duration such as 30s)");
+  EXPECT_EQ(ErrorOf(conc + "      lease: 0\n"), "test.yaml:6: lease must be more than 0 (got '0')");
+  auto c = ParseConfig(rate + "      block_for: 0\n", "test.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->domains[0].descriptors[0].rate_limit.block_for, 0);
+  c = ParseConfig(rate + "      block_for: 1.5s\n", "test.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("write 1500ms"), std::string::npos) << c.status().message();
+}
+
 // `block_for` (Policy::block_for): a duration; bad values fail with FILE:LINE.
 TEST(Config, BlockFor) {
   auto c = ParseConfig(R"(
@@ -457,8 +479,7 @@ descriptors:
             "d/day");
   EXPECT_EQ(ErrorOf(head + "      unit: second\n      requests_per_unit: 1\n"
                            "      block_for: -5m\n"),
-            "test.yaml:7: block_for: duration '-5m' needs a unit: us, ms, s, m/min, h/hour or "
-            "d/day");
+            "test.yaml:7: block_for: duration '-5m' must not be negative");
   EXPECT_EQ(ErrorOf(head + "      unit: second\n      requests_per_unit: 1\n"
                            "      block_for: 400d\n"),
             "test.yaml:7: block_for must be at most 366 days");
@@ -530,6 +551,60 @@ TEST(Config, BadConcurrencyLimitsNameTheLine) {
   e = ErrorOf(head + "      unit: second\n      requests_per_unit: 5\n      lease: 30s\n");
   EXPECT_NE(e.find("test.yaml:7: lease must be a number of units"), std::string::npos) << e;
   EXPECT_NE(e.find("needs concurrency"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace sluice::service
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "service/launch.h"
+
+namespace sluice::service {
+namespace {
+
+// Issue #20 item 5: --check-config printed neither block_for, on_change nor a hot-key
+// lease, so a deploy check could not show them.
+TEST(ConfigCheck, PrintsBlockForOnChangeAndLeases) {
+  char path[] = "/tmp/sluiced-check-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  {
+    std::ofstream f(path);
+    f << "domain: web\ndescriptors:\n"
+         "  - key: user\n"
+         "    rate_limit: {unit: minute, requests_per_unit: 5, block_for: 15m}\n"
+         "  - key: ip\n"
+         "    rate_limit: {unit: minute, requests_per_unit: 100, on_change: proportional, "
+         "policy: ip}\n"
+         "  - key: hot\n"
+         "    rate_limit: {unit: second, requests_per_unit: 1000, lease: 20, "
+         "lease_validity: 50ms}\n";
+  }
+  DaemonOptions o;
+  o.config_file = path;
+  char* text = nullptr;
+  std::size_t size = 0;
+  std::FILE* out = ::open_memstream(&text, &size);
+  ASSERT_NE(out, nullptr);
+  const int rc = CheckConfig(o, "", out, stderr);
+  std::fclose(out);
+  const std::string printed(text, size);
+  std::free(text);
+  ::unlink(path);
+  ASSERT_EQ(rc, 0) << printed;
+  EXPECT_NE(printed.find("[user] -> 5/minute fixed_window fail_open block_for 15m (line"),
+            std::string::npos)
+      << printed;
+  EXPECT_NE(
+      printed.find("[ip] -> 100/minute fixed_window fail_open on_change proportional policy=ip"),
+      std::string::npos)
+      << printed;
+  EXPECT_NE(printed.find("lease 20 (valid 50ms)"), std::string::npos) << printed;
 }
 
 }  // namespace

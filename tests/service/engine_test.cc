@@ -5,13 +5,17 @@
 
 #include <gtest/gtest.h>
 #include <malloc.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <map>
 #include <thread>
 
 #include "sluice/memory_store.h"
+#include "sluice/permit.h"
 
 namespace sluice::service {
 namespace {
@@ -792,17 +796,51 @@ descriptors:
     return h;
   };
   auto x = headers("x_ratelimit");
-  EXPECT_EQ(x["x-ratelimit-limit"], "20, 20;w=60;name=\"per_user\", 1000;w=3600");
+  // A token bucket advertises its burst over the time the rate takes to refill it (20 at
+  // 100/min: 12 s), as the middleware does (src/http/headers.cc).
+  EXPECT_EQ(x["x-ratelimit-limit"], "20, 20;w=12;name=\"per_user\", 1000;w=3600");
   EXPECT_EQ(x["x-ratelimit-remaining"], "19");
   auto plain = headers("ratelimit");
   EXPECT_EQ(plain["ratelimit-remaining"], "19");
   EXPECT_EQ(plain.count("x-ratelimit-remaining"), 0u);
   auto d10 = headers("draft10");
-  EXPECT_EQ(d10["ratelimit-policy"], "\"per_user\";q=20;w=60, \"d1\";q=1000;w=3600");
+  EXPECT_EQ(d10["ratelimit-policy"], "\"per_user\";q=20;w=12, \"d1\";q=1000;w=3600");
   EXPECT_EQ(d10["ratelimit"].rfind("\"per_user\";r=19;t=", 0), 0u) << d10["ratelimit"];
   EXPECT_NE(d10["ratelimit"].find(", \"d1\";r=999;t=3600"), std::string::npos) << d10["ratelimit"];
   EXPECT_TRUE(headers("none").empty());
   EXPECT_TRUE(headers("false").empty());
+}
+
+// Issue #20 item 3: the costs of a repeated descriptor are added into one check; they
+// wrapped around 2^64 (2^64-1 + 2 charged 1, 2^63 + 2^63 charged 0: a peek). The sum
+// saturates, so it is denied as each cost alone is, and nothing is charged.
+TEST_F(EngineTest, CostsOfARepeatedDescriptorDoNotWrapAround) {
+  Load(kMatching);
+  const std::uint64_t max = std::numeric_limits<std::uint64_t>::max();
+  const std::uint64_t half = std::uint64_t{1} << 63;
+  const D a{{{"remote_address", "192.0.2.9"}}, max}, b{{{"remote_address", "192.0.2.9"}}, 2};
+  EXPECT_EQ(Ask("web", {a}).overall_code, Code::kOverLimit);
+  EXPECT_EQ(Ask("web", {a, b}).overall_code, Code::kOverLimit);
+  const D h{{{"remote_address", "192.0.2.9"}}, half};
+  EXPECT_EQ(Ask("web", {h, h}).overall_code, Code::kOverLimit);
+  // Nothing was taken: all 3 of the minute remain.
+  EXPECT_EQ(Passes("web", D{{{"remote_address", "192.0.2.9"}}}, 4), 3);
+}
+
+// Issue #20 item 5: sluiced_store_keys never fell when keys expired (200k keys still
+// counted five minutes after their one-minute windows): the embedded store drops idle
+// keys only as new keys arrive. The gauge follows what the store holds.
+TEST_F(EngineTest, StoreKeysGaugeFallsWhenKeysExpire) {
+  Load(kMatching);
+  for (int i = 0; i < 50; ++i)
+    Ask("web", {D{{{"remote_address", "192.0.2." + std::to_string(i)}}}});
+  std::string m = engine->RenderMetrics();
+  EXPECT_NE(m.find("sluiced_store_keys{store=\"embedded\"} 50\n"), std::string::npos) << m;
+  clock->Advance(61 * kSec);  // every one-minute window is back to full
+  m = engine->RenderMetrics();
+  EXPECT_NE(m.find("sluiced_store_keys{store=\"embedded\"} 0\n"), std::string::npos) << m;
+  // The state was not needed: the limits are whole again.
+  EXPECT_EQ(Passes("web", D{{{"remote_address", "192.0.2.1"}}}, 4), 3);
 }
 
 // GET /rlconfig serves this: every loaded rule, envoyproxy/ratelimit's line form first.
@@ -1144,6 +1182,60 @@ TEST_F(EngineTest, RemoteStoreFailuresAreNotKeyCap) {
   EXPECT_NE(m.find("descriptor=\"k\",outcome=\"key_cap\"} 0"), std::string::npos) << m;
   EXPECT_EQ(m.find("sluiced_store_keys{store=\"embedded\"}"), std::string::npos) << m;
   EXPECT_NE(m.find("sluiced_store_keys{store=\"local_fallback\"} 0"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace sluice::service
+
+namespace sluice::service {
+namespace {
+
+// The permit id of a /v1/acquire answer (the token's part before the '.').
+std::string AcquireId(Engine& e) {
+  RateLimitRequest req;
+  req.domain = "jobs";
+  req.descriptors.resize(1);
+  req.descriptors[0].entries = {{"tenant", "t"}};
+  std::string id;
+  e.AcquireAsync(req, [&](const Status& s, PermitResponse& r) {
+    EXPECT_TRUE(s.ok()) << s.message();
+    id = r.permit.substr(0, r.permit.find('.'));
+  });
+  return id;
+}
+
+// Issue #17 bug 4: sluiced drew permit ids from a per-thread mt19937 seeded once, so a
+// forked child (a pre-forking supervisor, a test harness) handed out the very ids its
+// parent would hand out next. It now uses the library's generator, reseeded after fork.
+TEST(EnginePermitIds, AForkedChildDrawsOtherIdsThanItsParent) {
+  auto c = ParseConfig(
+      "domain: jobs\ndescriptors:\n  - key: tenant\n    rate_limit: {concurrency: 100, lease: "
+      "60s}\n",
+      "ids.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  auto e = Engine::Create(*c, Engine::Options{std::make_shared<MemoryStore>(), nullptr});
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  ASSERT_EQ(AcquireId(**e).size(), kPermitIdLength);  // this thread's generator is seeded
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string id = AcquireId(**e);
+    const ssize_t n = ::write(fds[1], id.data(), id.size());
+    ::_exit(n == static_cast<ssize_t>(id.size()) ? 0 : 1);
+  }
+  ::close(fds[1]);
+  const std::string parent = AcquireId(**e);
+  char buf[64];
+  std::string child;
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) child.append(buf, n);
+  ::close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_EQ(child.size(), kPermitIdLength);
+  EXPECT_NE(child, parent);
 }
 
 }  // namespace

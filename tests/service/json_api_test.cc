@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "sluice/memory_store.h"
+
 namespace sluice::service {
 namespace {
 
@@ -132,7 +134,7 @@ TEST(JsonApi, CheckResponseMatchesTheJsonLibrary) {
   auto reference = [](const RateLimitResponse& out) {
     const DescriptorStatus& st = out.statuses[0];
     auto limit = [](const DescriptorStatus& l, nlohmann::json& j) {
-      j["limit"] = l.requests_per_unit;
+      j["limit"] = l.capacity;
       j["unit"] = UnitName(l.unit);
       j["remaining"] = l.limit_remaining;
       j["reset_after_ms"] = (l.duration_until_reset + 999) / 1000;
@@ -163,6 +165,7 @@ TEST(JsonApi, CheckResponseMatchesTheJsonLibrary) {
   DescriptorStatus& st = r.statuses[0];
   st.has_limit = true;
   st.requests_per_unit = 100;
+  st.capacity = 100;
   st.unit = Unit::kMinute;
   st.limit_remaining = 7;
   st.duration_until_reset = 1'500'001;
@@ -178,6 +181,72 @@ TEST(JsonApi, CheckResponseMatchesTheJsonLibrary) {
   b.unit = Unit::kDay;
   st.limits = {a, b};
   EXPECT_EQ(RenderCheckResponse(r), reference(r));
+}
+
+}  // namespace
+}  // namespace sluice::service
+
+namespace sluice::service {
+namespace {
+
+// An engine on the embedded store with `rules` (one domain "web", descriptor key "ip").
+std::unique_ptr<Engine> EngineFor(const std::string& rule) {
+  auto c = ParseConfig("domain: web\ndescriptors:\n  - key: ip\n    rate_limit: " + rule + "\n",
+                       "check.yaml");
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  auto e = Engine::Create(*c, Engine::Options{std::make_shared<MemoryStore>(),
+                                              std::make_shared<ManualClock>(1785412800000000)});
+  EXPECT_TRUE(e.ok()) << e.status().message();
+  return std::move(*e);
+}
+
+RateLimitResponse CheckIp(Engine& e, std::uint64_t hits) {
+  RateLimitRequest req;
+  req.domain = "web";
+  req.descriptors.resize(1);
+  req.descriptors[0].entries = {{"ip", "192.0.2.1"}};
+  req.descriptors[0].has_hits_addend = true;
+  req.descriptors[0].hits_addend = hits;
+  RateLimitResponse r;
+  const Status s = e.ShouldRateLimit(req, &r);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return r;
+}
+
+std::string HeaderOf(const RateLimitResponse& r, const std::string& name) {
+  for (const auto& [k, v] : r.response_headers) {
+    if (k == name) return v;
+  }
+  return "";
+}
+
+// Issue #20 item 5: /v1/check on a token bucket of 100/min, burst 20, answered header
+// X-RateLimit-Limit: 20 and body "limit": 100. The limit is the capacity (docs/sluiced.md).
+TEST(JsonApi, CheckBodyLimitIsTheCapacityAsInTheHeader) {
+  auto e = EngineFor("{unit: minute, requests_per_unit: 100, algorithm: token_bucket, burst: 20}");
+  const RateLimitResponse r = CheckIp(*e, 1);
+  const auto j = nlohmann::json::parse(RenderCheckResponse(r));
+  EXPECT_EQ(j.at("limit"), 20) << j.dump();
+  EXPECT_EQ(HeaderOf(r, "x-ratelimit-limit"), "20");
+  EXPECT_EQ(j.at("remaining"), 19);
+}
+
+// Issue #20 item 5: a cost above the capacity can never pass; it was answered like any
+// denial, with Retry-After: 60. Now: no Retry-After, and the body says why.
+TEST(JsonApi, ACostAboveTheCapacityIsDeniedWithoutRetryAfter) {
+  auto e = EngineFor("{unit: minute, requests_per_unit: 5}");
+  RateLimitResponse r = CheckIp(*e, 6);
+  EXPECT_EQ(r.overall_code, Code::kOverLimit);
+  EXPECT_EQ(HeaderOf(r, "retry-after"), "");
+  auto j = nlohmann::json::parse(RenderCheckResponse(r));
+  ASSERT_TRUE(j.contains("reason")) << j.dump();
+  EXPECT_NE(j.at("reason").get<std::string>().find("capacity"), std::string::npos) << j.dump();
+  // A cost that fits but not now: an ordinary denial, with Retry-After and no reason.
+  EXPECT_EQ(CheckIp(*e, 1).overall_code, Code::kOk);
+  r = CheckIp(*e, 5);
+  EXPECT_EQ(r.overall_code, Code::kOverLimit);
+  EXPECT_NE(HeaderOf(r, "retry-after"), "");
+  EXPECT_FALSE(nlohmann::json::parse(RenderCheckResponse(r)).contains("reason"));
 }
 
 }  // namespace

@@ -6,8 +6,12 @@
 //   ASSERT_TRUE(group.ok()) << group.status().ToString();   // missing binary: fails
 //   auto store = sluice::RedisStore::Create({.url = (*group)->Url()});
 //
-// Start returns once every sentinel reports the primary, sees the replica with its link
-// up, and sees the two other sentinels (each condition polled, with a generous bound).
+// Start returns once the group is healthy (WaitHealthy): every sentinel reports the same
+// primary, sees the replica and the two other sentinels, and the replica is in sync
+// (each condition polled, with a generous bound). The sentinels' INFO and hello
+// periods are shortened (SENTINEL DEBUG) so that they notice changes within a second.
+// When a wait fails, the group's directory (every server's log) is kept and named in
+// the error.
 // Fault helpers wait for the outcome, not for time: Failover() (SENTINEL FAILOVER) and
 // KillPrimary() (SIGKILL) return when every sentinel reports the new primary and that
 // node's ROLE is master. Like RedisServer, call Start and the fault helpers from a
@@ -84,12 +88,17 @@ class RedisSentinelGroup {
   Status RestartOldPrimary();
   // Waits until every sentinel agrees on the primary and lists the replica as up, the replica is in
   // sync, and sees the other sentinels: the state Start returns in, needed before another failover.
+  // The primary is whichever node the sentinels agree on, also after a failover they made
+  // on their own (a loaded machine can leave a primary unanswered for down_after_ms):
+  // primary() and replica() follow it.
   Status WaitHealthy(int timeout_ms = 60'000);
 
  private:
   RedisSentinelGroup() = default;
   Status LaunchSentinel(int index);
   Status WaitPrimaryReported(int node, int timeout_ms);
+  Status TuneSentinel(int port) const;
+  std::string HealthProblem(int* agreed) const;
   // The port the sentinels know data node i by: its TLS port with TLS, else its port.
   int DataPort(int node) const;
 
@@ -102,6 +111,7 @@ class RedisSentinelGroup {
   int sentinel_tls_port_[3] = {0, 0, 0};
   int node_tls_port_[2] = {0, 0};
   pid_t sentinel_pid_[3] = {-1, -1, -1};
+  bool keep_dir_ = false;  // a wait failed: the logs stay for whoever reads the error
 };
 
 }  // namespace sluice::testing

@@ -95,6 +95,9 @@ Status RedisServer::Launch() {
                                    dir_ + "/redis.sock",
                                    "--unixsocketperm",
                                    "700"};
+  // A replica's full sync starts at once, not after the 5 s Redis 7 waits by default for
+  // more replicas to join it (seconds at every Sentinel and Cluster start and failover).
+  args.insert(args.end(), {"--repl-diskless-sync-delay", "0"});
   if (!options_.password.empty()) {
     args.push_back("--requirepass");
     args.push_back(options_.password);

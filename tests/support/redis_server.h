@@ -44,8 +44,9 @@ Result<int> FreeLoopbackPort();
 class RedisServer {
  public:
   // Picks a free port (bind 127.0.0.1:0), starts redis-server with --port P --save ''
-  // --appendonly no --daemonize no (and a unix socket) in a new temporary directory,
-  // and polls PING until it answers. Errors say why (binary missing, did not start).
+  // --appendonly no --daemonize no --repl-diskless-sync-delay 0 (and a unix socket) in a new
+  // temporary directory, and polls PING until it answers. Errors say why (binary missing, did not
+  // start).
   static Result<std::unique_ptr<RedisServer>> Start(RedisServerOptions options = {});
   // Kills the server (even while paused) and removes its directory.
   ~RedisServer();

@@ -1,5 +1,5 @@
 // Certificates for TLS tests, generated in a temporary directory by the `openssl`
-// command (removed when the object is destroyed):
+// command (removed when the object is destroyed), all with P-256 keys:
 //
 //   ca.crt/.key          the test CA
 //   other.crt/.key       a second, self-signed CA nobody trusts

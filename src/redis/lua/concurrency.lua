@@ -2,10 +2,10 @@
 -- One key per check: a sorted set of the held permits' ids (32 hex characters, made by
 -- the client) scored by their expiry in microseconds on the script's clock (Redis's
 -- TIME, so every client agrees). Its TTL is the last expiry's: a set nobody touches
--- goes by itself once every permit in it has expired. The check's ext items (c.x):
--- p = the permit id, e = the op: a (acquire, also a peek at cost 0), r (release),
--- x (extend). A concurrency check always has ext (at least e=a), so it runs in this
--- batch script, never in a lean one-check or coalesced script.
+-- goes by itself once every permit in it has expired. The check's kind (runner.lua) gives
+-- c.permit, the permit id, and c.op: a (acquire, also a peek at cost 0), r (release),
+-- x (extend). A concurrency check runs in this batch script (or the one-check script
+-- that is its body), never in a lean one-check script.
 -- Every op first drops the permits that expired by now (score <= now).
 
 -- Held permits after the expired ones are dropped.
@@ -27,23 +27,22 @@ local function permits_free(limit, held)
 end
 
 DECIDE[5] = function(c, now)
-  local x = c.x or {}
-  local op = x.e or 'a'
+  local op = c.op or 'a'
   local held = permits_trim(c, now)
   local limit = c.limit
   if op == 'r' or op == 'x' then
-    -- applied now, whatever the batch decides (dispatch.lua leaves c.solo checks out
+    -- applied now, whatever the batch decides (runner.lua leaves c.solo checks out
     -- of the all-or-nothing)
     c.solo = true
     local found = false
     if op == 'r' then
-      found = redis.call('ZREM', c.key, x.p) == 1
+      found = redis.call('ZREM', c.key, c.permit) == 1
       if found then held = held - 1 end
-    elseif redis.call('ZADD', c.key, 'XX', 'INCR', 0, x.p) then
+    elseif redis.call('ZADD', c.key, 'XX', 'INCR', 0, c.permit) then
       -- (XX INCR 0: the score when held, nil when not; no command beyond the ACL's)
       found = true
       local e = now + c.window
-      redis.call('ZADD', c.key, 'XX', int(e), x.p)
+      redis.call('ZADD', c.key, 'XX', int(e), c.permit)
       redis.call('PEXPIRE', c.key, int(ttl_ms(e, now))) -- e is now the last expiry
     end
     return found, permits_free(limit, held), permits_reset(c, now, held), 0
@@ -59,10 +58,9 @@ DECIDE[5] = function(c, now)
 end
 
 COMMIT[5] = function(c, now)
-  local x = c.x or {}
-  if (x.e or 'a') ~= 'a' then return end
+  if (c.op or 'a') ~= 'a' then return end
   local e = now + c.window
-  redis.call('ZADD', c.key, int(e), x.p)
+  redis.call('ZADD', c.key, int(e), c.permit)
   redis.call('PEXPIRE', c.key, int(ttl_ms(e, now)))
 end
 

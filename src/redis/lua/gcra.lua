@@ -6,23 +6,39 @@
 -- struct.pack('<Bdd', 4, expires, tat), is still read (a rolling upgrade).
 -- Carry-over: '<Bddddd' (4, expires, tat, limit, window, capacity), written by a check
 -- with a mode (fixed_window.lua); p scales the TAT's distance from now.
+-- A check alone in its call or group (`solo`) with a cost writes first and reads after:
+-- `SET key <now + cost x interval> PX .. GET` is the whole decision when the key is
+-- fresh (absent, or its TAT passed: what a key under its rate mostly is), one Redis
+-- call instead of GET + SET. Otherwise it decides on the state GET returned and writes
+-- again: the right TAT when allowed, the state it overwrote when denied.
 local interval = w / limit
 local tau = interval * cap
 local t = now
 local tat = t
-local mode = x and x.o
+local raw, guess, old_e = false, false, false
+if solo and not mode and cost > 0 then
+  guess = t + need * interval
+  raw = redis.pcall('SET', key, guess, 'PX', ceil((ceil(guess) - now) / 1000) + PAD, 'GET')
+  if type(raw) == 'table' then -- refused (Redis before 6.2): nothing was written
+    guess = false
+    raw = redis.call('GET', key)
+  end
+else
+  raw = redis.call('GET', key) -- the state, or false
+end
 if raw then
   local stat = tonumber(raw)
   if stat then
     -- back to full (expires <= now) counts as fresh, like absent
-    if ceil(stat) > now then tat = max(stat, t) end
+    if ceil(stat) > now then tat, old_e = max(stat, t), ceil(stat) end
   elseif #raw == 17 and string.byte(raw) == 4 then
     local _, e, otat = struct.unpack('<Bdd', raw)
-    if e > now then tat = max(otat, t) end
+    if e > now then tat, old_e = max(otat, t), e end
   elseif #raw == 41 and string.byte(raw) == 4 then
     -- written with its parameters (carry-over: see fixed_window.lua)
     local _, e, otat, ol, ow, oc = struct.unpack('<Bddddd', raw)
     if e > now then
+      old_e = e
       if mode and (ol ~= limit or ow ~= w or oc ~= cap) then
         if mode == 'p' then
           -- the TAT's distance from now scaled by new / old tau (src/core/carry.cc)
@@ -42,10 +58,9 @@ if allowed then
   if cost > 0 then tat = new_tat end
 else
   retry = max(1, ceil(new_tat - tau - t))
-  -- Reservation (issue #12; ext item w = max_wait in us, `x` the check's ext table):
+  -- Reservation (issue #12; `mw` = max_wait in us, 0: none):
   -- allowed when the request's slot comes within max_wait; the TAT moves to it now.
   -- Its wait is answered as a negative retry (redis/reply.cc).
-  local mw = x and tonumber(x.w) or 0
   if mw > 0 and cost > 0 and retry <= mw then
     allowed = true
     tat = new_tat
@@ -60,5 +75,16 @@ if allowed and cost > 0 then
     state = struct.pack('<Bddddd', 4, expires, tat, limit, w, cap)
   else
     state = tat
+  end
+  if guess and tat == guess then state = nil end -- written already
+elseif guess then
+  -- denied (a live state, or a fresh key at the rounding edge of tau): what the guess
+  -- overwrote goes back, a live state with its expiry
+  if old_e then
+    redis.call('SET', key, raw, 'PX', ceil((old_e - now) / 1000) + PAD)
+  elseif raw then
+    redis.call('SET', key, raw, 'KEEPTTL')
+  else
+    redis.call('DEL', key)
   end
 end

@@ -1,7 +1,7 @@
 -- Penalties and blocks (issue #12: Limiter::Penalize, Policy::block_for), mirroring
 -- src/core/penalties.cc and the in-process store's blocks (src/memory/memory_store.cc).
--- dispatch.lua calls them for a check whose ext (c.x) has f=1 (a forced check: a
--- penalty) or b=<block_for in us>; plain checks never get here (they run the lean
+-- runner.lua calls them for a check of kind 3 (a forced check: a penalty) or of a
+-- policy with block_for (c.block, in us); plain checks never get here (they run the lean
 -- one-check scripts or the coalesced one, which do not include this file).
 --
 -- A block is a key of its own: the state key + ':b' (inside the same hash tag, so in
@@ -12,17 +12,31 @@
 -- FORCE[id](c, now): takes c.cost by force, bounded so that a key's usage stays at most
 -- twice its capacity (window counts <= 2 x limit, tokens >= -capacity, TAT <= now +
 -- 2 x tau, log units <= 2 x limit), normalising the state first as a decision would, and
--- writes the new state. dispatch.lua then peeks (DECIDE with cost 0) for the decision.
+-- writes the new state. runner.lua then peeks (DECIDE with cost 0) for the decision.
 local FORCE = {}
 
 FORCE[0] = function(c, now)
-  local found, sws, scount = load(c, now)
+  local raw = redis.call('GET', c.key)
+  local n = raw and tonumber(raw)
   local ws = floor_to(now, c.window)
   local count = 0
-  if found and sws >= ws then ws, count = sws, scount end
+  local counter = n and n >= 4503599627370496 -- fixed_window.lua's counter
+  if counter then
+    local cc, cws = counter_count(n, ws, c.window)
+    if cc then ws, count = cws, cc end
+  else
+    local found, sws, scount = load(c, now, raw or false)
+    if found and sws >= ws then ws, count = sws, scount end
+  end
   count = max(count, min(count + c.cost, 2 * c.limit))
   c.expires = ws + c.window
-  c.state, c.patch = struct.pack('<Bddd', 0, c.expires, ws, count), nil
+  if (counter or not raw) and not c.mode and c.limit < 2147483648 and
+      c.window * 524288 > (PAD + 1) * 1000 then -- (fixed_window.lua's `lean`)
+    c.state = counter_value(ws, c.window, count)
+  else
+    c.state = struct.pack('<Bddd', 0, c.expires, ws, count)
+  end
+  c.patch = nil
   store_word(c, now)
 end
 
@@ -61,8 +75,7 @@ FORCE[3] = function(c, now)
   local cap, rate = c.cap, c.limit / c.window
   local tokens, t
   if found then
-    t = max(now, slast)
-    tokens = min(cap, stokens + (t - slast) * rate)
+    tokens, t = refill(stokens, slast, now, cap, rate)
   else
     if c.init >= 0 then tokens = c.init else tokens = cap end
     t = now
@@ -94,7 +107,7 @@ FORCE[4] = function(c, now)
   store_word(c, now)
 end
 
--- A check of a policy with block_for (c.x.b, in us): a blocked key is denied (nothing
+-- A check of a policy with block_for (c.block, in us): a blocked key is denied (nothing
 -- remaining, retry_after and reset_after at least the time left of the block); a
 -- denial by the policy itself (not a peek, not during a block), or a penalty that left
 -- the key over its limit, starts the block. Denials during a block do not extend it.
@@ -105,7 +118,7 @@ local function apply_block(c, now, forced, allowed, remaining, reset, retry)
   if untl and untl > now then left = untl - now end
   if left == 0 then
     if allowed or (c.cost == 0 and not forced) then return allowed, remaining, reset, retry end
-    left = tonumber(c.x.b)
+    left = c.block
     redis.call('SET', bkey, int(now + left), 'PX', int(ttl_ms(now + left, now)))
   end
   return false, 0, max(reset, left), max(retry, left)

@@ -1,17 +1,17 @@
 -- sluice: one script decides a batch of limit checks atomically.
 --
 -- Built at build time by concatenating clock.lua, prelude.lua, one part per algorithm,
--- refunds.lua and dispatch.lua (src/redis/embed_lua.cmake). Each algorithm has
+-- refunds.lua and runner.lua (src/redis/embed_lua.cmake). Each algorithm has
 -- DECIDE[id](c, now), which reads the check's state and returns the decision
 -- (allowed, remaining, reset_after, retry_after) without consuming anything, and
 -- COMMIT[id](c, now), which writes what DECIDE computed. For the O(1) algorithms both
 -- are generated around the algorithm's one decision body (<algorithm>.lua, shared with
--- its one-check script); the sliding log's file defines them itself. dispatch.lua decides every
+-- its one-check script); the sliding log's file defines them itself. runner.lua decides every
 -- check first and commits all of them only if all allow (all or nothing).
 -- REFUND[id](c, now, cost) gives cost back to an existing state (Store::Refund; a call
 -- sends every check's cost negated, and then nothing is decided).
 -- A call with ONE check runs a lean script of its own instead (single_head.lua);
--- the sliding log's is this prelude + sliding_window_log.lua + penalties.lua + dispatch.lua.
+-- the sliding log's is this prelude + sliding_window_log.lua + penalties.lua + runner.lua.
 --
 -- Every algorithm mirrors src/core/<algorithm>.cc operation for operation: IEEE
 -- double arithmetic in the same order, the same epsilon, the same ceil/floor, so
@@ -23,7 +23,7 @@
 local EPS = 1e-9
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 local DECIDE, COMMIT, REFUND = {}, {}, {}
-local PAD = 0 -- extra TTL in ms (caller-time mode only, see dispatch.lua)
+local PAD = 0 -- extra TTL in ms (caller-time mode only, see runner.lua)
 
 -- An exact integer as a decimal string.
 local function int(x)
@@ -37,16 +37,20 @@ local function floor_to(t, unit)
   return t - r
 end
 
--- A check's extension argument (dispatch.lua's 7th per check): "" for a plain check,
--- else ';'-separated 'k=v' items that the features of docs/redis.md ("Check
--- extensions") read: w (max_wait, reservations), b and f (blocks, penalties), p and e
--- (permits), o and l (limit changes). Returns a table of the values as strings (the
--- feature converts them; a permit id is not a number), or false for "".
-local function parse_ext(s)
-  if s == '' then return false end
-  local x = {}
-  for k, v in string.gmatch(s, '([^;=]+)=([^;]*)') do x[k] = v end
-  return x
+-- A fixed window's counter (fixed_window.lua): the count stored in `n` (a plain integer
+-- >= 2^52) when it is the count of the window at ws (of length w) or of a later one
+-- (the clock went back), with that window's start; nil otherwise (an earlier window).
+local function counter_count(n, ws, w)
+  local tag = 1048576 + (ws / w) % 1048576
+  local otag = floor(n / 4294967296)
+  local d = (otag - tag) % 1048576
+  if otag < 1048576 or otag >= 2097152 or d >= 524288 then return nil end
+  return n - otag * 4294967296, ws + d * w
+end
+
+-- The counter of the window at ws with `count` in it.
+local function counter_value(ws, w, count)
+  return (1048576 + (ws / w) % 1048576) * 4294967296 + count
 end
 
 -- TTL in ms for state that is back to "full" at `expires` (microseconds).
@@ -77,8 +81,8 @@ local CARRY_SIZE = {[0] = 49, [2] = 57, [3] = 49, [4] = 41}
 -- Returns true and the fields as numbers; false when the key is absent, written by
 -- another algorithm, or back to full (expires <= now), exactly when the in-process
 -- store treats a key as fresh.
-local function load(c, now)
-  local raw = redis.call('GET', c.key)
+local function load(c, now, raw)
+  if raw == nil then raw = redis.call('GET', c.key) end
   if not raw or string.byte(raw) ~= c.alg then return false end
   if #raw == WORD_SIZE[c.alg] then
     local _, e, x, y, z = struct.unpack(WORD[c.alg], raw)
@@ -111,6 +115,7 @@ end
 -- state change (c.patch at offset c.patch_at, see fixed_window.lua), just those
 -- (c.state is set too).
 local function store_word(c, now)
+  if not c.state then return end -- (a fixed window's INCRBY wrote it already)
   if c.patch and type(redis.pcall('SETRANGE', c.key, c.patch_at, c.patch)) == 'number' then
     return
   end

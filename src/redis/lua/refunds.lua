@@ -1,11 +1,24 @@
 -- Refunds of the O(1) algorithms (batch script only: a refund is one call of the batch
--- script, see dispatch.lua), each mirroring src/core's <Algorithm>Refund. The sliding
+-- script, see runner.lua), each mirroring src/core's <Algorithm>Refund. The sliding
 -- log's is in sliding_window_log.lua.
 
 -- Refund: the current window's count goes down by cost (not below 0); a state of an
 -- earlier window is left alone (src/core FixedWindowRefund).
 REFUND[0] = function(c, now, cost)
-  local found, sws, scount = load(c, now)
+  local raw = redis.call('GET', c.key)
+  local n = raw and tonumber(raw)
+  if n and n >= 4503599627370496 then -- the counter (fixed_window.lua)
+    local count = counter_count(n, floor_to(now, c.window), c.window)
+    if count and count > 0 then
+      local give = min(count, cost)
+      -- (INCRBY keeps the TTL; SET KEEPTTL where an older ACL line refuses it)
+      if type(redis.pcall('INCRBY', c.key, -give)) ~= 'number' then
+        redis.call('SET', c.key, n - give, 'KEEPTTL')
+      end
+    end
+    return
+  end
+  local found, sws, scount = load(c, now, raw or false)
   if not found or sws < floor_to(now, c.window) then return end
   c.expires = sws + c.window
   c.state = pack_word(c, sws, scount - min(scount, cost))
@@ -30,8 +43,7 @@ REFUND[3] = function(c, now, cost)
   if not found then return end
   local capacity = c.cap
   local rate = c.limit / c.window
-  local t = max(now, slast)
-  local tokens = min(capacity, stokens + (t - slast) * rate)
+  local tokens, t = refill(stokens, slast, now, capacity, rate)
   tokens = min(capacity, tokens + cost)
   local reset = 0
   if not (tokens + EPS >= capacity) then reset = ceil((capacity - tokens) / rate) end

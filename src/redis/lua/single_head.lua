@@ -1,6 +1,6 @@
 -- sluice: the lean script for ONE check (the common call), shared head.
 --
--- The batch script (prelude.lua + every algorithm + dispatch.lua) runs its whole body
+-- The batch script (prelude.lua + every algorithm + runner.lua) runs its whole body
 -- on every EVALSHA: it re-creates all five algorithms' functions and tables, builds a
 -- table per check and dispatches through them: about 5 us of Redis CPU per call on
 -- top of the Redis commands themselves (docs/benchmarks.md). A one-check decision of
@@ -10,13 +10,17 @@
 --
 -- <algorithm>.lua is the algorithm's one decision body, which the batch script also
 -- wraps as DECIDE[id] (embed_lua.cmake), so a change is made once. A body reads the
--- locals key, limit, w, cap, init, cost, need, raw (the GET of the state, or false)
--- and now, and x (the check's extensions, prelude.lua's parse_ext: always false here,
--- since a check with extensions goes to the batch script), and sets allowed, remaining, reset, retry, expires, and, only when allowed
--- with cost > 0, `state` (the new state to SET with its TTL) and maybe `patch` and
--- `patch_at` (the bytes to SETRANGE at that offset of the stored state instead, when
--- only they change and the key's TTL stays right) and, for a token bucket that
--- starts, `start` and `start_expires`. It mirrors src/core/<algorithm>.cc operation for
+-- locals key, limit, w, cap, init, cost, need, now, PAD (extra TTL in ms), mode (the
+-- policy's on_change: false, 'r' or 'p'; always false here) and mw (max_wait in us; 0
+-- here: checks with either go to the batch script), solo (the check is alone in its
+-- call or group, so it may write before it decides: gcra.lua), reads the state itself
+-- (GET, or a fixed window's INCRBY, or GCRA's SET .. GET), and sets allowed, remaining, reset, retry, expires, and,
+-- only when allowed with cost > 0, `state` (the new state to SET with its TTL) and
+-- maybe `patch` and `patch_at` (the bytes to SETRANGE at that offset of the stored
+-- state instead, when only they change and the key's TTL stays right) and, for a
+-- token bucket that starts, `start` and `start_expires`; `undo`, a cost to give back
+-- with INCRBY -undo if the decision (or its batch) is not committed (a fixed window's
+-- counter, which INCRBY changed in place). It mirrors src/core/<algorithm>.cc operation for
 -- operation (IEEE doubles in the same order, the same epsilon, the same ceil/floor);
 -- the differential test holds both scripts to the in-process store.
 --
@@ -34,8 +38,7 @@ local limit, w, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local cap, init = limit, -1
 if ARGV[5] then cap = tonumber(ARGV[5]) end
 if ARGV[6] then init = tonumber(ARGV[6]) end
-local need, x = max(cost, 1), false
-local allowed, remaining, reset, retry, state, expires, start, start_expires, patch, patch_at
--- The state, or false when the key is absent. A state is used only if it has this
--- algorithm's layout (docs/redis.md, "Key layout").
-local raw = redis.call('GET', key)
+local need, mode, mw, solo = max(cost, 1), false, 0, true
+local PAD = 0
+if ARGV[1] ~= '' then PAD = 3600000 end
+local allowed, remaining, reset, retry, state, expires, start, start_expires, patch, patch_at, undo

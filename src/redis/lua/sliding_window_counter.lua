@@ -5,12 +5,12 @@
 -- expires, ws + 2w, and the TTL stay): `patch`, a SETRANGE (see fixed_window.lua).
 -- Carry-over: '<Bddddddd' adds the limit, window and capacity (fixed_window.lua); p
 -- scales both counts.
+local raw = redis.call('GET', key) -- the state, or false
 local r = math.fmod(now, w) -- floor_to(now, w)
 if r < 0 then r = r + w end
 local ws = now - r
 local curr, prev = 0, 0
 local same = false
-local mode = x and x.o
 local e, sws, scurr, sprev
 local layout = not mode -- the stored layout is the one this check writes
 if raw and #raw == 33 and string.byte(raw) == 2 then

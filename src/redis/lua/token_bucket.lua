@@ -3,14 +3,34 @@
 -- State: struct.pack('<Bddd', 3, expires, tokens, last). Carry-over: '<Bdddddd' adds
 -- the limit, window and capacity (fixed_window.lua); p refills at the old rate and
 -- scales the tokens by new / old capacity.
+-- A check alone in its call or group (`solo`) with a cost, of a bucket that starts full,
+-- writes first, as gcra.lua does: `SET key <the full bucket less the cost> PX .. GET` is
+-- the whole decision when the key is fresh (absent or back to full: a bucket under its
+-- rate expires when it is full again); otherwise it decides on what GET returned and
+-- writes again.
 local rate = limit / w
+local raw, guess = false, false
+if solo and not mode and init < 0 and cost > 0 then
+  local gt = max(0, cap - cost)
+  local gr = 0
+  if not (gt + EPS >= cap) then gr = ceil((cap - gt) / rate) end
+  guess = struct.pack('<Bddd', 3, now + gr, gt, now)
+  local ms = ceil(gr / 1000)
+  if ms < 1 then ms = 1 end
+  raw = redis.pcall('SET', key, guess, 'PX', ms + PAD, 'GET')
+  if type(raw) == 'table' then -- refused (Redis before 6.2): nothing was written
+    guess = false
+    raw = redis.call('GET', key)
+  end
+else
+  raw = redis.call('GET', key) -- the state, or false
+end
 -- With initial tokens below the capacity a bucket is new again only after a whole
 -- window at full, and a request on a new bucket starts it even when it is not
 -- committed (`start`; token_bucket.cc).
 local keep = 0
 if init >= 0 and init < cap then keep = w end
 local tokens, t
-local mode = x and x.o
 local _, e, stokens, slast
 if raw and #raw == 25 and string.byte(raw) == 3 then
   _, e, stokens, slast = struct.unpack('<Bddd', raw)
@@ -21,8 +41,9 @@ elseif raw and #raw == 49 and string.byte(raw) == 3 then
   if mode and (ol ~= limit or ow ~= w or oc ~= cap) and e > now then
     if mode == 'p' then
       -- refilled at the old rate, then scaled by the capacities (src/core/carry.cc)
-      local t0 = max(now, slast)
-      stokens = min(oc, stokens + (t0 - slast) * (ol / ow)) * cap / oc
+      local t0
+      stokens, t0 = refill(stokens, slast, now, oc, ol / ow)
+      stokens = stokens * cap / oc
       slast = t0
       -- new again under the new parameters? (TokenBucketIsNew)
       local tf = 0
@@ -47,8 +68,7 @@ if not (e and e > now) then
     end
   end
 else
-  t = max(now, slast)
-  tokens = min(cap, stokens + (t - slast) * rate)
+  tokens, t = refill(stokens, slast, now, cap, rate)
 end
 allowed = tokens + EPS >= need
 retry = 0
@@ -56,10 +76,9 @@ if allowed then
   tokens = max(0, tokens - cost)
 else
   retry = max(1, ceil((need - tokens) / rate))
-  -- Reservation (issue #12; ext item w = max_wait in us, `x` the check's ext table):
+  -- Reservation (issue #12; `mw` = max_wait in us, 0: none):
   -- allowed when the request could pass within max_wait; its tokens are taken now
   -- (they go negative). Its wait is answered as a negative retry (redis/reply.cc).
-  local mw = x and tonumber(x.w) or 0
   if mw > 0 and cost > 0 and retry <= mw then
     allowed = true
     tokens = tokens - cost
@@ -75,5 +94,15 @@ if allowed and cost > 0 then
     state = struct.pack('<Bdddddd', 3, expires, tokens, t, limit, w, cap)
   else
     state = struct.pack('<Bddd', 3, expires, tokens, t)
+  end
+  if guess and state == guess then state = nil end -- written already
+elseif guess then
+  -- denied: what the guess overwrote goes back, a live state with its expiry
+  if e and e > now then
+    redis.call('SET', key, raw, 'PX', ceil((e - now) / 1000) + PAD)
+  elseif raw then
+    redis.call('SET', key, raw, 'KEEPTTL')
+  else
+    redis.call('DEL', key)
   end
 end

@@ -1,12 +1,10 @@
-// Test support for process-level sluiced tests.
+// Test support for tests that run programs: child processes, files, ports, waits.
 #include "process.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +17,9 @@
 #include <regex>
 #include <sstream>
 #include <thread>
+
+#include "redis_server.h"
+#include "wait.h"
 
 extern char** environ;
 
@@ -131,34 +132,27 @@ void WriteFile(const std::string& path, const std::string& text) {
 }
 
 bool WaitFor(const std::function<bool()>& cond, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return cond();
+  return WaitUntil(cond, timeout);
 }
 
 int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    ::close(fd);
-    ADD_FAILURE() << "no free port";
+  auto port = FreeLoopbackPort();
+  if (!port.ok()) {
+    ADD_FAILURE() << port.status().ToString();
     return 0;
   }
-  ::close(fd);
-  return ntohs(a.sin_port);
+  return *port;
 }
 
 std::string SluicedBinary() {
   const char* env = std::getenv("SLUICED_TEST_BINARY");
-  return env != nullptr && *env != '\0' ? env : SLUICED_BINARY;
+  if (env != nullptr && *env != '\0') return env;
+#ifdef SLUICED_BINARY
+  return SLUICED_BINARY;
+#else
+  ADD_FAILURE() << "this build has no sluiced; set SLUICED_TEST_BINARY";
+  return "sluiced";
+#endif
 }
 
 Sluiced StartSluiced(const std::string& config_file, const std::string& log_path,

@@ -48,10 +48,11 @@ class TempDir {
 std::string ReadFile(const std::string& path);
 // Writes atomically (temp file + rename), like an editor or a config management tool.
 void WriteFile(const std::string& path, const std::string& text);
-// Polls `cond` every few milliseconds until it is true or `timeout` passes.
+// WaitUntil (wait.h) with a 10 s default bound.
 bool WaitFor(const std::function<bool()>& cond,
              std::chrono::milliseconds timeout = std::chrono::seconds(10));
-// A loopback TCP port that was free a moment ago.
+// FreeLoopbackPort (redis_server.h), failing the current test (and returning 0) when
+// there is none.
 int FreePort();
 
 // The sluiced binary under test: $SLUICED_TEST_BINARY when set (to run these tests

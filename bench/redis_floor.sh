@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# Redis CPU per decision, side by side on ONE fresh redis-server in one run (issue #18):
+#   - plain INCR, 16 per pipeline: the floor for any write;
+#   - envoyproxy/ratelimit's way: INCRBY + EXPIRE per decision, 16 decisions pipelined;
+#   - the article's INCR+EXPIRE Lua script, one EVALSHA per decision, 16 pipelined;
+#   - sluice, each algorithm: `sluice bench` (RedisStore::EvaluateAsync, coalesced as
+#     configured by default) of --sluice, and of --before when given (an older build, so
+#     that before and after run against the same server in the same run).
+# Each row: FLUSHALL, CONFIG RESETSTAT, then --decisions decisions from --callers
+# callers over --keys random keys; Redis CPU per decision is the growth of INFO cpu
+# (used_cpu_user + used_cpu_sys of the server) over the row divided by its decisions.
+# INFO commandstats gives the calls per decision and the script time per decision.
+# Rows are interleaved over --rounds rounds and the median is reported (a shared
+# machine). Load generators run under `nice`.
+# With --distribution, each sluice row also records its EVALSHAs with MONITOR (which
+# costs Redis CPU: read the CPU column of a run without it) and reports how many
+# decisions each script call carried (issue #18 item 2), as shares of all decisions.
+#
+# Usage: bench/redis_floor.sh [--sluice PATH] [--before PATH] [--decisions N]
+#          [--keys K] [--callers C] [--rounds R] [--algorithms a,b,...] [--distribution]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sluice=build/release/src/cli/sluice
+before=""
+decisions=300000
+keys=100000
+callers=64
+rounds=1
+algorithms=fixed_window,gcra,token_bucket,sliding_window_counter,sliding_window_log
+distribution=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --sluice) sluice=$2; shift 2 ;;
+    --before) before=$2; shift 2 ;;
+    --decisions) decisions=$2; shift 2 ;;
+    --keys) keys=$2; shift 2 ;;
+    --callers) callers=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --algorithms) algorithms=$2; shift 2 ;;
+    --distribution) distribution=1; shift ;;
+    -h|--help) sed -n 2,20p "$0"; exit 0 ;;
+    *) echo "redis_floor.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+(( decisions >= 1 && decisions <= 2000000 )) || { echo "redis_floor.sh: --decisions must be 1..2000000" >&2; exit 2; }
+(( callers >= 1 && callers <= 64 )) || { echo "redis_floor.sh: --callers must be 1..64" >&2; exit 2; }
+for tool in redis-server redis-cli python3 "$sluice" ${before:+"$before"}; do
+  command -v "$tool" >/dev/null || { echo "redis_floor.sh: '$tool' is missing" >&2; exit 1; }
+done
+
+tmp=$(mktemp -d /tmp/sluice-floor.XXXXXX)
+redis_pid=""
+cleanup() {
+  [[ -n "$redis_pid" ]] && kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
+  --dir "$tmp" --logfile "$tmp/redis.log" &
+redis_pid=$!
+rcli() { redis-cli -h 127.0.0.1 -p "$port" "$@"; }
+for _ in $(seq 100); do rcli ping >/dev/null 2>&1 && break; sleep 0.1; done
+rcli ping >/dev/null || { echo "redis_floor.sh: redis-server did not start" >&2; exit 1; }
+
+# The article's script: INCR, and EXPIRE when the INCR created the key.
+article_sha=$(rcli script load "local c = redis.call('INCR', KEYS[1])
+if c == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return c")
+
+# A pipelining client for the rows that are not sluice: CALLERS connections, each
+# sending 16 decisions' commands at a time and reading their replies (every reply here
+# is one RESP line: an integer, or an error that fails the row).
+cat > "$tmp/pipe.py" <<'EOF'
+import asyncio, random, sys
+mode, port, decisions, keys, callers, sha = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+def cmd(*a):
+    out = [b"*%d\r\n" % len(a)]
+    for x in a:
+        x = x if isinstance(x, bytes) else str(x).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(x), x))
+    return b"".join(out)
+def decision(rng):
+    k = b"floor:{%d}:x" % rng.randrange(keys)
+    if mode == "incr":
+        return cmd(b"INCR", k), 1
+    if mode == "envoy":
+        return cmd(b"INCRBY", k, 1) + cmd(b"EXPIRE", k, 60), 2
+    return cmd(b"EVALSHA", sha, 1, k, 60), 1
+left = decisions
+async def caller(i):
+    global left
+    rng = random.Random(i)
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    while left > 0:
+        n = min(16, left)
+        left -= n
+        wire, replies = [], 0
+        for _ in range(n):
+            c, k = decision(rng)
+            wire.append(c)
+            replies += k
+        w.write(b"".join(wire))
+        for _ in range(replies):
+            line = await r.readline()
+            if not line.startswith(b":"):
+                sys.exit("redis_floor.sh: %s: unexpected reply %r" % (mode, line))
+    w.close()
+async def main():
+    await asyncio.gather(*(caller(i) for i in range(callers)))
+asyncio.run(main())
+EOF
+
+cpu() { rcli info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'; }
+results="$tmp/results.txt"
+: > "$results"
+# row NAME COMMAND...: runs the command as one row's load and records its figures.
+row() {
+  local name=$1
+  shift
+  rcli flushall >/dev/null
+  rcli config resetstat >/dev/null
+  local c0 c1 monitor=""
+  if [[ $distribution == 1 && $name == sluice* ]]; then
+    redis-cli -h 127.0.0.1 -p "$port" monitor > "$tmp/monitor.txt" 2>/dev/null &
+    monitor=$!
+    sleep 0.2
+  fi
+  c0=$(cpu)
+  nice -n 5 "$@" > "$tmp/row.out" 2> "$tmp/row.err" || {
+    echo "redis_floor.sh: '$name' failed:" >&2
+    cat "$tmp/row.err" "$tmp/row.out" >&2
+    exit 1
+  }
+  c1=$(cpu)
+  if [[ -n $monitor ]]; then
+    kill "$monitor" 2>/dev/null; wait "$monitor" 2>/dev/null || true
+    # decisions per EVALSHA: its KEYS count (two per sliding log check)
+    local per=1
+    [[ $name == *sliding_window_log* ]] && per=2
+    awk -v per="$per" -v name="$name" '$4 == "\"EVALSHA\"" { gsub(/"/, "", $6); print name "|" int($6 / per) }' \
+      "$tmp/monitor.txt" >> "$tmp/dist.txt"
+  fi
+  local stats calls usec errs
+  stats=$(rcli info commandstats)
+  calls=$(echo "$stats" | awk -F'[:=,]' '/^cmdstat_(evalsha|incr|incrby|expire):/ {s += $3} END {print s + 0}')
+  local scalls
+  scalls=$(echo "$stats" | awk -F'[:=,]' '/^cmdstat_evalsha:/ {print $3}')
+  usec=$(echo "$stats" | awk -F'[:=,]' '/^cmdstat_evalsha:/ {print $5}')
+  errs=$(rcli info errorstats | grep errorstat_ | grep -vc "^errorstat_NOSCRIPT:" || true)
+  # (NOSCRIPT: a client loading a script it has not sent on this server yet)
+  [[ $errs -eq 0 ]] || { echo "redis_floor.sh: '$name' made Redis errors: $(rcli info errorstats)" >&2; exit 1; }
+  echo "$name|$c0|$c1|${scalls:-0}|${usec:-0}|$calls" >> "$results"
+  echo "== round $round: $name done" >&2
+}
+bench_args() {  # ALGORITHM: the flags of one sluice row
+  echo bench --store "redis://127.0.0.1:$port" --algorithm "$1" --requests "$decisions" \
+    -c "$callers" --keys "$keys" --quiet --json
+}
+
+echo "== redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for round in $(seq "$rounds"); do
+  row "plain INCR, pipeline 16 (floor)" python3 "$tmp/pipe.py" incr "$port" "$decisions" "$keys" "$callers" -
+  row "envoyproxy/ratelimit: INCRBY + EXPIRE, pipelined" python3 "$tmp/pipe.py" envoy "$port" "$decisions" "$keys" "$callers" -
+  row "article: INCR+EXPIRE script, pipeline 16" python3 "$tmp/pipe.py" script "$port" "$decisions" "$keys" "$callers" "$article_sha"
+  for a in ${algorithms//,/ }; do
+    # shellcheck disable=SC2046 # (bench_args prints plain words)
+    [[ -n "$before" ]] && row "sluice $a (before)" "$before" $(bench_args "$a")
+    row "sluice $a" "$sluice" $(bench_args "$a")
+  done
+done
+
+if [[ $distribution == 1 ]]; then
+  python3 - "$tmp/dist.txt" <<'EOF'
+import collections, sys
+rows = collections.OrderedDict()
+for line in open(sys.argv[1]):
+    name, n = line.rstrip("\n").rsplit("|", 1)
+    rows.setdefault(name, collections.Counter())[int(n)] += 1
+edges = [(1, 1), (2, 7), (8, 15), (16, 31), (32, 10**9)]
+print("Decisions per script call (share of all decisions; MONITOR):\n")
+print("| row | calls | mean | " + " | ".join(f"{a}" if a == b else (f"{a}-{b}" if b < 10**9 else f"{a}+") for a, b in edges) + " |")
+print("|---|---|---|" + "---|" * len(edges))
+for name, c in rows.items():
+    total = sum(n * k for n, k in c.items())
+    calls = sum(c.values())
+    shares = [sum(n * k for n, k in c.items() if a <= n <= b) / total for a, b in edges]
+    print(f"| {name} | {calls} | {total / calls:.1f} | " + " | ".join(f"{x:.0%}" for x in shares) + " |")
+print()
+EOF
+fi
+python3 - "$results" "$decisions" "$keys" "$callers" "$rounds" <<'EOF'
+import statistics, sys
+path, decisions, keys, callers, rounds = sys.argv[1], int(sys.argv[2]), *sys.argv[3:]
+rows = {}
+for line in open(path):
+    name, c0, c1, scalls, usec, calls = line.rstrip("\n").split("|")
+    rows.setdefault(name, []).append((float(c1) - float(c0), int(scalls), int(usec), int(calls)))
+print(f"{decisions} decisions per row, {callers} callers, {keys} random keys; median of {rounds} round(s)\n")
+print("| what runs on Redis | Redis CPU us/decision | x envoy's way | decisions per EVALSHA | script us/decision |")
+print("|---|---|---|---|---|")
+per = {n: statistics.median(r[0] * 1e6 / decisions for r in runs) for n, runs in rows.items()}
+envoy = next((v for n, v in per.items() if n.startswith("envoyproxy")), None)
+for name, runs in rows.items():
+    sc = statistics.median(r[1] for r in runs)
+    us = statistics.median(r[2] for r in runs)
+    dpc = f"{decisions / sc:.1f}" if sc else "-"
+    spd = f"{us / decisions:.2f}" if sc else "-"
+    ratio = f"{per[name] / envoy:.2f}x" if envoy else "-"
+    print(f"| {name} | {per[name]:.2f} | {ratio} | {dpc} | {spd} |")
+EOF

@@ -1,0 +1,209 @@
+// The decide scripts' arguments (script_wire.h; docs/redis.md, "Wire layout").
+#include "redis/script_wire.h"
+
+#include <algorithm>
+#include <charconv>
+
+namespace sluice::redis {
+namespace {
+
+// Caller-time mode (tests): TTLs are padded so that Redis's own expiry, which runs on
+// its clock, never drops state that the caller's clock still needs.
+constexpr long long kCallerTimeTtlPadMs = 3'600'000;
+// A check's number (lua/runner.lua): (((cost' * 2 + big) * 8 + kind) * 4096 + policy)
+// * 2 + last, exact in a Lua double: costs from 2^36 on follow as an argument of their
+// own (big). 4096 policies: at most 256 groups of 16 checks.
+constexpr long long kMaxInlineCost = 1LL << 36;
+constexpr std::size_t kPolicyNumbers = 7;
+
+void AppendBulk(std::string& out, std::string_view v) {
+  out.push_back('$');
+  out.append(std::to_string(v.size()));
+  out.append("\r\n");
+  out.append(v);
+  out.append("\r\n");
+}
+
+void AppendNumber(std::string& out, long long v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  AppendBulk(out, std::string_view(buf, static_cast<std::size_t>(r.ptr - buf)));
+}
+
+long long OnChangeNumber(OnChange o) {
+  switch (o) {
+    case OnChange::kReset:
+      return 1;
+    case OnChange::kProportional:
+      return 2;
+    case OnChange::kAsIs:
+      break;
+  }
+  return 0;
+}
+
+bool HasPermit(WireKind k) {
+  return k == WireKind::kAcquire || k == WireKind::kRelease || k == WireKind::kExtend;
+}
+
+// One group as the ARGV encoder reads it: CoalesceInfo::data, and the checks themselves
+// when the group carries permit ids (never in a coalesced call).
+struct GroupView {
+  const std::vector<long long>* data;
+  const StoreCheck* checks;
+};
+
+// The runner layout's ARGV for `groups`; returns the number of arguments.
+std::size_t AppendArgv(bool caller_time, std::span<const GroupView> groups, std::string& out) {
+  std::vector<const long long*> policies;
+  std::vector<std::uint32_t> index;
+  for (const GroupView& g : groups) {
+    for (std::size_t at = 1; at + kWireCheckNumbers <= g.data->size(); at += kWireCheckNumbers) {
+      const long long* p = g.data->data() + at;
+      std::size_t i = 0;
+      while (i < policies.size() && !std::equal(p, p + kPolicyNumbers, policies[i])) ++i;
+      if (i == policies.size()) policies.push_back(p);
+      index.push_back(static_cast<std::uint32_t>(i));
+    }
+  }
+  AppendBulk(out, caller_time ? "c" : "");
+  AppendNumber(out, caller_time ? kCallerTimeTtlPadMs : 0);
+  AppendNumber(out, static_cast<long long>(policies.size()));
+  for (const long long* p : policies) {
+    for (std::size_t i = 0; i < kPolicyNumbers; ++i) AppendNumber(out, p[i]);
+  }
+  std::size_t count = 3 + kPolicyNumbers * policies.size(), check = 0;
+  for (const GroupView& g : groups) {
+    if (caller_time) {
+      AppendNumber(out, (*g.data)[0]);
+      ++count;
+    }
+    const std::size_t n = (g.data->size() - 1) / kWireCheckNumbers;
+    for (std::size_t i = 0; i < n; ++i) {
+      const long long* c = g.data->data() + 1 + i * kWireCheckNumbers + kPolicyNumbers;
+      const long long kind = c[0], cost = c[1];
+      const bool big = cost >= kMaxInlineCost;
+      const long long last = i + 1 == n ? 1 : 0;
+      AppendNumber(
+          out,
+          ((((big ? 0 : cost) * 2 + (big ? 1 : 0)) * 8 + kind) * 4096 + index[check++]) * 2 + last);
+      ++count;
+      if (big) {
+        AppendNumber(out, cost);
+        ++count;
+      }
+      if (kind == static_cast<long long>(WireKind::kReserve)) {
+        AppendNumber(out, c[2]);
+        ++count;
+      } else if (HasPermit(static_cast<WireKind>(kind))) {
+        AppendBulk(out, g.checks != nullptr ? g.checks[i].permit : std::string_view());
+        ++count;
+      }
+    }
+  }
+  return count;
+}
+
+// `*N` and EVALSHA's first three arguments, then the keys of `checks`, recorded in
+// `merge`; `nargs` is the number of arguments after the keys.
+void AppendHead(const Script& script, std::span<const StoreCheck> checks, std::size_t nargs,
+                std::string& out, CoalesceInfo& merge) {
+  std::size_t nkeys = 0;
+  for (const StoreCheck& c : checks) nkeys += KeyCount(c);
+  out.push_back('*');
+  out.append(std::to_string(3 + nkeys + nargs));
+  out.append("\r\n");
+  AppendBulk(out, "EVALSHA");
+  AppendBulk(out, script.sha);
+  AppendNumber(out, static_cast<long long>(nkeys));
+  merge.keys_begin = static_cast<std::uint32_t>(out.size());
+  std::string key;
+  for (const StoreCheck& c : checks) {
+    AppendBulk(out, c.key);
+    if (c.policy->algorithm == Algorithm::kSlidingWindowLog) {
+      key.assign(c.key).append(":log");
+      AppendBulk(out, key);
+    }
+    if (c.policy->block_for > 0) {  // declared, as Redis asks of every key a script uses
+      key.assign(c.key).append(":b");
+      AppendBulk(out, key);
+    }
+  }
+  merge.keys_end = static_cast<std::uint32_t>(out.size());
+  merge.nkeys = static_cast<std::uint32_t>(nkeys);
+}
+
+}  // namespace
+
+std::size_t KeyCount(const StoreCheck& c) {
+  return 1 + (c.policy->algorithm == Algorithm::kSlidingWindowLog ? 1 : 0) +
+         (c.policy->block_for > 0 ? 1 : 0);
+}
+
+void GroupData(std::span<const StoreCheck> checks, std::span<const WireKind> kinds, Micros now,
+               CoalesceInfo& merge) {
+  std::vector<long long>& d = merge.data;
+  d.clear();
+  d.reserve(1 + kWireCheckNumbers * checks.size());
+  d.push_back(static_cast<long long>(now));
+  std::uint32_t decisions = 0;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const StoreCheck& c = checks[i];
+    const Policy& p = *c.policy;
+    d.insert(d.end(), {static_cast<long long>(p.algorithm), static_cast<long long>(p.limit),
+                       static_cast<long long>(p.window), static_cast<long long>(p.Capacity()),
+                       p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL,
+                       OnChangeNumber(p.on_change), static_cast<long long>(p.block_for),
+                       static_cast<long long>(kinds[i]), static_cast<long long>(c.cost),
+                       static_cast<long long>(c.max_wait)});
+    if (kinds[i] != WireKind::kRefund) ++decisions;
+  }
+  merge.nreplies = decisions;
+}
+
+std::size_t EncodeCoalesced(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
+                            std::string& out) {
+  std::vector<GroupView> views;
+  views.reserve(groups.size());
+  for (const CoalesceInfo* g : groups) views.push_back({&g->data, nullptr});
+  return AppendArgv(caller_time, views, out);
+}
+
+std::string EncodeGroup(const Script& script, std::span<const StoreCheck> checks,
+                        std::span<const WireKind> kinds, Micros now, bool caller_time,
+                        CoalesceInfo& merge) {
+  GroupData(checks, kinds, now, merge);
+  std::string argv;
+  const GroupView view{&merge.data, checks.data()};
+  const std::size_t nargs = AppendArgv(caller_time, {&view, 1}, argv);
+  std::string out;
+  out.reserve(96 + 48 * checks.size() + argv.size());
+  AppendHead(script, checks, nargs, out, merge);
+  out.append(argv);
+  return out;
+}
+
+std::string EncodeSingle(const Script& script, const StoreCheck& c, Micros now, bool caller_time,
+                         CoalesceInfo& merge) {
+  const WireKind kind = WireKind::kDecide;
+  GroupData({&c, 1}, {&kind, 1}, now, merge);
+  const Policy& p = *c.policy;
+  const bool bucket = p.algorithm == Algorithm::kTokenBucket || p.algorithm == Algorithm::kGcra;
+  const bool init = p.algorithm == Algorithm::kTokenBucket;
+  std::string out;
+  out.reserve(160);
+  AppendHead(script, {&c, 1}, 4 + (bucket ? 1 : 0) + (init ? 1 : 0), out, merge);
+  if (caller_time) {
+    AppendNumber(out, static_cast<long long>(now));
+  } else {
+    AppendBulk(out, "");
+  }
+  AppendNumber(out, static_cast<long long>(p.limit));
+  AppendNumber(out, static_cast<long long>(p.window));
+  AppendNumber(out, static_cast<long long>(c.cost));
+  if (bucket) AppendNumber(out, static_cast<long long>(p.Capacity()));
+  if (init) AppendNumber(out, p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL);
+  return out;
+}
+
+}  // namespace sluice::redis

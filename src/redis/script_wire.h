@@ -1,0 +1,61 @@
+// Internal: the decide scripts' arguments (docs/redis.md, "Wire layout"). Two layouts:
+// the group runner's (lua/runner.lua: the batch script, the coalesced script, and the
+// one-check scripts of the sliding log and of concurrency limits), all numbers but a
+// permit id; and the lean one-check scripts' (lua/single_head.lua). Every script answers
+// in one reply encoding (reply.h, DecodeDecisions).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "redis/connection.h"
+#include "redis/scripts.h"
+#include "sluice/store.h"
+
+namespace sluice::redis {
+
+// What a check does, as lua/runner.lua's KIND numbers it.
+enum class WireKind : std::uint8_t {
+  kDecide = 0,
+  kReserve = 1,  // a decision that may take budget up to max_wait ahead
+  kRefund = 2,
+  kForce = 3,  // a penalty
+  kAcquire = 4,
+  kRelease = 5,
+  kExtend = 6,
+};
+
+// The numbers the runner layout has per check in CoalesceInfo::data, after the group's
+// now: the policy's 7 (algorithm, limit, window, capacity, initial tokens or -1,
+// on_change, block_for), then the kind, the cost and max_wait.
+inline constexpr std::size_t kWireCheckNumbers = 10;
+
+// The keys a check declares (the state key, a sliding log's ":log", a block's ":b").
+std::size_t KeyCount(const StoreCheck& c);
+
+// Records `checks` (with their kinds) as one group of a call in `merge.data` (now, then
+// kWireCheckNumbers per check) and the number of decisions its reply has.
+void GroupData(std::span<const StoreCheck> checks, std::span<const WireKind> kinds, Micros now,
+               CoalesceInfo& merge);
+
+// The ARGV of a coalesced call of the groups (lua/runner.lua); returns their number.
+std::size_t EncodeCoalesced(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
+                            std::string& out);
+
+// EVALSHA of `script` (a group runner) over one group, `checks` with `kinds`; records the
+// group in `merge` (its data and where its KEYS are in the wire).
+std::string EncodeGroup(const Script& script, std::span<const StoreCheck> checks,
+                        std::span<const WireKind> kinds, Micros now, bool caller_time,
+                        CoalesceInfo& merge);
+
+// EVALSHA of the lean one-check script of an O(1) algorithm (lua/single_head.lua): KEYS
+// the check's key, ARGV the clock mode, limit, window and cost, then the capacity for a
+// token bucket or GCRA and the initial tokens for a token bucket: only what the
+// algorithm reads (each argument costs Redis CPU). Records the group in `merge` as
+// EncodeGroup does, for a coalesced call.
+std::string EncodeSingle(const Script& script, const StoreCheck& c, Micros now, bool caller_time,
+                         CoalesceInfo& merge);
+
+}  // namespace sluice::redis

@@ -1,0 +1,48 @@
+// The API routes of sluiced's HTTP front end (service/http_server.h serves them): each
+// handler answers through `respond` exactly once, inline or from the store's thread.
+#pragma once
+
+#include <boost/beast/http.hpp>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "service/engine.h"
+
+namespace sluice::service::http_routes {
+
+using Request = boost::beast::http::request<boost::beast::http::string_body>;
+
+// What a handler answers; turned into a Beast response by the connection.
+struct Reply {
+  int status = 200;
+  std::string content_type;
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+  bool close = false;  // close the connection after this answer
+};
+
+using Respond = std::function<void(Reply)>;
+
+// JSON text of `j`, newline-terminated. Never throws: bytes that are not UTF-8 (user
+// input echoed in errors) are replaced.
+std::string Dump(const nlohmann::json& j);
+// {"error": why} with `status`.
+Reply JsonError(int status, const std::string& why);
+
+// POST /json: envoyproxy/ratelimit's JSON request (service/json_api.h).
+void Json(Engine& engine, const Request& req, Respond respond);
+// /v1/check: one descriptor from the query or a form body (service/params.h).
+void Check(Engine& engine, const Request& req, std::string_view query, Respond respond);
+// nginx auth_request: descriptors from the headers named in settings.nginx_headers.
+void Nginx(Engine& engine, const Request& req, const std::string& domain, Respond respond);
+// POST /v1/acquire: a permit of every concurrency limit the descriptor matches.
+void Acquire(Engine& engine, const Request& req, std::string_view query, Respond respond);
+// POST /v1/release (op kRelease), /v1/extend (kExtend): `permit=TOKEN`.
+void PermitCall(Engine& engine, const Request& req, std::string_view query, StoreOp op,
+                Respond respond);
+
+}  // namespace sluice::service::http_routes
