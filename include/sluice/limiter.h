@@ -67,7 +67,7 @@ struct LimiterStats {
   std::uint64_t fail_closed = 0;
   std::uint64_t local_fallback = 0;
   // Hot-key leases (Policy::lease): decisions allowed from a lease without a store
-  // call, leases taken from the store, and leases given back (Store::Refund).
+  // call, leases taken from the store, and leases given back (StoreOp::kRefund).
   std::uint64_t lease_hits = 0;
   std::uint64_t lease_grants = 0;
   std::uint64_t lease_returns = 0;
@@ -100,7 +100,7 @@ class Reservation {
   // True while the reservation holds budget: allowed, with a cost, not yet cancelled.
   bool held() const { return !held_.empty(); }
 
-  // Gives the reserved budget back (Store::Refund of each check's cost, atomically):
+  // Gives the reserved budget back (StoreOp::kRefund of each check's cost, atomically):
   // for the caller that will not go ahead. The refund gives back the key's newest
   // budget, not necessarily this reservation's own slot (docs/algorithms.md,
   // "Reservations"). Ok and nothing done when nothing is held. After any attempt the
@@ -153,7 +153,7 @@ class Limiter {
 
   // Gives `cost` units back to `key` under every policy, atomically: "the request
   // failed, give the unit back" after an allowed Acquire. What each algorithm gives
-  // back is Store::Refund's (a window count never below 0 and not after the window
+  // back is StoreOp::kRefund's (a window count never below 0 and not after the window
   // rolled over, tokens capped at the capacity, a GCRA TAT never before now, the
   // newest sliding-log entries); a key with no state is left as it is. Refunding more
   // than was taken cannot mint budget beyond a full limit. Errors: InvalidArgument for
@@ -264,8 +264,8 @@ class Limiter {
  private:
   friend class Permit;  // Release / Extend / the destructor
   // Releases or extends what `permit` holds (its store and fallback policies).
-  Status PermitCall(Permit& permit, PermitOp op);
-  Status PermitById(std::string_view key, std::string_view permit_id, PermitOp op);
+  Status PermitCall(Permit& permit, StoreOp op);
+  Status PermitById(std::string_view key, std::string_view permit_id, StoreOp op);
   void CountReleaseError();
   struct Impl;
   explicit Limiter(std::unique_ptr<Impl> impl);

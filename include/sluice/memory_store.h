@@ -48,9 +48,11 @@ class MemoryStore final : public Store {
   MemoryStore(const MemoryStore&) = delete;
   MemoryStore& operator=(const MemoryStore&) = delete;
 
-  Status Evaluate(std::span<const StoreCheck> checks, Micros now, std::span<Decision> out) override;
-  Status Refund(std::span<const StoreCheck> checks, Micros now) override;
+  // Store's contract; every operation of StoreOp. Thread-safe.
+  Status Run(const StoreBatch& batch, std::span<Decision> out) override;
   Status Reset(const Policy& policy, std::string_view key) override;
+  // Itself: the decision layer's in-process fast path.
+  Store* InProcess() override;
 
   MemoryStoreStats Stats() const;
 
@@ -61,6 +63,8 @@ class MemoryStore final : public Store {
   std::size_t SweepExpired(Micros now);
 
  private:
+  Status Refund(std::span<const StoreCheck> checks, Micros now);
+
   friend struct memory_internal::Access;  // the Limiter's one-check fast path
   struct Impl;
   std::unique_ptr<Impl> impl_;

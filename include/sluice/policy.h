@@ -116,7 +116,7 @@ struct Policy {
   // Hot-key leases (docs/algorithms.md, "Leases"). 0, the default, is off. Otherwise
   // the most units one process takes from the store in one call for one key, to grant
   // locally without a store call until they are used or `lease_validity` has passed;
-  // what is left unused is given back (Store::Refund). The lease size adapts to the
+  // what is left unused is given back (StoreOp::kRefund). The lease size adapts to the
   // key's observed rate in this process, from the caller's cost up to this bound, and
   // never exceeds what the store reported remaining. Only single-check decisions use
   // leases (Acquire of one policy, or one check); multi-check calls go to the store.

@@ -1,6 +1,6 @@
 // sluice/redis_store.h: state in Redis, shared by every process that points at it.
 //
-// Each decision (a batch of up to 16 checks) is one EVALSHA of one Lua script that
+// Each decision (a batch of up to kMaxBatchChecks checks) is one EVALSHA of one Lua script that
 // reads, decides and writes every key of the batch atomically on Redis's own clock
 // (TIME), setting the TTL of every key it writes. Concurrent callers share a few
 // connections: their commands are pipelined. docs/redis.md describes key layout,
@@ -107,23 +107,18 @@ class RedisStore final : public Store {
   // Fails calls still in flight with kUnavailable and joins the I/O threads.
   ~RedisStore() override;
 
-  // Blocking; returns within call_timeout. Errors: InvalidArgument (more than 16
-  // checks, a cost above the policy's capacity), DeadlineExceeded (the script may
-  // have run), Unavailable (not connected, or Redis answered an error such as OOM).
-  Status Evaluate(std::span<const StoreCheck> checks, Micros now, std::span<Decision> out) override;
+  // Store::Run: one script call per batch (atomic), blocking; returns within
+  // call_timeout. Errors: InvalidArgument (ValidateBatch), DeadlineExceeded (the script
+  // may have run), Unavailable (not connected, or Redis answered an error such as OOM).
+  Status Run(const StoreBatch& batch, std::span<Decision> out) override;
   // Non-blocking: queues the script and returns; `done` is called exactly once, by
   // call_timeout at the latest, on an internal thread: a connection's I/O thread
   // (replies, timeouts, a lost connection) or the store's completion thread (failures
   // known at once, e.g. not connected). Never on the calling thread — except invalid
-  // input (InvalidArgument), reported inline — so `done` may call EvaluateAsync again
+  // input (InvalidArgument), reported inline — so `done` may call RunAsync again
   // without starving reconnection. It must not block. This is the API for load
   // generators: thousands of calls in flight share the connections' pipelines.
-  void EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
-                     EvaluateCallback done) override;
-  // Store::Refund as one script call (atomic), blocking, bounded by call_timeout;
-  // errors as Evaluate's. RefundAsync completes like EvaluateAsync.
-  Status Refund(std::span<const StoreCheck> checks, Micros now) override;
-  void RefundAsync(std::span<const StoreCheck> checks, Micros now, RefundCallback done) override;
+  void RunAsync(const StoreBatch& batch, RunCallback done) override;
   // Deletes the key's state (one DEL). Blocking, bounded by call_timeout.
   Status Reset(const Policy& policy, std::string_view key) override;
   bool IsRemote() const override { return true; }
@@ -131,6 +126,9 @@ class RedisStore final : public Store {
   RedisStoreStats Stats() const;
 
  private:
+  // The kRefund batch: the batch script with negated costs, blocking.
+  Status Refund(std::span<const StoreCheck> checks, Micros now);
+
   struct Impl;
   explicit RedisStore(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -1,11 +1,12 @@
-// sluice/store.h: where limiter state lives.
+// sluice/store.h: where limiter state lives, and the protocol every store speaks.
 //
-// A Store runs the algorithms over its state atomically. The Limiter builds the
-// keys and hands a batch of checks to the store; the store evaluates them all at one
-// instant and either consumes every check's cost (all allowed) or none (any denied).
-// Implementations: MemoryStore (in process) and RedisStore (Lua scripts in Redis).
+// A Store runs the algorithms over its state atomically. The Limiter builds the keys
+// and hands the store a batch: one operation (StoreOp) applied to up to
+// kMaxBatchChecks typed checks at one instant. Implementations: MemoryStore (in
+// process) and RedisStore (Lua scripts in Redis).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -18,97 +19,97 @@
 
 namespace sluice {
 
-// --- concurrency limits (issue #12 item 1) ---
-// What a check of a concurrency policy (Algorithm::kConcurrency) does with its permit.
-enum class PermitOp : std::uint8_t {
-  // Takes a slot for the permit (cost 1), or peeks (cost 0: no permit needed).
-  kAcquire = 0,
-  // Frees the permit's slot. Decision::allowed: whether the permit was held.
-  kRelease = 1,
-  // Moves the permit's expiry to now + lease. Decision::allowed: whether it was held.
-  kExtend = 2,
-};
-
-// One limit to evaluate: a validated policy, the full store key for it, and a cost.
-// Cost 0 is a peek: nothing is consumed, and allowed/retry_after answer for cost 1.
-// 1 <= cost <= policy->Capacity() otherwise (the Limiter checks this).
-struct StoreCheck {
-  const Policy* policy = nullptr;
-  std::string_view key;
-  std::uint64_t cost = 1;
-  // --- concurrency limits (issue #12 item 1): concurrency policies only ---
-  // The permit's id (kPermitIdLength lower-case hex characters, sluice/permit.h);
-  // empty for a peek. Ignored by the rate algorithms.
-  std::string_view permit;
-  // What the check does with `permit`. Release and extend are applied to each check on
-  // its own (never all or nothing, and never held back by another check's denial);
-  // their cost is ignored.
-  PermitOp op = PermitOp::kAcquire;
-  // Reservations (Limiter::Reserve): the longest the caller accepts to wait, in
-  // microseconds; 0 = a plain decision. Token bucket and GCRA then allow a request
-  // that could pass within max_wait, taking its budget now at its future slot, and
-  // report Decision::wait (docs/algorithms.md, "Reservations"). The window
-  // algorithms ignore it (they never take future budget). 0 <= max_wait <=
-  // policy->window (the Limiter checks this); ignored for a peek (cost 0).
-  Micros max_wait = 0;
-  // Penalties (Limiter::Penalize): the cost is consumed whatever the decision, up to a
-  // bound (a key's usage at most twice its capacity, docs/algorithms.md "Penalties"),
-  // and the check's Decision describes the key afterwards (as a peek: whether a request
-  // of cost 1 could pass now). In one batch either every check is forced or none is
-  // (InvalidArgument otherwise); a forced batch is applied whole, atomically.
-  bool force = false;
-};
-
-// Called with the outcome of an asynchronous evaluation. `decisions` is valid only
-// during the call.
-using EvaluateCallback =
-    std::function<void(const Status& status, std::span<const Decision> decisions)>;
-// Called with the outcome of an asynchronous refund.
-using RefundCallback = std::function<void(const Status& status)>;
-
-class Store {
- public:
-  virtual ~Store() = default;
-
-  // Evaluates `checks` atomically at time `now` (stores with their own clock, such as
-  // Redis, may use theirs instead) and writes one Decision per check into `out`
-  // (out.size() >= checks.size()). If every check allows, all costs are consumed;
-  // otherwise nothing is. An error status means nothing is known (the store may or may
-  // not have applied the checks if the error is kDeadlineExceeded).
-  // Concurrency checks (Algorithm::kConcurrency): an acquire (cost 1) is consumed like
-  // any check, all or nothing, and holds `permit` until it is released or its lease
-  // passes; release and extend checks (StoreCheck::op) are applied whatever the other
-  // checks decide, and their Decision::allowed says whether the permit was held.
+// The one operation a batch applies to every check in it (docs/algorithms.md).
+enum class StoreOp : std::uint8_t {
+  // Decides every check at one instant; if every one allows, all costs are consumed,
+  // otherwise none is. Cost 0 peeks. A concurrency check of cost 1 acquires its permit.
   // Blocks (Policy::block_for): a check of a blocked key is denied, with retry_after the
   // time left of the block; a check (cost > 0) that its policy denies starts the block.
-  // Forced checks (StoreCheck::force) are always applied; see there.
-  // Thread-safe. The keys (and permit ids) need to live only for the duration of the call.
-  virtual Status Evaluate(std::span<const StoreCheck> checks, Micros now,
-                          std::span<Decision> out) = 0;
-
-  // Like Evaluate but may complete later on another thread; `done` is called exactly
-  // once. The default implementation calls Evaluate and then `done` inline.
-  virtual void EvaluateAsync(std::span<const StoreCheck> checks, Micros now, EvaluateCallback done);
-
-  // Gives each check's cost back to its key, atomically (every check or none), at time
-  // `now` (stores with their own clock use theirs): "the request failed, give the unit
-  // back", and the undo of a reservation when another part of a request was denied.
-  // Per algorithm (docs/algorithms.md, "Refunds"):
+  kDecide = 0,
+  // Gives each check's cost back to its key, atomically (every check or none): "the
+  // request failed, give the unit back", and the undo of a reservation. Per algorithm:
   //  - fixed window, sliding window counter: the current window's count goes down by
   //    cost, never below 0; once the window has rolled over, nothing changes;
   //  - token bucket: tokens go up by cost, capped at the capacity;
   //  - GCRA: the TAT moves back by cost emission intervals, never below now;
   //  - sliding window log: up to `cost` units of the newest entries are removed.
-  // A key with no state (never charged, or back to full) is left as it is; keys written
-  // keep a TTL. Each cost must be 1..policy->Capacity() (InvalidArgument otherwise).
-  // Like Evaluate, an error other than InvalidArgument means the refund may or may not
-  // have been applied. Thread-safe. The default implementation returns kInternal
-  // ("not supported"); MemoryStore and RedisStore implement it.
-  virtual Status Refund(std::span<const StoreCheck> checks, Micros now);
+  // A key with no state is left as it is. Concurrency checks are left alone (permits
+  // are released, not refunded). No decision is written (`out` may be empty).
+  kRefund = 1,
+  // Penalties (Limiter::Penalize): each cost is consumed whatever the decision, up to a
+  // bound (a key's usage at most twice its capacity, docs/algorithms.md "Penalties"),
+  // applied whole, atomically; each Decision describes the key afterwards (as a peek:
+  // whether a request of cost 1 could pass now). A key left over its limit starts its
+  // block (Policy::block_for) unless it is blocked already. Not for concurrency policies.
+  kPenalize = 2,
+  // Concurrency policies only: frees each check's permit. Applied to each check on its
+  // own (never all or nothing); Decision::allowed says whether the permit was held.
+  kRelease = 3,
+  // Concurrency policies only: the permit now expires at now + lease. Each check on its
+  // own; Decision::allowed says whether the permit was held.
+  kExtend = 4,
+};
 
-  // Like Refund but may complete later on another thread; `done` is called exactly
-  // once. The default implementation calls Refund and then `done` inline.
-  virtual void RefundAsync(std::span<const StoreCheck> checks, Micros now, RefundCallback done);
+// The most checks in one batch, for every store and caller.
+inline constexpr std::size_t kMaxBatchChecks = 16;
+
+// One check of a batch: only what an algorithm or operation reads. Build it with
+// designated initialisers ({.policy = &p, .key = k, .cost = 2}).
+struct StoreCheck {
+  // A validated policy (required).
+  const Policy* policy = nullptr;
+  // The full store key (required, not empty).
+  std::string_view key;
+  // kDecide: 0 peeks (nothing consumed; allowed/retry_after answer for cost 1), else
+  // 1..policy->Capacity(); a concurrency check's acquire is 1. kRefund, kPenalize:
+  // 1..policy->Capacity(). Ignored by kRelease and kExtend.
+  std::uint64_t cost = 1;
+  // Concurrency policies: the permit's id (kPermitIdLength lower-case hex characters,
+  // sluice/permit.h) that kDecide acquires and kRelease / kExtend act on; empty for a
+  // peek. Ignored by the rate algorithms.
+  std::string_view permit;
+  // kDecide (reservations, Limiter::Reserve): the longest the caller accepts to wait,
+  // 0..policy->window microseconds; 0 = a plain decision. Token bucket and GCRA then
+  // allow a request that could pass within max_wait, taking its budget now at its
+  // future slot, and report Decision::wait. The window algorithms ignore it, as does a
+  // peek.
+  Micros max_wait = 0;
+};
+
+// One store call: an operation, its checks (at most kMaxBatchChecks) and the time of
+// the call (stores with their own clock, such as Redis, may use theirs instead).
+struct StoreBatch {
+  StoreOp op = StoreOp::kDecide;
+  std::span<const StoreCheck> checks;
+  Micros now = 0;
+};
+
+// The validation of a batch that every store and entry point applies: Ok, or
+// InvalidArgument naming the policy and what is wrong (too many checks, no policy, an
+// empty key, a cost out of range for the operation, a bad permit, a max_wait outside
+// 0..window, an operation the policy's algorithm does not have).
+Status ValidateBatch(const StoreBatch& batch);
+
+// Called with the outcome of an asynchronous batch. `decisions` (one per check; empty
+// for kRefund and on errors) is valid only during the call.
+using RunCallback = std::function<void(const Status& status, std::span<const Decision> decisions)>;
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Applies `batch` (StoreOp says how) and writes one Decision per check into `out`
+  // (out.size() >= batch.checks.size(); kRefund writes none). An invalid batch gets
+  // ValidateBatch's InvalidArgument and changes nothing. Any other error means nothing
+  // is known: the store may or may not have applied the batch if the error is
+  // kDeadlineExceeded. Thread-safe. The keys and permit ids need to live only for the
+  // duration of the call.
+  virtual Status Run(const StoreBatch& batch, std::span<Decision> out) = 0;
+
+  // Like Run but may complete later on another thread; `done` is called exactly once.
+  // The batch needs to live only for the duration of this call. The default calls Run
+  // and then `done` inline.
+  virtual void RunAsync(const StoreBatch& batch, RunCallback done);
 
   // Forgets the state of `key` under `policy`, so its full limit is available again;
   // ends a block of the key (Policy::block_for) too.
@@ -117,6 +118,11 @@ class Store {
   // True when a call leaves the process (network); the Limiter enables its local deny
   // cache only for such stores.
   virtual bool IsRemote() const { return false; }
+
+  // The in-process store that serves this one's calls, if any: MemoryStore returns
+  // itself, wrappers return their inner store's, remote stores null. The decision
+  // layer takes its in-process fast path through it.
+  virtual Store* InProcess() { return nullptr; }
 };
 
 }  // namespace sluice

@@ -224,8 +224,8 @@ void Run::Issue(Caller* c) {
     c->check.key = keys_[NextRandom(c->rng) % keys_.size()];
     c->phase.store(kIssuing, std::memory_order_relaxed);
     c->start = SteadyClock::now();
-    config_.store->EvaluateAsync(
-        std::span<const StoreCheck>(&c->check, 1), clock_.Now(),
+    config_.store->RunAsync(
+        StoreBatch{.checks = std::span<const StoreCheck>(&c->check, 1), .now = clock_.Now()},
         [c](const Status& s, std::span<const Decision> d) {
           Run* run = c->run;
           run->Record(c->start, s, s.ok() && !d.empty() && d[0].allowed);
@@ -282,8 +282,9 @@ void Run::ThreadLoop(int index) {
     } else {
       check.key = key;
       Decision d;
-      Status s = config_.store->Evaluate(std::span<const StoreCheck>(&check, 1), clock_.Now(),
-                                         std::span<Decision>(&d, 1));
+      Status s = config_.store->Run(
+          StoreBatch{.checks = std::span<const StoreCheck>(&check, 1), .now = clock_.Now()},
+          std::span<Decision>(&d, 1));
       Record(t0, s, d.allowed);
     }
   }

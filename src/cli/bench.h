@@ -3,7 +3,7 @@
 // N concurrent callers issue decisions against a store, closed loop (each caller
 // issues its next decision when the previous one completes), over K keys, for a
 // duration or a number of requests. Against a remote store the callers are
-// outstanding RedisStore::EvaluateAsync calls re-issued from their completion (no
+// outstanding RedisStore::RunAsync calls re-issued from their completion (no
 // thread per caller); otherwise, or with the Limiter API, each caller is a thread.
 #pragma once
 
@@ -48,7 +48,7 @@ class LatencyHistogram {
 };
 
 enum class BenchApi {
-  kStore,    // Store::EvaluateAsync (remote) or Store::Evaluate from threads (memory)
+  kStore,    // Store::RunAsync (remote) or Store::Run from threads (memory)
   kLimiter,  // sluice::Limiter::Acquire from one thread per caller (deny cache applies)
 };
 

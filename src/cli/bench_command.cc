@@ -15,10 +15,10 @@ namespace {
 
 constexpr const char* kFooter =
     "Each caller issues its next decision as soon as its previous one completes. Against\n"
-    "Redis (--api store, the default) the callers are outstanding RedisStore::EvaluateAsync\n"
+    "Redis (--api store, the default) the callers are outstanding RedisStore::RunAsync\n"
     "calls pipelined over --connections; with --api limiter (or memory://) each caller is a\n"
     "thread calling sluice::Limiter::Acquire (the deny cache then applies) or\n"
-    "Store::Evaluate. Keys are bench:000000000000 .. (--keys of them, chosen at random;\n"
+    "Store::Run. Keys are bench:000000000000 .. (--keys of them, chosen at random;\n"
     "--hot-key is --keys 1); the store key is <prefix>:{<key>}:<policy name>.\n"
     "\n"
     "A progress line goes to stderr every second; the summary to stdout (--json: one JSON\n"
@@ -99,7 +99,7 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
       ->capture_default_str();
   app.add_option("-p,--prefix", config.prefix, "key prefix")->capture_default_str();
   app.add_option("--api", api,
-                 "store: RedisStore::EvaluateAsync (Store::Evaluate for memory://); limiter: "
+                 "store: RedisStore::RunAsync (Store::Run for memory://); limiter: "
                  "sluice::Limiter::Acquire from one thread per caller")
       ->check(CLI::IsMember({"store", "limiter"}))
       ->capture_default_str();
@@ -228,9 +228,9 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     char buf[512];
     std::ostringstream s;
     s << "store        " << store_name << " ("
-      << (r.engine == "async"                ? "RedisStore::EvaluateAsync"
+      << (r.engine == "async"                ? "RedisStore::RunAsync"
           : config.api == BenchApi::kLimiter ? "Limiter::Acquire from threads"
-                                             : "Store::Evaluate from threads");
+                                             : "Store::Run from threads");
     if (config.redis)
       s << ", " << sf.connections << " connection" << (sf.connections > 1 ? "s" : "")
         << ", coalesce " << sf.coalesce;

@@ -26,7 +26,6 @@
 #include "sluice/clock.h"
 #include "sluice/decision.h"
 #include "sluice/policy.h"
-#include "sluice/store.h"
 
 namespace sluice::core {
 
@@ -209,11 +208,6 @@ struct PermitEntry {
 // Parses a permit id (kPermitIdLength lower-case hex characters); false if it is not one.
 bool ParsePermitId(std::string_view text, PermitId* out);
 
-// InvalidArgument unless `c` is a well-formed permit check: a release or extend only of
-// a concurrency policy, and with a permit id; an acquire of cost 1 with a permit id
-// (cost 0, a peek, needs none). Every store checks this.
-Status ValidatePermitCheck(const StoreCheck& c);
-
 // The permits held for one key, ordered by expiry (ties: in the order they were set).
 // Abstract like SlidingLog so the in-process store keeps a malloc'd ring. The Lua
 // mirror is a sorted set of ids scored by expiry (lua/concurrency.lua).
@@ -229,18 +223,22 @@ class PermitSet {
   virtual void push_back(PermitEntry e) = 0;
 };
 
-// Concurrency limit, op by op (StoreCheck::op). Every op first drops the permits that
+// Concurrency limit, one function per operation. Each first drops the permits that
 // expired by `now` (expires <= now). Then:
-//  - acquire (cost 1; 0 peeks): allowed <=> held + 1 <= limit; remaining = free slots
-//    after it; retry_after (denied) = until enough permits expire for one slot;
-//    reset_after = until the last held permit expires (0 when none). The permit is
-//    held only when `commit` is true (ConcurrencyCommit otherwise, once the batch
+//  - Concurrency (acquire, cost 1; 0 peeks): allowed <=> held + 1 <= limit; remaining
+//    = free slots after it; retry_after (denied) = until enough permits expire for one
+//    slot; reset_after = until the last held permit expires (0 when none). The permit
+//    is held only when `commit` is true (ConcurrencyCommit otherwise, once the batch
 //    allows); an id already held is set anew (one entry);
-//  - release: allowed <=> the permit was held; it is removed;
-//  - extend: allowed <=> the permit was held; it now expires at now + lease.
+//  - ConcurrencyRelease: allowed <=> the permit was held; it is removed;
+//  - ConcurrencyExtend: allowed <=> the permit was held; it now expires at now + lease.
 // `*expires`: when the set will be empty (every held permit expired): now if empty.
-Decision Concurrency(const Policy& p, PermitSet& set, Micros now, const PermitId& id, PermitOp op,
+Decision Concurrency(const Policy& p, PermitSet& set, Micros now, const PermitId& id,
                      std::uint64_t cost, bool commit, Micros* expires);
+Decision ConcurrencyRelease(const Policy& p, PermitSet& set, Micros now, const PermitId& id,
+                            Micros* expires);
+Decision ConcurrencyExtend(const Policy& p, PermitSet& set, Micros now, const PermitId& id,
+                           Micros* expires);
 // Holds `id` from `now` until now + lease (an acquire that was decided with commit false).
 void ConcurrencyCommit(const Policy& p, PermitSet& set, Micros now, const PermitId& id,
                        Micros* expires);

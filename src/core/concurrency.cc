@@ -54,46 +54,43 @@ bool ParsePermitId(std::string_view text, PermitId* out) {
   return true;
 }
 
-Status ValidatePermitCheck(const StoreCheck& c) {
-  const Policy& p = *c.policy;
-  if (p.algorithm != Algorithm::kConcurrency) {
-    if (c.op == PermitOp::kAcquire) return Status::Ok();
-    return Status::InvalidArgument("policy '" + p.name +
-                                   "' is not a concurrency limit: it has no permits to release "
-                                   "or extend");
+namespace {
+
+// Release and extend: whether `id` was held; it is removed, or (extend) set anew.
+Decision ConcurrencyHeld(const Policy& p, PermitSet& set, Micros now, const PermitId& id,
+                         bool extend, Micros* expires) {
+  Trim(set, now);
+  Decision d;
+  d.limit = p.limit;
+  const std::size_t i = Find(set, id);
+  d.allowed = i < set.size();
+  if (d.allowed) {
+    set.erase(i);
+    if (extend) set.push_back({id, now + p.window});
   }
-  if (c.op == PermitOp::kAcquire && c.cost == 0) return Status::Ok();  // a peek: no permit
-  if (c.op == PermitOp::kAcquire && c.cost != 1) {
-    return Status::InvalidArgument("a permit of concurrency policy '" + p.name +
-                                   "' takes one slot: cost must be 1 (or 0 to peek), got " +
-                                   std::to_string(c.cost));
-  }
-  PermitId id;
-  if (!ParsePermitId(c.permit, &id)) {
-    return Status::InvalidArgument("permit id '" + std::string(c.permit.substr(0, 64)) +
-                                   "' of concurrency policy '" + p.name + "' must be " +
-                                   std::to_string(kPermitIdLength) + " lower-case hex characters");
-  }
-  return Status::Ok();
+  d.remaining = p.limit > set.size() ? p.limit - set.size() : 0;
+  Describe(set, now, &d, expires);
+  return d;
 }
 
-Decision Concurrency(const Policy& p, PermitSet& set, Micros now, const PermitId& id, PermitOp op,
+}  // namespace
+
+Decision ConcurrencyRelease(const Policy& p, PermitSet& set, Micros now, const PermitId& id,
+                            Micros* expires) {
+  return ConcurrencyHeld(p, set, now, id, /*extend=*/false, expires);
+}
+
+Decision ConcurrencyExtend(const Policy& p, PermitSet& set, Micros now, const PermitId& id,
+                           Micros* expires) {
+  return ConcurrencyHeld(p, set, now, id, /*extend=*/true, expires);
+}
+
+Decision Concurrency(const Policy& p, PermitSet& set, Micros now, const PermitId& id,
                      std::uint64_t cost, bool commit, Micros* expires) {
   Trim(set, now);
   Decision d;
   d.limit = p.limit;
   const std::uint64_t held = set.size();
-  if (op == PermitOp::kRelease || op == PermitOp::kExtend) {
-    const std::size_t i = Find(set, id);
-    d.allowed = i < set.size();
-    if (d.allowed) {
-      set.erase(i);
-      if (op == PermitOp::kExtend) set.push_back({id, now + p.window});
-    }
-    d.remaining = p.limit > set.size() ? p.limit - set.size() : 0;
-    Describe(set, now, &d, expires);
-    return d;
-  }
   d.allowed = held + 1 <= p.limit;
   if (!d.allowed) {
     // The (held + 1 - limit)-th earliest expiry frees the first slot (more than one

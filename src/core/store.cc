@@ -1,17 +1,120 @@
-// Store's default refund: stores that cannot give budget back say so. (The default
-// EvaluateAsync lives with the Limiter.)
+// The store protocol's one validation (ValidateBatch) and Store's default RunAsync.
 #include "sluice/store.h"
 
-namespace sluice {
+#include <string>
 
-Status Store::Refund(std::span<const StoreCheck> checks, Micros now) {
-  (void)checks;
-  (void)now;
-  return Status::Internal("this store does not support Refund");
+#include "core/algorithms.h"
+#include "sluice/permit.h"
+
+namespace sluice {
+namespace {
+
+const char* OpName(StoreOp op) {
+  switch (op) {
+    case StoreOp::kDecide:
+      return "decision";
+    case StoreOp::kRefund:
+      return "refund";
+    case StoreOp::kPenalize:
+      return "penalty";
+    case StoreOp::kRelease:
+      return "release";
+    case StoreOp::kExtend:
+      return "extend";
+  }
+  return "operation";
 }
 
-void Store::RefundAsync(std::span<const StoreCheck> checks, Micros now, RefundCallback done) {
-  done(Refund(checks, now));
+std::string Quoted(const Policy& p) {
+  return "policy '" + p.name + "'";
+}
+
+// The permit of a concurrency check (kDecide with a cost, kRelease, kExtend).
+Status ValidatePermit(const StoreCheck& c) {
+  core::PermitId id;
+  if (core::ParsePermitId(c.permit, &id)) return Status::Ok();
+  return Status::InvalidArgument("permit id '" + std::string(c.permit.substr(0, 64)) +
+                                 "' of concurrency " + Quoted(*c.policy) + " must be " +
+                                 std::to_string(kPermitIdLength) + " lower-case hex characters");
+}
+
+Status ValidateDecide(const StoreCheck& c) {
+  const Policy& p = *c.policy;
+  if (c.cost > p.Capacity()) {
+    return Status::InvalidArgument("cost " + std::to_string(c.cost) + " exceeds the capacity " +
+                                   std::to_string(p.Capacity()) + " of " + Quoted(p) +
+                                   ": such a request could never pass");
+  }
+  if (c.max_wait < 0 || c.max_wait > p.window) {
+    return Status::InvalidArgument("max_wait " + std::to_string(c.max_wait) + "us of " + Quoted(p) +
+                                   " must be 0 to its window (" + std::to_string(p.window) + "us)");
+  }
+  if (p.algorithm != Algorithm::kConcurrency || c.cost == 0) return Status::Ok();  // a peek
+  if (c.cost != 1) {
+    return Status::InvalidArgument("a permit of concurrency " + Quoted(p) +
+                                   " takes one slot: cost must be 1 (or 0 to peek), got " +
+                                   std::to_string(c.cost));
+  }
+  return ValidatePermit(c);
+}
+
+Status ValidateCheck(StoreOp op, const StoreCheck& c) {
+  if (c.policy == nullptr) {
+    return Status::InvalidArgument(std::string("a check of a ") + OpName(op) + " has no policy");
+  }
+  const Policy& p = *c.policy;
+  if (c.key.empty())
+    return Status::InvalidArgument("a check of " + Quoted(p) + " has an empty key");
+  const bool concurrency = p.algorithm == Algorithm::kConcurrency;
+  switch (op) {
+    case StoreOp::kDecide:
+      return ValidateDecide(c);
+    case StoreOp::kRefund:
+    case StoreOp::kPenalize:
+      if (op == StoreOp::kPenalize && concurrency) {
+        return Status::InvalidArgument(Quoted(p) +
+                                       " is a concurrency limit: penalties apply to rates only");
+      }
+      if (c.cost == 0 || c.cost > p.Capacity()) {
+        return Status::InvalidArgument(std::string(OpName(op)) + " cost " + std::to_string(c.cost) +
+                                       " of " + Quoted(p) + " must be 1-" +
+                                       std::to_string(p.Capacity()));
+      }
+      return Status::Ok();
+    case StoreOp::kRelease:
+    case StoreOp::kExtend:
+      if (!concurrency) {
+        return Status::InvalidArgument(
+            Quoted(p) + " is not a concurrency limit: it has no permits to release or extend");
+      }
+      return ValidatePermit(c);
+  }
+  return Status::InvalidArgument("unknown store operation " + std::to_string(static_cast<int>(op)));
+}
+
+}  // namespace
+
+Status ValidateBatch(const StoreBatch& batch) {
+  if (batch.checks.size() > kMaxBatchChecks) {
+    return Status::InvalidArgument("at most " + std::to_string(kMaxBatchChecks) +
+                                   " checks in one " + OpName(batch.op) + " (got " +
+                                   std::to_string(batch.checks.size()) + ")");
+  }
+  for (const StoreCheck& c : batch.checks) {
+    if (Status s = ValidateCheck(batch.op, c); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+void Store::RunAsync(const StoreBatch& batch, RunCallback done) {
+  Decision out[kMaxBatchChecks];
+  if (batch.checks.size() > kMaxBatchChecks) {
+    done(ValidateBatch(batch), {});
+    return;
+  }
+  const std::size_t n = batch.op == StoreOp::kRefund ? 0 : batch.checks.size();
+  Status s = Run(batch, std::span<Decision>(out, n));
+  done(s, std::span<const Decision>(out, s.ok() ? n : 0));
 }
 
 }  // namespace sluice

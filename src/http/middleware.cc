@@ -15,7 +15,7 @@ namespace {
 
 using internal::IpAddress;
 
-constexpr std::size_t kMaxLimits = 16;
+constexpr std::size_t kMaxLimits = kMaxBatchChecks;
 
 struct CompiledLimit {
   std::size_t policy = 0;
@@ -138,7 +138,8 @@ Result<CompiledRoute> CompileRoute(const Limiter& limiter, std::string name, std
   r.cost = cost;
   r.exempt = exempt;
   if (limits.size() > kMaxLimits) {
-    return Status::InvalidArgument(where + ": at most 16 limits per route");
+    return Status::InvalidArgument(where + ": at most " + std::to_string(kMaxLimits) +
+                                   " limits per route");
   }
   if (cost == 0) return Status::InvalidArgument(where + ".cost must be at least 1");
   std::vector<internal::PolicyItem> items;

@@ -165,36 +165,46 @@ struct Decider::Impl {
   struct Group {
     Group() {}  // sc is filled by MakeGroup for the checks used, not zeroed per call
     union {
-      StoreCheck sc[kMaxChecks];
+      StoreCheck sc[kMaxBatchChecks];
     };
     const Check* checks = nullptr;
     std::size_t n = 0;
+    StoreOp op = StoreOp::kDecide;
     bool too_big = false;
   };
 
   // The store's view of `c` at `cost`.
   static StoreCheck ToStoreCheck(const Check& c, std::uint64_t cost) {
-    StoreCheck sc{c.policy, c.key, cost};
-    sc.permit = c.permit;  // concurrency limits
-    sc.op = c.op;
-    sc.max_wait = c.max_wait;  // reservations
-    return sc;
+    return StoreCheck{
+        .policy = c.policy, .key = c.key, .cost = cost, .permit = c.permit, .max_wait = c.max_wait};
   }
 
-  static void MakeGroup(std::span<const Check> checks, Group& g) {
+  // A decision's cost above its policy's capacity could never pass: the whole group
+  // is then only peeked (AfterStore denies that check).
+  static void MakeGroup(std::span<const Check> checks, Group& g, StoreOp op = StoreOp::kDecide) {
     g.checks = checks.data();
     g.n = checks.size();
+    g.op = op;
     g.too_big = false;
-    for (const Check& c : checks) g.too_big = g.too_big || c.cost > c.policy->Capacity();
+    if (op == StoreOp::kDecide) {
+      for (const Check& c : checks) {
+        g.too_big = g.too_big || (c.policy != nullptr && c.cost > c.policy->Capacity());
+      }
+    }
     for (std::size_t i = 0; i < checks.size(); ++i) {
       g.sc[i] = ToStoreCheck(checks[i], g.too_big ? 0 : checks[i].cost);
     }
   }
 
+  // The group as a store batch at `now`.
+  static StoreBatch BatchOf(const Group& g, Micros now) {
+    return StoreBatch{.op = g.op, .checks = std::span<const StoreCheck>(g.sc, g.n), .now = now};
+  }
+
   // True (and fills `out`) when the deny cache decides the group: one known denial
   // decides an all-or-nothing batch.
   bool FromDenyCache(const Group& g, Micros now, std::span<Decision> out) {
-    if (!use_deny_cache || g.too_big) return false;
+    if (!use_deny_cache || g.too_big || g.op != StoreOp::kDecide) return false;
     for (std::size_t i = 0; i < g.n; ++i) {
       Decision d;
       if (!deny_cache.Lookup(g.sc[i].key, g.sc[i].cost, now, &d, ReservingWait(g.sc[i]))) {
@@ -266,8 +276,8 @@ struct Decider::Impl {
   // in-process store, and only peeked when another check of the batch denies.
   void OnStoreFailure(const Group& g, Micros now, std::span<Decision> out) {
     bool closed = false, open = false;
-    StoreCheck fb[kMaxChecks];
-    std::size_t fb_index[kMaxChecks];
+    StoreCheck fb[kMaxBatchChecks];
+    std::size_t fb_index[kMaxBatchChecks];
     std::size_t n = 0;
     for (std::size_t i = 0; i < g.n; ++i) {
       const Check& c = g.checks[i];
@@ -318,9 +328,10 @@ struct Decider::Impl {
     if (closed) {
       for (std::size_t k = 0; k < n; ++k) fb[k].cost = 0;
     }
-    Decision fd[kMaxChecks];
-    Status s = fallback_store.Evaluate(std::span<const StoreCheck>(fb, n), now,
-                                       std::span<Decision>(fd, n));
+    Decision fd[kMaxBatchChecks];
+    Status s = fallback_store.Run(
+        StoreBatch{.op = g.op, .checks = std::span<const StoreCheck>(fb, n), .now = now},
+        std::span<Decision>(fd, n));
     for (std::size_t k = 0; k < n; ++k) {
       Decision& d = out[fb_index[k]];
       const std::uint16_t idx = d.policy_index;
@@ -347,10 +358,10 @@ struct Decider::Impl {
     MakeGroup(checks, g);
     if (FromDenyCache(g, now, out)) return Status::Ok();
     // The store writes whole decisions: policy indices are restored after.
-    std::uint16_t idx[kMaxChecks];
+    std::uint16_t idx[kMaxBatchChecks];
     for (std::size_t i = 0; i < g.n; ++i) idx[i] = out[i].policy_index;
     ClearDecisions(out.first(g.n));
-    Status s = options.store->Evaluate(std::span<const StoreCheck>(g.sc, g.n), now, out.first(g.n));
+    Status s = options.store->Run(BatchOf(g, now), out.first(g.n));
     for (std::size_t i = 0; i < g.n; ++i) out[i].policy_index = idx[i];
     return AfterStore(g, s, now, out);
   }
@@ -369,8 +380,11 @@ struct Decider::Impl {
   void ReturnLeases(std::vector<LeaseReturn>& returns, Micros now) {
     for (LeaseReturn& r : returns) {
       Counters().lease_returns.fetch_add(1, std::memory_order_relaxed);
-      const StoreCheck sc{&r.policy, r.key, r.units};
-      options.store->RefundAsync(std::span<const StoreCheck>(&sc, 1), now, [](const Status&) {});
+      const StoreCheck sc{.policy = &r.policy, .key = r.key, .cost = r.units};
+      options.store->RunAsync(
+          StoreBatch{
+              .op = StoreOp::kRefund, .checks = std::span<const StoreCheck>(&sc, 1), .now = now},
+          [](const Status&, std::span<const Decision>) {});
     }
     returns.clear();
   }
@@ -427,8 +441,9 @@ struct Decider::Impl {
     }
     const std::uint16_t idx = out[0].policy_index;
     ClearDecisions(out.first(1));
-    const StoreCheck sc{c.policy, c.key, t.grant};
-    Status s = options.store->Evaluate(std::span<const StoreCheck>(&sc, 1), now, out.first(1));
+    const StoreCheck sc{.policy = c.policy, .key = c.key, .cost = t.grant};
+    Status s = options.store->Run(
+        StoreBatch{.checks = std::span<const StoreCheck>(&sc, 1), .now = now}, out.first(1));
     out[0].policy_index = idx;
     return AfterLease(gc, t.grant, now, s, out);
   }
@@ -452,22 +467,21 @@ struct Decider::Impl {
     return bind;
   }
 
-  static Status Validate(std::span<const Check> checks, std::size_t out_size) {
+  // The entry points' validation: the Decider's own arguments, then the batch the
+  // store will see (ValidateBatch, the one validation of checks).
+  static Status Validate(std::span<const Check> checks, std::size_t out_size, StoreOp op) {
     if (checks.empty()) return Status::InvalidArgument("no checks given");
-    if (checks.size() > kMaxChecks) {
-      return Status::InvalidArgument("at most " + std::to_string(kMaxChecks) +
+    if (checks.size() > kMaxBatchChecks) {
+      return Status::InvalidArgument("at most " + std::to_string(kMaxBatchChecks) +
                                      " checks per call (got " + std::to_string(checks.size()) +
                                      ")");
     }
     if (out_size < checks.size()) {
       return Status::InvalidArgument("per-check output has fewer slots than checks");
     }
-    for (const Check& c : checks) {
-      if (c.policy == nullptr || c.key.empty()) {
-        return Status::InvalidArgument("a check has no policy or an empty key");
-      }
-    }
-    return Status::Ok();
+    Group g;
+    MakeGroup(checks, g, op);
+    return ValidateBatch(BatchOf(g, 0));
   }
 };
 
@@ -485,14 +499,16 @@ Decider::~Decider() {
   const Micros now = impl_->options.clock->Now();
   impl_->leases.EndAll(now, &returns);
   for (LeaseReturn& r : returns) {
-    const StoreCheck sc{&r.policy, r.key, r.units};
+    const StoreCheck sc{.policy = &r.policy, .key = r.key, .cost = r.units};
     impl_->Counters().lease_returns.fetch_add(1, std::memory_order_relaxed);
-    if (!impl_->options.store->Refund(std::span<const StoreCheck>(&sc, 1), now).ok()) break;
+    const StoreBatch refund{
+        .op = StoreOp::kRefund, .checks = std::span<const StoreCheck>(&sc, 1), .now = now};
+    if (!impl_->options.store->Run(refund, {}).ok()) break;
   }
 }
 
 Result<std::size_t> Decider::Decide(std::span<const Check> checks, std::span<Decision> out) {
-  if (Status s = Impl::Validate(checks, out.size()); !s.ok()) return s;
+  if (Status s = Impl::Validate(checks, out.size(), StoreOp::kDecide); !s.ok()) return s;
   Impl& im = *impl_;
   if (checks.size() == 1 && im.memory != nullptr && !checks[0].policy->shadow &&
       checks[0].policy->lease == 0 && checks[0].cost <= checks[0].policy->Capacity()) {
@@ -524,9 +540,9 @@ Result<std::size_t> Decider::Decide(std::span<const Check> checks, std::span<Dec
   } else if (shadow_count == 0 || shadow_count == checks.size()) {
     if (Status s = im.EvaluateSync(checks, now, out); !s.ok()) return s;
   } else {
-    Check grouped[kMaxChecks];
-    Decision decided[kMaxChecks];
-    std::size_t from[kMaxChecks];
+    Check grouped[kMaxBatchChecks];
+    Decision decided[kMaxBatchChecks];
+    std::size_t from[kMaxBatchChecks];
     std::size_t n = 0;
     for (bool shadow : {false, true}) {
       for (std::size_t i = 0; i < checks.size(); ++i) {
@@ -554,15 +570,16 @@ namespace {
 // views end when DecideAsync returns and the store may answer later.
 struct Pending {
   std::shared_ptr<Decider::Impl> impl;
-  std::string keys[kMaxChecks];
-  std::string permits[kMaxChecks];  // concurrency limits: copies of the permit ids
-  Check checks[kMaxChecks];         // in caller order, keys pointing into `keys`
-  Check grouped[kMaxChecks];        // enforced first, then shadow
-  std::size_t from[kMaxChecks];     // grouped index -> caller index
-  Decision decided[kMaxChecks];     // grouped order
+  std::string keys[kMaxBatchChecks];
+  std::string permits[kMaxBatchChecks];  // concurrency limits: copies of the permit ids
+  Check checks[kMaxBatchChecks];         // in caller order, keys pointing into `keys`
+  Check grouped[kMaxBatchChecks];        // enforced first, then shadow
+  std::size_t from[kMaxBatchChecks];     // grouped index -> caller index
+  Decision decided[kMaxBatchChecks];     // grouped order
   std::size_t n = 0;
   std::size_t enforced = 0;
   Micros now = 0;
+  StoreOp op = StoreOp::kDecide;
   DoneCallback done;
   Decider::Impl::Group group;
 };
@@ -574,7 +591,7 @@ struct Pending {
 static void RunGroup(std::shared_ptr<Pending> p, std::size_t first, std::size_t count);
 
 static void FinishPending(const std::shared_ptr<Pending>& p) {
-  Decision out[kMaxChecks];
+  Decision out[kMaxBatchChecks];
   for (std::size_t k = 0; k < p->n; ++k) out[p->from[k]] = p->decided[k];
   const std::size_t bind =
       p->impl->Finish(std::span<const Check>(p->checks, p->n), std::span<Decision>(out, p->n));
@@ -594,7 +611,7 @@ static void NextGroup(std::shared_ptr<Pending> p, std::size_t first, std::size_t
 static void RunGroup(std::shared_ptr<Pending> p, std::size_t first, std::size_t count) {
   Decider::Impl& im = *p->impl;
   auto& g = p->group;
-  Decider::Impl::MakeGroup(std::span<const Check>(p->grouped + first, count), g);
+  Decider::Impl::MakeGroup(std::span<const Check>(p->grouped + first, count), g, p->op);
   std::span<Decision> out(p->decided + first, count);
   if (im.FromDenyCache(g, p->now, out)) {
     NextGroup(std::move(p), first, count);
@@ -603,24 +620,23 @@ static void RunGroup(std::shared_ptr<Pending> p, std::size_t first, std::size_t 
   Decider::Impl::ClearDecisions(out);
   Store& store = *im.options.store;
   const Micros now = p->now;
-  std::span<const StoreCheck> sc(g.sc, g.n);
-  store.EvaluateAsync(sc, now,
-                      [p, first, count](const Status& s, std::span<const Decision> d) mutable {
-                        std::span<Decision> out(p->decided + first, count);
-                        if (s.ok()) {
-                          for (std::size_t i = 0; i < count && i < d.size(); ++i) {
-                            const std::uint16_t idx = out[i].policy_index;
-                            out[i] = d[i];
-                            out[i].policy_index = idx;
-                          }
-                        }
-                        Status st = p->impl->AfterStore(p->group, s, p->now, out);
-                        if (!st.ok()) {
-                          p->done(st, {}, 0);
-                          return;
-                        }
-                        NextGroup(std::move(p), first, count);
-                      });
+  store.RunAsync(Decider::Impl::BatchOf(g, now),
+                 [p, first, count](const Status& s, std::span<const Decision> d) mutable {
+                   std::span<Decision> out(p->decided + first, count);
+                   if (s.ok()) {
+                     for (std::size_t i = 0; i < count && i < d.size(); ++i) {
+                       const std::uint16_t idx = out[i].policy_index;
+                       out[i] = d[i];
+                       out[i].policy_index = idx;
+                     }
+                   }
+                   Status st = p->impl->AfterStore(p->group, s, p->now, out);
+                   if (!st.ok()) {
+                     p->done(st, {}, 0);
+                     return;
+                   }
+                   NextGroup(std::move(p), first, count);
+                 });
 }
 
 // The asynchronous lease path: a lease request of `grant` units for p's single check;
@@ -636,32 +652,32 @@ static void RunLease(std::shared_ptr<Pending> p, std::uint64_t grant) {
     return;
   }
   Decider::Impl::ClearDecisions(out);
-  const StoreCheck sc{p->grouped[0].policy, p->grouped[0].key, grant};
+  const StoreCheck sc{.policy = p->grouped[0].policy, .key = p->grouped[0].key, .cost = grant};
   const Micros now = p->now;
-  im.options.store->EvaluateAsync(std::span<const StoreCheck>(&sc, 1), now,
-                                  [p, grant](const Status& s, std::span<const Decision> d) mutable {
-                                    std::span<Decision> out(p->decided, 1);
-                                    if (s.ok() && !d.empty()) {
-                                      const std::uint16_t idx = out[0].policy_index;
-                                      out[0] = d[0];
-                                      out[0].policy_index = idx;
-                                    }
-                                    if (p->impl->AfterLease(p->group, grant, p->now, s, out)) {
-                                      FinishPending(p);
-                                    } else {
-                                      RunGroup(std::move(p), 0, 1);
-                                    }
-                                  });
+  im.options.store->RunAsync(StoreBatch{.checks = std::span<const StoreCheck>(&sc, 1), .now = now},
+                             [p, grant](const Status& s, std::span<const Decision> d) mutable {
+                               std::span<Decision> out(p->decided, 1);
+                               if (s.ok() && !d.empty()) {
+                                 const std::uint16_t idx = out[0].policy_index;
+                                 out[0] = d[0];
+                                 out[0].policy_index = idx;
+                               }
+                               if (p->impl->AfterLease(p->group, grant, p->now, s, out)) {
+                                 FinishPending(p);
+                               } else {
+                                 RunGroup(std::move(p), 0, 1);
+                               }
+                             });
 }
 
-void Decider::DecideAsync(std::span<const Check> checks, DoneCallback done) {
-  if (Status s = Impl::Validate(checks, checks.size()); !s.ok()) {
+void Decider::DecideAsync(std::span<const Check> checks, DoneCallback done, StoreOp op) {
+  if (Status s = Impl::Validate(checks, checks.size(), op); !s.ok()) {
     done(s, {}, 0);
     return;
   }
   std::uint64_t lease_grant = 0;
   const Micros now = impl_->options.clock->Now();
-  if (Impl::LeaseEligible(checks)) {
+  if (op == StoreOp::kDecide && Impl::LeaseEligible(checks)) {
     // The hot path of a leased key: decided here, without copying the batch.
     Decision out[1];
     out[0].policy_index = 0;
@@ -678,6 +694,7 @@ void Decider::DecideAsync(std::span<const Check> checks, DoneCallback done) {
   p->done = std::move(done);
   p->n = checks.size();
   p->now = now;
+  p->op = op;
   for (std::size_t i = 0; i < p->n; ++i) {
     p->keys[i].assign(checks[i].key);
     p->checks[i] = checks[i];
@@ -709,26 +726,17 @@ void Decider::DecideAsync(std::span<const Check> checks, DoneCallback done) {
 }
 
 Result<std::size_t> Decider::Penalize(std::span<const Check> checks, std::span<Decision> out) {
-  if (Status s = Impl::Validate(checks, out.size()); !s.ok()) return s;
+  if (Status s = Impl::Validate(checks, out.size(), StoreOp::kPenalize); !s.ok()) return s;
   Impl& im = *impl_;
-  StoreCheck sc[kMaxChecks];
-  std::uint16_t idx[kMaxChecks];
+  Impl::Group g;
+  Impl::MakeGroup(checks, g, StoreOp::kPenalize);
+  std::uint16_t idx[kMaxBatchChecks];
   for (std::size_t i = 0; i < checks.size(); ++i) {
-    const Check& c = checks[i];
-    if (c.cost == 0 || c.cost > c.policy->Capacity()) {
-      return Status::InvalidArgument("penalty cost " + std::to_string(c.cost) + " of policy '" +
-                                     c.policy->name + "' must be 1-" +
-                                     std::to_string(c.policy->Capacity()));
-    }
-    sc[i] = StoreCheck{c.policy, c.key, c.cost};
-    sc[i].force = true;
     idx[i] = out[i].policy_index;
     out[i] = Decision{};
   }
   const Micros now = im.options.clock->Now();
-  if (Status s = im.options.store->Evaluate(std::span<const StoreCheck>(sc, checks.size()), now,
-                                            out.first(checks.size()));
-      !s.ok()) {
+  if (Status s = im.options.store->Run(Impl::BatchOf(g, now), out.first(checks.size())); !s.ok()) {
     return s;
   }
   for (std::size_t i = 0; i < checks.size(); ++i) {

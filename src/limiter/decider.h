@@ -25,9 +25,6 @@
 
 namespace sluice::decide {
 
-// At most this many checks in one batch (one atomic store call; RedisStore takes 16).
-inline constexpr std::size_t kMaxChecks = 16;
-
 // One check of a batch. The pointers and the key must stay valid for the call (for
 // DecideAsync: until it returns; the Decider copies what it keeps).
 struct Check {
@@ -41,11 +38,10 @@ struct Check {
   // 0 peeks (nothing is consumed). A cost above the policy's capacity could never
   // pass: that check is denied and the whole batch only peeked.
   std::uint64_t cost = 1;
-  // --- concurrency limits (issue #12 item 1): StoreCheck::permit and op ---
+  // --- concurrency limits (issue #12 item 1): StoreCheck::permit ---
   // A concurrency check's denial is never put in the deny cache (a release by any
   // process may free a slot before its retry time).
   std::string_view permit;
-  PermitOp op = PermitOp::kAcquire;
   // Reservations (StoreCheck::max_wait): 0 = a plain decision. The caller validates it
   // (0..policy->window). Never decided from a lease; the deny cache does not deny it
   // when the cached denial ends within max_wait.
@@ -91,7 +87,7 @@ class Decider {
   // (The destructor gives every lease back to the store, one refund call each.)
   Decider& operator=(const Decider&) = delete;
 
-  // Decides `checks` (1..kMaxChecks) atomically: enforced checks are consumed all or
+  // Decides `checks` (1..kMaxBatchChecks) atomically: enforced checks are consumed all or
   // none; shadow checks (policy->shadow) are decided in a batch of their own and always
   // allowed (shadow_denied tells). A store failure follows each check's own failure
   // mode. A batch of one enforced check whose policy has a lease (Policy::lease) is
@@ -102,11 +98,13 @@ class Decider {
 
   // The same without blocking the calling thread on the store: `done` runs exactly
   // once, inline or on the store's I/O thread. `checks` need to live only during the
-  // call. policy_index of the decisions is the check's index.
-  void DecideAsync(std::span<const Check> checks, DoneCallback done);
+  // call. policy_index of the decisions is the check's index. `op` kRelease or kExtend
+  // applies that permit operation to concurrency checks instead (StoreOp; no lease,
+  // no deny cache), with the same grouping and failure modes.
+  void DecideAsync(std::span<const Check> checks, DoneCallback done, StoreOp op = StoreOp::kDecide);
 
   // Penalties (Limiter::Penalize): consumes every check's cost by force
-  // (StoreCheck::force) in one atomic store call and writes each check's decision after
+  // (StoreOp::kPenalize) in one atomic store call and writes each check's decision after
   // the penalty (a peek for cost 1; blocks applied) into `out`; denials feed the deny
   // cache. Shadow policies report allowed with shadow_denied. No failure mode applies:
   // a store error is returned (InvalidArgument for bad checks). Not counted as

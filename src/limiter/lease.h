@@ -2,7 +2,7 @@
 // of leases the Decider grants from. A lease is a slice of a key's budget taken from
 // the store in one call (a decision of cost N); requests of this process are then
 // allowed locally from it until its units are used or it expires, and what is left
-// when it ends is given back with Store::Refund.
+// when it ends is given back with a StoreOp::kRefund batch.
 //
 // Invariants the bounds in docs/algorithms.md rest on:
 //  - at most one lease per key per table (one refill in flight per key; other threads

@@ -23,7 +23,7 @@
 namespace sluice {
 namespace {
 
-constexpr std::size_t kMaxChecks = 16;
+constexpr std::size_t kMaxChecks = kMaxBatchChecks;
 
 bool ValidPrefix(std::string_view p) {
   if (p.empty() || p.size() > 64) return false;
@@ -157,7 +157,8 @@ struct Limiter::Impl {
 Result<std::unique_ptr<Limiter>> Limiter::Create(LimiterOptions options) {
   if (options.policies.empty()) return Status::InvalidArgument("at least one policy is required");
   if (options.policies.size() > kMaxChecks) {
-    return Status::InvalidArgument("at most 16 policies per limiter (got " +
+    return Status::InvalidArgument("at most " + std::to_string(kMaxChecks) +
+                                   " policies per limiter (got " +
                                    std::to_string(options.policies.size()) + ")");
   }
   for (std::size_t i = 0; i < options.policies.size(); ++i) {
@@ -216,7 +217,8 @@ Result<Decision> Limiter::Acquire(std::span<const Check> checks, std::span<Decis
 Result<Decision> Limiter::Impl::Decide(std::span<const Check> checks, Micros max_wait,
                                        std::span<Decision> per_check, std::string_view permit) {
   if (checks.empty()) return Status::InvalidArgument("no checks given");
-  if (checks.size() > kMaxChecks) return Status::InvalidArgument("at most 16 checks per call");
+  if (checks.size() > kMaxChecks)
+    return Status::InvalidArgument("at most " + std::to_string(kMaxChecks) + " checks per call");
   if (max_wait < 0) {
     return Status::InvalidArgument("max_wait must be >= 0 (got " + std::to_string(max_wait) +
                                    "us)");
@@ -299,7 +301,8 @@ Status Limiter::Refund(std::string_view key, std::uint64_t cost) {
 
 Status Limiter::Refund(std::span<const Check> checks) {
   if (checks.empty()) return Status::InvalidArgument("no checks given");
-  if (checks.size() > kMaxChecks) return Status::InvalidArgument("at most 16 checks per call");
+  if (checks.size() > kMaxChecks)
+    return Status::InvalidArgument("at most " + std::to_string(kMaxChecks) + " checks per call");
   const auto& ps = impl_->options.policies;
   std::string keys[kMaxChecks];
   StoreCheck store_checks[kMaxChecks];
@@ -323,10 +326,13 @@ Status Limiter::Refund(std::span<const Check> checks) {
                                      p.name + "' must be 1-" + std::to_string(p.Capacity()));
     }
     BuildStoreKey(keys[i], impl_->options.key_prefix, c.key, p.name);
-    store_checks[i] = StoreCheck{&p, keys[i], c.cost};
+    store_checks[i] = StoreCheck{.policy = &p, .key = keys[i], .cost = c.cost};
   }
-  Status s = impl_->options.store->Refund(std::span<const StoreCheck>(store_checks, checks.size()),
-                                          impl_->options.clock->Now());
+  Status s = impl_->options.store->Run(
+      StoreBatch{.op = StoreOp::kRefund,
+                 .checks = std::span<const StoreCheck>(store_checks, checks.size()),
+                 .now = impl_->options.clock->Now()},
+      {});
   // A key denied until later may pass now that budget came back.
   for (std::size_t i = 0; s.ok() && i < checks.size(); ++i) impl_->decider.ForgetDenial(keys[i]);
   return s;
@@ -600,7 +606,8 @@ Result<Permit> Limiter::AcquirePermit(std::span<const Check> checks,
                                       std::span<Decision> per_check) {
   const auto& ps = impl_->options.policies;
   if (checks.empty()) return Status::InvalidArgument("no checks given");
-  if (checks.size() > kMaxChecks) return Status::InvalidArgument("at most 16 checks per call");
+  if (checks.size() > kMaxChecks)
+    return Status::InvalidArgument("at most " + std::to_string(kMaxChecks) + " checks per call");
   if (!per_check.empty() && per_check.size() < checks.size()) {
     return Status::InvalidArgument("per-check output has fewer slots than checks");
   }
@@ -656,36 +663,36 @@ struct PermitSlot {
 // `policies`). Sets *found when any of them held it.
 Status PermitOnStore(Store& store, const std::vector<Policy>& policies,
                      std::span<const PermitSlot> slots, const std::string& prefix,
-                     std::string_view id, PermitOp op, Micros now, bool* found) {
+                     std::string_view id, StoreOp op, Micros now, bool* found) {
   if (slots.empty()) return Status::Ok();
-  if (slots.size() > kMaxChecks) return Status::InvalidArgument("at most 16 checks per call");
+  if (slots.size() > kMaxChecks)
+    return Status::InvalidArgument("at most " + std::to_string(kMaxChecks) + " checks per call");
   std::string keys[kMaxChecks];
   StoreCheck checks[kMaxChecks];
   for (std::size_t n = 0; n < slots.size(); ++n) {
     const Policy& p = policies[slots[n].policy];
     BuildStoreKey(keys[n], prefix, slots[n].key, p.name);
-    checks[n] = StoreCheck{&p, keys[n], 1};
-    checks[n].permit = id;
-    checks[n].op = op;
+    checks[n] = StoreCheck{.policy = &p, .key = keys[n], .cost = 1, .permit = id};
   }
   Decision out[kMaxChecks];
-  Status s = store.Evaluate(std::span<const StoreCheck>(checks, slots.size()), now,
-                            std::span<Decision>(out, slots.size()));
+  Status s = store.Run(
+      StoreBatch{.op = op, .checks = std::span<const StoreCheck>(checks, slots.size()), .now = now},
+      std::span<Decision>(out, slots.size()));
   if (!s.ok()) return s;
   for (std::size_t i = 0; i < slots.size(); ++i) *found = *found || out[i].allowed;
   return Status::Ok();
 }
 
-Status NotHeld(std::string_view key, std::string_view id, PermitOp op) {
+Status NotHeld(std::string_view key, std::string_view id, StoreOp op) {
   return Status::NotFound(std::string("permit '") + std::string(id) + "' of key '" +
                           std::string(key) + "' is not held (unknown, released already, or " +
                           "expired after its lease)" +
-                          (op == PermitOp::kExtend ? ": it cannot be extended" : ""));
+                          (op == StoreOp::kExtend ? ": it cannot be extended" : ""));
 }
 
 }  // namespace
 
-Status Limiter::PermitCall(Permit& permit, PermitOp op) {
+Status Limiter::PermitCall(Permit& permit, StoreOp op) {
   if (permit.slots_.empty()) return Status::Ok();  // fail-open: held nowhere
   PermitSlot in_store[kMaxChecks], in_fallback[kMaxChecks];
   std::size_t ns = 0, nf = 0;
@@ -724,14 +731,14 @@ Status CheckPermitArgs(bool has_concurrency, std::string_view key, std::string_v
 }  // namespace
 
 Status Limiter::Release(std::string_view key, std::string_view permit_id) {
-  return PermitById(key, permit_id, PermitOp::kRelease);
+  return PermitById(key, permit_id, StoreOp::kRelease);
 }
 
 Status Limiter::Extend(std::string_view key, std::string_view permit_id) {
-  return PermitById(key, permit_id, PermitOp::kExtend);
+  return PermitById(key, permit_id, StoreOp::kExtend);
 }
 
-Status Limiter::PermitById(std::string_view key, std::string_view permit_id, PermitOp op) {
+Status Limiter::PermitById(std::string_view key, std::string_view permit_id, StoreOp op) {
   if (Status s = CheckPermitArgs(impl_->has_concurrency, key, permit_id); !s.ok()) return s;
   PermitSlot slots[kMaxChecks];
   std::size_t n = 0;
@@ -750,16 +757,6 @@ Status Limiter::PermitById(std::string_view key, std::string_view permit_id, Per
 
 void Limiter::CountReleaseError() {
   impl_->permit_release_errors.fetch_add(1, std::memory_order_relaxed);
-}
-
-void Store::EvaluateAsync(std::span<const StoreCheck> checks, Micros now, EvaluateCallback done) {
-  Decision out[kMaxChecks];
-  if (checks.size() > kMaxChecks) {
-    done(Status::InvalidArgument("at most 16 checks per call"), {});
-    return;
-  }
-  Status s = Evaluate(checks, now, std::span<Decision>(out, checks.size()));
-  done(s, std::span<const Decision>(out, s.ok() ? checks.size() : 0));
 }
 
 }  // namespace sluice

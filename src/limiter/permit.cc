@@ -71,7 +71,7 @@ bool IsPermitId(std::string_view id) {
 
 Permit::~Permit() {
   if (held_ && limiter_ != nullptr) {
-    Status s = limiter_->PermitCall(*this, PermitOp::kRelease);
+    Status s = limiter_->PermitCall(*this, StoreOp::kRelease);
     // NotFound: it expired already (its slot is free); anything else is counted.
     if (!s.ok() && s.code() != ErrorCode::kNotFound) limiter_->CountReleaseError();
   }
@@ -110,7 +110,7 @@ Status Permit::Release() {
                             "detached or moved already)");
   }
   held_ = false;
-  return limiter_->PermitCall(*this, PermitOp::kRelease);
+  return limiter_->PermitCall(*this, StoreOp::kRelease);
 }
 
 Status Permit::Extend() {
@@ -119,7 +119,7 @@ Status Permit::Extend() {
                             "' is not held (its acquisition was denied, or it was released, "
                             "detached or moved already): it cannot be extended");
   }
-  return limiter_->PermitCall(*this, PermitOp::kExtend);
+  return limiter_->PermitCall(*this, StoreOp::kExtend);
 }
 
 std::string Permit::Detach() {

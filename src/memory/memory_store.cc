@@ -773,16 +773,14 @@ bool CarryOver(const Policy& p, ParamsRegistry& registry, std::uint32_t id, Micr
   return true;
 }
 
-constexpr std::size_t kMaxBatch = 16;
+constexpr std::size_t kMaxBatch = kMaxBatchChecks;
 
-// True when a check takes something when its batch allows: a cost above 0, and for a
-// concurrency check an acquire (a release or an extend is applied on its own).
+// True when a check of a decision takes something when its batch allows: a cost above 0.
 bool Consumes(const StoreCheck& c) {
-  return c.cost > 0 &&
-         (c.policy->algorithm != Algorithm::kConcurrency || c.op == PermitOp::kAcquire);
+  return c.cost > 0;
 }
 
-// The prologue Evaluate and Refund share: each key's hash and shard, the shards
+// The prologue every batch shares: each key's hash and shard, the shards
 // involved locked in index order (so that batches never deadlock) until the object
 // goes, and the batch's time raised to the latest any of them has decided at (the
 // store's time never goes back). A batch of one key, the common case, locks one
@@ -917,7 +915,7 @@ Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, std::uint64_
                            Decision* out) {
   const Policy& p = *c.policy;
   if (p.algorithm != Algorithm::kSlidingWindowLog && p.algorithm != Algorithm::kConcurrency &&
-      p.block_for == 0 && !c.force) {
+      p.block_for == 0) {
     // The common case, a word state that is live (not back to full): decided and
     // committed under the shard lock with nothing else to do. It is exactly what the
     // batch path below does for such a check (no reservation, insert or sweep).
@@ -949,18 +947,33 @@ Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, std::uint64_
 
 }  // namespace memory_internal
 
-Status MemoryStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
-                             std::span<Decision> out) {
+Status MemoryStore::Run(const StoreBatch& batch, std::span<Decision> out) {
+  if (Status v = ValidateBatch(batch); !v.ok()) return v;
+  const std::span<const StoreCheck> checks = batch.checks;
   if (checks.empty()) return Status::Ok();
-  if (checks.size() > kMaxBatch) {
-    return Status::InvalidArgument("at most 16 limits can be checked at once");
+  if (batch.op != StoreOp::kRefund && out.size() < checks.size()) {
+    return Status::InvalidArgument("output span too small");
   }
-  if (out.size() < checks.size()) return Status::InvalidArgument("output span too small");
-  if (checks.size() == 1) {
-    return memory_internal::Access::EvaluateOne(*this, checks[0], HashKey(checks[0].key), now,
-                                                &out[0]);
+  using memory_internal::Access;
+  switch (batch.op) {
+    case StoreOp::kDecide:
+      if (checks.size() == 1) {
+        return Access::EvaluateOne(*this, checks[0], HashKey(checks[0].key), batch.now, &out[0]);
+      }
+      return Access::EvaluateBatch(*this, checks, batch.now, out);
+    case StoreOp::kRefund:
+      return Refund(checks, batch.now);
+    case StoreOp::kPenalize:
+      return Access::PenalizeBatch(*this, checks, batch.now, out);
+    case StoreOp::kRelease:
+    case StoreOp::kExtend:
+      return Access::PermitBatch(*this, batch.op == StoreOp::kExtend, checks, batch.now, out);
   }
-  return memory_internal::Access::EvaluateBatch(*this, checks, now, out);
+  return Status::InvalidArgument("unknown store operation");
+}
+
+Store* MemoryStore::InProcess() {
+  return this;
 }
 
 // Any batch: the shards involved are locked for the whole batch, every check decided,
@@ -969,18 +982,6 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
                                               std::span<const StoreCheck> checks, Micros now,
                                               std::span<Decision> out) {
   const std::unique_ptr<MemoryStore::Impl>& impl_ = store.impl_;
-  for (const StoreCheck& c : checks) {
-    if (c.policy->algorithm != Algorithm::kConcurrency && c.op == PermitOp::kAcquire) continue;
-    if (Status v = core::ValidatePermitCheck(c); !v.ok()) return v;
-  }
-  // Penalties (StoreCheck::force): a batch of them has its own path.
-  const bool forced = checks[0].force;
-  for (const StoreCheck& c : checks) {
-    if (c.force != forced) {
-      return Status::InvalidArgument("a batch mixes forced checks (penalties) with others");
-    }
-  }
-  if (forced) return PenalizeBatch(store, checks, now, out);
   LockedShards locks(impl_->shards, checks, &now);
   const std::uint64_t* hashes = locks.hash;
   const std::size_t nlocks = locks.locked();
@@ -1018,24 +1019,18 @@ Status memory_internal::Access::EvaluateBatch(MemoryStore& store,
     slots[i] = s;
     if (p.algorithm == Algorithm::kConcurrency) {
       // --- concurrency limits (issue #12 item 1) ---
-      // Release and extend apply here, whatever the batch decides; an acquire is
-      // decided now and committed with the batch.
+      // An acquire is decided now and committed with the batch.
       core::PermitId id;
       (void)core::ParsePermitId(c.permit, &id);  // validated above (empty for a peek)
       if (s == nullptr) {
         PermitBuffer empty;
         PermitBuffer* scratch = PermitBuffer::Init(&empty, 1);
         RingPermits set(&scratch, 1);
-        out[i] = core::Concurrency(p, set, now, id, c.op, c.cost, /*commit=*/false, &expires[i]);
+        out[i] = core::Concurrency(p, set, now, id, c.cost, /*commit=*/false, &expires[i]);
       } else {
         RingPermits set(&s->state.permits, p.limit);
-        out[i] = core::Concurrency(p, set, now, id, c.op, c.cost, /*commit=*/false, &expires[i]);
-        if (c.op != PermitOp::kAcquire) {
-          s->expires = expires[i];
-          table.NoteExpiry(s->expires);
-        }
+        out[i] = core::Concurrency(p, set, now, id, c.cost, /*commit=*/false, &expires[i]);
       }
-      if (c.op != PermitOp::kAcquire) continue;  // not part of the all-or-nothing batch
     } else if (p.algorithm == Algorithm::kSlidingWindowLog) {
       if (s == nullptr) {
         // Decide against an empty log on the stack; the commit creates the real one.
@@ -1253,20 +1248,9 @@ Status memory_internal::Access::PenalizeBatch(MemoryStore& store,
   return Status::Ok();
 }
 
+// Refunds (validated: applied to every check or to none).
 Status MemoryStore::Refund(std::span<const StoreCheck> checks, Micros now) {
-  if (checks.size() > kMaxBatch) {
-    return Status::InvalidArgument("at most 16 limits can be refunded at once");
-  }
-  // Validate everything first: a refund is applied to every check or to none.
-  for (const StoreCheck& c : checks) {
-    if (c.policy == nullptr) return Status::InvalidArgument("a refund has no policy");
-    if (c.cost == 0 || c.cost > c.policy->Capacity()) {
-      return Status::InvalidArgument("refund cost " + std::to_string(c.cost) + " of policy '" +
-                                     c.policy->name + "' must be 1-" +
-                                     std::to_string(c.policy->Capacity()));
-    }
-  }
-  // Same prologue (and time rule) as Evaluate.
+  // Same prologue (and time rule) as a decision.
   LockedShards locks(impl_->shards, checks, &now);
   // Refunds insert and erase nothing, so slots found stay where they are.
   for (std::size_t i = 0; i < checks.size(); ++i) {
@@ -1279,6 +1263,39 @@ Status MemoryStore::Refund(std::span<const StoreCheck> checks, Micros now) {
         (s->tag & kCarryTag) != 0 ? impl_->carry_params.Id(*c.policy) : std::uint32_t{0};
     RefundSlot(*c.policy, s, now, c.cost, own);
     table.NoteExpiry(s->expires);
+  }
+  return Status::Ok();
+}
+
+// Release and extend (concurrency checks, validated): each applied on its own.
+Status memory_internal::Access::PermitBatch(MemoryStore& store, bool extend,
+                                            std::span<const StoreCheck> checks, Micros now,
+                                            std::span<Decision> out) {
+  const std::unique_ptr<MemoryStore::Impl>& impl_ = store.impl_;
+  LockedShards locks(impl_->shards, checks, &now);
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const StoreCheck& c = checks[i];
+    const Policy& p = *c.policy;
+    Table& table = locks.table_of(i);
+    Slot* s = table.Find(locks.hash[i], c.key);
+    if (s != nullptr && (s->tag & ~kCarryTag) != TagOf(p.algorithm)) {
+      // The key was used with another algorithm: its state means nothing here.
+      table.EraseSlot(s);
+      impl_->total.fetch_sub(1, std::memory_order_relaxed);
+      s = nullptr;
+    }
+    core::PermitId id;
+    (void)core::ParsePermitId(c.permit, &id);  // validated
+    Micros expires = 0;
+    PermitBuffer empty;
+    PermitBuffer* scratch = PermitBuffer::Init(&empty, 1);
+    RingPermits set(s != nullptr ? &s->state.permits : &scratch, s != nullptr ? p.limit : 1);
+    out[i] = extend ? core::ConcurrencyExtend(p, set, now, id, &expires)
+                    : core::ConcurrencyRelease(p, set, now, id, &expires);
+    if (s != nullptr) {
+      s->expires = expires;
+      table.NoteExpiry(s->expires);
+    }
   }
   return Status::Ok();
 }

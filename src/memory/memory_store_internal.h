@@ -16,15 +16,18 @@ namespace sluice::memory_internal {
 struct Access {
   // HashKey(key), after starting to load the key's home slot.
   static std::uint64_t Prepare(MemoryStore& store, std::string_view key);
-  // store.Evaluate({&check, 1}, now, {out, 1}) for a key whose HashKey is `hash`.
+  // A one-check kDecide batch (validated) for a key whose HashKey is `hash`.
   static Status EvaluateOne(MemoryStore& store, const StoreCheck& check, std::uint64_t hash,
                             Micros now, Decision* out);
-  // The general path of MemoryStore::Evaluate (validated arguments).
+  // The general path of a kDecide batch (validated arguments).
   static Status EvaluateBatch(MemoryStore& store, std::span<const StoreCheck> checks, Micros now,
                               std::span<Decision> out);
-  // A batch of forced checks (StoreCheck::force: penalties), validated arguments.
+  // A kPenalize batch, validated arguments.
   static Status PenalizeBatch(MemoryStore& store, std::span<const StoreCheck> checks, Micros now,
                               std::span<Decision> out);
+  // A kRelease (extend false) or kExtend batch, validated arguments.
+  static Status PermitBatch(MemoryStore& store, bool extend, std::span<const StoreCheck> checks,
+                            Micros now, std::span<Decision> out);
 };
 
 // 64-bit hash of a store key (wyhash-style multiply-fold; never 0).

@@ -10,7 +10,7 @@
 namespace sluice::redis {
 namespace {
 
-constexpr std::size_t kMaxChecks = 16;
+constexpr std::size_t kMaxChecks = kMaxBatchChecks;
 
 struct Group {
   int slot = 0;
@@ -135,7 +135,7 @@ int CountSlots(std::span<const StoreCheck> checks) {
 void EvaluateAcrossSlots(std::span<const StoreCheck> checks, Deadline deadline,
                          SlotEvaluate evaluate, SlotRefund refund, EvaluateCallback done) {
   if (checks.size() > kMaxChecks) {
-    done(Status::InvalidArgument("at most 16 limits can be checked at once"), {});
+    done(ValidateBatch(StoreBatch{.checks = checks}), {});
     return;
   }
   auto r = std::make_shared<Reservation>();

@@ -5,7 +5,7 @@
 //   1. every slot's checks run as one script each (concurrently, all-or-nothing per
 //      slot: a slot whose checks all pass consumes them);
 //   2. if every slot allowed, the request is allowed;
-//   3. otherwise the slots that consumed are refunded (Store::Refund: the batch
+//   3. otherwise the slots that consumed are refunded (StoreOp::kRefund: the batch
 //      script with negated costs) before the caller hears "denied".
 // Never over-admits, and a denied request costs nothing once the refunds ran. The one
 // cost: between 1 and 3, a concurrent request may see the reserved budget and be
@@ -25,6 +25,10 @@ namespace sluice::redis {
 
 // How many distinct hash slots the checks' keys span (1 for an empty batch).
 int CountSlots(std::span<const StoreCheck> checks);
+
+// One slot's decisions, and the outcome of one slot's refund.
+using EvaluateCallback = RunCallback;
+using RefundCallback = std::function<void(const Status& status)>;
 
 // Sends one single-slot batch, answering by `deadline` (the checks outlive the call
 // until its callback).

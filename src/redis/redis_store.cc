@@ -22,9 +22,13 @@
 #include "sluice/memory_store.h"
 
 namespace sluice {
+
+using redis::EvaluateCallback;
+using redis::RefundCallback;
+
 namespace {
 
-constexpr std::size_t kMaxBatch = 16;
+constexpr std::size_t kMaxBatch = kMaxBatchChecks;
 // Fewer batches queued together than this are sent one call each: the coalesced
 // script's fixed cost per call (its body defines every algorithm, about 5 us of Redis
 // CPU) would outweigh the per-call cost merging saves (about 1 us per batch against
@@ -87,9 +91,10 @@ struct RedisStore::Impl {
       timeouts.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  // EvaluateAsync with the deadline given; returns the call (null if it failed at
-  // once) so that a blocking caller can count its own timeout.
-  std::shared_ptr<Call> Evaluate(std::span<const StoreCheck> checks, Micros now,
+  // RunAsync with the deadline given; returns the call (null if it failed at
+  // once) so that a blocking caller can count its own timeout. `op`: every operation
+  // but kRefund (Refund below).
+  std::shared_ptr<Call> Evaluate(StoreOp op, std::span<const StoreCheck> checks, Micros now,
                                  redis::Deadline deadline, EvaluateCallback done);
   std::shared_ptr<Call> Refund(std::span<const StoreCheck> checks, Micros now,
                                redis::Deadline deadline, RefundCallback done);
@@ -232,20 +237,21 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
 
 namespace {
 
-// What each check does on the wire (lua/runner.lua's kinds), from the checks and the
-// call (a refund, or a decision whose forced checks are penalties).
-void Kinds(std::span<const StoreCheck> checks, bool refund, redis::WireKind* out) {
+// What each check does on the wire (lua/runner.lua's kinds), from the batch's operation.
+void Kinds(std::span<const StoreCheck> checks, StoreOp op, redis::WireKind* out) {
   using redis::WireKind;
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const StoreCheck& c = checks[i];
     const Algorithm a = c.policy->algorithm;
-    if (refund) {
+    if (op == StoreOp::kRefund) {
       out[i] = WireKind::kRefund;
-    } else if (a == Algorithm::kConcurrency || c.op != PermitOp::kAcquire) {
-      out[i] = c.op == PermitOp::kRelease  ? WireKind::kRelease
-               : c.op == PermitOp::kExtend ? WireKind::kExtend
-                                           : WireKind::kAcquire;
-    } else if (c.force) {
+    } else if (op == StoreOp::kRelease) {
+      out[i] = WireKind::kRelease;
+    } else if (op == StoreOp::kExtend) {
+      out[i] = WireKind::kExtend;
+    } else if (a == Algorithm::kConcurrency) {
+      out[i] = WireKind::kAcquire;
+    } else if (op == StoreOp::kPenalize) {
       out[i] = WireKind::kForce;
     } else if (c.max_wait > 0 && c.cost > 0 &&
                (a == Algorithm::kTokenBucket || a == Algorithm::kGcra)) {
@@ -309,41 +315,23 @@ void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& sc
 
 namespace {
 
-Status ValidateChecks(std::span<const StoreCheck> checks) {
-  if (checks.size() > kMaxBatch) {
-    return Status::InvalidArgument("at most 16 limits can be checked at once");
-  }
-  for (const StoreCheck& c : checks) {
-    if (c.policy == nullptr) return Status::InvalidArgument("a check has no policy");
-    if (c.key.empty()) return Status::InvalidArgument("a check has an empty key");
-    if (c.cost > c.policy->Capacity()) {
-      return Status::InvalidArgument("cost " + std::to_string(c.cost) + " exceeds the capacity " +
-                                     std::to_string(c.policy->Capacity()) + " of policy '" +
-                                     c.policy->name + "': such a request could never pass");
-    }
-    // --- concurrency limits (issue #12 item 1) ---
-    if (c.policy->algorithm == Algorithm::kConcurrency || c.op != PermitOp::kAcquire) {
-      if (Status s = core::ValidatePermitCheck(c); !s.ok()) return s;
-    }
-    // Penalties (StoreCheck::force): a batch is all forced or all plain.
-    if (c.force != checks[0].force) {
-      return Status::InvalidArgument("a batch mixes forced checks (penalties) with others");
-    }
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
-void RedisStore::EvaluateAsync(std::span<const StoreCheck> checks, Micros now,
-                               EvaluateCallback done) {
-  impl_->Evaluate(checks, now, redis::DeadlineAfter(impl_->options.call_timeout), std::move(done));
+void RedisStore::RunAsync(const StoreBatch& batch, RunCallback done) {
+  const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
+  if (batch.op == StoreOp::kRefund) {
+    impl_->Refund(batch.checks, batch.now, deadline,
+                  [done = std::move(done)](const Status& s) { done(s, {}); });
+    return;
+  }
+  impl_->Evaluate(batch.op, batch.checks, batch.now, deadline, std::move(done));
 }
 
-std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> checks, Micros now,
-                                                 redis::Deadline deadline, EvaluateCallback done) {
+std::shared_ptr<Call> RedisStore::Impl::Evaluate(StoreOp op, std::span<const StoreCheck> checks,
+                                                 Micros now, redis::Deadline deadline,
+                                                 EvaluateCallback done) {
   RedisStore::Impl* impl_ = this;
-  if (Status s = ValidateChecks(checks); !s.ok()) {
+  if (Status s = ValidateBatch(StoreBatch{.op = op, .checks = checks, .now = now}); !s.ok()) {
     done(s, {});
     return nullptr;
   }
@@ -351,10 +339,16 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
     done(Status::Ok(), {});
     return nullptr;
   }
-  if (cluster && checks.size() > 1 && checks[0].force && redis::CountSlots(checks) > 1) {
+  if (cluster && checks.size() > 1 && op == StoreOp::kPenalize && redis::CountSlots(checks) > 1) {
     // A penalty is applied whole, never undone by a refund: one slot only (the
     // Limiter's keys for one caller key share a hash tag).
     done(Status::InvalidArgument("a penalty's keys must be in one hash slot"), {});
+    return nullptr;
+  }
+  if (cluster && checks.size() > 1 && op != StoreOp::kDecide && redis::CountSlots(checks) > 1) {
+    // Release and extend apply per check, but a permit's keys share the caller key's
+    // hash tag (the Limiter's and sluiced's keys do): one slot only.
+    done(Status::InvalidArgument("a permit operation's keys must be in one hash slot"), {});
     return nullptr;
   }
   if (cluster && checks.size() > 1 && redis::CountSlots(checks) > 1) {
@@ -373,7 +367,7 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
     redis::EvaluateAcrossSlots(
         checks, deadline,
         [this, now](std::span<const StoreCheck> c, redis::Deadline d, EvaluateCallback cb) {
-          Evaluate(c, now, d, std::move(cb));
+          Evaluate(StoreOp::kDecide, c, now, d, std::move(cb));
         },
         [this, now](std::span<const StoreCheck> c, redis::Deadline d, RefundCallback cb) {
           cross_slot_refunds.fetch_add(1, std::memory_order_relaxed);
@@ -384,7 +378,7 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
   }
   impl_->calls.fetch_add(1, std::memory_order_relaxed);
   redis::WireKind kinds[kMaxBatch];
-  Kinds(checks, /*refund=*/false, kinds);
+  Kinds(checks, op, kinds);
   // One check (the common call) runs its algorithm's lean script when it can, which
   // costs Redis a fraction of the batch script's CPU (lua/single_head.lua); a sliding
   // log or a concurrency check alone runs a one-check script that is the group runner
@@ -421,15 +415,18 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(std::span<const StoreCheck> che
   return call;
 }
 
-Status RedisStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
-                            std::span<Decision> out) {
+Status RedisStore::Run(const StoreBatch& batch, std::span<Decision> out) {
+  if (batch.op == StoreOp::kRefund) return Refund(batch.checks, batch.now);
+  const std::span<const StoreCheck> checks = batch.checks;
+  const Micros now = batch.now;
   if (out.size() < checks.size()) return Status::InvalidArgument("output span too small");
   // The wait and the I/O thread share one deadline; whichever ends the call first
   // counts its timeout (Call::timeout_counted).
   const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
   auto w = std::make_shared<redis::Waiter<Batch>>();
   auto call =
-      impl_->Evaluate(checks, now, deadline, [w](const Status& s, std::span<const Decision> d) {
+      impl_->Evaluate(batch.op, checks, now, deadline,
+                      [w](const Status& s, std::span<const Decision> d) {
         w->Complete([&](Batch& b) {
           b.status = s;
           b.n = d.size();
@@ -449,19 +446,10 @@ Status RedisStore::Evaluate(std::span<const StoreCheck> checks, Micros now,
 
 // A refund is the batch script with every check of kind refund (lua/runner.lua), even for
 // one check: refunds are rare, and the one-check scripts stay lean. The reply is empty.
-void RedisStore::RefundAsync(std::span<const StoreCheck> checks, Micros now, RefundCallback done) {
-  impl_->Refund(checks, now, redis::DeadlineAfter(impl_->options.call_timeout), std::move(done));
-}
-
 std::shared_ptr<Call> RedisStore::Impl::Refund(std::span<const StoreCheck> checks, Micros now,
                                                redis::Deadline deadline, RefundCallback done) {
   RedisStore::Impl* impl_ = this;
-  Status s = ValidateChecks(checks);
-  for (const StoreCheck& c : checks) {
-    if (s.ok() && c.cost == 0) {
-      s = Status::InvalidArgument("a refund of policy '" + c.policy->name + "' has cost 0");
-    }
-  }
+  Status s = ValidateBatch(StoreBatch{.op = StoreOp::kRefund, .checks = checks, .now = now});
   if (!s.ok() || checks.empty()) {
     done(s);
     return nullptr;
@@ -480,7 +468,7 @@ std::shared_ptr<Call> RedisStore::Impl::Refund(std::span<const StoreCheck> check
   auto call = std::make_shared<Call>();
   const redis::Script& script = redis::BatchScript();
   redis::WireKind kinds[kMaxBatch];
-  Kinds(checks, /*refund=*/true, kinds);
+  Kinds(checks, StoreOp::kRefund, kinds);
   redis::CoalesceInfo unused;
   std::string wire = redis::EncodeGroup(script, checks, {kinds, checks.size()}, now,
                                         impl_->options.use_caller_time, unused);

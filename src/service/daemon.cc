@@ -178,9 +178,10 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
 // One peek (cost 0: nothing consumed) of a probe key: the store answers or it does not.
 void Daemon::ProbeStore() {
   static const Policy probe = Policy::FixedWindow("sluiced_probe", 1, std::chrono::seconds(1));
-  const StoreCheck check{&probe, "sluiced:probe", 0};
+  const StoreCheck check{.policy = &probe, .key = "sluiced:probe", .cost = 0};
   Decision out[1];
-  const Status s = store_->Evaluate(std::span<const StoreCheck>(&check, 1), 0, out);
+  const Status s =
+      store_->Run(StoreBatch{.checks = std::span<const StoreCheck>(&check, 1), .now = 0}, out);
   const bool ok = s.ok();
   const bool was = store_ok_.exchange(ok);
   if (ok != was && started_ok_.load()) {

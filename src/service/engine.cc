@@ -335,7 +335,7 @@ void Engine::AcquireAsync(const RateLimitRequest& req, PermitDone done) {
   auto resp = std::make_shared<PermitResponse>();
   bool decide = false;
   const std::string id = permit_internal::NewPermitId();
-  Status s = Prepare(req, *p, &resp->rate, &decide, PlanOp{true, PermitOp::kAcquire, id});
+  Status s = Prepare(req, *p, &resp->rate, &decide, PlanOp{true, StoreOp::kDecide, id});
   if (s.ok() && p->plan.nconcurrency == 0) {
     s = Status::InvalidArgument(
         "no concurrency limit matches the request's descriptors (/v1/acquire takes permits "
@@ -361,7 +361,7 @@ void Engine::AcquireAsync(const RateLimitRequest& req, PermitDone done) {
                         });
 }
 
-void Engine::PermitAsync(PermitOp op, std::string_view token, PermitDone done) {
+void Engine::PermitAsync(StoreOp op, std::string_view token, PermitDone done) {
   auto resp = std::make_shared<PermitResponse>();
   std::string id, storage;
   RateLimitRequest req;
@@ -395,9 +395,10 @@ void Engine::PermitAsync(PermitOp op, std::string_view token, PermitDone done) {
                                        "its lease");
           return done(nf, *resp);
         }
-        if (op == PermitOp::kExtend) resp->lease = p->plan.lease;
+        if (op == StoreOp::kExtend) resp->lease = p->plan.lease;
         done(Status::Ok(), *resp);
-      });
+      },
+      op);
 }
 
 }  // namespace sluice::service

@@ -82,13 +82,13 @@ class Engine {
   // is). `done` runs exactly once (inline or on the store's thread). Errors:
   // InvalidArgument as ShouldRateLimit, or when no concurrency limit matches.
   void AcquireAsync(const RateLimitRequest& request, PermitDone done);
-  // Releases (PermitOp::kRelease) or extends (kExtend) the permit `token` from
+  // Releases (StoreOp::kRelease) or extends (kExtend) the permit `token` from
   // AcquireAsync, under every concurrency limit its descriptors match in the current
   // configuration (rate limits are left alone: nothing is refunded). Errors:
   // InvalidArgument for a malformed token; NotFound when no limit holds the permit
   // (unknown, released already, expired after its lease, or the limit is gone from the
   // configuration); store errors as is.
-  void PermitAsync(PermitOp op, std::string_view token, PermitDone done);
+  void PermitAsync(StoreOp op, std::string_view token, PermitDone done);
 
   // The settings of the current snapshot.
   Settings settings() const;

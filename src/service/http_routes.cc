@@ -176,7 +176,7 @@ void Acquire(Engine& engine, const Request& req, std::string_view query, Respond
 // POST /v1/release, /v1/extend: `permit=TOKEN` (query or form body). 200; 404 when the
 // permit is not held (unknown, released already, expired); 400 for a missing or
 // malformed token.
-void PermitCall(Engine& engine, const Request& req, std::string_view query, PermitOp op,
+void PermitCall(Engine& engine, const Request& req, std::string_view query, StoreOp op,
                 Respond respond) {
   auto fail = [&engine, respond](int status, const std::string& why) {
     engine.metrics().CountRequest(
@@ -205,7 +205,7 @@ void PermitCall(Engine& engine, const Request& req, std::string_view query, Perm
         engine.metrics().CountRequest(Api::kPermit, RequestOutcome::kOk);
         Reply rep;
         rep.content_type = "application/json";
-        if (op == sluice::PermitOp::kExtend) {
+        if (op == sluice::StoreOp::kExtend) {
           rep.body =
               Dump(nlohmann::json{{"extended", true}, {"lease_ms", (out.lease + 999) / 1000}});
         } else {

@@ -42,7 +42,7 @@ void Nginx(Engine& engine, const Request& req, const std::string& domain, Respon
 // POST /v1/acquire: a permit of every concurrency limit the descriptor matches.
 void Acquire(Engine& engine, const Request& req, std::string_view query, Respond respond);
 // POST /v1/release (op kRelease), /v1/extend (kExtend): `permit=TOKEN`.
-void PermitCall(Engine& engine, const Request& req, std::string_view query, PermitOp op,
+void PermitCall(Engine& engine, const Request& req, std::string_view query, StoreOp op,
                 Respond respond);
 
 }  // namespace sluice::service::http_routes

@@ -402,11 +402,11 @@ void HttpServer::Impl::Handle(const Request& req, Respond respond) {
       return post ? http_routes::Acquire(engine, req, query, respond)
                   : respond(not_allowed("POST"));
     if (path == "/v1/release") {
-      return post ? http_routes::PermitCall(engine, req, query, sluice::PermitOp::kRelease, respond)
+      return post ? http_routes::PermitCall(engine, req, query, sluice::StoreOp::kRelease, respond)
                   : respond(not_allowed("POST"));
     }
     if (path == "/v1/extend") {
-      return post ? http_routes::PermitCall(engine, req, query, sluice::PermitOp::kExtend, respond)
+      return post ? http_routes::PermitCall(engine, req, query, sluice::StoreOp::kExtend, respond)
                   : respond(not_allowed("POST"));
     }
     constexpr std::string_view kNginx = "/nginx/auth/";

@@ -177,7 +177,6 @@ Status AddCheck(Plan& p, std::size_t a, const Rule& r, std::string_view key, std
     // One permit (a slot) per acquisition, whatever the request's hits.
     c.cost = 1;
     c.permit = p.permit_id;
-    c.op = p.op;
     p.lease = p.nconcurrency == 0 ? r.policy.window : std::min(p.lease, r.policy.window);
     ++p.nconcurrency;
   }
@@ -210,7 +209,7 @@ Status BuildChecks(Metrics& metrics, const Node& root, const RateLimitRequest& r
     if (r == nullptr) continue;
     const bool concurrency = !r->unlimited && r->policy.algorithm == Algorithm::kConcurrency;
     if (concurrency && !p.permit_mode) return ConcurrencyOnRateApi(i, *r);
-    if (!concurrency && p.permit_mode && p.op != PermitOp::kAcquire) {
+    if (!concurrency && p.permit_mode && p.op != StoreOp::kDecide) {
       p.rule[a] = nullptr;  // a release or an extend leaves rate limits alone
       continue;
     }
@@ -255,7 +254,7 @@ void BuildDescriptorKey(std::string_view domain, const DescriptorRequest& d,
 Status BuildPlan(const RuleSet& rules, Metrics& metrics, const RateLimitRequest& req,
                  const PlanOp& op, Plan& p) {
   p.permit_mode = op.permit;
-  p.op = op.permit ? op.op : PermitOp::kAcquire;
+  p.op = op.permit ? op.op : StoreOp::kDecide;
   p.permit_id.assign(op.permit_id);
   p.nconcurrency = 0;
   p.lease = 0;

@@ -21,7 +21,7 @@
 namespace sluice::service {
 
 // The most checks (and descriptors) in one request: one atomic store batch.
-inline constexpr std::size_t kMaxChecks = decide::kMaxChecks;
+inline constexpr std::size_t kMaxChecks = kMaxBatchChecks;
 // Entries per descriptor the matcher records a path for (settings.max_entries' bound).
 inline constexpr std::size_t kMaxEntries = 64;
 
@@ -29,7 +29,7 @@ inline constexpr std::size_t kMaxEntries = 64;
 // permit operation on concurrency limits (/v1/acquire, /v1/release, /v1/extend).
 struct PlanOp {
   bool permit = false;
-  PermitOp op = PermitOp::kAcquire;
+  StoreOp op = StoreOp::kDecide;
   std::string_view permit_id;  // the permit's id (permit operations)
 };
 
@@ -62,7 +62,7 @@ struct Plan {
   // The permit operation (acquire, release, extend), its permit id (the checks view
   // it), and how many checks are of concurrency limits, with their shortest lease.
   bool permit_mode = false;
-  PermitOp op = PermitOp::kAcquire;
+  StoreOp op = StoreOp::kDecide;
   std::string permit_id;
   std::size_t nconcurrency = 0;
   Micros lease = 0;

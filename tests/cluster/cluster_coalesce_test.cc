@@ -63,22 +63,22 @@ TEST(ClusterCoalesce, OnlyCallsOfOneSlotShareACall) {
   };
   auto shared = std::make_shared<Shared>();
   const auto before = store.Stats();
-  const StoreCheck t{&trigger, trigger_key, 0};
-  store.EvaluateAsync(
-      std::span<const StoreCheck>(&t, 1), 0, [&](const Status& s, std::span<const Decision>) {
-        EXPECT_TRUE(s.ok()) << s.ToString();
-        for (int i = 0; i < kCallers; ++i) {
-          const StoreCheck c{&p, keys[i], 1};
-          store.EvaluateAsync(std::span<const StoreCheck>(&c, 1), 0,
-                              [shared, i](const Status& st, std::span<const Decision> d) {
-                                std::lock_guard<std::mutex> lock(shared->mu);
-                                shared->status[i] = st;
-                                if (d.size() == 1) shared->decision[i] = d[0];
-                                ++shared->answered;
-                                shared->cv.notify_all();
-                              });
-        }
-      });
+  const StoreCheck t{.policy = &trigger, .key = trigger_key, .cost = 0};
+  store.RunAsync({.checks = std::span<const StoreCheck>(&t, 1), .now = 0},
+                 [&](const Status& s, std::span<const Decision>) {
+                   EXPECT_TRUE(s.ok()) << s.ToString();
+                   for (int i = 0; i < kCallers; ++i) {
+                     const StoreCheck c{.policy = &p, .key = keys[i], .cost = 1};
+                     store.RunAsync({.checks = std::span<const StoreCheck>(&c, 1), .now = 0},
+                                    [shared, i](const Status& st, std::span<const Decision> d) {
+                                      std::lock_guard<std::mutex> lock(shared->mu);
+                                      shared->status[i] = st;
+                                      if (d.size() == 1) shared->decision[i] = d[0];
+                                      ++shared->answered;
+                                      shared->cv.notify_all();
+                                    });
+                   }
+                 });
   {
     std::unique_lock<std::mutex> lock(shared->mu);
     ASSERT_TRUE(shared->cv.wait_for(lock, std::chrono::seconds(60),

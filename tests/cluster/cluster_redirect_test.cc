@@ -239,15 +239,15 @@ TEST(ClusterLifetime, DestroyingTheStoreWithCallsInFlightRunsEveryCallbackOnceBe
     };
     auto shared = std::make_shared<Shared>(kCalls);
     for (int i = 0; i < kCalls; ++i) {
-      StoreCheck check{&policy, keys[static_cast<std::size_t>(i)], 1};
-      s.store->EvaluateAsync(std::span<const StoreCheck>(&check, 1), 0,
-                             [shared, i](const Status&, std::span<const Decision>) {
-                               if (shared->destroyed.load()) shared->late.fetch_add(1);
-                               if (shared->per[static_cast<std::size_t>(i)].fetch_add(1) > 0) {
-                                 shared->twice.fetch_add(1);
-                               }
-                               shared->calls.fetch_add(1);
-                             });
+      StoreCheck check{.policy = &policy, .key = keys[static_cast<std::size_t>(i)], .cost = 1};
+      s.store->RunAsync({.checks = std::span<const StoreCheck>(&check, 1), .now = 0},
+                        [shared, i](const Status&, std::span<const Decision>) {
+                          if (shared->destroyed.load()) shared->late.fetch_add(1);
+                          if (shared->per[static_cast<std::size_t>(i)].fetch_add(1) > 0) {
+                            shared->twice.fetch_add(1);
+                          }
+                          shared->calls.fetch_add(1);
+                        });
     }
     s.limiter.reset();
     s.store.reset();  // the last reference: destroyed here, with calls in flight

@@ -47,9 +47,10 @@ std::shared_ptr<RedisStore> Open(const std::string& url, Micros call_timeout,
 }
 
 Status EvaluateOnce(RedisStore& store, const std::string& key = "sluice:{drill}:api") {
-  StoreCheck c{&TestPolicy(), key, 1};
+  StoreCheck c{.policy = &TestPolicy(), .key = key, .cost = 1};
   Decision d;
-  return store.Evaluate(std::span<const StoreCheck>(&c, 1), 0, std::span<Decision>(&d, 1));
+  return store.Run({.checks = std::span<const StoreCheck>(&c, 1), .now = 0},
+                   std::span<Decision>(&d, 1));
 }
 
 // A loopback peer that accepts and then runs `serve(fd)` for each connection.
@@ -241,24 +242,24 @@ TEST(ClientDrills, ResubmittingCallbacksDoNotStarveReconnection) {
     std::atomic<int> phase{0};  // 0 before the kill, 1 killed, 2 restarted
     int failures_after_kill = 0, ok_after_restart = 0, running = 0;
   } sh;
-  StoreCheck check{&TestPolicy(), "sluice:{resubmit}:api", 1};
+  StoreCheck check{.policy = &TestPolicy(), .key = "sluice:{resubmit}:api", .cost = 1};
   std::function<void()> issue;
   issue = [&] {
-    store->EvaluateAsync(std::span<const StoreCheck>(&check, 1), 0,
-                         [&](const Status& s, std::span<const Decision>) {
-                           {
-                             std::lock_guard<std::mutex> lock(sh.mu);
-                             if (!s.ok() && sh.phase == 1) ++sh.failures_after_kill;
-                             if (s.ok() && sh.phase == 2) ++sh.ok_after_restart;
-                             if (sh.stop) {
-                               --sh.running;
-                               sh.cv.notify_all();
-                               return;
-                             }
-                             sh.cv.notify_all();
-                           }
-                           issue();  // straight from the callback
-                         });
+    store->RunAsync({.checks = std::span<const StoreCheck>(&check, 1), .now = 0},
+                    [&](const Status& s, std::span<const Decision>) {
+                      {
+                        std::lock_guard<std::mutex> lock(sh.mu);
+                        if (!s.ok() && sh.phase == 1) ++sh.failures_after_kill;
+                        if (s.ok() && sh.phase == 2) ++sh.ok_after_restart;
+                        if (sh.stop) {
+                          --sh.running;
+                          sh.cv.notify_all();
+                          return;
+                        }
+                        sh.cv.notify_all();
+                      }
+                      issue();  // straight from the callback
+                    });
   };
   {
     std::lock_guard<std::mutex> lock(sh.mu);

@@ -66,7 +66,8 @@ inline std::string HeaderOf(const Verdict& v, std::string_view name) {
 class FailingStore final : public Store {
  public:
   explicit FailingStore(ErrorCode code = ErrorCode::kUnavailable) : code_(code) {}
-  Status Evaluate(std::span<const StoreCheck>, Micros, std::span<Decision>) override {
+  Status Run(const StoreBatch& batch, std::span<Decision>) override {
+    (void)batch;
     return Status(code_, "store is down (test)");
   }
   Status Reset(const Policy&, std::string_view) override { return Status(code_, "down"); }

@@ -75,9 +75,9 @@ Outcome Workload(RedisServer& server, bool caller_time) {
       Policy::TokenBucket("tb", 1, 1, std::chrono::seconds(10)),
       Policy::Gcra("gcra", 1, std::chrono::seconds(10), 1)};
   auto check = [&](const Policy& p, const std::string& key, Micros now, bool want) {
-    StoreCheck c{&p, key, 1};
+    StoreCheck c{.policy = &p, .key = key, .cost = 1};
     Decision d;
-    Status st = s.Evaluate({&c, 1}, now, {&d, 1});
+    Status st = s.Run({.checks = {&c, 1}, .now = now}, {&d, 1});
     if (!st.ok()) {
       fail(p.name + " at +" + std::to_string((now - kT0) / kSec) + "s", st);
     } else if (caller_time && d.allowed != want) {  // on Redis's clock no time passes
@@ -101,14 +101,17 @@ Outcome Workload(RedisServer& server, bool caller_time) {
   // Refunds give units back (the sliding log removes or shrinks its newest entry).
   for (const Policy& p : policies) {
     const std::string key = "sluice:{acl}:" + p.name;
-    StoreCheck c{&p, key, 1};
-    if (Status st = s.Refund({&c, 1}, kT0 + 31 * kSec); !st.ok()) fail("refund " + p.name, st);
+    StoreCheck c{.policy = &p, .key = key, .cost = 1};
+    if (Status st = s.Run({.op = StoreOp::kRefund, .checks = {&c, 1}, .now = kT0 + 31 * kSec}, {});
+        !st.ok())
+      fail("refund " + p.name, st);
   }
   // Two checks at once run the batch script.
   const std::string k1 = "sluice:{batch}:fw", k2 = "sluice:{batch}:log";
-  StoreCheck batch[2] = {{&policies[0], k1, 1}, {&policies[1], k2, 1}};
+  StoreCheck batch[2] = {{.policy = &policies[0], .key = k1, .cost = 1},
+                         {.policy = &policies[1], .key = k2, .cost = 1}};
   Decision d[2];
-  if (Status st = s.Evaluate(batch, kT0, d); !st.ok()) fail("batch", st);
+  if (Status st = s.Run({.checks = batch, .now = kT0}, d); !st.ok()) fail("batch", st);
   // A flushed script cache: the store reloads the script (SCRIPT LOAD) and retries.
   auto flushed = server.Command({"SCRIPT", "FLUSH"});
   if (!flushed.ok() || flushed->is_error()) out.problems.push_back("SCRIPT FLUSH as admin");

@@ -65,22 +65,21 @@ std::vector<Outcome> Burst(RedisStore& store, const Policy& trigger_policy,
   auto shared = std::make_shared<Shared>();
   shared->out.resize(groups.size());
   const std::string trigger_key = "sluice:{coalesce-trigger}:t";
-  const StoreCheck trigger{&trigger_policy, trigger_key, 0};
-  store.EvaluateAsync(std::span<const StoreCheck>(&trigger, 1), trigger_now,
-                      [&store, &groups, shared](const Status& s, std::span<const Decision>) {
-                        EXPECT_TRUE(s.ok()) << s.ToString();
-                        for (std::size_t i = 0; i < groups.size(); ++i) {
-                          store.EvaluateAsync(
-                              groups[i].checks, groups[i].now,
-                              [shared, i](const Status& st, std::span<const Decision> d) {
-                                std::lock_guard<std::mutex> lock(shared->mu);
-                                shared->out[i].status = st;
-                                shared->out[i].decisions.assign(d.begin(), d.end());
-                                ++shared->answered;
-                                shared->cv.notify_all();
-                              });
-                        }
-                      });
+  const StoreCheck trigger{.policy = &trigger_policy, .key = trigger_key, .cost = 0};
+  store.RunAsync({.checks = std::span<const StoreCheck>(&trigger, 1), .now = trigger_now},
+                 [&store, &groups, shared](const Status& s, std::span<const Decision>) {
+                   EXPECT_TRUE(s.ok()) << s.ToString();
+                   for (std::size_t i = 0; i < groups.size(); ++i) {
+                     store.RunAsync({.checks = groups[i].checks, .now = groups[i].now},
+                                    [shared, i](const Status& st, std::span<const Decision> d) {
+                                      std::lock_guard<std::mutex> lock(shared->mu);
+                                      shared->out[i].status = st;
+                                      shared->out[i].decisions.assign(d.begin(), d.end());
+                                      ++shared->answered;
+                                      shared->cv.notify_all();
+                                    });
+                   }
+                 });
   std::unique_lock<std::mutex> lock(shared->mu);
   EXPECT_TRUE(shared->cv.wait_for(lock, std::chrono::seconds(60), [&] {
     return shared->answered == groups.size();
@@ -164,7 +163,8 @@ TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
           bool dup = false;
           for (const StoreCheck& c : g.checks) dup = dup || c.key == key;
           if (dup) continue;  // the Limiter never sends one key twice in a batch
-          g.checks.push_back(StoreCheck{&policies[pi], key, RandomCost(rng, policies[pi])});
+          g.checks.push_back(StoreCheck{
+              .policy = &policies[pi], .key = key, .cost = RandomCost(rng, policies[pi])});
         }
       }
       const auto before = redis->Stats();
@@ -179,8 +179,8 @@ TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
       ASSERT_EQ(after.coalesced_evaluations - before.coalesced_evaluations, merged ? ngroups : 0u);
       for (std::size_t gi = 0; gi < ngroups; ++gi) {
         const Group& g = groups[gi];
-        Decision want[16];
-        ASSERT_TRUE(memory.Evaluate(g.checks, g.now, want).ok());
+        Decision want[kMaxBatchChecks];
+        ASSERT_TRUE(memory.Run({.checks = g.checks, .now = g.now}, want).ok());
         ASSERT_TRUE(got[gi].status.ok()) << got[gi].status.ToString();
         ASSERT_EQ(got[gi].decisions.size(), g.checks.size());
         for (std::size_t i = 0; i < g.checks.size(); ++i) {
@@ -229,18 +229,21 @@ TEST(Coalesce, OneBatchDeniesTheOthersAreUnaffected) {
   const std::string shared = "sluice:{shared}:fw", full = "sluice:{full}:fw",
                     other = "sluice:{other}:fw";
   {  // exhaust `full`
-    const StoreCheck take{&p, full, 5};
+    const StoreCheck take{.policy = &p, .key = full, .cost = 5};
     Decision d;
-    ASSERT_TRUE(redis->Evaluate(std::span<const StoreCheck>(&take, 1), 0, {&d, 1}).ok());
+    ASSERT_TRUE(
+        redis->Run({.checks = std::span<const StoreCheck>(&take, 1), .now = 0}, {&d, 1}).ok());
     ASSERT_TRUE(d.allowed);
   }
   std::vector<std::string> fillers;  // enough batches to be merged (8)
   for (int i = 0; i < 5; ++i) fillers.push_back("sluice:{filler" + std::to_string(i) + "}:fw");
   std::vector<Group> groups(8);
-  groups[0].checks = {StoreCheck{&p, shared, 2}};
-  groups[1].checks = {StoreCheck{&p, shared, 1}, StoreCheck{&p, full, 1}};  // denies
-  groups[2].checks = {StoreCheck{&p, other, 3}};
-  for (int i = 0; i < 5; ++i) groups[3 + i].checks = {StoreCheck{&p, fillers[i], 1}};
+  groups[0].checks = {StoreCheck{.policy = &p, .key = shared, .cost = 2}};
+  groups[1].checks = {StoreCheck{.policy = &p, .key = shared, .cost = 1},
+                      StoreCheck{.policy = &p, .key = full, .cost = 1}};  // denies
+  groups[2].checks = {StoreCheck{.policy = &p, .key = other, .cost = 3}};
+  for (int i = 0; i < 5; ++i)
+    groups[3 + i].checks = {StoreCheck{.policy = &p, .key = fillers[i], .cost = 1}};
   const auto before = redis->Stats();
   const std::vector<Outcome> got = Burst(*redis, trigger, groups, 0);
   const auto after = redis->Stats();
@@ -255,9 +258,11 @@ TEST(Coalesce, OneBatchDeniesTheOthersAreUnaffected) {
   EXPECT_TRUE(got[2].decisions[0].allowed);
   EXPECT_EQ(got[2].decisions[0].remaining, 2u);
   // What is left: `shared` lost only the first batch's 2, `full` nothing more.
-  const StoreCheck peeks[] = {{&p, shared, 0}, {&p, full, 0}, {&p, other, 0}};
+  const StoreCheck peeks[] = {{.policy = &p, .key = shared, .cost = 0},
+                              {.policy = &p, .key = full, .cost = 0},
+                              {.policy = &p, .key = other, .cost = 0}};
   Decision left[3];
-  ASSERT_TRUE(redis->Evaluate(peeks, 0, left).ok());
+  ASSERT_TRUE(redis->Run({.checks = peeks, .now = 0}, left).ok());
   EXPECT_EQ(left[0].remaining, 3u);
   EXPECT_EQ(left[1].remaining, 0u);
   EXPECT_EQ(left[2].remaining, 2u);
@@ -278,15 +283,16 @@ TEST(Coalesce, AMergedCallSurvivesAScriptFlush) {
   const Policy p = Policy::Gcra("g", 10, std::chrono::minutes(1), 10);
   const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
   {  // the trigger's own script is loaded again on its first call
-    const StoreCheck t{&trigger, "sluice:{warm}:t", 0};
+    const StoreCheck t{.policy = &trigger, .key = "sluice:{warm}:t", .cost = 0};
     Decision d;
-    ASSERT_TRUE(redis->Evaluate(std::span<const StoreCheck>(&t, 1), 0, {&d, 1}).ok());
+    ASSERT_TRUE(redis->Run({.checks = std::span<const StoreCheck>(&t, 1), .now = 0}, {&d, 1}).ok());
   }
   ASSERT_TRUE(SharedRedis()->Command({"SCRIPT", "FLUSH"}).ok());
   std::vector<std::string> keys;
   for (int i = 0; i < 8; ++i) keys.push_back("sluice:{flush" + std::to_string(i) + "}:g");
   std::vector<Group> groups(8);
-  for (int i = 0; i < 8; ++i) groups[i].checks = {StoreCheck{&p, keys[i], 1}};
+  for (int i = 0; i < 8; ++i)
+    groups[i].checks = {StoreCheck{.policy = &p, .key = keys[i], .cost = 1}};
   const auto before = redis->Stats();
   const std::vector<Outcome> got = Burst(*redis, trigger, groups, 0);
   const auto after = redis->Stats();
@@ -308,7 +314,8 @@ TEST(Coalesce, OffSendsOneCallPerCaller) {
   std::vector<std::string> keys;
   for (int i = 0; i < 8; ++i) keys.push_back("sluice:{off" + std::to_string(i) + "}:fw");
   std::vector<Group> groups(8);
-  for (int i = 0; i < 8; ++i) groups[i].checks = {StoreCheck{&p, keys[i], 1}};
+  for (int i = 0; i < 8; ++i)
+    groups[i].checks = {StoreCheck{.policy = &p, .key = keys[i], .cost = 1}};
   const std::vector<Outcome> got = Burst(*redis, trigger, groups, 0);
   for (const Outcome& o : got) ASSERT_TRUE(o.status.ok()) << o.status.ToString();
   EXPECT_EQ(redis->Stats().coalesced_calls, 0u);
@@ -325,7 +332,8 @@ TEST(Coalesce, FewBatchesAreSentAsTheyAre) {
   std::vector<std::string> keys;
   for (int i = 0; i < 7; ++i) keys.push_back("sluice:{few" + std::to_string(i) + "}:fw");
   std::vector<Group> groups(7);
-  for (int i = 0; i < 7; ++i) groups[i].checks = {StoreCheck{&p, keys[i], 1}};
+  for (int i = 0; i < 7; ++i)
+    groups[i].checks = {StoreCheck{.policy = &p, .key = keys[i], .cost = 1}};
   const std::vector<Outcome> got = Burst(*redis, trigger, groups, 0);
   for (const Outcome& o : got) {
     ASSERT_TRUE(o.status.ok()) << o.status.ToString();
@@ -374,7 +382,7 @@ TEST(CoalesceConnection, ACallerWhoseDeadlinePassedInTheQueueTimesOutAlone) {
   const Policy policy = Policy::FixedWindow("fw", 10, std::chrono::hours(1));
   // A one-check fixed-window call on `key`, mergeable.
   auto command = [&](const std::string& key) {
-    const StoreCheck check{&policy, key, 1};
+    const StoreCheck check{.policy = &policy, .key = key, .cost = 1};
     redis::CoalesceInfo info;
     std::string wire = redis::EncodeSingle(single, check, 0, /*caller_time=*/false, info);
     info.target = &target;

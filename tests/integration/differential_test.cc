@@ -67,12 +67,13 @@ class Differential : public ::testing::Test {
     ASSERT_NE(redis_, nullptr);
   }
 
-  // Evaluates `checks` on both stores; false (with a failure) on the first difference.
+  // Runs `checks` under `op` on both stores; false (with a failure) on the first
+  // difference.
   bool Compare(Store& memory, std::span<const StoreCheck> checks, Micros now,
-               const std::string& where) {
-    Decision a[16], b[16];
-    Status sa = memory.Evaluate(checks, now, a);
-    Status sb = redis_->Evaluate(checks, now, b);
+               const std::string& where, StoreOp op = StoreOp::kDecide) {
+    Decision a[kMaxBatchChecks], b[kMaxBatchChecks];
+    Status sa = memory.Run({.op = op, .checks = checks, .now = now}, a);
+    Status sb = redis_->Run({.op = op, .checks = checks, .now = now}, b);
     EXPECT_TRUE(sa.ok()) << sa.ToString();
     EXPECT_TRUE(sb.ok()) << sb.ToString();
     if (!sa.ok() || !sb.ok()) return false;
@@ -97,12 +98,12 @@ class Differential : public ::testing::Test {
   // refund left) on both; false (with a failure) on the first difference.
   bool CompareRefund(Store& memory, std::span<const StoreCheck> checks, Micros now,
                      const std::string& where) {
-    Status sa = memory.Refund(checks, now);
-    Status sb = redis_->Refund(checks, now);
+    Status sa = memory.Run({.op = StoreOp::kRefund, .checks = checks, .now = now}, {});
+    Status sb = redis_->Run({.op = StoreOp::kRefund, .checks = checks, .now = now}, {});
     EXPECT_TRUE(sa.ok()) << where << " " << sa.ToString();
     EXPECT_TRUE(sb.ok()) << where << " " << sb.ToString();
     if (!sa.ok() || !sb.ok()) return false;
-    StoreCheck peeks[16];
+    StoreCheck peeks[kMaxBatchChecks];
     for (std::size_t i = 0; i < checks.size(); ++i) {
       peeks[i] = checks[i];
       peeks[i].cost = 0;
@@ -158,7 +159,9 @@ TEST_F(Differential, MixedBatchesWithTimeMovingForward) {
         for (std::size_t j = 0; j < used; ++j) dup = dup || store_keys[j] == *k;
         if (dup) continue;  // the Limiter never sends one key twice in a batch
         store_keys[used] = *k;
-        checks[used] = StoreCheck{&policies[pi], store_keys[used], RandomCost(rng, policies[pi])};
+        checks[used] = StoreCheck{.policy = &policies[pi],
+                                  .key = store_keys[used],
+                                  .cost = RandomCost(rng, policies[pi])};
         ++used;
       }
       const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step);
@@ -197,7 +200,7 @@ TEST_F(Differential, TimeJumpingBackAndForth) {
     const Micros span = 1 + static_cast<Micros>(rng() % (3 * static_cast<std::uint64_t>(p.window)));
     for (int step = 0; step < 150; ++step) {
       const Micros now = start + static_cast<Micros>(rng() % static_cast<std::uint64_t>(span));
-      StoreCheck check{&p, key, RandomCost(rng, p)};
+      StoreCheck check{.policy = &p, .key = key, .cost = RandomCost(rng, p)};
       const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step);
       if (rng() % 6 == 0) {
         check.cost = std::max<std::uint64_t>(1, check.cost);
@@ -298,14 +301,15 @@ TEST_F(Differential, DroppedStatesDecideLikeKeptOnes) {
         bool dup = false;
         for (std::size_t j = 0; j < used; ++j) dup = dup || checks[j].key == key;
         if (dup) continue;
-        checks[used++] = StoreCheck{&policies[pi], key, RandomCost(rng, policies[pi])};
+        checks[used++] =
+            StoreCheck{.policy = &policies[pi], .key = key, .cost = RandomCost(rng, policies[pi])};
       }
       const std::span<const StoreCheck> batch(checks, used);
       const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step);
       Decision k[3], m[3], r[3];
-      ASSERT_TRUE(kept.Evaluate(batch, now, k).ok());
-      ASSERT_TRUE(memory.Evaluate(batch, now, m).ok());
-      ASSERT_TRUE(redis_->Evaluate(batch, now, r).ok());
+      ASSERT_TRUE(kept.Run({.checks = batch, .now = now}, k).ok());
+      ASSERT_TRUE(memory.Run({.checks = batch, .now = now}, m).ok());
+      ASSERT_TRUE(redis_->Run({.checks = batch, .now = now}, r).ok());
       for (std::size_t i = 0; i < used; ++i) {
         ASSERT_TRUE(SameDecision(k[i], m[i]) && SameDecision(k[i], r[i]))
             << where << " check " << i << " " << Describe(*checks[i].policy)
@@ -360,17 +364,31 @@ TEST(RedisLayout, GcraPreviousLayoutIsReadExactly) {
       old_layout_reads += static_cast<int>(r->integer);
     }
     const std::uint64_t cost = rng() % 4;  // 0: a peek
-    StoreCheck checks[2] = {{&gcra, key, cost}, {&other, key2, 1}};
+    StoreCheck checks[2] = {{.policy = &gcra, .key = key, .cost = cost},
+                            {.policy = &other, .key = key2, .cost = 1}};
     const std::size_t n = rng() % 3 == 0 ? 2 : 1;  // one-check or batch script
     const std::string where = "step " + std::to_string(step);
     if (cost > 0 && rng() % 5 == 0) {
-      ASSERT_TRUE(memory.Refund(std::span<const StoreCheck>(checks, 1), now).ok());
-      ASSERT_TRUE((*redis)->Refund(std::span<const StoreCheck>(checks, 1), now).ok()) << where;
+      ASSERT_TRUE(memory
+                      .Run({.op = StoreOp::kRefund,
+                            .checks = std::span<const StoreCheck>(checks, 1),
+                            .now = now},
+                           {})
+                      .ok());
+      ASSERT_TRUE((*redis)
+                      ->Run({.op = StoreOp::kRefund,
+                             .checks = std::span<const StoreCheck>(checks, 1),
+                             .now = now},
+                            {})
+                      .ok())
+          << where;
       continue;
     }
     Decision a[2], b[2];
-    ASSERT_TRUE(memory.Evaluate(std::span<const StoreCheck>(checks, n), now, a).ok());
-    ASSERT_TRUE((*redis)->Evaluate(std::span<const StoreCheck>(checks, n), now, b).ok()) << where;
+    ASSERT_TRUE(memory.Run({.checks = std::span<const StoreCheck>(checks, n), .now = now}, a).ok());
+    ASSERT_TRUE(
+        (*redis)->Run({.checks = std::span<const StoreCheck>(checks, n), .now = now}, b).ok())
+        << where;
     for (std::size_t i = 0; i < n; ++i) {
       ASSERT_EQ(a[i].allowed, b[i].allowed) << where << " check " << i;
       ASSERT_EQ(a[i].remaining, b[i].remaining) << where << " check " << i;
@@ -427,17 +445,31 @@ TEST(RedisLayout, FixedWindowPreviousLayoutIsReadExactly) {
     ASSERT_TRUE(len.ok());
     decided_on_old += len->integer == 25 ? 1 : 0;
     const std::uint64_t cost = rng() % 4;  // 0: a peek
-    StoreCheck checks[2] = {{&fw, key, cost}, {&other, key2, 1}};
+    StoreCheck checks[2] = {{.policy = &fw, .key = key, .cost = cost},
+                            {.policy = &other, .key = key2, .cost = 1}};
     const std::size_t n = rng() % 3 == 0 ? 2 : 1;  // one-check or batch script
     const std::string where = "step " + std::to_string(step);
     if (cost > 0 && rng() % 5 == 0) {
-      ASSERT_TRUE(memory.Refund(std::span<const StoreCheck>(checks, 1), now).ok());
-      ASSERT_TRUE((*redis)->Refund(std::span<const StoreCheck>(checks, 1), now).ok()) << where;
+      ASSERT_TRUE(memory
+                      .Run({.op = StoreOp::kRefund,
+                            .checks = std::span<const StoreCheck>(checks, 1),
+                            .now = now},
+                           {})
+                      .ok());
+      ASSERT_TRUE((*redis)
+                      ->Run({.op = StoreOp::kRefund,
+                             .checks = std::span<const StoreCheck>(checks, 1),
+                             .now = now},
+                            {})
+                      .ok())
+          << where;
       continue;
     }
     Decision a[2], b[2];
-    ASSERT_TRUE(memory.Evaluate(std::span<const StoreCheck>(checks, n), now, a).ok());
-    ASSERT_TRUE((*redis)->Evaluate(std::span<const StoreCheck>(checks, n), now, b).ok()) << where;
+    ASSERT_TRUE(memory.Run({.checks = std::span<const StoreCheck>(checks, n), .now = now}, a).ok());
+    ASSERT_TRUE(
+        (*redis)->Run({.checks = std::span<const StoreCheck>(checks, n), .now = now}, b).ok())
+        << where;
     for (std::size_t i = 0; i < n; ++i) {
       ASSERT_EQ(a[i].allowed, b[i].allowed) << where << " check " << i;
       ASSERT_EQ(a[i].remaining, b[i].remaining) << where << " check " << i;
@@ -469,12 +501,13 @@ TEST(RedisLayout, AStaleCounterIsNotReadAsTheWindowItsTagAliases) {
   ASSERT_TRUE(redis.ok()) << redis.status().ToString();
   const Policy fw = Policy::FixedWindow("ms", 3, std::chrono::milliseconds(1));
   const std::string key = "sluice:{alias}:ms";
-  const StoreCheck c{&fw, key, 3};
+  const StoreCheck c{.policy = &fw, .key = key, .cost = 3};
   Decision d;
-  ASSERT_TRUE((*redis)->Evaluate({&c, 1}, kNoon, {&d, 1}).ok());
+  ASSERT_TRUE((*redis)->Run({.checks = {&c, 1}, .now = kNoon}, {&d, 1}).ok());
   ASSERT_TRUE(d.allowed);
   // 2^20 windows later (about 17.5 minutes, within the padded TTL)
-  ASSERT_TRUE((*redis)->Evaluate({&c, 1}, kNoon + (Micros{1} << 20) * 1000, {&d, 1}).ok());
+  ASSERT_TRUE(
+      (*redis)->Run({.checks = {&c, 1}, .now = kNoon + (Micros{1} << 20) * 1000}, {&d, 1}).ok());
   EXPECT_TRUE(d.allowed) << "a fresh window, not the stale count";
   EXPECT_EQ(d.remaining, 0u);
 }
@@ -499,10 +532,10 @@ TEST(RedisLayout, SameWindowWritesTouchOnlyTheCountAndKeepTheTtl) {
   // (the counter: tag * 2^32 + count, 16 decimal digits)
   for (const auto& [p, size] : {std::pair{&fw, 16}, std::pair{&swc, 33}}) {
     const std::string key = "sluice:{patch}:" + p->name;
-    const StoreCheck c{p, key, 1};
+    const StoreCheck c{.policy = p, .key = key, .cost = 1};
     for (int i = 0; i < 4; ++i) {
       Decision d;
-      ASSERT_TRUE((*redis)->Evaluate({&c, 1}, kNoon + i, {&d, 1}).ok());
+      ASSERT_TRUE((*redis)->Run({.checks = {&c, 1}, .now = kNoon + i}, {&d, 1}).ok());
       EXPECT_EQ(d.allowed, i < 3) << p->name << " " << i;
       EXPECT_EQ(d.remaining, i < 3 ? 2u - i : 0u) << p->name << " " << i;
       auto ttl = server->Command({"PTTL", key});
@@ -566,9 +599,13 @@ TEST(RedisRefund, LimiterRefundOnRedisClock) {
   EXPECT_EQ(l.Refund("multi", 0).code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(l.Refund("multi", 4).code(), ErrorCode::kInvalidArgument);
   const Policy& fw = l.policies()[0];
-  const StoreCheck zero{&fw, "sluice:{multi}:fw", 0};
-  EXPECT_EQ((*store)->Refund(std::span<const StoreCheck>(&zero, 1), 0).code(),
-            ErrorCode::kInvalidArgument);
+  const StoreCheck zero{.policy = &fw, .key = "sluice:{multi}:fw", .cost = 0};
+  EXPECT_EQ(
+      (*store)
+          ->Run({.op = StoreOp::kRefund, .checks = std::span<const StoreCheck>(&zero, 1), .now = 0},
+                {})
+          .code(),
+      ErrorCode::kInvalidArgument);
   auto keys = server->Command({"KEYS", "*"});
   ASSERT_TRUE(keys.ok());
   ASSERT_FALSE(keys->elements.empty());
@@ -580,17 +617,17 @@ TEST(RedisRefund, LimiterRefundOnRedisClock) {
 }
 
 // A store whose asynchronous calls complete inline (the defaults of sluice::Store), so
-// that a lease given back (RefundAsync) lands before the next request: the sequence
+// that a lease given back (a RunAsync refund) lands before the next request: the sequence
 // is then the same on both stores. Not remote: no deny cache on either side.
 class InlineStore final : public Store {
  public:
   explicit InlineStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
-  Status Evaluate(std::span<const StoreCheck> checks, Micros now,
-                  std::span<Decision> out) override {
-    return inner_->Evaluate(checks, now, out);
+  Status Run(const StoreBatch& batch, std::span<Decision> out) override {
+    if (batch.op == StoreOp::kRefund) return Refund(batch.checks, batch.now);
+    return inner_->Run(batch, out);
   }
-  Status Refund(std::span<const StoreCheck> checks, Micros now) override {
-    return inner_->Refund(checks, now);
+  Status Refund(std::span<const StoreCheck> checks, Micros now) {
+    return inner_->Run({.op = StoreOp::kRefund, .checks = checks, .now = now}, {});
   }
   Status Reset(const Policy& p, std::string_view key) override { return inner_->Reset(p, key); }
 
@@ -692,7 +729,7 @@ TEST_F(Differential, LeaseGrantsAndReturns) {
     b.reset();
     for (const char* key : keys) {
       const std::string k = *StoreKey(prefix, key, p.name);
-      const StoreCheck peek{&p, k, 0};
+      const StoreCheck peek{.policy = &p, .key = k, .cost = 0};
       if (!Compare(*memory, std::span<const StoreCheck>(&peek, 1), clock->Now(),
                    "final state seed " + std::to_string(seed))) {
         return;
@@ -753,6 +790,7 @@ TEST_F(Differential, PermitsAcquireReleaseExtendAndExpire) {
       std::size_t used = 0;
       const unsigned op = rng() % 10;
       std::string id;
+      StoreOp batch_op = StoreOp::kDecide;
       const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step);
       if (op < 5) {  // acquire under one or both concurrency policies, maybe with rates
         id = new_id();
@@ -761,15 +799,16 @@ TEST_F(Differential, PermitsAcquireReleaseExtendAndExpire) {
           if (pi >= 2 && rng() % 2) continue;
           keys[used] = *StoreKey("permits" + std::to_string(seed), names[who], policies[pi].name);
           const bool conc = policies[pi].algorithm == Algorithm::kConcurrency;
-          checks[used] =
-              StoreCheck{&policies[pi], keys[used],
-                         conc ? 1 : std::max<std::uint64_t>(1, RandomCost(rng, policies[pi]))};
+          checks[used] = StoreCheck{
+              .policy = &policies[pi],
+              .key = keys[used],
+              .cost = conc ? 1 : std::max<std::uint64_t>(1, RandomCost(rng, policies[pi]))};
           if (conc) checks[used].permit = id;
           ++used;
         }
       } else {
         // release / extend (an id acquired before, or one never seen) or a peek
-        const PermitOp permit_op = op < 7 ? PermitOp::kRelease : PermitOp::kExtend;
+        batch_op = op == 9 ? StoreOp::kDecide : op < 7 ? StoreOp::kRelease : StoreOp::kExtend;
         if (!ids[who].empty() && rng() % 5 != 0) {
           id = ids[who][rng() % ids[who].size()];
         } else {
@@ -777,17 +816,16 @@ TEST_F(Differential, PermitsAcquireReleaseExtendAndExpire) {
         }
         for (std::size_t pi = 0; pi < 2; ++pi) {
           keys[used] = *StoreKey("permits" + std::to_string(seed), names[who], policies[pi].name);
-          checks[used] = StoreCheck{&policies[pi], keys[used], 1};
+          checks[used] = StoreCheck{.policy = &policies[pi], .key = keys[used], .cost = 1};
           if (op == 9) {
             checks[used].cost = 0;  // a peek
           } else {
             checks[used].permit = id;
-            checks[used].op = permit_op;
           }
           ++used;
         }
       }
-      if (!Compare(memory, std::span<const StoreCheck>(checks, used), now, where)) return;
+      if (!Compare(memory, std::span<const StoreCheck>(checks, used), now, where, batch_op)) return;
       ++compared;
       // Acquired ids are kept whether allowed or not: a denied one is an unknown permit.
       if (op < 5) {
@@ -851,7 +889,8 @@ TEST_F(Differential, BlocksPenaltiesAndRewards) {
         for (std::size_t j = 0; j < used; ++j) dup = dup || keys[j] == k;
         if (dup) continue;
         keys[used] = k;
-        checks[used] = StoreCheck{&policies[pi], keys[used], RandomCost(rng, policies[pi])};
+        checks[used] = StoreCheck{
+            .policy = &policies[pi], .key = keys[used], .cost = RandomCost(rng, policies[pi])};
         ++used;
       }
       const std::span<const StoreCheck> batch(checks, used);
@@ -860,10 +899,8 @@ TEST_F(Differential, BlocksPenaltiesAndRewards) {
       if (op < 3) {  // a penalty
         for (std::size_t i = 0; i < used; ++i) {
           checks[i].cost = std::max<std::uint64_t>(1, checks[i].cost);
-          checks[i].force = true;
         }
-        if (!Compare(memory, batch, now, where + " (penalty)")) return;
-        for (std::size_t i = 0; i < used; ++i) checks[i].force = false;
+        if (!Compare(memory, batch, now, where + " (penalty)", StoreOp::kPenalize)) return;
         ++penalties;
       } else if (op == 3) {  // a reward
         for (std::size_t i = 0; i < used; ++i) {
@@ -882,11 +919,10 @@ TEST_F(Differential, BlocksPenaltiesAndRewards) {
       for (std::size_t i = 0; i < used; ++i) {
         StoreCheck peek = checks[i];
         peek.cost = 0;
-        peek.force = false;
         Decision d;
-        ASSERT_TRUE(memory.Evaluate({&peek, 1}, now, {&d, 1}).ok());
+        ASSERT_TRUE(memory.Run({.checks = {&peek, 1}, .now = now}, {&d, 1}).ok());
         Decision r;
-        ASSERT_TRUE(redis_->Evaluate({&peek, 1}, now, {&r, 1}).ok());
+        ASSERT_TRUE(redis_->Run({.checks = {&peek, 1}, .now = now}, {&r, 1}).ok());
         ASSERT_TRUE(SameDecision(d, r)) << where << " peek of check " << i;
         if (!d.allowed && peek.policy->block_for > 0 && d.retry_after > 0) ++blocked;
       }
@@ -975,7 +1011,7 @@ TEST_F(Differential, Reservations) {
         h.keys[h.n] = *k;
         std::uint64_t cost = RandomCost(rng, policies[pi]);
         if (cost == 0 && rng() % 2) cost = 1;  // fewer peeks than the other tests
-        h.checks[h.n] = StoreCheck{&policies[pi], {}, cost};
+        h.checks[h.n] = StoreCheck{.policy = &policies[pi], .key = {}, .cost = cost};
         smallest_window = std::min(smallest_window, policies[pi].window);
         ++h.n;
       }
@@ -989,8 +1025,10 @@ TEST_F(Differential, Reservations) {
         h.checks[i].max_wait = max_wait;
       }
       Decision a[3], b[3];
-      ASSERT_TRUE(memory.Evaluate(std::span<const StoreCheck>(h.checks, h.n), now, a).ok());
-      Status sb = redis_->Evaluate(std::span<const StoreCheck>(h.checks, h.n), now, b);
+      ASSERT_TRUE(
+          memory.Run({.checks = std::span<const StoreCheck>(h.checks, h.n), .now = now}, a).ok());
+      Status sb =
+          redis_->Run({.checks = std::span<const StoreCheck>(h.checks, h.n), .now = now}, b);
       ASSERT_TRUE(sb.ok()) << where << " " << sb.ToString();
       bool all = true;
       for (std::size_t i = 0; i < h.n; ++i) {
@@ -1091,7 +1129,8 @@ TEST_F(Differential, LimitChangesMidSequence) {
       const char* key = keys[rng() % std::size(keys)];
       const std::string k1 = *StoreKey("carry" + std::to_string(seed), key, p.name);
       const std::string k2 = *StoreKey("carry" + std::to_string(seed), key, other.name);
-      StoreCheck checks[2] = {{&p, k1, RandomCost(rng, p)}, {&other, k2, 1}};
+      StoreCheck checks[2] = {{.policy = &p, .key = k1, .cost = RandomCost(rng, p)},
+                              {.policy = &other, .key = k2, .cost = 1}};
       const std::size_t n = rng() % 3 == 0 ? 2 : 1;
       const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step) +
                                 " mode " + OnChangeName(p.on_change);

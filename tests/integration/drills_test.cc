@@ -1,6 +1,6 @@
 // Fault drills (`ctest -L drills`): one fault at a time injected into a real
 // redis-server while callers keep deciding, through the blocking API (Limiter::Acquire
-// from 4 threads) and the asynchronous one (RedisStore::EvaluateAsync, 32 calls in
+// from 4 threads) and the asynchronous one (RedisStore::RunAsync, 32 calls in
 // flight). Faults: kill -9 then restart, SIGSTOP then SIGCONT, SCRIPT FLUSH, CLIENT
 // KILL, and OOM (noeviction with a 1-byte maxmemory, then lifted). Each drill asserts:
 //  - no call returns past its deadline (call_timeout + kMargin for scheduling);
@@ -197,25 +197,25 @@ class AsyncLoad : public Load {
           ++submitted_;
         }
         const int k = static_cast<int>(i % kKeys);
-        StoreCheck c{&policy_, keys_[static_cast<std::size_t>(k)], 1};
+        StoreCheck c{.policy = &policy_, .key = keys_[static_cast<std::size_t>(k)], .cost = 1};
         const auto start = steady_clock::now();
         // Never called with mu_ held: an immediate failure may complete inline.
-        store_.EvaluateAsync(std::span<const StoreCheck>(&c, 1), 0,
-                             [this, &t, k, start](const Status& s, std::span<const Decision> d) {
-                               t.Latency(steady_clock::now() - start);
-                               ++t.calls;
-                               if (s.ok() && d.size() == 1) {
-                                 ++t.from_store;
-                                 if (d[0].allowed) ++t.keys[k].allowed;
-                               } else {
-                                 ++t.fallback;
-                                 ++t.keys[k].unknown;
-                               }
-                               std::lock_guard<std::mutex> lock(mu_);
-                               ++completed_;
-                               --in_flight_;
-                               cv_.notify_all();
-                             });
+        store_.RunAsync({.checks = std::span<const StoreCheck>(&c, 1), .now = 0},
+                        [this, &t, k, start](const Status& s, std::span<const Decision> d) {
+                          t.Latency(steady_clock::now() - start);
+                          ++t.calls;
+                          if (s.ok() && d.size() == 1) {
+                            ++t.from_store;
+                            if (d[0].allowed) ++t.keys[k].allowed;
+                          } else {
+                            ++t.fallback;
+                            ++t.keys[k].unknown;
+                          }
+                          std::lock_guard<std::mutex> lock(mu_);
+                          ++completed_;
+                          --in_flight_;
+                          cv_.notify_all();
+                        });
       }
     });
   }

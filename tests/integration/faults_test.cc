@@ -197,17 +197,19 @@ TEST(Faults, ScriptFlushReloadsEveryScriptOnFirstUse) {
                               *StoreKey("flush", "a", "swc"), *StoreKey("flush", "a", "tb"),
                               *StoreKey("flush", "a", "gcra")};
   auto one = [&](std::size_t i) {
-    StoreCheck c{&policies[i], keys[i], 1};
+    StoreCheck c{.policy = &policies[i], .key = keys[i], .cost = 1};
     Decision d;
-    Status s = store->Evaluate(std::span<const StoreCheck>(&c, 1), 0, std::span<Decision>(&d, 1));
+    Status s = store->Run({.checks = std::span<const StoreCheck>(&c, 1), .now = 0},
+                          std::span<Decision>(&d, 1));
     EXPECT_TRUE(s.ok()) << policies[i].name << ": " << s.ToString();
     EXPECT_TRUE(d.allowed) << policies[i].name;
     EXPECT_GT(d.limit, 0u) << policies[i].name;
   };
   auto batch = [&] {
-    StoreCheck c[2] = {{&policies[0], keys[0], 1}, {&policies[3], keys[3], 1}};
+    StoreCheck c[2] = {{.policy = &policies[0], .key = keys[0], .cost = 1},
+                       {.policy = &policies[3], .key = keys[3], .cost = 1}};
     Decision d[2];
-    Status s = store->Evaluate(c, 0, d);
+    Status s = store->Run({.checks = c, .now = 0}, d);
     EXPECT_TRUE(s.ok()) << s.ToString();
     EXPECT_TRUE(d[0].allowed && d[1].allowed);
   };
@@ -386,12 +388,13 @@ TEST(BadInput, ImpossibleCostsAndBatchesAreInvalidArguments) {
   auto store = Connect(server->Url());
   ASSERT_NE(store, nullptr);
   const Policy p = Policy::FixedWindow("api", 10, std::chrono::seconds(1));
-  StoreCheck c{&p, "sluice:{k}:api", 11};
+  StoreCheck c{.policy = &p, .key = "sluice:{k}:api", .cost = 11};
   Decision out[17];
-  ExpectError(store->Evaluate(std::span<const StoreCheck>(&c, 1), 0, out),
+  ExpectError(store->Run({.checks = std::span<const StoreCheck>(&c, 1), .now = 0}, out),
               ErrorCode::kInvalidArgument, "exceeds the capacity 10");
-  std::vector<StoreCheck> many(17, StoreCheck{&p, "sluice:{k}:api", 1});
-  ExpectError(store->Evaluate(many, 0, out), ErrorCode::kInvalidArgument, "at most 16");
+  std::vector<StoreCheck> many(17, StoreCheck{.policy = &p, .key = "sluice:{k}:api", .cost = 1});
+  ExpectError(store->Run({.checks = many, .now = 0}, out), ErrorCode::kInvalidArgument,
+              "at most 16");
   ExpectError(CreateError(server->Url() + "/999999"), ErrorCode::kInvalidArgument,
               "cannot select database");
 }

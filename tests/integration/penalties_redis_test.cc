@@ -165,12 +165,15 @@ TEST(RedisPenalties, BadInput) {
   EXPECT_EQ(r.limiter->Penalize("k", 4).status().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(r.limiter->Reward("k", 0).code(), ErrorCode::kInvalidArgument);
   const Policy& p = r.limiter->policies()[0];
-  StoreCheck checks[2] = {{&p, "sluice:{k}:fw", 1}, {&p, "sluice:{k}:fw2", 1}};
-  checks[0].force = true;
+  // A penalty batch with a check out of range is refused whole, naming the policy.
+  StoreCheck checks[2] = {{.policy = &p, .key = "sluice:{k}:fw", .cost = 1},
+                          {.policy = &p, .key = "sluice:{k}:fw2", .cost = 0}};
   Decision out[2];
-  Status s = r.store->Evaluate(checks, 0, out);
+  Status s = r.store->Run({.op = StoreOp::kPenalize, .checks = checks, .now = 0}, out);
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("mixes forced checks"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("penalty cost 0 of policy 'fw' must be 1-3"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(server->Command({"EXISTS", "sluice:{k}:fw"})->integer, 0) << "nothing was applied";
 }
 
 }  // namespace

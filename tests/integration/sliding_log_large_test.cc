@@ -49,9 +49,9 @@ TEST(SlidingLogLarge, DeniedLargeCostIsDecidedWithoutWalkingTheLog) {
   // 300,000 entries of cost 1, 16 per call (one key checked 16 times in a batch adds 16
   // entries), at 18,750 successive microseconds: ties within a call, order across calls.
   constexpr int kCalls = 18'750;
-  StoreCheck batch[16];
-  for (StoreCheck& c : batch) c = StoreCheck{&p, key, 1};
-  Decision a[16], b[16];
+  StoreCheck batch[kMaxBatchChecks];
+  for (StoreCheck& c : batch) c = StoreCheck{.policy = &p, .key = key, .cost = 1};
+  Decision a[kMaxBatchChecks], b[kMaxBatchChecks];
   // Pipelined on the one connection (so in order), 1024 calls at a time.
   for (int first = 0; first < kCalls; first += 1024) {
     const int n = std::min(1024, kCalls - first);
@@ -60,13 +60,14 @@ TEST(SlidingLogLarge, DeniedLargeCostIsDecidedWithoutWalkingTheLog) {
     auto mu = std::make_shared<std::mutex>();
     auto cv = std::make_shared<std::condition_variable>();
     for (int i = first; i < first + n; ++i) {
-      ASSERT_TRUE(reference.Evaluate(batch, kNoon + i, a).ok());
-      redis.EvaluateAsync(batch, kNoon + i, [=](const Status& s, std::span<const Decision> d) {
-        if (s.ok() && d.size() == 16 && d[0].allowed) allowed->fetch_add(1);
-        std::lock_guard<std::mutex> lock(*mu);
-        done->fetch_add(1);
-        cv->notify_all();
-      });
+      ASSERT_TRUE(reference.Run({.checks = batch, .now = kNoon + i}, a).ok());
+      redis.RunAsync({.checks = batch, .now = kNoon + i},
+                     [=](const Status& s, std::span<const Decision> d) {
+                       if (s.ok() && d.size() == 16 && d[0].allowed) allowed->fetch_add(1);
+                       std::lock_guard<std::mutex> lock(*mu);
+                       done->fetch_add(1);
+                       cv->notify_all();
+                     });
     }
     std::unique_lock<std::mutex> lock(*mu);
     ASSERT_TRUE(cv->wait_for(lock, std::chrono::seconds(120), [&] { return *done == n; }));
@@ -77,9 +78,9 @@ TEST(SlidingLogLarge, DeniedLargeCostIsDecidedWithoutWalkingTheLog) {
   // Costs whose excess lands on the oldest entry, in the middle, on the newest, and a
   // peek; each answer exactly the reference model's.
   for (std::uint64_t cost : {700'001ULL, 850'000ULL, 999'999ULL, 1'000'000ULL, 0ULL}) {
-    const StoreCheck c{&p, key, cost};
-    ASSERT_TRUE(reference.Evaluate({&c, 1}, now, a).ok());
-    ASSERT_TRUE(redis.Evaluate({&c, 1}, now, b).ok());
+    const StoreCheck c{.policy = &p, .key = key, .cost = cost};
+    ASSERT_TRUE(reference.Run({.checks = {&c, 1}, .now = now}, a).ok());
+    ASSERT_TRUE(redis.Run({.checks = {&c, 1}, .now = now}, b).ok());
     EXPECT_EQ(a[0].allowed, b[0].allowed) << cost;
     EXPECT_EQ(a[0].remaining, b[0].remaining) << cost;
     EXPECT_EQ(a[0].retry_after, b[0].retry_after) << cost;
@@ -87,8 +88,8 @@ TEST(SlidingLogLarge, DeniedLargeCostIsDecidedWithoutWalkingTheLog) {
   }
   // By hand: cost 1,000,000 needs all 300,000 units gone; the last 16 were logged at
   // kNoon + 18,749 us, so it can pass one window after that.
-  const StoreCheck all{&p, key, 1'000'000};
-  ASSERT_TRUE(redis.Evaluate({&all, 1}, now, b).ok());
+  const StoreCheck all{.policy = &p, .key = key, .cost = 1'000'000};
+  ASSERT_TRUE(redis.Run({.checks = {&all, 1}, .now = now}, b).ok());
   EXPECT_FALSE(b[0].allowed);
   EXPECT_EQ(b[0].retry_after, kNoon + (kCalls - 1) + 3'600'000'000LL - now);
 
@@ -97,7 +98,7 @@ TEST(SlidingLogLarge, DeniedLargeCostIsDecidedWithoutWalkingTheLog) {
   ASSERT_TRUE(server->Command({"CONFIG", "RESETSTAT"}).ok());
   ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-log-slower-than", "0"}).ok());
   ASSERT_TRUE(server->Command({"SLOWLOG", "RESET"}).ok());
-  ASSERT_TRUE(redis.Evaluate({&all, 1}, now, b).ok());
+  ASSERT_TRUE(redis.Run({.checks = {&all, 1}, .now = now}, b).ok());
   auto slow = server->Command({"SLOWLOG", "GET", "1"});
   ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-log-slower-than", "10000"}).ok());
   const long long zrange = CommandCalls(*server, "zrange");
@@ -136,8 +137,8 @@ TEST(SlidingLogLarge, OlderLayoutIsStillReadExactly) {
   for (int i = 1; i <= 50; ++i) {
     ts = kNoon + i * 1000;
     const std::uint64_t cost = 1 + i % 3;
-    const StoreCheck c{&p, key, cost};
-    ASSERT_TRUE(reference.Evaluate({&c, 1}, ts, a).ok());
+    const StoreCheck c{.policy = &p, .key = key, .cost = cost};
+    ASSERT_TRUE(reference.Run({.checks = {&c, 1}, .now = ts}, a).ok());
     ASSERT_TRUE(server
                     ->Command({"ZADD", key + ":log", std::to_string(ts),
                                std::to_string(i) + ":" + std::to_string(cost)})
@@ -154,9 +155,9 @@ TEST(SlidingLogLarge, OlderLayoutIsStillReadExactly) {
   Micros now = kNoon + 60'000;
   for (int round = 0; round < 3; ++round) {
     for (std::uint64_t cost : {200ULL, 150ULL, 101ULL, 0ULL, 7ULL}) {
-      const StoreCheck c{&p, key, cost};
-      ASSERT_TRUE(reference.Evaluate({&c, 1}, now, a).ok());
-      ASSERT_TRUE((*redis)->Evaluate({&c, 1}, now, b).ok());
+      const StoreCheck c{.policy = &p, .key = key, .cost = cost};
+      ASSERT_TRUE(reference.Run({.checks = {&c, 1}, .now = now}, a).ok());
+      ASSERT_TRUE((*redis)->Run({.checks = {&c, 1}, .now = now}, b).ok());
       EXPECT_EQ(a[0].allowed, b[0].allowed) << round << " " << cost;
       EXPECT_EQ(a[0].remaining, b[0].remaining) << round << " " << cost;
       EXPECT_EQ(a[0].retry_after, b[0].retry_after) << round << " " << cost;

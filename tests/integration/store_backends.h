@@ -63,17 +63,21 @@ inline constexpr const char* kRedisBackendName = "cluster";
 // slot denied. Single-slot batches go straight to the MemoryStore.
 class SlotSplitMemoryStore final : public Store {
  public:
-  Status Evaluate(std::span<const StoreCheck> checks, Micros now,
-                  std::span<Decision> out) override {
-    if (redis::CountSlots(checks) <= 1) return memory_.Evaluate(checks, now, out);
+  Status Run(const StoreBatch& batch, std::span<Decision> out) override {
+    if (batch.op == StoreOp::kRefund) return Refund(batch.checks, batch.now);
+    const std::span<const StoreCheck> checks = batch.checks;
+    const Micros now = batch.now;
+    if (redis::CountSlots(checks) <= 1) return memory_.Run(batch, out);
     Status result = Status::Internal("no answer");
     redis::EvaluateAcrossSlots(
         checks, redis::DeadlineAfter(60'000'000),
-        [&](std::span<const StoreCheck> c, redis::Deadline, EvaluateCallback cb) {
-          memory_.EvaluateAsync(c, now, std::move(cb));
+        [&](std::span<const StoreCheck> c, redis::Deadline, redis::EvaluateCallback cb) {
+          memory_.RunAsync({.checks = c, .now = now}, std::move(cb));
         },
-        [&](std::span<const StoreCheck> c, redis::Deadline, RefundCallback cb) {
-          memory_.RefundAsync(c, now, std::move(cb));
+        [&](std::span<const StoreCheck> c, redis::Deadline, redis::RefundCallback cb) {
+          memory_.RunAsync(
+              {.op = StoreOp::kRefund, .checks = c, .now = now},
+              [cb = std::move(cb)](const Status& s, std::span<const Decision>) { cb(s); });
         },
         [&](const Status& s, std::span<const Decision> d) {  // inline: MemoryStore is
           result = s;
@@ -81,13 +85,16 @@ class SlotSplitMemoryStore final : public Store {
         });
     return result;
   }
-  Status Refund(std::span<const StoreCheck> checks, Micros now) override {
-    if (redis::CountSlots(checks) <= 1) return memory_.Refund(checks, now);
+  Status Refund(std::span<const StoreCheck> checks, Micros now) {
+    if (redis::CountSlots(checks) <= 1)
+      return memory_.Run({.op = StoreOp::kRefund, .checks = checks, .now = now}, {});
     Status result = Status::Internal("no answer");
     redis::RefundAcrossSlots(
         checks, redis::DeadlineAfter(60'000'000),
-        [&](std::span<const StoreCheck> c, redis::Deadline, RefundCallback cb) {
-          memory_.RefundAsync(c, now, std::move(cb));
+        [&](std::span<const StoreCheck> c, redis::Deadline, redis::RefundCallback cb) {
+          memory_.RunAsync(
+              {.op = StoreOp::kRefund, .checks = c, .now = now},
+              [cb = std::move(cb)](const Status& s, std::span<const Decision>) { cb(s); });
         },
         [&](const Status& s) { result = s; });
     return result;

@@ -62,10 +62,10 @@ Status CreateAndDecide(const std::string& url, Micros connect_timeout = 5'000'00
   auto store = RedisStore::Create(o);
   if (!store.ok()) return store.status();
   static const Policy p = Policy::FixedWindow("api", 10, std::chrono::seconds(60));
-  StoreCheck check{&p, "sluice:{tls}:api", 1};
+  StoreCheck check{.policy = &p, .key = "sluice:{tls}:api", .cost = 1};
   Decision d;
-  Status s =
-      (*store)->Evaluate(std::span<const StoreCheck>(&check, 1), 0, std::span<Decision>(&d, 1));
+  Status s = (*store)->Run({.checks = std::span<const StoreCheck>(&check, 1), .now = 0},
+                           std::span<Decision>(&d, 1));
   if (s.ok() && !d.allowed) return Status::Internal("denied");
   return s;
 }

@@ -75,7 +75,7 @@ struct Collector {
   std::condition_variable cv;
   int done = 0, ok = 0, allowed = 0;
   std::map<ErrorCode, int> errors;
-  EvaluateCallback Callback() {
+  RunCallback Callback() {
     return [this](const Status& s, std::span<const Decision> d) {
       std::lock_guard<std::mutex> lock(mu);
       ++done;
@@ -109,8 +109,8 @@ TEST(RedisAsync, ThousandsOfCallsInFlightShareTheConnections) {
   constexpr int kCalls = 4000;
   for (int i = 0; i < kCalls; ++i) {
     std::string key = "sluice:{async}:api";  // dies after the call: the store copies it
-    StoreCheck check{&p, key, 1};
-    (*store)->EvaluateAsync(std::span<const StoreCheck>(&check, 1), 0, c.Callback());
+    StoreCheck check{.policy = &p, .key = key, .cost = 1};
+    (*store)->RunAsync({.checks = std::span<const StoreCheck>(&check, 1), .now = 0}, c.Callback());
   }
   ASSERT_TRUE(c.Wait(kCalls, std::chrono::seconds(60)));
   EXPECT_EQ(c.ok, kCalls);
@@ -133,8 +133,8 @@ TEST(RedisAsync, EveryCallbackFiresByTheDeadlineWhenRedisIsStopped) {
   Collector c;
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < 500; ++i) {
-    StoreCheck check{&p, "sluice:{k}:api", 1};
-    (*store)->EvaluateAsync(std::span<const StoreCheck>(&check, 1), 0, c.Callback());
+    StoreCheck check{.policy = &p, .key = "sluice:{k}:api", .cost = 1};
+    (*store)->RunAsync({.checks = std::span<const StoreCheck>(&check, 1), .now = 0}, c.Callback());
   }
   ASSERT_TRUE(c.Wait(500, std::chrono::seconds(5))) << "every callback is called, once";
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100 + 1000))
@@ -149,10 +149,10 @@ TEST(RedisAsync, EveryCallbackFiresByTheDeadlineWhenRedisIsStopped) {
   int answered = 0;
   for (int cost = 1; cost <= 30; ++cost) {
     const std::string key = "sluice:{fresh" + std::to_string(cost) + "}:big";
-    StoreCheck check{&big, key, static_cast<std::uint64_t>(cost)};
+    StoreCheck check{.policy = &big, .key = key, .cost = static_cast<std::uint64_t>(cost)};
     Decision d;
-    Status st =
-        (*store)->Evaluate(std::span<const StoreCheck>(&check, 1), 0, std::span<Decision>(&d, 1));
+    Status st = (*store)->Run({.checks = std::span<const StoreCheck>(&check, 1), .now = 0},
+                              std::span<Decision>(&d, 1));
     if (!st.ok()) continue;  // still catching up on the backlog: a timeout is fine
     ++answered;
     EXPECT_EQ(d.remaining, 1000u - cost) << "a reply went to the wrong caller";

@@ -547,10 +547,9 @@ TEST_F(EngineTest, MetricsByDomainDescriptorOutcomeAndNearLimit) {
 // Redis), and that can be switched off to play a Redis outage.
 class RemoteLikeStore final : public Store {
  public:
-  Status Evaluate(std::span<const StoreCheck> checks, Micros now,
-                  std::span<Decision> out) override {
+  Status Run(const StoreBatch& batch, std::span<Decision> out) override {
     if (down) return Status::Unavailable("store is down (test)");
-    return inner.Evaluate(checks, now, out);
+    return inner.Run(batch, out);
   }
   Status Reset(const Policy& p, std::string_view key) override { return inner.Reset(p, key); }
   bool IsRemote() const override { return true; }
@@ -864,11 +863,11 @@ TEST_F(EngineTest, DumpConfigListsEveryRule) {
 class CallCountingStore final : public Store {
  public:
   explicit CallCountingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
-  Status Evaluate(std::span<const StoreCheck> checks, Micros now,
-                  std::span<Decision> out) override {
+  Status Run(const StoreBatch& batch, std::span<Decision> out) override {
+    const std::span<const StoreCheck> checks = batch.checks;
     calls.fetch_add(1);
     last_checks.store(checks.size());
-    return inner_->Evaluate(checks, now, out);
+    return inner_->Run(batch, out);
   }
   Status Reset(const Policy& policy, std::string_view key) override {
     return inner_->Reset(policy, key);
@@ -1020,14 +1019,14 @@ descriptors:
 class LeaseCountingStore final : public Store {
  public:
   explicit LeaseCountingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
-  Status Evaluate(std::span<const StoreCheck> checks, Micros now,
-                  std::span<Decision> out) override {
+  Status Run(const StoreBatch& batch, std::span<Decision> out) override {
+    if (batch.op == StoreOp::kRefund) return Refund(batch.checks, batch.now);
     calls.fetch_add(1);
-    return inner_->Evaluate(checks, now, out);
+    return inner_->Run(batch, out);
   }
-  Status Refund(std::span<const StoreCheck> checks, Micros now) override {
+  Status Refund(std::span<const StoreCheck> checks, Micros now) {
     refunds.fetch_add(1);
-    return inner_->Refund(checks, now);
+    return inner_->Run({.op = StoreOp::kRefund, .checks = checks, .now = now}, {});
   }
   Status Reset(const Policy& policy, std::string_view key) override {
     return inner_->Reset(policy, key);

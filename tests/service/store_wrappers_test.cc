@@ -44,15 +44,18 @@ void RefundGoesThrough(Wrap wrap) {
   Status async = Status::Internal("not called");
   Policy q = p;
   const std::string key = "raw";
-  StoreCheck c{&q, key, 1};
+  StoreCheck c{.policy = &q, .key = key, .cost = 1};
   Decision d[1];
-  ASSERT_TRUE(wrapped->Evaluate(std::span<const StoreCheck>(&c, 1), clock->Now(), d).ok());
+  ASSERT_TRUE(
+      wrapped->Run({.checks = std::span<const StoreCheck>(&c, 1), .now = clock->Now()}, d).ok());
   ASSERT_EQ(d[0].remaining, 1u);
-  wrapped->RefundAsync(std::span<const StoreCheck>(&c, 1), clock->Now(),
-                       [&](const Status& st) { async = st; });
+  wrapped->RunAsync(
+      {.op = StoreOp::kRefund, .checks = std::span<const StoreCheck>(&c, 1), .now = clock->Now()},
+      [&](const Status& st, std::span<const Decision>) { async = st; });
   EXPECT_TRUE(async.ok()) << async.message();
   c.cost = 0;  // peek
-  ASSERT_TRUE(wrapped->Evaluate(std::span<const StoreCheck>(&c, 1), clock->Now(), d).ok());
+  ASSERT_TRUE(
+      wrapped->Run({.checks = std::span<const StoreCheck>(&c, 1), .now = clock->Now()}, d).ok());
   EXPECT_EQ(d[0].remaining, 2u);
 }
 

@@ -56,8 +56,26 @@ class ReferenceStore final : public Store {
  public:
   explicit ReferenceStore(bool drop_expired = true) : drop_expired_(drop_expired) {}
 
-  Status Evaluate(std::span<const StoreCheck> checks, Micros now,
-                  std::span<Decision> out) override {
+  // Decisions and refunds (the operations modelled here).
+  Status Run(const StoreBatch& batch, std::span<Decision> out) override {
+    if (Status s = ValidateBatch(batch); !s.ok()) return s;
+    switch (batch.op) {
+      case StoreOp::kDecide:
+        return Decide(batch.checks, batch.now, out);
+      case StoreOp::kRefund:
+        return Refund(batch.checks, batch.now);
+      default:
+        return Status::Internal("the reference store does not model this operation");
+    }
+  }
+
+  Status Reset(const Policy&, std::string_view key) override {
+    entries_.erase(std::string(key));
+    return Status::Ok();
+  }
+
+ private:
+  Status Decide(std::span<const StoreCheck> checks, Micros now, std::span<Decision> out) {
     struct Pending {
       core::FixedWindowState fixed;
       core::SlidingCounterState counter;
@@ -146,14 +164,9 @@ class ReferenceStore final : public Store {
     return Status::Ok();
   }
 
-  // Store::Refund on the pure refund functions: a key with no state, another
-  // algorithm's, or a word state back to full has nothing to give back.
-  Status Refund(std::span<const StoreCheck> checks, Micros now) override {
-    for (const StoreCheck& c : checks) {
-      if (c.cost == 0 || c.cost > c.policy->Capacity()) {
-        return Status::InvalidArgument("refund cost out of range");
-      }
-    }
+  // kRefund on the pure refund functions: a key with no state, another algorithm's,
+  // or a word state back to full has nothing to give back.
+  Status Refund(std::span<const StoreCheck> checks, Micros now) {
     for (const StoreCheck& c : checks) {
       const Policy& p = *c.policy;
       auto it = entries_.find(std::string(c.key));
@@ -186,12 +199,6 @@ class ReferenceStore final : public Store {
     return Status::Ok();
   }
 
-  Status Reset(const Policy&, std::string_view key) override {
-    entries_.erase(std::string(key));
-    return Status::Ok();
-  }
-
- private:
   struct Entry {
     Algorithm algorithm = Algorithm::kFixedWindow;
     core::FixedWindowState fixed;

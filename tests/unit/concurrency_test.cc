@@ -31,8 +31,11 @@ struct Core {
   Policy p = Policy::Concurrency("c", 3, std::chrono::seconds(10));
   VectorPermits set;
   Micros expires = 0;
-  Decision Do(Micros now, std::uint64_t id, PermitOp op, std::uint64_t cost = 1) {
-    return core::Concurrency(p, set, now, Id(id), op, cost, /*commit=*/true, &expires);
+  // One operation of the core: kDecide acquires (cost 1) or peeks (cost 0).
+  Decision Do(Micros now, std::uint64_t id, StoreOp op, std::uint64_t cost = 1) {
+    if (op == StoreOp::kRelease) return core::ConcurrencyRelease(p, set, now, Id(id), &expires);
+    if (op == StoreOp::kExtend) return core::ConcurrencyExtend(p, set, now, Id(id), &expires);
+    return core::Concurrency(p, set, now, Id(id), cost, /*commit=*/true, &expires);
   }
 };
 
@@ -40,7 +43,7 @@ TEST(ConcurrencyCore, AcquiresUpToTheLimitThenDeniesUntilTheEarliestExpiry) {
   Core c;
   const Micros t0 = kNoon;
   for (std::uint64_t i = 0; i < 3; ++i) {
-    const Decision d = c.Do(t0 + static_cast<Micros>(i) * kSec, i, PermitOp::kAcquire);
+    const Decision d = c.Do(t0 + static_cast<Micros>(i) * kSec, i, StoreOp::kDecide);
     ASSERT_TRUE(d.allowed) << i;
     EXPECT_EQ(d.limit, 3u);
     EXPECT_EQ(d.remaining, 2 - i);
@@ -48,34 +51,34 @@ TEST(ConcurrencyCore, AcquiresUpToTheLimitThenDeniesUntilTheEarliestExpiry) {
     EXPECT_EQ(d.retry_after, 0);
   }
   EXPECT_EQ(c.expires, t0 + 12 * kSec);
-  Decision d = c.Do(t0 + 4 * kSec, 9, PermitOp::kAcquire);
+  Decision d = c.Do(t0 + 4 * kSec, 9, StoreOp::kDecide);
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.remaining, 0u);
   EXPECT_EQ(d.retry_after, 6 * kSec);  // permit 0 expires at t0 + 10 s
   EXPECT_EQ(d.reset_after, 8 * kSec);  // permit 2 at t0 + 12 s
   EXPECT_EQ(c.set.size(), 3u);         // a denial holds nothing
   // A peek says the same and takes nothing.
-  d = c.Do(t0 + 4 * kSec, 0, PermitOp::kAcquire, 0);
+  d = c.Do(t0 + 4 * kSec, 0, StoreOp::kDecide, 0);
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.retry_after, 6 * kSec);
   // At the earliest expiry the slot is free again (expires <= now is gone).
-  d = c.Do(t0 + 10 * kSec, 9, PermitOp::kAcquire);
+  d = c.Do(t0 + 10 * kSec, 9, StoreOp::kDecide);
   EXPECT_TRUE(d.allowed);
   EXPECT_EQ(d.remaining, 0u);
 }
 
 TEST(ConcurrencyCore, ReleaseFreesASlotAndSaysWhetherThePermitWasHeld) {
   Core c;
-  ASSERT_TRUE(c.Do(kNoon, 1, PermitOp::kAcquire).allowed);
-  ASSERT_TRUE(c.Do(kNoon, 2, PermitOp::kAcquire).allowed);
-  Decision d = c.Do(kNoon + kSec, 1, PermitOp::kRelease);
+  ASSERT_TRUE(c.Do(kNoon, 1, StoreOp::kDecide).allowed);
+  ASSERT_TRUE(c.Do(kNoon, 2, StoreOp::kDecide).allowed);
+  Decision d = c.Do(kNoon + kSec, 1, StoreOp::kRelease);
   EXPECT_TRUE(d.allowed);
   EXPECT_EQ(d.remaining, 2u);
-  EXPECT_EQ(d.reset_after, 9 * kSec);                               // permit 2 is left
-  EXPECT_FALSE(c.Do(kNoon + kSec, 1, PermitOp::kRelease).allowed);  // released already
-  EXPECT_FALSE(c.Do(kNoon + kSec, 7, PermitOp::kRelease).allowed);  // never held
+  EXPECT_EQ(d.reset_after, 9 * kSec);                              // permit 2 is left
+  EXPECT_FALSE(c.Do(kNoon + kSec, 1, StoreOp::kRelease).allowed);  // released already
+  EXPECT_FALSE(c.Do(kNoon + kSec, 7, StoreOp::kRelease).allowed);  // never held
   // Expired: gone, so a release finds nothing and the set is empty.
-  d = c.Do(kNoon + 10 * kSec, 2, PermitOp::kRelease);
+  d = c.Do(kNoon + 10 * kSec, 2, StoreOp::kRelease);
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.remaining, 3u);
   EXPECT_EQ(d.reset_after, 0);
@@ -84,21 +87,20 @@ TEST(ConcurrencyCore, ReleaseFreesASlotAndSaysWhetherThePermitWasHeld) {
 
 TEST(ConcurrencyCore, ExtendMovesTheExpiryToNowPlusLease) {
   Core c;
-  ASSERT_TRUE(c.Do(kNoon, 1, PermitOp::kAcquire).allowed);
-  ASSERT_TRUE(c.Do(kNoon + kSec, 2, PermitOp::kAcquire).allowed);
-  Decision d = c.Do(kNoon + 9 * kSec, 1, PermitOp::kExtend);
+  ASSERT_TRUE(c.Do(kNoon, 1, StoreOp::kDecide).allowed);
+  ASSERT_TRUE(c.Do(kNoon + kSec, 2, StoreOp::kDecide).allowed);
+  Decision d = c.Do(kNoon + 9 * kSec, 1, StoreOp::kExtend);
   EXPECT_TRUE(d.allowed);
   EXPECT_EQ(d.reset_after, 10 * kSec);
   EXPECT_EQ(c.expires, kNoon + 19 * kSec);
   // Permit 2 expires first now; permit 1 is still held after its first lease.
-  EXPECT_FALSE(c.Do(kNoon + 12 * kSec, 2, PermitOp::kExtend).allowed);
-  EXPECT_TRUE(c.Do(kNoon + 18 * kSec, 1, PermitOp::kRelease).allowed);
+  EXPECT_FALSE(c.Do(kNoon + 12 * kSec, 2, StoreOp::kExtend).allowed);
+  EXPECT_TRUE(c.Do(kNoon + 18 * kSec, 1, StoreOp::kRelease).allowed);
 }
 
 TEST(ConcurrencyCore, UncommittedAcquireHoldsNothingUntilCommitted) {
   Core c;
-  const Decision d =
-      core::Concurrency(c.p, c.set, kNoon, Id(5), PermitOp::kAcquire, 1, false, &c.expires);
+  const Decision d = core::Concurrency(c.p, c.set, kNoon, Id(5), 1, false, &c.expires);
   EXPECT_TRUE(d.allowed);
   EXPECT_EQ(d.remaining, 2u);
   EXPECT_EQ(c.set.size(), 0u);
@@ -282,18 +284,22 @@ TEST(Permits, BadUseGivesClearErrors) {
   EXPECT_EQ(empty.Extend().code(), ErrorCode::kNotFound);
   // A store rejects a malformed permit check.
   const Policy p = Policy::Concurrency("c", 2, kLease);
-  StoreCheck sc{&p, "key", 1};
+  StoreCheck sc{.policy = &p, .key = "key", .cost = 1};
   Decision out[1];
-  EXPECT_EQ(h.store->Evaluate(std::span<const StoreCheck>(&sc, 1), kNoon, out).code(),
+  EXPECT_EQ(h.store->Run({.checks = std::span<const StoreCheck>(&sc, 1), .now = kNoon}, out).code(),
             ErrorCode::kInvalidArgument);
   sc.permit = "0123456789abcdef0123456789abcdef";
   sc.cost = 2;
-  EXPECT_EQ(h.store->Evaluate(std::span<const StoreCheck>(&sc, 1), kNoon, out).code(),
+  EXPECT_EQ(h.store->Run({.checks = std::span<const StoreCheck>(&sc, 1), .now = kNoon}, out).code(),
             ErrorCode::kInvalidArgument);
   const Policy r = Policy::FixedWindow("r", 2, std::chrono::minutes(1));
-  StoreCheck rc{&r, "key2", 1};
-  rc.op = PermitOp::kRelease;
-  EXPECT_EQ(h.store->Evaluate(std::span<const StoreCheck>(&rc, 1), kNoon, out).code(),
+  StoreCheck rc{.policy = &r, .key = "key2", .cost = 1};
+  EXPECT_EQ(h.store
+                ->Run({.op = StoreOp::kRelease,
+                       .checks = std::span<const StoreCheck>(&rc, 1),
+                       .now = kNoon},
+                      out)
+                .code(),
             ErrorCode::kInvalidArgument);
 }
 
@@ -338,7 +344,8 @@ TEST(Permits, TheFormWithChecksHoldsEverySlotOfItsKeys) {
 // A store whose every call fails.
 class DownStore final : public Store {
  public:
-  Status Evaluate(std::span<const StoreCheck>, Micros, std::span<Decision>) override {
+  Status Run(const StoreBatch& batch, std::span<Decision>) override {
+    (void)batch;
     return Status::Unavailable("down");
   }
   Status Reset(const Policy&, std::string_view) override { return Status::Unavailable("down"); }

@@ -19,14 +19,14 @@ namespace {
 // MemoryStore, the callback waits in a queue until the test runs it.
 class DeferredStore final : public Store {
  public:
-  Status Evaluate(std::span<const StoreCheck> c, Micros now, std::span<Decision> out) override {
+  Status Run(const StoreBatch& batch, std::span<Decision> out) override {
     ++calls;
     if (down) return Status::Unavailable("down (test)");
-    return inner.Evaluate(c, now, out);
+    return inner.Run(batch, out);
   }
-  void EvaluateAsync(std::span<const StoreCheck> c, Micros now, EvaluateCallback done) override {
-    std::vector<Decision> out(c.size());
-    Status s = Evaluate(c, now, out);
+  void RunAsync(const StoreBatch& batch, RunCallback done) override {
+    std::vector<Decision> out(batch.op == StoreOp::kRefund ? 0 : batch.checks.size());
+    Status s = Run(batch, out);
     queue.push_back([s, out, done = std::move(done)] { done(s, out); });
   }
   Status Reset(const Policy& p, std::string_view k) override { return inner.Reset(p, k); }
@@ -191,12 +191,12 @@ TEST(Decider, BatchesAreBounded) {
   Policy p = Policy::FixedWindow("p", 2, std::chrono::minutes(1));
   std::vector<std::string> keys;
   std::vector<decide::Check> checks;
-  for (std::size_t i = 0; i <= decide::kMaxChecks; ++i) keys.push_back("k" + std::to_string(i));
+  for (std::size_t i = 0; i <= kMaxBatchChecks; ++i) keys.push_back("k" + std::to_string(i));
   for (const std::string& k : keys) checks.push_back({&p, nullptr, k, 1});
   std::vector<Decision> out(checks.size());
   auto r = d.Decide(checks, out);
   EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
-  EXPECT_TRUE(d.Decide(std::span(checks).first(decide::kMaxChecks), out).ok());
+  EXPECT_TRUE(d.Decide(std::span(checks).first(kMaxBatchChecks), out).ok());
 }
 
 }  // namespace

@@ -18,16 +18,17 @@ namespace {
 // A MemoryStore that counts the calls made to it.
 class CountingStore final : public Store {
  public:
-  Status Evaluate(std::span<const StoreCheck> checks, Micros now,
-                  std::span<Decision> out) override {
+  Status Run(const StoreBatch& batch, std::span<Decision> out) override {
+    if (batch.op == StoreOp::kRefund) return Refund(batch.checks, batch.now);
+    const std::span<const StoreCheck> checks = batch.checks;
     evaluations++;
     for (const StoreCheck& c : checks) evaluated_units += c.cost;
-    return inner.Evaluate(checks, now, out);
+    return inner.Run(batch, out);
   }
-  Status Refund(std::span<const StoreCheck> checks, Micros now) override {
+  Status Refund(std::span<const StoreCheck> checks, Micros now) {
     refunds++;
     for (const StoreCheck& c : checks) refunded_units += c.cost;
-    return inner.Refund(checks, now);
+    return inner.Run({.op = StoreOp::kRefund, .checks = checks, .now = now}, {});
   }
   Status Reset(const Policy& p, std::string_view key) override { return inner.Reset(p, key); }
 
@@ -59,12 +60,12 @@ struct LeaseHarness {
     Policy p = leased;
     p.lease = 0;
     const std::string k = *StoreKey("sluice", key, p.name);
-    StoreCheck c{&p, k, 0};
+    StoreCheck c{.policy = &p, .key = k, .cost = 0};
     Decision d;
-    EXPECT_TRUE(
-        store->inner
-            .Evaluate(std::span<const StoreCheck>(&c, 1), clock->Now(), std::span<Decision>(&d, 1))
-            .ok());
+    EXPECT_TRUE(store->inner
+                    .Run({.checks = std::span<const StoreCheck>(&c, 1), .now = clock->Now()},
+                         std::span<Decision>(&d, 1))
+                    .ok());
     return d.remaining;
   }
 };
@@ -245,12 +246,12 @@ TEST(Lease, ADeniedLeaseFallsBackToTheCallersCost) {
   Policy plain = p;
   plain.lease = 0;
   const std::string k = *StoreKey("sluice", "k", p.name);
-  StoreCheck c{&plain, k, 97};
+  StoreCheck c{.policy = &plain, .key = k, .cost = 97};
   Decision d;
-  ASSERT_TRUE(
-      h.store->inner
-          .Evaluate(std::span<const StoreCheck>(&c, 1), h.clock->Now(), std::span<Decision>(&d, 1))
-          .ok());
+  ASSERT_TRUE(h.store->inner
+                  .Run({.checks = std::span<const StoreCheck>(&c, 1), .now = h.clock->Now()},
+                       std::span<Decision>(&d, 1))
+                  .ok());
   ASSERT_TRUE(d.allowed);
   const long before = h.store->evaluations.load();
   const Decision second = h.Take();

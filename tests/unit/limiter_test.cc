@@ -8,7 +8,8 @@ namespace {
 // A store that fails every call, to exercise the failure modes.
 class BrokenStore final : public Store {
  public:
-  Status Evaluate(std::span<const StoreCheck>, Micros, std::span<Decision>) override {
+  Status Run(const StoreBatch& batch, std::span<Decision>) override {
+    (void)batch;
     ++calls;
     return Status::Unavailable("redis is down");
   }
@@ -20,9 +21,9 @@ class BrokenStore final : public Store {
 // Wraps a MemoryStore, pretends to be remote and counts calls (for the deny cache).
 class CountingRemoteStore final : public Store {
  public:
-  Status Evaluate(std::span<const StoreCheck> c, Micros now, std::span<Decision> out) override {
+  Status Run(const StoreBatch& batch, std::span<Decision> out) override {
     ++calls;
-    return inner.Evaluate(c, now, out);
+    return inner.Run(batch, out);
   }
   Status Reset(const Policy& p, std::string_view k) override { return inner.Reset(p, k); }
   bool IsRemote() const override { return true; }

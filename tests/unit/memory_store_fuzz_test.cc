@@ -88,10 +88,10 @@ TEST_P(MemoryStoreFuzz, DecidesExactlyLikeTheReferenceModel) {
       if (!used.insert(key).second) continue;
       const Policy& p = policies[rng() % policies.size()];
       const std::uint64_t cost = rng() % 5 == 0 ? 0 : 1 + rng() % p.Capacity();
-      checks.push_back(StoreCheck{&p, key, cost});
+      checks.push_back(StoreCheck{.policy = &p, .key = key, .cost = cost});
     }
-    ASSERT_TRUE(store.Evaluate(checks, now, got).ok());
-    ref.Evaluate(checks, now, want);
+    ASSERT_TRUE(store.Run({.checks = checks, .now = now}, got).ok());
+    ref.Run({.checks = checks, .now = now}, want);
     for (std::size_t i = 0; i < checks.size(); ++i) {
       ExpectSame(got[i], want[i],
                  "step " + std::to_string(step) + " key '" + std::string(checks[i].key) +
@@ -155,9 +155,10 @@ TEST_P(MemoryStoreFuzz, TimeGoingBackAndKeyCapPressureKeepTheInvariants) {
       const std::string& key = keys[rng() % keys.size()];
       if (!used.insert(key).second) continue;
       const Policy& p = policies[policy_of[key]];
-      checks.push_back(StoreCheck{&p, key, rng() % 6 == 0 ? 0 : 1 + rng() % p.Capacity()});
+      checks.push_back(StoreCheck{
+          .policy = &p, .key = key, .cost = rng() % 6 == 0 ? 0 : 1 + rng() % p.Capacity()});
     }
-    const Status s = store.Evaluate(checks, now, got);
+    const Status s = store.Run({.checks = checks, .now = now}, got);
     ASSERT_LE(store.Stats().keys, kCap);
     if (!s.ok()) {
       ASSERT_EQ(s.code(), ErrorCode::kResourceExhausted) << s.ToString();
@@ -203,9 +204,9 @@ TEST(MemoryStoreFuzzThreads, KeyCapHoldsUnderConcurrentInserts) {
         StoreCheck checks[3];
         for (int j = 0; j < 3; ++j) {
           keys[j] = "t" + std::to_string(t) + "-" + std::to_string(i) + "-" + std::to_string(j);
-          checks[j] = StoreCheck{&p, keys[j], 1};
+          checks[j] = StoreCheck{.policy = &p, .key = keys[j], .cost = 1};
         }
-        (void)store.Evaluate(checks, kStart, out);
+        (void)store.Run({.checks = checks, .now = kStart}, out);
       }
     });
   }
@@ -225,8 +226,8 @@ TEST(MemoryStoreTime, SweepingNeverChangesADecisionWhenTimeGoesBack) {
     MemoryStore y(MemoryStoreOptions{.shards = 1});
     auto take = [&](MemoryStore& store, std::string_view key, std::uint64_t cost, Micros t) {
       Decision d;
-      StoreCheck c{&p, key, cost};
-      const Status s = store.Evaluate(std::span<const StoreCheck>(&c, 1), t, {&d, 1});
+      StoreCheck c{.policy = &p, .key = key, .cost = cost};
+      const Status s = store.Run({.checks = std::span<const StoreCheck>(&c, 1), .now = t}, {&d, 1});
       EXPECT_TRUE(s.ok()) << p.name << ": " << s.ToString();
       return d;
     };

@@ -213,12 +213,19 @@ TEST(Penalize, BadInput) {
   Decision small[1];
   Harness two({Policy::FixedWindow("a", 3, seconds(1)), Policy::FixedWindow("b", 3, seconds(1))});
   EXPECT_EQ(two.limiter->Penalize("k", 1, small).status().code(), ErrorCode::kInvalidArgument);
-  // A store batch mixing forced and plain checks is refused whole.
+  // A penalty batch with a check out of range is refused whole.
   const Policy& p = h.limiter->policies()[0];
-  StoreCheck checks[2] = {{&p, "x", 1}, {&p, "y", 1}};
-  checks[1].force = true;
+  StoreCheck checks[2] = {{.policy = &p, .key = "x", .cost = 1},
+                          {.policy = &p, .key = "y", .cost = 0}};
   Decision out[2];
-  EXPECT_EQ(h.store->Evaluate(checks, kNoon, out).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(h.store->Run({.op = StoreOp::kPenalize, .checks = checks, .now = kNoon}, out).code(),
+            ErrorCode::kInvalidArgument);
+  // Nothing of the refused batch was applied: "x" peeks like a key never used.
+  const StoreCheck peeks[2] = {{.policy = &p, .key = "x", .cost = 0},
+                               {.policy = &p, .key = "never", .cost = 0}};
+  Decision peeked[2];
+  ASSERT_TRUE(h.store->Run({.checks = peeks, .now = kNoon}, peeked).ok());
+  EXPECT_EQ(peeked[0].remaining, peeked[1].remaining);
 }
 
 // Shadow policies take the penalty but report allowed (shadow_denied).
@@ -289,13 +296,14 @@ TEST(CorePenalties, Bounds) {
 // A remote-looking store that counts calls, over a MemoryStore.
 class CountingStore final : public Store {
  public:
-  Status Evaluate(std::span<const StoreCheck> c, Micros now, std::span<Decision> out) override {
+  Status Run(const StoreBatch& batch, std::span<Decision> out) override {
+    if (batch.op == StoreOp::kRefund) return Refund(batch.checks, batch.now);
     ++calls;
-    return inner.Evaluate(c, now, out);
+    return inner.Run(batch, out);
   }
-  Status Refund(std::span<const StoreCheck> c, Micros now) override {
+  Status Refund(std::span<const StoreCheck> c, Micros now) {
     ++calls;
-    return inner.Refund(c, now);
+    return inner.Run({.op = StoreOp::kRefund, .checks = c, .now = now}, {});
   }
   Status Reset(const Policy& p, std::string_view k) override { return inner.Reset(p, k); }
   bool IsRemote() const override { return true; }

@@ -330,11 +330,14 @@ TEST(Reservation, MultiPolicyIsAllOrNothingWithTheLongestWait) {
 // Wraps a MemoryStore, pretends to be remote (deny cache on) and counts calls.
 class RemoteMemory final : public Store {
  public:
-  Status Evaluate(std::span<const StoreCheck> c, Micros now, std::span<Decision> out) override {
+  Status Run(const StoreBatch& batch, std::span<Decision> out) override {
+    if (batch.op == StoreOp::kRefund) return Refund(batch.checks, batch.now);
     ++calls;
-    return inner.Evaluate(c, now, out);
+    return inner.Run(batch, out);
   }
-  Status Refund(std::span<const StoreCheck> c, Micros now) override { return inner.Refund(c, now); }
+  Status Refund(std::span<const StoreCheck> c, Micros now) {
+    return inner.Run({.op = StoreOp::kRefund, .checks = c, .now = now}, {});
+  }
   Status Reset(const Policy& p, std::string_view k) override { return inner.Reset(p, k); }
   bool IsRemote() const override { return true; }
   MemoryStore inner;
