@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -223,8 +224,11 @@ Status RedisSentinelGroup::LaunchSentinel(int index) {
 // Sentinel refreshes each instance's INFO every 10 s and says hello every 2 s: the
 // group would wait that long to see a replica, convert a demoted primary or learn a new
 // configuration. SENTINEL DEBUG (Redis 7) shortens both periods; what the sentinels do
-// stays the same, only sooner.
+// stays the same, only sooner. Off unless SLUICE_SENTINEL_FAST is set: with the short
+// periods the sentinel drills failed under CI's CPU load (.ci/run's drills x5 step, two
+// of them, in three of three runs), with the default periods they passed.
 Status RedisSentinelGroup::TuneSentinel(int port) const {
+  if (std::getenv("SLUICE_SENTINEL_FAST") == nullptr) return Status::Ok();
   auto r = CommandAt(port, options_.sentinel_password,
                      {"SENTINEL", "DEBUG", "info-period", "1000", "publish-period", "500"});
   if (!r.ok()) return r.status();
