@@ -313,9 +313,7 @@ void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& sc
                std::move(on_reply));
 }
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 void RedisStore::RunAsync(const StoreBatch& batch, RunCallback done) {
   const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
@@ -424,15 +422,14 @@ Status RedisStore::Run(const StoreBatch& batch, std::span<Decision> out) {
   // counts its timeout (Call::timeout_counted).
   const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
   auto w = std::make_shared<redis::Waiter<Batch>>();
-  auto call =
-      impl_->Evaluate(batch.op, checks, now, deadline,
-                      [w](const Status& s, std::span<const Decision> d) {
-        w->Complete([&](Batch& b) {
-          b.status = s;
-          b.n = d.size();
-          std::copy(d.begin(), d.end(), b.decisions);
-        });
-      });
+  auto call = impl_->Evaluate(batch.op, checks, now, deadline,
+                              [w](const Status& s, std::span<const Decision> d) {
+                                w->Complete([&](Batch& b) {
+                                  b.status = s;
+                                  b.n = d.size();
+                                  std::copy(d.begin(), d.end(), b.decisions);
+                                });
+                              });
   if (!w->Wait(deadline)) {
     if (call) impl_->CountTimeout(*call);
     return Status::DeadlineExceeded("Redis did not answer within " +

@@ -21,8 +21,8 @@ struct Script {
 
 // Decides any batch of checks (any algorithms, all or nothing).
 const Script& BatchScript();
-// Decides several callers' independent check groups in one call (lua/runner.lua, one group per caller),
-// each group all or nothing.
+// Decides several callers' independent check groups in one call (lua/runner.lua, one group per
+// caller), each group all or nothing.
 const Script& CoalescedScript();
 // Decides exactly one check of algorithm `a`, at a fraction of the batch script's Redis
 // CPU: the lean layout for the O(1) algorithms, the group runner's for the sliding log
