@@ -17,9 +17,7 @@ using memory_internal::kCarryTag;
 using memory_internal::kMaxBatch;
 using memory_internal::LogBuffer;
 using memory_internal::MarkCarry;
-using memory_internal::PermitBuffer;
 using memory_internal::RingLog;
-using memory_internal::RingPermits;
 using memory_internal::RunWord;
 using memory_internal::Slot;
 using memory_internal::State;
@@ -80,15 +78,9 @@ void MemoryStore::Impl::DecideChecks(LockedShards& locks, std::span<const StoreC
       // An acquire is decided now and committed with the batch.
       core::PermitId id;
       (void)core::ParsePermitId(c.permit, &id);  // validated above (empty for a peek)
-      if (s == nullptr) {
-        PermitBuffer empty;
-        PermitBuffer* scratch = PermitBuffer::Init(&empty, 1);
-        RingPermits set(&scratch, 1);
-        out[i] = core::Concurrency(p, set, now, id, c.cost, /*commit=*/false, &pending.expires[i]);
-      } else {
-        RingPermits set(&s->state.permits, p.limit);
-        out[i] = core::Concurrency(p, set, now, id, c.cost, /*commit=*/false, &pending.expires[i]);
-      }
+      core::PermitSet none;
+      out[i] = core::Concurrency(p, s != nullptr ? *s->state.permits : none, now, id, c.cost,
+                                 /*commit=*/false, &pending.expires[i]);
     } else if (p.algorithm == Algorithm::kSlidingWindowLog) {
       if (s == nullptr) {
         // Decide against an empty log on the stack; the commit creates the real one.
@@ -193,16 +185,14 @@ Status MemoryStore::Impl::Commit(LockedShards& locks, std::span<const StoreCheck
             LogBuffer::Make(static_cast<std::uint32_t>(std::min<std::uint64_t>(p.limit, 4)));
       }
       if (p.algorithm == Algorithm::kConcurrency) {
-        s->state.permits =
-            PermitBuffer::Make(static_cast<std::uint32_t>(std::min<std::uint64_t>(p.limit, 4)));
+        s->state.permits = new core::PermitSet();
       }
       ++inserts;
     }
     if (p.algorithm == Algorithm::kConcurrency) {
       core::PermitId id;
       (void)core::ParsePermitId(c.permit, &id);
-      RingPermits set(&s->state.permits, p.limit);
-      core::ConcurrencyCommit(p, set, now, id, &s->expires);
+      core::ConcurrencyCommit(p, *s->state.permits, now, id, &s->expires);
     } else if (p.algorithm == Algorithm::kSlidingWindowLog) {
       RingLog log(&s->state.log, p.limit);
       core::SlidingWindowLogCommit(p, log, now, c.cost, &s->expires);

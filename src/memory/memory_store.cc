@@ -12,8 +12,8 @@
 // than 30 bytes cost a heap block more, and a second cache miss per decision.
 //
 // Files, one idea each: key_hash.h (the key hash), slot.h (a slot), log_ring.h and
-// permit_ring.h (a sliding log's and a concurrency key's rings), slot_array.* (a
-// table's memory, huge pages), table.* (one shard's hash table), shard_lock.h,
+// core/permit_set.h (a sliding log's ring, a concurrency key's permits), slot_array.*
+// (a table's memory, huge pages), table.* (one shard's hash table), shard_lock.h,
 // block_table.h (blocks), shard.h (a shard, and the locking prologue of a batch),
 // carry.* (carry-over records), word_ops.* (algorithm calls on a slot's state),
 // store_impl.* (the store's state, key cap and blocks); the operations: this file (the

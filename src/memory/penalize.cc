@@ -5,9 +5,7 @@ namespace sluice {
 
 using memory_internal::kCarryTag;
 using memory_internal::LogBuffer;
-using memory_internal::PermitBuffer;
 using memory_internal::RingLog;
-using memory_internal::RingPermits;
 using memory_internal::Slot;
 using memory_internal::State;
 using memory_internal::Table;

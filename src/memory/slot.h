@@ -13,7 +13,6 @@
 #include "core/algorithms.h"
 #include "memory/key_hash.h"
 #include "memory/log_ring.h"
-#include "memory/permit_ring.h"
 #include "sluice/policy.h"
 
 namespace sluice::memory_internal {
@@ -44,7 +43,7 @@ union State {
   core::TokenBucketState bucket;
   core::GcraState gcra;
   LogBuffer* log;
-  PermitBuffer* permits;  // concurrency limits
+  core::PermitSet* permits;  // concurrency limits (owned)
 };
 static_assert(sizeof(State) == 24);
 static_assert(sizeof(core::FixedWindowState) <= 16 && sizeof(core::TokenBucketState) <= 16 &&
@@ -104,7 +103,7 @@ struct alignas(64) Slot {
     if ((tag & ~kCarryTag) == TagOf(Algorithm::kSlidingWindowLog) && state.log) {
       std::free(state.log);
     }
-    if (tag == TagOf(Algorithm::kConcurrency) && state.permits) std::free(state.permits);
+    if (tag == TagOf(Algorithm::kConcurrency)) delete state.permits;
     tag = 0;
   }
 };

@@ -12,24 +12,13 @@
 namespace sluice::testing {
 namespace {
 
-// The simplest PermitSet: a vector in expiry order.
-class VectorPermits final : public core::PermitSet {
- public:
-  std::size_t size() const override { return v.size(); }
-  const core::PermitEntry& at(std::size_t i) const override { return v[i]; }
-  void pop_front() override { v.erase(v.begin()); }
-  void erase(std::size_t i) override { v.erase(v.begin() + static_cast<std::ptrdiff_t>(i)); }
-  void push_back(core::PermitEntry e) override { v.push_back(e); }
-  std::vector<core::PermitEntry> v;
-};
-
 core::PermitId Id(std::uint64_t n) {
   return core::PermitId{0, n};
 }
 
 struct Core {
   Policy p = Policy::Concurrency("c", 3, std::chrono::seconds(10));
-  VectorPermits set;
+  core::PermitSet set;
   Micros expires = 0;
   // One operation of the core: kDecide acquires (cost 1) or peeks (cost 0).
   Decision Do(Micros now, std::uint64_t id, StoreOp op, std::uint64_t cost = 1) {
@@ -106,7 +95,7 @@ TEST(ConcurrencyCore, UncommittedAcquireHoldsNothingUntilCommitted) {
   EXPECT_EQ(c.set.size(), 0u);
   core::ConcurrencyCommit(c.p, c.set, kNoon, Id(5), &c.expires);
   ASSERT_EQ(c.set.size(), 1u);
-  EXPECT_EQ(c.set.at(0).expires, kNoon + 10 * kSec);
+  EXPECT_EQ(c.set.LatestExpiry(), kNoon + 10 * kSec);
 }
 
 TEST(ConcurrencyCore, PermitIdsParseOnlyAsLowerCaseHex) {
