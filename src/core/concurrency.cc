@@ -96,10 +96,11 @@ Decision Concurrency(const Policy& p, PermitSet& set, Micros now, const PermitId
     Describe(set, now, &d, expires);
     return d;
   }
-  // The decision describes the state after this acquire, committed now or later.
+  // The decision describes the state after this acquire, committed now or later: the
+  // last permit to expire is this one, or one held under a longer lease.
   d.remaining = p.limit - held - 1;
-  d.reset_after = p.window;
-  *expires = now + p.window;
+  *expires = set.empty() ? now + p.window : std::max(now + p.window, set.LatestExpiry());
+  d.reset_after = *expires - now;
   if (commit) ConcurrencyCommit(p, set, now, id, expires);
   return d;
 }
@@ -108,7 +109,7 @@ void ConcurrencyCommit(const Policy& p, PermitSet& set, Micros now, const Permit
                        Micros* expires) {
   set.Trim(now);
   set.Set(id, now + p.window);
-  *expires = now + p.window;
+  *expires = set.LatestExpiry();
 }
 
 // --- PermitSet ---
