@@ -1,8 +1,11 @@
 // MemoryStore's kPenalize batches.
+#include "memory/carry.h"
 #include "memory/store_impl.h"
 
 namespace sluice {
 
+using memory_internal::CarryId;
+using memory_internal::CleanState;
 using memory_internal::kCarryTag;
 using memory_internal::LogBuffer;
 using memory_internal::RingLog;
@@ -25,7 +28,7 @@ Status MemoryStore::Impl::Penalize(std::span<const StoreCheck> checks, Micros no
     const StoreCheck& c = checks[i];
     Table& table = locks.table_of(i);
     Slot* s = table.Find(locks.hash[i], c.key);
-    if (s != nullptr && s->tag != TagOf(c.policy->algorithm)) {
+    if (s != nullptr && (s->tag & ~kCarryTag) != TagOf(c.policy->algorithm)) {
       table.EraseSlot(s);
       total.fetch_sub(1, std::memory_order_relaxed);
       s = nullptr;
@@ -44,6 +47,15 @@ Status MemoryStore::Impl::Penalize(std::span<const StoreCheck> checks, Micros no
     Table& table = locks.table_of(i);
     Slot* s = table.Find(locks.hash[i], c.key);
     bool fresh = s == nullptr || s->expires <= now;
+    State in = s != nullptr ? s->state : State{};
+    if (!fresh && (s->tag & kCarryTag) != 0) {
+      // Written with the parameters it was written under (on_change): its usage counts
+      // when they are p's own, else the state is fresh, as Lua's load() reads it. The
+      // state is written back plain, as Lua writes it.
+      fresh = CarryId(p.algorithm, s->state) != carry_params.Id(p);
+      in = CleanState(p.algorithm, s->state);
+      s->tag = TagOf(p.algorithm);
+    }
     if (s == nullptr) {
       s = table.Insert(locks.hash[i], c.key, p.algorithm);
       if (p.algorithm == Algorithm::kSlidingWindowLog) {
@@ -56,7 +68,6 @@ Status MemoryStore::Impl::Penalize(std::span<const StoreCheck> checks, Micros no
       RingLog log(&s->state.log, p.limit);
       out[i] = core::SlidingWindowLogPenalize(p, log, now, c.cost, &s->expires);
     } else {
-      const State in = s->state;
       switch (p.algorithm) {
         case Algorithm::kFixedWindow:
           out[i] = core::FixedWindowPenalize(p, in.fixed, fresh, now, c.cost, &s->state.fixed,
