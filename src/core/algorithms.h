@@ -185,6 +185,9 @@ bool SameParams(const Policy& p, const WrittenUnder& w);
 //    capacity, then scaled by capacity / w.cap; `last` becomes t;
 //  - GCRA: the TAT's distance from now, d = tat - now, becomes d * tau / old tau
 //    (tau = window / limit * capacity); a TAT at or before now stays.
+// ceil(c * limit / w.limit), at most the new limit (a count over its old limit, kept
+// as_is before, is "all used", not more): the window algorithms' count scaling.
+std::uint64_t CarryScaleCount(std::uint64_t c, const Policy& p, const WrittenUnder& w);
 bool CarryFixedWindow(const Policy& p, const WrittenUnder& w, FixedWindowState* s);
 bool CarrySlidingWindowCounter(const Policy& p, const WrittenUnder& w, SlidingCounterState* s);
 bool CarryTokenBucket(const Policy& p, const WrittenUnder& w, Micros now, TokenBucketState* s);

@@ -5,7 +5,6 @@
 
 #include "memory/carry.h"
 #include "memory/store_impl.h"
-#include "memory/word_ops.h"
 
 namespace sluice {
 
@@ -18,7 +17,6 @@ using memory_internal::kMaxBatch;
 using memory_internal::LogBuffer;
 using memory_internal::MarkCarry;
 using memory_internal::RingLog;
-using memory_internal::RunWord;
 using memory_internal::Slot;
 using memory_internal::State;
 using memory_internal::Table;
@@ -102,15 +100,16 @@ void MemoryStore::Impl::DecideChecks(LockedShards& locks, std::span<const StoreC
         if (was != pending.carry_id[i] &&
             (!CarryOver(p, carry_params, was, now, &in) ||
              (p.algorithm == Algorithm::kTokenBucket && p.on_change != OnChange::kAsIs &&
-              core::TokenBucketIsNew(p, in.bucket, now)))) {
+              core::TokenBucketIsNew(p, in.word.bucket, now)))) {
           // Fresh (reset, a window change, or a bucket new again under p): a token
           // bucket then starts like a new one (core/token_bucket.cc).
           fresh = true;
           pending.carried_fresh[i] = true;
         }
       }
-      out[i] =
-          RunWord(p, in, fresh, now, c.cost, &pending.next[i], &pending.expires[i], c.max_wait);
+      out[i] = core::WordOpsOf(p.algorithm)
+                   ->decide(p, in.word, fresh, now, c.cost, &pending.next[i].word,
+                            &pending.expires[i], c.max_wait);
     }
     // Blocks (Policy::block_for): a blocked key is denied; a denial by the policy
     // itself (not during a block, and not a peek) starts a block.
@@ -142,7 +141,7 @@ void MemoryStore::Impl::StartBuckets(LockedShards& locks, std::span<const StoreC
       if (!Reserve(shard, now)) continue;
       s = shard.table.Insert(locks.hash[i], c.key, p.algorithm);
     }
-    core::TokenBucketStart(p, now, &s->state.bucket, &s->expires);
+    core::TokenBucketStart(p, now, &s->state.word.bucket, &s->expires);
     MarkCarry(s, p.algorithm, pending.carry_id[i]);
     shard.table.NoteExpiry(s->expires);
   }

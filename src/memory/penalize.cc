@@ -68,26 +68,8 @@ Status MemoryStore::Impl::Penalize(std::span<const StoreCheck> checks, Micros no
       RingLog log(&s->state.log, p.limit);
       out[i] = core::SlidingWindowLogPenalize(p, log, now, c.cost, &s->expires);
     } else {
-      switch (p.algorithm) {
-        case Algorithm::kFixedWindow:
-          out[i] = core::FixedWindowPenalize(p, in.fixed, fresh, now, c.cost, &s->state.fixed,
-                                             &s->expires);
-          break;
-        case Algorithm::kSlidingWindowCounter:
-          out[i] = core::SlidingWindowCounterPenalize(p, in.counter, fresh, now, c.cost,
-                                                      &s->state.counter, &s->expires);
-          break;
-        case Algorithm::kTokenBucket:
-          out[i] = core::TokenBucketPenalize(p, in.bucket, fresh, now, c.cost, &s->state.bucket,
-                                             &s->expires);
-          break;
-        case Algorithm::kGcra:
-          out[i] = core::GcraPenalize(p, in.gcra, fresh, now, c.cost, &s->state.gcra, &s->expires);
-          break;
-        case Algorithm::kSlidingWindowLog:  // handled above
-        case Algorithm::kConcurrency:       // no penalties (Limiter::Penalize refuses them)
-          break;
-      }
+      out[i] = core::WordOpsOf(p.algorithm)
+                   ->penalize(p, in.word, fresh, now, c.cost, &s->state.word, &s->expires);
     }
     table.NoteExpiry(s->expires);
     if (p.block_for > 0) (void)ApplyBlocks(locks.shard_of(i), c, now, true, &out[i]);
