@@ -50,11 +50,9 @@ Status MemoryStore::Impl::Penalize(std::span<const StoreCheck> checks, Micros no
     State in = s != nullptr ? s->state : State{};
     if (!fresh && (s->tag & kCarryTag) != 0) {
       // Written with the parameters it was written under (on_change): its usage counts
-      // when they are p's own, else the state is fresh, as Lua's load() reads it. The
-      // state is written back plain, as Lua writes it.
+      // when they are p's own, else the state is fresh, as Lua's load() reads it.
       fresh = CarryId(p.algorithm, s->state) != carry_params.Id(p);
       in = CleanState(p.algorithm, s->state);
-      s->tag = TagOf(p.algorithm);
     }
     if (s == nullptr) {
       s = table.Insert(locks.hash[i], c.key, p.algorithm);
@@ -70,6 +68,7 @@ Status MemoryStore::Impl::Penalize(std::span<const StoreCheck> checks, Micros no
     } else {
       out[i] = core::WordOpsOf(p.algorithm)
                    ->penalize(p, in.word, fresh, now, c.cost, &s->state.word, &s->expires);
+      s->tag = TagOf(p.algorithm);  // written back plain (no record), as Lua's FORCE writes it
     }
     table.NoteExpiry(s->expires);
     if (p.block_for > 0) (void)ApplyBlocks(locks.shard_of(i), c, now, true, &out[i]);
