@@ -1294,3 +1294,49 @@ TEST_F(Differential, EveryOperationUnderOnChangeBlocksAndPermits) {
 
 }  // namespace
 }  // namespace sluice::testing
+
+// --- a lease changed under the same policy name (issue #20 item 1) ---
+namespace sluice::testing {
+namespace {
+
+// The issue's sequence, field by field in both stores: A under a 60 s lease, B under
+// 1 s, past B's expiry C (allowed) and D (denied), a peek, a limit lowered to 1, and
+// extends and releases under the other lease; on random ids and leases too.
+TEST_F(Differential, ALeaseChangedUnderTheSameName) {
+  int compared = 0;
+  for (std::uint64_t seed = 900; seed < 910; ++seed) {
+    std::mt19937_64 rng(seed);
+    DifferentialMemoryStore memory;
+    static const Micros kLeases[] = {1'000'000, 60'000'000, 7'000, 250'000};
+    const Micros first = seed == 900 ? 60'000'000 : kLeases[rng() % 4];
+    const Micros second = seed == 900 ? 1'000'000 : kLeases[rng() % 4];
+    const Policy longer = Policy::Concurrency("pc", 2, std::chrono::microseconds(first));
+    const Policy shorter = Policy::Concurrency("pc", 2, std::chrono::microseconds(second));
+    const Policy one = Policy::Concurrency("pc", 1, std::chrono::microseconds(second));
+    const std::string key = *StoreKey("lc" + std::to_string(seed), "k", "pc");
+    const char* ids[] = {"0000000000000000000000000000000a", "0000000000000000000000000000000b",
+                         "0000000000000000000000000000000c", "0000000000000000000000000000000d"};
+    Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
+    const Policy* policies[] = {&longer, &shorter, &one};
+    for (int step = 0; step < 60; ++step) {
+      const Policy* p = step == 0 ? &longer : step < 4 ? &shorter : policies[rng() % 3];
+      StoreOp op = StoreOp::kDecide;
+      if (step >= 5) op = static_cast<StoreOp>(rng() % 3 == 0 ? 0 : 2 + rng() % 3);
+      if (op == StoreOp::kPenalize) op = StoreOp::kDecide;
+      const bool peek = op == StoreOp::kDecide && (step == 4 || rng() % 5 == 0);
+      const StoreCheck c{.policy = p,
+                         .key = key,
+                         .cost = peek ? 0u : 1u,
+                         .permit = peek ? std::string_view() : ids[step < 4 ? step : rng() % 4]};
+      const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step);
+      if (!Compare(memory, {&c, 1}, now, where, op)) return;
+      ++compared;
+      if (step == 1) now += second + second / 2;  // past B's lease, not A's (seed 900)
+      if (step >= 5) now += static_cast<Micros>(rng() % (second + 1));
+    }
+  }
+  EXPECT_EQ(compared, 10 * 60);
+}
+
+}  // namespace
+}  // namespace sluice::testing
