@@ -1,15 +1,22 @@
 -- sluice: one script decides a batch of limit checks atomically.
 --
 -- Built at build time by concatenating clock.lua, prelude.lua, one part per algorithm,
--- refunds.lua and runner.lua (src/redis/embed_lua.cmake). Each algorithm has
+-- penalties.lua and runner.lua (src/redis/embed_lua.cmake). Each algorithm has
 -- DECIDE[id](c, now), which reads the check's state and returns the decision
 -- (allowed, remaining, reset_after, retry_after) without consuming anything, and
 -- COMMIT[id](c, now), which writes what DECIDE computed. For the O(1) algorithms both
 -- are generated around the algorithm's one decision body (<algorithm>.lua, shared with
 -- its one-check script); the sliding log's file defines them itself. runner.lua decides every
 -- check first and commits all of them only if all allow (all or nothing).
--- REFUND[id](c, now, cost) gives cost back to an existing state (Store::Refund; a call
--- sends every check's cost negated, and then nothing is decided).
+-- REFUND[id](c, now, cost) gives cost back to an existing state (Store::Refund: a batch
+-- of kind-2 checks, and then nothing is decided). FORCE[id](c, now) takes c.cost by
+-- force (a penalty), bounded so that a key's usage stays at most twice its capacity
+-- (window counts <= 2 x limit, tokens >= -capacity, TAT <= now + 2 x tau, log units <=
+-- 2 x limit), normalising the state first as a decision would, and writes the new
+-- state; runner.lua then peeks (DECIDE with cost 0) for the decision.
+-- Each algorithm's file owns its state codec and all of its operations: the decision
+-- body, then (after its "--@OPERATIONS@" line, which embed_lua.cmake cuts at so that
+-- the one-check scripts carry only the body) its REFUND and FORCE.
 -- A call with ONE check runs a lean script of its own instead (single_head.lua);
 -- the sliding log's is this prelude + sliding_window_log.lua + penalties.lua + runner.lua.
 --
@@ -22,7 +29,7 @@
 -- (struct.pack). Both read back bit for bit.
 local EPS = 1e-9
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
-local DECIDE, COMMIT, REFUND = {}, {}, {}
+local DECIDE, COMMIT, REFUND, FORCE = {}, {}, {}, {}
 local PAD = 0 -- extra TTL in ms (caller-time mode only, see runner.lua)
 
 -- An exact integer as a decimal string.
@@ -67,7 +74,7 @@ end
 -- The size and the first byte identify the algorithm: a state written by another
 -- algorithm (or the sliding log's text state, whose first byte is an ASCII digit)
 -- never unpacks as this one's.
--- (GCRA's entry is its previous layout, still read by refunds.lua: gcra.lua.)
+-- (GCRA's entry is its previous layout, still read by its refund: gcra.lua.)
 local WORD = {[0] = '<Bddd', [2] = '<Bdddd', [3] = '<Bddd', [4] = '<Bdd'}
 local WORD_SIZE = {[0] = 25, [2] = 33, [3] = 25, [4] = 17}
 
