@@ -6,8 +6,10 @@
 # decision is written once, as a body (fixed_window.lua, sliding_window_counter.lua,
 # token_bucket.lua, gcra.lua) that reads and sets the locals single_head.lua lists;
 # this file puts each body in both scripts that need it:
-# - the batch script: prelude + each body wrapped as DECIDE[id] (the wrapper below sets
-#   the locals from the check `c` and hands the outcome back in `c`) + the sliding log,
+# - the batch script: prelude + the word states' codec (word_state.lua: what refunds,
+#   penalties and the DECIDE wrappers' COMMIT read and write) + each body wrapped as
+#   DECIDE[id] (the wrapper below sets the locals from the check `c` and hands the
+#   outcome back in `c`) + the sliding log,
 #   followed by its refund and force, + blocks (penalties.lua) + concurrency + the group
 #   runner (any checks, all or nothing; refunds; penalties; permits);
 # - one script per algorithm for a single check, indexed by sluice::Algorithm:
@@ -96,7 +98,7 @@ endfunction()
 set(emitted "")
 # (concurrency: issue #12 item 1; its checks always carry ext, so only the batch script
 # needs it.)
-emit(kBatchScript prelude bucket_refill decide:fixed_window:0 all:sliding_window_log decide:sliding_window_counter:2
+emit(kBatchScript prelude word_state bucket_refill decide:fixed_window:0 all:sliding_window_log decide:sliding_window_counter:2
      decide:token_bucket:3 decide:gcra:4 penalties concurrency runner)
 emit(kCoalescedScript prelude bucket_refill sliding_window_log no_penalties runner)
 emit(kSingleFixedWindow single_head fixed_window single_tail)
