@@ -122,6 +122,9 @@ FORCE[4] = function(c, now)
   elseif raw and #raw == 17 and string.byte(raw) == 4 then -- gcra.lua's previous layout
     local _, e, otat = struct.unpack('<Bdd', raw)
     if e > now then tat = max(otat, now) end
+  elseif raw and #raw == 41 and string.byte(raw) == 4 then -- carry-over (gcra.lua), as load()
+    local _, e, otat, ol, ow, oc = struct.unpack('<Bddddd', raw)
+    if e > now and ol == c.limit and ow == c.window and oc == c.cap then tat = max(otat, now) end
   end
   local interval = c.window / c.limit
   local tau = interval * c.cap
