@@ -243,6 +243,9 @@ struct Decider::Impl {
     if (!s.ok()) {
       if (s.code() == ErrorCode::kInvalidArgument) return s;
       Counters().store_errors.fetch_add(1, std::memory_order_relaxed);
+      if (g.op == StoreOp::kRelease || g.op == StoreOp::kExtend) {
+        return PermitOnFallback(g, s, now, out);
+      }
       OnStoreFailure(g, now, out);
     } else {
       bool denied = false;
@@ -267,6 +270,45 @@ struct Decider::Impl {
         out[i].remaining = 0;
         out[i].retry_after = c.policy->window;
       }
+    }
+    return Status::Ok();
+  }
+
+  // The store failed during a release or an extend (`s`): failure modes decide
+  // admissions only, so the answer is `s`, never a claimed success or a false "not
+  // held". The one exception is a permit the local fallback holds (taken while the
+  // store was down): local-fallback checks are tried there, and when it holds the
+  // permit that is the answer.
+  Status PermitOnFallback(const Group& g, const Status& s, Micros now, std::span<Decision> out) {
+    StoreCheck fb[kMaxBatchChecks];
+    std::size_t fb_index[kMaxBatchChecks];
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < g.n; ++i) {
+      const Check& c = g.checks[i];
+      if (c.policy->failure_mode != FailureMode::kLocalFallback) continue;
+      fb[n] = g.sc[i];
+      fb[n].policy = c.fallback != nullptr ? c.fallback : c.policy;
+      fb_index[n++] = i;
+    }
+    if (n == 0) return s;
+    Decision fd[kMaxBatchChecks];
+    const Status fs = fallback_store.Run(
+        StoreBatch{.op = g.op, .checks = std::span<const StoreCheck>(fb, n), .now = now},
+        std::span<Decision>(fd, n));
+    bool held = false;
+    for (std::size_t k = 0; fs.ok() && k < n; ++k) held = held || fd[k].allowed;
+    if (!held) return s;
+    for (std::size_t i = 0; i < g.n; ++i) {
+      const std::uint16_t idx = out[i].policy_index;
+      out[i] = Decision{.allowed = false, .source = DecisionSource::kLocalFallback};
+      out[i].policy_index = idx;
+    }
+    for (std::size_t k = 0; k < n; ++k) {
+      Decision& d = out[fb_index[k]];
+      const std::uint16_t idx = d.policy_index;
+      d = fd[k];
+      d.source = DecisionSource::kLocalFallback;
+      d.policy_index = idx;
     }
     return Status::Ok();
   }

@@ -100,7 +100,9 @@ class Decider {
   // once, inline or on the store's I/O thread. `checks` need to live only during the
   // call. policy_index of the decisions is the check's index. `op` kRelease or kExtend
   // applies that permit operation to concurrency checks instead (StoreOp; no lease,
-  // no deny cache), with the same grouping and failure modes.
+  // no deny cache), with the same grouping; no failure mode applies to it: a store
+  // error is `done`'s status (a permit the local fallback holds is released or
+  // extended there instead), never a claimed success or a false "not held".
   void DecideAsync(std::span<const Check> checks, DoneCallback done, StoreOp op = StoreOp::kDecide);
 
   // Penalties (Limiter::Penalize): consumes every check's cost by force
