@@ -13,7 +13,6 @@
 
 #include "core/hash.h"
 #include "limiter/lease.h"
-#include "memory/memory_store_internal.h"
 #include "sluice/memory_store.h"
 
 namespace sluice::decide {
@@ -24,7 +23,7 @@ namespace {
 struct alignas(64) CounterStripe {
   std::atomic<std::uint64_t> decisions{0}, denied{0}, shadow_denied{0}, deny_cache_hits{0},
       store_errors{0}, fail_open{0}, fail_closed{0}, local_fallback{0}, lease_hits{0},
-      lease_grants{0}, lease_returns{0};
+      lease_grants{0}, lease_returns{0}, in_process{0};
 };
 constexpr std::size_t kCounterStripes = 16;
 
@@ -144,8 +143,9 @@ std::size_t BindingIndex(std::span<const Decision> d) {
 struct Decider::Impl {
   Options options;
   MemoryStore fallback_store;
-  // The store when it is a MemoryStore: one-check batches then take its fast path.
-  MemoryStore* memory = nullptr;
+  // The store serves its calls in this process (Store::InProcess, forwarded by
+  // wrappers): one-check batches then take the fast path.
+  bool in_process = false;
   bool use_deny_cache = false;
   DenyCache deny_cache;
   LeaseTable leases;
@@ -154,7 +154,7 @@ struct Decider::Impl {
   explicit Impl(Options o)
       : options(std::move(o)),
         fallback_store(MemoryStoreOptions{.max_keys = options.fallback_max_keys, .shards = 16}),
-        memory(dynamic_cast<MemoryStore*>(options.store.get())),
+        in_process(options.store->InProcess() != nullptr),
         use_deny_cache(options.deny_cache && options.store->IsRemote()),
         deny_cache(use_deny_cache ? options.deny_cache_bytes : 0),
         leases(options.lease_max_keys) {}
@@ -550,20 +550,23 @@ Decider::~Decider() {
 }
 
 Result<std::size_t> Decider::Decide(std::span<const Check> checks, std::span<Decision> out) {
-  if (Status s = Impl::Validate(checks, out.size(), StoreOp::kDecide); !s.ok()) return s;
   Impl& im = *impl_;
-  if (checks.size() == 1 && im.memory != nullptr && !checks[0].policy->shadow &&
-      checks[0].policy->lease == 0 && checks[0].cost <= checks[0].policy->Capacity()) {
-    // One enforced check, without a lease, on the in-process store (the deny cache is off for it):
-    // the key is hashed and its slot prefetched before the clock is read, and nothing else is
-    // copied or cleared. A store error takes the general path's handling.
+  if (checks.size() == 1 && im.in_process && checks[0].policy != nullptr &&
+      !checks[0].policy->shadow && checks[0].policy->lease == 0 &&
+      checks[0].cost <= checks[0].policy->Capacity() && out.size() >= 1) {
+    // One enforced check, without a lease, on an in-process store (the deny cache is off
+    // for it): straight to the store, nothing copied or cleared. It goes through the
+    // store the decider was given, so that wrappers still see the call (sluiced's
+    // latency histogram and key-cap count); the store validates the check. A store
+    // error takes the general path's handling.
     const Check& c = checks[0];
     const StoreCheck sc = Impl::ToStoreCheck(c, c.cost);
-    const std::uint64_t hash = memory_internal::Access::Prepare(*im.memory, c.key);
     const Micros now = im.options.clock->Now();
     const std::uint16_t idx = out[0].policy_index;
-    const Status s = memory_internal::Access::EvaluateOne(*im.memory, sc, hash, now, &out[0]);
+    const Status s = im.options.store->Run(
+        StoreBatch{.checks = std::span<const StoreCheck>(&sc, 1), .now = now}, out.first(1));
     out[0].policy_index = idx;
+    im.Counters().in_process.fetch_add(1, std::memory_order_relaxed);
     if (!s.ok()) {
       Impl::Group g;
       Impl::MakeGroup(checks, g);
@@ -571,6 +574,7 @@ Result<std::size_t> Decider::Decide(std::span<const Check> checks, std::span<Dec
     }
     return im.Finish(checks, out);
   }
+  if (Status s = Impl::Validate(checks, out.size(), StoreOp::kDecide); !s.ok()) return s;
   const Micros now = im.options.clock->Now();
   // Shadow checks are decided in a batch of their own: a would-be denial by a shadow
   // policy must not stop the enforced ones from being charged (nor the other way
@@ -825,6 +829,12 @@ LimiterStats Decider::Stats() const {
     s.lease_returns += c.lease_returns.load(std::memory_order_relaxed);
   }
   return s;
+}
+
+std::uint64_t Decider::InProcessDecisions() const {
+  std::uint64_t n = 0;
+  for (const CounterStripe& c : impl_->stripes) n += c.in_process.load(std::memory_order_relaxed);
+  return n;
 }
 
 std::size_t Decider::DenyCacheBytes() const {

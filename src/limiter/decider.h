@@ -121,6 +121,9 @@ class Decider {
   void ForgetDenial(std::string_view key);
 
   LimiterStats Stats() const;
+  // Decisions taken by the in-process fast path: one enforced check without a lease on
+  // a store whose Store::InProcess() is not null (MemoryStore, or a wrapper of one).
+  std::uint64_t InProcessDecisions() const;
   // Bytes the deny cache reserves (its fixed budget; 0 when disabled).
   std::size_t DenyCacheBytes() const;
   // Keys the local fallback's in-process store holds, and its key cap.
