@@ -112,6 +112,8 @@ Result<std::unique_ptr<AdminServer>> AdminServer::Start(Engine& engine, const Ad
   ho.io_threads = 1;
   ho.max_connections = 64;
   ho.max_body_bytes = 64 * 1024;  // past the admin bound: answered 400 by Handle
+  ho.max_header_bytes = 8 * 1024;
+  ho.oversize_status = 400;
   AdminServer* self = a.get();
   auto http =
       HttpServer::Start(engine, o.addr, ho, nullptr,

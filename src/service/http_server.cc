@@ -155,12 +155,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   void OnHeader(beast::error_code ec) {
     if (ec == http::error::header_limit) {
-      return Fail(431, "request header section is larger than max_header_bytes (" +
-                           std::to_string(s_->o.max_header_bytes) + ")");
+      return Fail(TooLarge(431), "request header section is larger than max_header_bytes (" +
+                                     std::to_string(s_->o.max_header_bytes) + ")");
     }
     if (ec == http::error::body_limit) return BodyTooLarge();  // Content-Length too big
     if (ec == http::error::buffer_overflow) {
-      return Fail(431, "request header section is too large");
+      return Fail(TooLarge(431), "request header section is too large");
     }
     if (ec) {
       if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
@@ -205,9 +205,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
         });
   }
 
+  // 413 / 431, or 400 on a listener that answers every bad request so (the admin one).
+  int TooLarge(int status) const { return s_->o.oversize_status ? s_->o.oversize_status : status; }
   void BodyTooLarge() {
-    Fail(413, "request body is larger than max_body_bytes (" +
-                  std::to_string(s_->o.max_body_bytes) + ")");
+    Fail(TooLarge(413), "request body is larger than max_body_bytes (" +
+                            std::to_string(s_->o.max_body_bytes) + ")");
   }
 
   // An answer to a request that cannot be read on: the connection closes after it.

@@ -61,6 +61,18 @@ try {
   check(replacedText.includes("per_path") && replacedText.includes("replaced by per_key"), `explain shows the replaced rule (${replacedText})`);
   check((await page.locator("#explain-out").textContent()).includes("would be OK (nothing charged)"), "explain says nothing was charged");
 
+  // A caller's bytes are text, never markup: a key that is HTML shows as written.
+  let unexpectedDialog = false;
+  const onDialog = (d) => { unexpectedDialog = true; d.dismiss(); };
+  page.on("dialog", onDialog);
+  const html = '<img src=x onerror="alert(1)">';
+  for (let i = 0; i < 4; ++i) await status("domain=web&key=user&value=" + encodeURIComponent(html));
+  const htmlRow = page.locator("#top tr", { hasText: "onerror" });
+  await htmlRow.waitFor({ timeout: bound });
+  check((await htmlRow.locator("td").nth(1).textContent()) === "user=" + html, "an HTML key is shown as text");
+  check((await page.locator("#top img").count()) === 0 && !unexpectedDialog, "an HTML key is not rendered or run");
+  page.off("dialog", onDialog);
+
   // Reset asks first: dismissed, nothing happens; accepted, the key is full again.
   let asked = "";
   page.once("dialog", (d) => { asked = d.message(); d.dismiss(); });
