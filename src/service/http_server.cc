@@ -391,21 +391,15 @@ void HttpServer::Impl::Refuse(tcp::socket socket) {
 
 void HttpServer::Impl::Handle(const Request& req, Respond respond) {
   try {
-    const std::string_view target(req.target().data(), req.target().size());
-    const std::size_t q = target.find('?');
     std::string path;
-    if (!PercentDecode(target.substr(0, q), false, &path)) {
+    std::string_view query;
+    if (!http_routes::SplitTarget(req, &path, &query)) {
       return respond(JsonError(400, "invalid percent-encoding in path"));
     }
-    const std::string_view query =
-        q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
     const http::verb m = req.method();
     const bool get = m == http::verb::get, post = m == http::verb::post;
     auto not_allowed = [&](const char* allowed) {
-      Reply r = JsonError(405, "method " + std::string(req.method_string()) + " not allowed on " +
-                                   path + " (use " + allowed + ")");
-      r.headers.emplace_back("Allow", allowed);
-      return r;
+      return http_routes::NotAllowed(req, path, allowed);
     };
     if (path == "/json")
       return post ? http_routes::Json(engine, req, respond) : respond(not_allowed("POST"));

@@ -6,51 +6,31 @@
 // replaced rule, and reset asks for confirmation and works. Missing node, chromium or
 // playwright-core is a failure, not a skip.
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 
 #include <cstdlib>
-#include <regex>
 #include <string>
 
+#include "admin_fixture.h"
 #include "process.h"
 
 namespace sluice::testing {
 namespace {
 
-const char* kConfig = R"(sluiced:
-  reload_poll: 0
-domain: web
-descriptors:
-  - key: user
-    rate_limit: {unit: hour, requests_per_unit: 3, name: per_user}
-  - key: api_key
-    rate_limit:
-      name: per_key
-      replaces: [{name: per_path}]
-      unit: hour
-      requests_per_unit: 5
-  - key: path
-    value: /x
-    rate_limit: {unit: hour, requests_per_unit: 100, name: per_path}
-)";
-
 TEST(AdminConsole, InHeadlessChromium) {
   TempDir dir;
-  WriteFile(dir.File("c.yaml"), kConfig);
+  WriteFile(dir.File("c.yaml"), kAdminConfig);
   const std::string token = dir.File("token");
-  WriteFile(token, "console-test-token-0123456789abcdef\n");
-  ::chmod(token.c_str(), 0600);
+  WriteTokenFile(token, "console-test-token-0123456789abcdef\n");
   Sluiced d = StartSluiced(dir.File("c.yaml"), dir.File("log"),
                            {"--admin", "0", "--admin-token-file", token});
   ASSERT_GT(d.http_port, 0);
-  std::smatch m;
-  const std::string log = d.LogText();
-  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(admin=127\.0\.0\.1:(\d+))"))) << log;
+  const int admin = AdminPort(d);
+  ASSERT_GT(admin, 0) << d.LogText();
   const std::string script = std::string(ADMIN_UI_DIR) + "/console_test.mjs";
   // SLUICE_CONSOLE_SCREENSHOT=docs/img/admin-console.png refreshes the docs' screenshot.
   const char* shot = std::getenv("SLUICE_CONSOLE_SCREENSHOT");
-  auto node = Process::Spawn({"/usr/bin/node", script, m[1].str(), std::to_string(d.http_port),
-                              token, shot != nullptr ? shot : ""},
+  auto node = Process::Spawn({"/usr/bin/node", script, std::to_string(admin),
+                              std::to_string(d.http_port), token, shot != nullptr ? shot : ""},
                              dir.File("node.log"));
   ASSERT_TRUE(node);
   const int rc = node->Wait(std::chrono::seconds(90));
