@@ -425,5 +425,47 @@ TEST(Permits, StoreFailureFollowsTheFailureMode) {
   EXPECT_EQ(fallback->Release("k", std::string(32, 'a')).code(), ErrorCode::kUnavailable);
 }
 
+// A MemoryStore that can be taken down and brought back.
+class FlakyStore final : public Store {
+ public:
+  Status Run(const StoreBatch& batch, std::span<Decision> out) override {
+    if (down) return Status::DeadlineExceeded("down (test)");
+    return inner.Run(batch, out);
+  }
+  Status Reset(const Policy& p, std::string_view k) override { return inner.Reset(p, k); }
+  bool IsRemote() const override { return true; }
+  MemoryStore inner;
+  bool down = false;
+};
+
+// Issue #20 item 2: a store failure during a release or an extend is returned as is
+// under every failure mode (never a success, never NotFound), and the permit is still
+// held once the store is back.
+TEST(Permits, ReleaseAndExtendReturnTheStoreErrorUnderEveryFailureMode) {
+  for (FailureMode mode :
+       {FailureMode::kFailOpen, FailureMode::kFailClosed, FailureMode::kLocalFallback}) {
+    auto store = std::make_shared<FlakyStore>();
+    LimiterOptions o;
+    Policy p = Policy::Concurrency("inflight", 1, kLease);
+    p.failure_mode = mode;
+    o.policies = {p};
+    o.store = store;
+    o.clock = std::make_shared<ManualClock>(kNoon);
+    auto limiter = std::move(Limiter::Create(std::move(o))).value();
+    auto permit = limiter->AcquirePermit("k");
+    ASSERT_TRUE(permit.ok() && permit->held());
+    const std::string id = permit->id();
+    store->down = true;
+    const int m = static_cast<int>(mode);
+    EXPECT_EQ(permit->Extend().code(), ErrorCode::kDeadlineExceeded) << m;
+    EXPECT_EQ(limiter->Extend("k", id).code(), ErrorCode::kDeadlineExceeded) << m;
+    EXPECT_EQ(limiter->Release("k", id).code(), ErrorCode::kDeadlineExceeded) << m;
+    store->down = false;
+    EXPECT_TRUE(limiter->Extend("k", id).ok()) << m;
+    EXPECT_FALSE(limiter->AcquirePermit("k")->held()) << m;  // still held: the limit is 1
+    EXPECT_TRUE(limiter->Release("k", permit->Detach()).ok()) << m;
+  }
+}
+
 }  // namespace
 }  // namespace sluice::testing
