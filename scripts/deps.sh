@@ -42,3 +42,12 @@ if [[ -n "$py_missing" ]]; then
   [[ -f "$stdlib/EXTERNALLY-MANAGED" ]] && pip_flags+=(--break-system-packages)
   python3 -m pip install "${pip_flags[@]}" -r "$here/requirements.txt"
 fi
+# The admin console's browser test (tests/service/admin_ui): playwright-core at the
+# version its package-lock.json pins, driving Debian's chromium (packages.txt).
+ui="$here/../tests/service/admin_ui"
+want=$(node -p "require('$ui/package.json').dependencies['playwright-core']")
+have=$(node -p "require('$ui/node_modules/playwright-core/package.json').version" 2>/dev/null || true)
+if [[ "$want" != "$have" ]]; then
+  echo "deps: npm ci in tests/service/admin_ui"
+  npm ci --prefix "$ui" --no-audit --no-fund -q
+fi
