@@ -17,17 +17,12 @@
 #include <vector>
 
 #include "sluice/decision.h"
+#include "sluice/permit_id.h"
 #include "sluice/status.h"
 
 namespace sluice {
 
 class Limiter;
-
-// A permit id is 128 random bits written as this many lower-case hex characters.
-inline constexpr std::size_t kPermitIdLength = 32;
-
-// True when `id` looks like a permit id (kPermitIdLength characters of [0-9a-f]).
-bool IsPermitId(std::string_view id);
 
 // A permit taken by Limiter::AcquirePermit. While held it occupies one of the
 // max_in_flight slots of its key under every concurrency policy of its limiter, until

@@ -55,17 +55,8 @@ std::string SvgPath(const std::string& path, const std::string& id, bool several
   return path.substr(0, dot) + "-" + id + path.substr(dot);
 }
 
-}  // namespace
-
-int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  CLI::App app{
-      "Runs traffic through the five algorithms (fixed window, sliding window log, sliding\n"
-      "window counter, token bucket, GCRA) with a simulated clock and prints, per pattern,\n"
-      "what each allowed and how often it disagreed with the exact sliding window log.",
-      "sluice simulate"};
-  app.footer(kFooter);
-  app.get_formatter()->column_width(28);
-
+// The flags of `sluice simulate`, and what they resolve to.
+struct SimFlags {
   std::string pattern = "boundary";
   std::uint64_t limit = 100;
   std::string window_text = "1m";
@@ -79,123 +70,141 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
   std::uint64_t seed = 1;
   std::string trace_path;
   std::string svg_path;
+  bool pattern_given = false;  // --pattern on the command line
+  // Resolved by ResolveSimFlags.
+  SimPolicy policy;
+  Micros duration = 0, on = 0, off = 0;
+};
 
+// Declares every flag of `sluice simulate` on `app`, into `f`; returns --pattern's.
+CLI::Option* AddSimFlags(CLI::App& app, SimFlags& f) {
   auto* pattern_opt =
-      app.add_option("-p,--pattern", pattern, "boundary, poisson, onoff, trace or all")
+      app.add_option("-p,--pattern", f.pattern, "boundary, poisson, onoff, trace or all")
           ->check(CLI::IsMember({"boundary", "poisson", "onoff", "trace", "all"}))
           ->capture_default_str();
-  app.add_option("-l,--limit", limit, "requests allowed per window")
+  app.add_option("-l,--limit", f.limit, "requests allowed per window")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1'000'000}))
       ->capture_default_str();
-  app.add_option("-w,--window", window_text, "the limit's window")
+  app.add_option("-w,--window", f.window_text, "the limit's window")
       ->capture_default_str()
       ->type_name("DURATION");
-  app.add_option("-d,--duration", duration_text, "length of generated traffic (poisson, onoff)")
+  app.add_option("-d,--duration", f.duration_text, "length of generated traffic (poisson, onoff)")
       ->capture_default_str()
       ->type_name("DURATION");
-  app.add_option("-k,--keys", keys, "number of keys (clients) for poisson and onoff")
+  app.add_option("-k,--keys", f.keys, "number of keys (clients) for poisson and onoff")
       ->check(CLI::Range(std::uint32_t{1}, std::uint32_t{10'000'000}))
       ->capture_default_str();
-  app.add_option("--load", loads, "poisson: rates as multiples of the limit, e.g. 0.5,1,2")
+  app.add_option("--load", f.loads, "poisson: rates as multiples of the limit, e.g. 0.5,1,2")
       ->delimiter(',')
       ->check(CLI::Range(0.001, 1000.0))
       ->capture_default_str();
-  app.add_option("--on-load", on_load, "onoff: rate during a burst, as a multiple of the limit")
+  app.add_option("--on-load", f.on_load, "onoff: rate during a burst, as a multiple of the limit")
       ->check(CLI::Range(0.001, 1000.0))
       ->capture_default_str();
-  app.add_option("--on", on_text, "onoff: burst length (default: a quarter of the window)")
+  app.add_option("--on", f.on_text, "onoff: burst length (default: a quarter of the window)")
       ->type_name("DURATION");
-  app.add_option("--off", off_text, "onoff: silence between bursts (default: 3/4 of the window)")
+  app.add_option("--off", f.off_text, "onoff: silence between bursts (default: 3/4 of the window)")
       ->type_name("DURATION");
-  app.add_option("--burst", burst, "token bucket / GCRA capacity (default: the limit)")
+  app.add_option("--burst", f.burst, "token bucket / GCRA capacity (default: the limit)")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1'000'000'000'000}));
-  app.add_option("--seed", seed, "random seed; the same seed gives the same output")
+  app.add_option("--seed", f.seed, "random seed; the same seed gives the same output")
       ->capture_default_str();
-  app.add_option("--trace", trace_path, "replay a trace file (see below)")->type_name("FILE");
-  app.add_option("--svg", svg_path, "draw each pattern (FILE-<pattern>.svg when several)")
+  app.add_option("--trace", f.trace_path, "replay a trace file (see below)")->type_name("FILE");
+  app.add_option("--svg", f.svg_path, "draw each pattern (FILE-<pattern>.svg when several)")
       ->type_name("FILE");
+  return pattern_opt;
+}
 
-  if (const int code = ParseFlags(app, args, "sluice simulate", out, err); code >= 0) return code;
-
-  const auto usage_error = [&](const std::string& message) {
-    err << "sluice simulate: " << message << "\n";
-    return 2;
-  };
-  SimPolicy policy;
-  policy.limit = limit;
-  policy.burst = burst;
-  auto window = ParseDuration(window_text);
-  if (!window.ok()) return usage_error("--window: " + window.status().message());
+// Checks the flags and fills f.policy, f.duration, f.on and f.off; a usage error's
+// message, or "".
+std::string ResolveSimFlags(SimFlags& f) {
+  f.policy.limit = f.limit;
+  f.policy.burst = f.burst;
+  auto window = ParseDuration(f.window_text);
+  if (!window.ok()) return "--window: " + window.status().message();
   if (*window < 1000 || *window > 366LL * 86400 * 1'000'000) {
-    return usage_error("--window must be between 1ms and 366d (got " + window_text + ")");
+    return "--window must be between 1ms and 366d (got " + f.window_text + ")";
   }
-  policy.window = *window;
-  auto duration = ParseDuration(duration_text);
-  if (!duration.ok()) return usage_error("--duration: " + duration.status().message());
-  if (*duration <= 0) return usage_error("--duration must be more than 0");
-  for (const Policy& p : SimPolicies(policy)) {
-    if (Status s = ValidatePolicy(p); !s.ok()) return usage_error(s.message());
+  f.policy.window = *window;
+  auto duration = ParseDuration(f.duration_text);
+  if (!duration.ok()) return "--duration: " + duration.status().message();
+  f.duration = *duration;
+  if (f.duration <= 0) return "--duration must be more than 0";
+  for (const Policy& p : SimPolicies(f.policy)) {
+    if (Status s = ValidatePolicy(p); !s.ok()) return s.message();
   }
-  Micros on = policy.window / 4;
-  Micros off = policy.window - on;
-  if (!on_text.empty()) {
-    auto r = ParseDuration(on_text);
-    if (!r.ok()) return usage_error("--on: " + r.status().message());
-    if (*r <= 0) return usage_error("--on must be more than 0");
-    on = *r;
+  f.on = f.policy.window / 4;
+  f.off = f.policy.window - f.on;
+  if (!f.on_text.empty()) {
+    auto r = ParseDuration(f.on_text);
+    if (!r.ok()) return "--on: " + r.status().message();
+    if (*r <= 0) return "--on must be more than 0";
+    f.on = *r;
   }
-  if (!off_text.empty()) {
-    auto r = ParseDuration(off_text);
-    if (!r.ok()) return usage_error("--off: " + r.status().message());
-    off = *r;
+  if (!f.off_text.empty()) {
+    auto r = ParseDuration(f.off_text);
+    if (!r.ok()) return "--off: " + r.status().message();
+    f.off = *r;
   }
-  if ((pattern == "onoff" || pattern == "all") &&
-      static_cast<double>(*duration) / static_cast<double>(on + off) * keys > 1e8) {
-    return usage_error("--on + --off (" + FormatDuration(on + off) +
-                       ") is too short for --duration and --keys: over 10^8 bursts");
+  if ((f.pattern == "onoff" || f.pattern == "all") &&
+      static_cast<double>(f.duration) / static_cast<double>(f.on + f.off) * f.keys > 1e8) {
+    return "--on + --off (" + FormatDuration(f.on + f.off) +
+           ") is too short for --duration and --keys: over 10^8 bursts";
   }
-  if (!trace_path.empty() && pattern_opt->count() == 0) pattern = "trace";
-  if (pattern == "trace" && trace_path.empty()) {
-    return usage_error("--pattern trace needs --trace FILE");
+  if (!f.trace_path.empty() && !f.pattern_given) f.pattern = "trace";
+  if (f.pattern == "trace" && f.trace_path.empty()) {
+    return "--pattern trace needs --trace FILE";
   }
-  const bool all = pattern == "all";
+  const bool all = f.pattern == "all";
 
   // Refuse runs that would take minutes, before generating anything.
-  const double per_key_rate =
-      static_cast<double>(limit) * static_cast<double>(*duration) / static_cast<double>(*window);
+  const double per_key_rate = static_cast<double>(f.limit) * static_cast<double>(f.duration) /
+                              static_cast<double>(f.policy.window);
   double expected = 0;
-  if (all || pattern == "poisson") {
-    for (double l : loads) expected += l * per_key_rate * keys;
+  if (all || f.pattern == "poisson") {
+    for (double l : f.loads) expected += l * per_key_rate * f.keys;
   }
-  if (all || pattern == "onoff") {
-    expected +=
-        on_load * per_key_rate * keys * static_cast<double>(on) / static_cast<double>(on + off);
+  if (all || f.pattern == "onoff") {
+    expected += f.on_load * per_key_rate * f.keys * static_cast<double>(f.on) /
+                static_cast<double>(f.on + f.off);
   }
   if (expected > kMaxRequests) {
     std::ostringstream m;
     m << "this would simulate about " << std::llround(expected) << " requests (at most "
       << std::llround(kMaxRequests) << "); lower --keys, --duration or --load";
-    return usage_error(m.str());
+    return m.str();
   }
+  return "";
+}
 
+int UsageError(std::ostream& err, const std::string& message) {
+  err << "sluice simulate: " << message << "\n";
+  return 2;
+}
+
+// Generates (or reads) each chosen pattern, runs it and prints its table (and picture).
+int RunPatterns(const SimFlags& f, std::ostream& out, std::ostream& err) {
+  const bool all = f.pattern == "all";
   // Generated lazily, one pattern in memory at a time; a trace is read first so that a
   // malformed file fails before any table is printed.
   std::vector<std::function<Traffic()>> patterns;
-  if (all || pattern == "boundary") patterns.push_back([&] { return BoundaryBurst(policy); });
-  if (all || pattern == "poisson") {
-    for (double l : loads) {
-      patterns.push_back([&, l] { return Poisson(policy, l, keys, *duration, seed); });
+  if (all || f.pattern == "boundary") patterns.push_back([&] { return BoundaryBurst(f.policy); });
+  if (all || f.pattern == "poisson") {
+    for (double l : f.loads) {
+      patterns.push_back([&, l] { return Poisson(f.policy, l, f.keys, f.duration, f.seed); });
     }
   }
-  if (all || pattern == "onoff") {
-    patterns.push_back([&] { return OnOff(policy, on_load, on, off, keys, *duration, seed); });
+  if (all || f.pattern == "onoff") {
+    patterns.push_back(
+        [&] { return OnOff(f.policy, f.on_load, f.on, f.off, f.keys, f.duration, f.seed); });
   }
-  if (!trace_path.empty() && (all || pattern == "trace")) {
-    auto t = LoadTrace(trace_path);
-    if (!t.ok()) return usage_error(t.status().message());
-    if (Status s = CheckTraffic(*t, policy, trace_path); !s.ok()) return usage_error(s.message());
+  if (!f.trace_path.empty() && (all || f.pattern == "trace")) {
+    auto t = LoadTrace(f.trace_path);
+    if (!t.ok()) return UsageError(err, t.status().message());
+    if (Status s = CheckTraffic(*t, f.policy, f.trace_path); !s.ok())
+      return UsageError(err, s.message());
     // Draw until the last request has left the window.
-    t->end = std::max(t->end, t->requests.back().t + policy.window);
+    t->end = std::max(t->end, t->requests.back().t + f.policy.window);
     auto shared = std::make_shared<Traffic>(std::move(*t));
     patterns.push_back([shared] { return std::move(*shared); });
   }
@@ -203,25 +212,45 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
   for (const auto& make : patterns) {
     const Traffic traffic = make();
     RunOptions options;
-    if (!svg_path.empty()) options.bin_width = NiceBinWidth(traffic.end - traffic.begin);
-    auto runs = RunTraffic(traffic, policy, options);
+    if (!f.svg_path.empty()) options.bin_width = NiceBinWidth(traffic.end - traffic.begin);
+    auto runs = RunTraffic(traffic, f.policy, options);
     if (!runs.ok()) {
       err << "sluice simulate: " << runs.status().message() << "\n";
       return runs.status().code() == ErrorCode::kInvalidArgument ? 2 : 1;
     }
-    out << FormatTable(traffic, policy, *runs) << "\n";
-    if (!svg_path.empty()) {
-      const std::string path = SvgPath(svg_path, traffic.id, patterns.size() > 1);
-      std::ofstream f(path, std::ios::binary | std::ios::trunc);
-      f << RenderSvg(traffic, policy, *runs);
-      f.close();
-      if (!f) {
+    out << FormatTable(traffic, f.policy, *runs) << "\n";
+    if (!f.svg_path.empty()) {
+      const std::string path = SvgPath(f.svg_path, traffic.id, patterns.size() > 1);
+      std::ofstream file(path, std::ios::binary | std::ios::trunc);
+      file << RenderSvg(traffic, f.policy, *runs);
+      file.close();
+      if (!file) {
         err << "sluice simulate: cannot write '" << path << "'\n";
         return 1;
       }
       out << "wrote " << path << "\n\n";
     }
   }
+  return 0;
+}
+
+}  // namespace
+
+int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CLI::App app{
+      "Runs traffic through the five algorithms (fixed window, sliding window log, sliding\n"
+      "window counter, token bucket, GCRA) with a simulated clock and prints, per pattern,\n"
+      "what each allowed and how often it disagreed with the exact sliding window log.",
+      "sluice simulate"};
+  app.footer(kFooter);
+  app.get_formatter()->column_width(28);
+
+  SimFlags f;
+  CLI::Option* pattern_opt = AddSimFlags(app, f);
+  if (const int code = ParseFlags(app, args, "sluice simulate", out, err); code >= 0) return code;
+  f.pattern_given = pattern_opt->count() > 0;
+  if (const std::string bad = ResolveSimFlags(f); !bad.empty()) return UsageError(err, bad);
+  if (const int code = RunPatterns(f, out, err); code != 0) return code;
   out << kLegend;
   return 0;
 }

@@ -8,7 +8,7 @@
 #include <memory>
 #include <utility>
 
-#include "core/forwarding_store.h"
+#include "store/forwarding_store.h"
 #include "sluice/store.h"
 
 namespace sluice::cli {

@@ -1,5 +1,5 @@
 // Limiter: policies, keys and costs in; it validates them, builds the store keys and
-// hands the batch to its Decider (limiter/decider.h), which owns the deny cache,
+// hands the batch to its Decider (decide/decider.h), which owns the deny cache,
 // failure modes, shadow mode and counters.
 #include "sluice/limiter.h"
 
@@ -14,7 +14,7 @@
 #include <unordered_map>
 
 #include "core/key_escape.h"
-#include "limiter/decider.h"
+#include "decide/decider.h"
 #include "limiter/limiter_impl.h"
 #include "limiter/limiter_internal.h"
 #include "limiter/permit_internal.h"

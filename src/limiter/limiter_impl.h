@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "limiter/decider.h"
+#include "decide/decider.h"
 #include "sluice/limiter.h"
 
 namespace sluice {

@@ -66,14 +66,6 @@ std::string NewPermitId() {
 
 }  // namespace permit_internal
 
-bool IsPermitId(std::string_view id) {
-  if (id.size() != kPermitIdLength) return false;
-  for (char c : id) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
-
 Permit::~Permit() {
   if (held_ && limiter_ != nullptr) {
     Status s = limiter_->PermitCall(*this, StoreOp::kRelease);

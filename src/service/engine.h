@@ -1,6 +1,6 @@
 // The decision engine behind every sluiced API: matches a request's descriptors against
 // the configured tree (service/rules.h, envoyproxy/ratelimit semantics), decides them in
-// one atomic batch through the process's one Decider (limiter/decider.h) on one shared
+// one atomic batch through the process's one Decider (decide/decider.h) on one shared
 // Store, and reports per-descriptor statuses.
 //
 // The configuration is an immutable snapshot swapped atomically on reload; requests in
@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "limiter/decider.h"
+#include "decide/decider.h"
 #include "service/config.h"
 #include "service/metrics.h"
 #include "service/permit_token.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "limiter/decider.h"
+#include "decide/decider.h"
 #include "service/metrics.h"
 #include "service/request.h"
 #include "service/rules.h"

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "limiter/decider.h"
+#include "decide/decider.h"
 
 namespace sluice::service {
 namespace {

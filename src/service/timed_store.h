@@ -7,7 +7,7 @@
 #include <memory>
 #include <utility>
 
-#include "core/forwarding_store.h"
+#include "store/forwarding_store.h"
 #include "service/metrics.h"
 #include "sluice/store.h"
 

@@ -10,7 +10,7 @@
 
 #include <memory>
 
-#include "limiter/decider.h"
+#include "decide/decider.h"
 #include "service/timed_store.h"
 #include "sluice/limiter.h"
 #include "sluice/memory_store.h"

@@ -1,6 +1,6 @@
 // The decision layer on its own: any policies per batch, a deny cache whose size is a
 // byte budget, each check's own failure mode, the asynchronous entry.
-#include "limiter/decider.h"
+#include "decide/decider.h"
 
 #include <gtest/gtest.h>
 
@@ -170,6 +170,29 @@ TEST(Decider, StoreFailureFollowsEachChecksOwnMode) {
   EXPECT_EQ(ok, 2);
 }
 
+// What DecideAsync answered for a permit operation on one check.
+struct PermitOutcome {
+  bool called = false;
+  Status status;
+  bool held = false;  // the status is OK and the decision allowed (the permit was held)
+};
+
+PermitOutcome RunPermitOp(decide::Decider& d, DeferredStore& store, const decide::Check& c,
+                          StoreOp op) {
+  PermitOutcome o;
+  d.DecideAsync(
+      {&c, 1},
+      [&](const Status& s, std::span<const Decision> out, std::size_t) {
+        o.called = true;
+        o.status = s;
+        o.held = s.ok() && !out.empty() && out[0].allowed;
+      },
+      op);
+  store.Drain();
+  EXPECT_TRUE(o.called);
+  return o;
+}
+
 // Issue #20 item 2: failure modes decide admissions only. A store error during a
 // release or an extend is that error, never a claimed success (fail-open) or a false
 // "not held" (fail-closed); the permit is still there once the store is back.
@@ -184,32 +207,14 @@ TEST(Decider, PermitOperationsReturnTheStoreErrorWhateverTheFailureMode) {
   local.failure_mode = FailureMode::kLocalFallback;
   const Policy local_fb = decide::FallbackPolicy(local);
   const std::string id(kPermitIdLength, 'a');
-  struct Outcome {
-    bool called = false;
-    Status status;
-    bool held = false;
-  };
-  auto run = [&](const decide::Check& c, StoreOp op) {
-    Outcome o;
-    d.DecideAsync(
-        {&c, 1},
-        [&](const Status& s, std::span<const Decision> out, std::size_t) {
-          o.called = true;
-          o.status = s;
-          o.held = s.ok() && !out.empty() && out[0].allowed;
-        },
-        op);
-    store->Drain();
-    EXPECT_TRUE(o.called);
-    return o;
-  };
+  auto run = [&](const decide::Check& c, StoreOp op) { return RunPermitOp(d, *store, c, op); };
   for (const Policy* p : {&open, &closed, &local}) {
     const std::string key = "k:" + p->name;
     const decide::Check c{p, p == &local ? &local_fb : nullptr, key, 1, id};
     ASSERT_TRUE(run(c, StoreOp::kDecide).held) << p->name;
     store->down = true;
     for (StoreOp op : {StoreOp::kExtend, StoreOp::kRelease}) {
-      const Outcome o = run(c, op);
+      const PermitOutcome o = run(c, op);
       EXPECT_EQ(o.status.code(), ErrorCode::kUnavailable)
           << p->name << " op " << static_cast<int>(op) << ": " << o.status.ToString()
           << " held=" << o.held;
@@ -233,26 +238,14 @@ TEST(Decider, PermitOfTheLocalFallbackIsReleasedThereWhileTheStoreIsDown) {
   const Policy local_fb = decide::FallbackPolicy(local);
   const std::string id(kPermitIdLength, 'b');
   const decide::Check c{&local, &local_fb, "k:local", 1, id};
-  std::vector<std::pair<Status, bool>> got;
-  auto run = [&](StoreOp op) {
-    d.DecideAsync(
-        {&c, 1},
-        [&](const Status& s, std::span<const Decision> out, std::size_t) {
-          got.emplace_back(s, s.ok() && !out.empty() && out[0].allowed);
-        },
-        op);
-    store->Drain();
-  };
-  run(StoreOp::kDecide);
-  run(StoreOp::kExtend);
-  run(StoreOp::kRelease);
-  run(StoreOp::kRelease);
-  ASSERT_EQ(got.size(), 4u);
-  EXPECT_TRUE(got[0].second);
-  EXPECT_TRUE(got[1].first.ok() && got[1].second) << got[1].first.ToString();
-  EXPECT_TRUE(got[2].first.ok() && got[2].second) << got[2].first.ToString();
+  EXPECT_TRUE(RunPermitOp(d, *store, c, StoreOp::kDecide).held);
+  const PermitOutcome extended = RunPermitOp(d, *store, c, StoreOp::kExtend);
+  EXPECT_TRUE(extended.held) << extended.status.ToString();
+  const PermitOutcome released = RunPermitOp(d, *store, c, StoreOp::kRelease);
+  EXPECT_TRUE(released.held) << released.status.ToString();
   // Held nowhere now, and the store cannot say: the store's error.
-  EXPECT_EQ(got[3].first.code(), ErrorCode::kUnavailable) << got[3].first.ToString();
+  const PermitOutcome again = RunPermitOp(d, *store, c, StoreOp::kRelease);
+  EXPECT_EQ(again.status.code(), ErrorCode::kUnavailable) << again.status.ToString();
 }
 
 TEST(Decider, CostAboveCapacityDeniesThatCheckAndChargesNothing) {

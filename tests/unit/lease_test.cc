@@ -1,6 +1,6 @@
 // Hot-key leases (Policy::lease) on the in-process store, on a ManualClock: local
 // decisions, sizes, validity, window ends, returns, and what is never leased.
-#include "limiter/lease.h"
+#include "decide/lease.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "limiter/decider.h"
+#include "decide/decider.h"
 #include "sluice/key.h"
 #include "test_util.h"
 

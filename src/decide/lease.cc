@@ -1,5 +1,5 @@
 // The lease table: one lease per hot key, sized from the key's observed rate.
-#include "limiter/lease.h"
+#include "decide/lease.h"
 
 #include <algorithm>
 #include <cmath>

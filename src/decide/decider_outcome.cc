@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <string>
 
-#include "limiter/decider_impl.h"
+#include "decide/decider_impl.h"
 
 namespace sluice::decide {
 namespace {

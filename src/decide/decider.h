@@ -18,7 +18,7 @@
 
 #include "sluice/clock.h"
 #include "sluice/decision.h"
-#include "sluice/limiter.h"
+#include "sluice/limiter_stats.h"
 #include "sluice/policy.h"
 #include "sluice/status.h"
 #include "sluice/store.h"
@@ -91,7 +91,7 @@ class Decider {
   // none; shadow checks (policy->shadow) are decided in a batch of their own and always
   // allowed (shadow_denied tells). A store failure follows each check's own failure
   // mode. A batch of one enforced check whose policy has a lease (Policy::lease) is
-  // decided from this Decider's lease of the key when it has one (limiter/lease.h). Writes one
+  // decided from this Decider's lease of the key when it has one (decide/lease.h). Writes one
   // decision per check into `out` (policy_index is left as the caller set it) and returns the
   // binding index. Errors: InvalidArgument only.
   Result<std::size_t> Decide(std::span<const Check> checks, std::span<Decision> out);

@@ -10,9 +10,9 @@
 #include <span>
 #include <vector>
 
-#include "limiter/decider.h"
-#include "limiter/deny_cache.h"
-#include "limiter/lease.h"
+#include "decide/decider.h"
+#include "decide/deny_cache.h"
+#include "decide/lease.h"
 #include "sluice/memory_store.h"
 
 namespace sluice::decide {

@@ -2,14 +2,14 @@
 // batches, the binding decision and the counters, for any policies the caller names.
 // One flow serves the synchronous and the asynchronous entry points; the steps it
 // takes are in decider_outcome.cc.
-#include "limiter/decider.h"
+#include "decide/decider.h"
 
 #include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "limiter/decider_impl.h"
+#include "decide/decider_impl.h"
 
 namespace sluice::decide {
 

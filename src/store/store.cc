@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/algorithms.h"
-#include "sluice/permit.h"
+#include "sluice/permit_id.h"
 
 namespace sluice {
 namespace {
