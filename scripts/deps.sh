@@ -42,3 +42,17 @@ if [[ -n "$py_missing" ]]; then
   [[ -f "$stdlib/EXTERNALLY-MANAGED" ]] && pip_flags+=(--break-system-packages)
   python3 -m pip install "${pip_flags[@]}" -r "$here/requirements.txt"
 fi
+# npm packages pinned in a package file (e.g. a headless-browser driver for a test):
+# every package.json with a package-lock.json beside it, under scripts/ and tests/, is
+# installed with `npm ci` into its own node_modules, only when the lock file changed
+# since the last install (a stamp in node_modules). npm and node come with the machine.
+while IFS= read -r lock; do
+  dir=$(dirname "$lock")
+  want=$(sha256sum "$lock" "$dir/package.json" | sha256sum | cut -d' ' -f1)
+  stamp=$dir/node_modules/.sluice-deps-stamp
+  [[ -f $stamp && $(cat "$stamp") == "$want" ]] && continue
+  echo "deps: npm ci in ${dir#"$here/../"}"
+  (cd "$dir" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
+  echo "$want" >"$stamp"
+done < <(find "$here" "$here/../tests" -name node_modules -prune -o -name package-lock.json \
+  -print 2>/dev/null)
