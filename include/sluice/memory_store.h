@@ -63,8 +63,6 @@ class MemoryStore final : public Store {
   std::size_t SweepExpired(Micros now);
 
  private:
-  Status Refund(std::span<const StoreCheck> checks, Micros now);
-
   friend struct memory_internal::Access;  // the Limiter's one-check fast path
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -6,6 +6,7 @@
 #include <span>
 #include <string_view>
 
+#include "memory/key_hash.h"
 #include "sluice/memory_store.h"
 
 namespace sluice::memory_internal {
@@ -30,8 +31,7 @@ struct Access {
                             Micros now, std::span<Decision> out);
 };
 
-// 64-bit hash of a store key (wyhash-style multiply-fold; never 0).
-std::uint64_t HashKey(std::string_view key);
+// HashKey(key): memory/key_hash.h.
 
 // The shard of `hash` among `shards` (a power of two). Uses low bits of the hash (above
 // bit 0), so that it is independent of HomeSlot, which uses the high bits: were both

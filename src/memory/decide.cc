@@ -1,0 +1,234 @@
+// MemoryStore's kDecide batches: the shards involved are locked for the whole batch,
+// every check decided, then all are committed or none.
+#include <algorithm>
+#include <cstdint>
+
+#include "memory/carry.h"
+#include "memory/store_impl.h"
+#include "memory/word_ops.h"
+
+namespace sluice {
+
+using memory_internal::CarryId;
+using memory_internal::CarryOver;
+using memory_internal::CleanState;
+using memory_internal::Consumes;
+using memory_internal::kCarryTag;
+using memory_internal::kMaxBatch;
+using memory_internal::LogBuffer;
+using memory_internal::MarkCarry;
+using memory_internal::PermitBuffer;
+using memory_internal::RingLog;
+using memory_internal::RingPermits;
+using memory_internal::RunWord;
+using memory_internal::Slot;
+using memory_internal::State;
+using memory_internal::Table;
+using memory_internal::TagOf;
+
+// What a batch has decided, before it commits. Filled for the checks that use it:
+// left uninitialised, not zeroed per call.
+struct MemoryStore::Impl::Pending {
+  Pending() {}
+  Slot* slots[kMaxBatch];
+  union {
+    State next[kMaxBatch];
+  };
+  Micros expires[kMaxBatch];
+  bool all_allowed = true;
+  bool consumes = false;
+  // Carry-over: the id of each check's parameters when its policy records them (0
+  // otherwise), and whether a state was taken as fresh because of a change.
+  std::uint32_t carry_id[kMaxBatch];
+  bool carried_fresh[kMaxBatch];
+  // Set once anything may have moved slots (erase, sweep, insert): found slot
+  // pointers must then be looked up again.
+  bool moved = false;
+};
+
+Status MemoryStore::Impl::Decide(std::span<const StoreCheck> checks, Micros now,
+                                 std::span<Decision> out) {
+  LockedShards locks(shards, checks, &now);
+  Pending pending;
+  DecideChecks(locks, checks, now, pending, out);
+  if (!pending.all_allowed || !pending.consumes) {
+    StartBuckets(locks, checks, now, pending);
+    return Status::Ok();
+  }
+  return Commit(locks, checks, now, pending);
+}
+
+void MemoryStore::Impl::DecideChecks(LockedShards& locks, std::span<const StoreCheck> checks,
+                                     Micros now, Pending& pending, std::span<Decision> out) {
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const StoreCheck& c = checks[i];
+    const Policy& p = *c.policy;
+    Table& table = locks.table_of(i);
+    pending.carry_id[i] = p.on_change != OnChange::kAsIs ? carry_params.Id(p) : 0;
+    pending.carried_fresh[i] = false;
+    Slot* s = table.Find(locks.hash[i], c.key);
+    if (s != nullptr && (s->tag & ~kCarryTag) != TagOf(p.algorithm)) {
+      // The key was used with another algorithm: its state means nothing here.
+      table.EraseSlot(s);
+      pending.moved = true;
+      total.fetch_sub(1, std::memory_order_relaxed);
+      s = nullptr;
+    }
+    pending.slots[i] = s;
+    if (p.algorithm == Algorithm::kConcurrency) {
+      // --- concurrency limits (issue #12 item 1) ---
+      // An acquire is decided now and committed with the batch.
+      core::PermitId id;
+      (void)core::ParsePermitId(c.permit, &id);  // validated above (empty for a peek)
+      if (s == nullptr) {
+        PermitBuffer empty;
+        PermitBuffer* scratch = PermitBuffer::Init(&empty, 1);
+        RingPermits set(&scratch, 1);
+        out[i] = core::Concurrency(p, set, now, id, c.cost, /*commit=*/false, &pending.expires[i]);
+      } else {
+        RingPermits set(&s->state.permits, p.limit);
+        out[i] = core::Concurrency(p, set, now, id, c.cost, /*commit=*/false, &pending.expires[i]);
+      }
+    } else if (p.algorithm == Algorithm::kSlidingWindowLog) {
+      if (s == nullptr) {
+        // Decide against an empty log on the stack; the commit creates the real one.
+        LogBuffer empty;
+        LogBuffer* scratch = LogBuffer::Init(&empty, 1);
+        RingLog log(&scratch, 1);
+        out[i] = core::SlidingWindowLog(p, log, now, c.cost, /*commit=*/false, &pending.expires[i]);
+      } else {
+        RingLog log(&s->state.log, p.limit);
+        out[i] = core::SlidingWindowLog(p, log, now, c.cost, /*commit=*/false, &pending.expires[i]);
+      }
+    } else {
+      bool fresh = s == nullptr || s->expires <= now;
+      State in = s != nullptr ? s->state : State{};
+      if (!fresh && (s->tag & kCarryTag) != 0) {
+        // Written with its parameters: carried over when they are not p's.
+        in = CleanState(p.algorithm, in);
+        const std::uint32_t was = CarryId(p.algorithm, s->state);
+        if (was != pending.carry_id[i] &&
+            (!CarryOver(p, carry_params, was, now, &in) ||
+             (p.algorithm == Algorithm::kTokenBucket && p.on_change != OnChange::kAsIs &&
+              core::TokenBucketIsNew(p, in.bucket, now)))) {
+          // Fresh (reset, a window change, or a bucket new again under p): a token
+          // bucket then starts like a new one (core/token_bucket.cc).
+          fresh = true;
+          pending.carried_fresh[i] = true;
+        }
+      }
+      out[i] =
+          RunWord(p, in, fresh, now, c.cost, &pending.next[i], &pending.expires[i], c.max_wait);
+    }
+    // Blocks (Policy::block_for): a blocked key is denied; a denial by the policy
+    // itself (not during a block, and not a peek) starts a block.
+    if (p.block_for > 0) [[unlikely]] {
+      pending.moved = ApplyBlocks(locks.shard_of(i), c, now, c.cost > 0, &out[i]) || pending.moved;
+    }
+    pending.all_allowed = pending.all_allowed && out[i].allowed;
+    pending.consumes = pending.consumes || c.cost > 0;
+  }
+}
+
+// A token bucket with initial_tokens below its capacity starts at its first request,
+// allowed or not (core/token_bucket.cc), so that it refills from then on.
+void MemoryStore::Impl::StartBuckets(LockedShards& locks, std::span<const StoreCheck> checks,
+                                     Micros now, const Pending& pending) {
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const StoreCheck& c = checks[i];
+    const Policy& p = *c.policy;
+    if (p.algorithm != Algorithm::kTokenBucket || c.cost == 0 ||
+        !core::TokenBucketStartsOnDenial(p)) {
+      continue;
+    }
+    Shard& shard = locks.shard_of(i);
+    Slot* s = shard.table.Find(locks.hash[i], c.key);
+    if (s != nullptr && s->expires > now && !pending.carried_fresh[i]) continue;  // started already
+    if (s == nullptr) {
+      // At the key cap the bucket is not started: the request was denied anyway,
+      // and the next one starts it.
+      if (!Reserve(shard, now)) continue;
+      s = shard.table.Insert(locks.hash[i], c.key, p.algorithm);
+    }
+    core::TokenBucketStart(p, now, &s->state.bucket, &s->expires);
+    MarkCarry(s, p.algorithm, pending.carry_id[i]);
+    shard.table.NoteExpiry(s->expires);
+  }
+}
+
+Status MemoryStore::Impl::Commit(LockedShards& locks, std::span<const StoreCheck> checks,
+                                 Micros now, Pending& pending) {
+  // Commit: reserve room for missing keys first (may hit the cap: then nothing is
+  // consumed, and the reservations are returned). A known key that has expired may
+  // be dropped by a reserving sweep and inserted again, so it reserves room too.
+  bool needs_room[kMaxBatch];
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    needs_room[i] =
+        Consumes(checks[i]) && (pending.slots[i] == nullptr || pending.slots[i]->expires <= now);
+  }
+  std::size_t reserved = 0;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    if (!needs_room[i]) continue;
+    Shard& shard = locks.shard_of(i);
+    pending.moved = true;  // Reserve may sweep
+    if (!Reserve(shard, now)) {
+      total.fetch_sub(reserved, std::memory_order_relaxed);
+      return Full();
+    }
+    ++reserved;
+  }
+  std::size_t inserts = 0;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const StoreCheck& c = checks[i];
+    if (!Consumes(c)) continue;
+    const Policy& p = *c.policy;
+    Table& table = locks.table_of(i);
+    // The common case (every key known) reuses the slots found above.
+    Slot* s = pending.moved ? table.Find(locks.hash[i], c.key) : pending.slots[i];
+    if (s == nullptr) {
+      s = table.Insert(locks.hash[i], c.key, p.algorithm);
+      pending.moved = true;  // a growing table moves every slot
+      if (p.algorithm == Algorithm::kSlidingWindowLog) {
+        s->state.log =
+            LogBuffer::Make(static_cast<std::uint32_t>(std::min<std::uint64_t>(p.limit, 4)));
+      }
+      if (p.algorithm == Algorithm::kConcurrency) {
+        s->state.permits =
+            PermitBuffer::Make(static_cast<std::uint32_t>(std::min<std::uint64_t>(p.limit, 4)));
+      }
+      ++inserts;
+    }
+    if (p.algorithm == Algorithm::kConcurrency) {
+      core::PermitId id;
+      (void)core::ParsePermitId(c.permit, &id);
+      RingPermits set(&s->state.permits, p.limit);
+      core::ConcurrencyCommit(p, set, now, id, &s->expires);
+    } else if (p.algorithm == Algorithm::kSlidingWindowLog) {
+      RingLog log(&s->state.log, p.limit);
+      core::SlidingWindowLogCommit(p, log, now, c.cost, &s->expires);
+    } else {
+      s->state = pending.next[i];
+      s->expires = pending.expires[i];
+      MarkCarry(s, p.algorithm, pending.carry_id[i]);
+    }
+    table.NoteExpiry(s->expires);
+  }
+  // Return the reservations not used (an expired key that was not swept, or a key
+  // that came twice in the batch). Every insert had one.
+  if (reserved > inserts) total.fetch_sub(reserved - inserts, std::memory_order_relaxed);
+  // Incremental expiry, paid by inserts only: the sweep hand walks the whole table, so
+  // each step is a cache miss that a decision on a known key should not pay. Tables
+  // only grow through inserts, and each insert examines 4 slots, so idle keys are
+  // reclaimed faster than new ones arrive. (At the key cap, Reserve sweeps fully.)
+  // Every slot of this batch now expires after `now`, so this cannot remove one.
+  for (std::size_t i = 0; inserts > 0 && i < locks.locked(); ++i) {
+    const std::size_t removed = locks.locked_shard(i).table.SweepSome(now, 4);
+    if (removed > 0) {
+      total.fetch_sub(removed, std::memory_order_relaxed);
+      expired.fetch_add(removed, std::memory_order_relaxed);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace sluice

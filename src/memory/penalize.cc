@@ -1,0 +1,90 @@
+// MemoryStore's kPenalize batches.
+#include "memory/store_impl.h"
+
+namespace sluice {
+
+using memory_internal::kCarryTag;
+using memory_internal::LogBuffer;
+using memory_internal::PermitBuffer;
+using memory_internal::RingLog;
+using memory_internal::RingPermits;
+using memory_internal::Slot;
+using memory_internal::State;
+using memory_internal::Table;
+using memory_internal::TagOf;
+
+// Penalties (StoreCheck::force): every check's cost is consumed whatever the
+// decision (bounded, core/penalties.cc), and its decision is a peek at the state after;
+// a key left over its limit starts its block (Policy::block_for) unless it is blocked.
+// All checks are applied, or none (the key cap).
+Status MemoryStore::Impl::Penalize(std::span<const StoreCheck> checks, Micros now,
+                                   std::span<Decision> out) {
+  LockedShards locks(shards, checks, &now);
+  // Room for the keys that need a slot (as EvaluateBatch's commit): a key of another
+  // algorithm is dropped first, its state means nothing here.
+  std::size_t reserved = 0;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const StoreCheck& c = checks[i];
+    Table& table = locks.table_of(i);
+    Slot* s = table.Find(locks.hash[i], c.key);
+    if (s != nullptr && s->tag != TagOf(c.policy->algorithm)) {
+      table.EraseSlot(s);
+      total.fetch_sub(1, std::memory_order_relaxed);
+      s = nullptr;
+    }
+    if (s != nullptr && s->expires > now) continue;
+    if (!Reserve(locks.shard_of(i), now)) {
+      total.fetch_sub(reserved, std::memory_order_relaxed);
+      return Full();
+    }
+    ++reserved;
+  }
+  std::size_t inserts = 0;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const StoreCheck& c = checks[i];
+    const Policy& p = *c.policy;
+    Table& table = locks.table_of(i);
+    Slot* s = table.Find(locks.hash[i], c.key);
+    bool fresh = s == nullptr || s->expires <= now;
+    if (s == nullptr) {
+      s = table.Insert(locks.hash[i], c.key, p.algorithm);
+      if (p.algorithm == Algorithm::kSlidingWindowLog) {
+        s->state.log =
+            LogBuffer::Make(static_cast<std::uint32_t>(std::min<std::uint64_t>(p.limit, 4)));
+      }
+      ++inserts;
+    }
+    if (p.algorithm == Algorithm::kSlidingWindowLog) {
+      RingLog log(&s->state.log, p.limit);
+      out[i] = core::SlidingWindowLogPenalize(p, log, now, c.cost, &s->expires);
+    } else {
+      const State in = s->state;
+      switch (p.algorithm) {
+        case Algorithm::kFixedWindow:
+          out[i] = core::FixedWindowPenalize(p, in.fixed, fresh, now, c.cost, &s->state.fixed,
+                                             &s->expires);
+          break;
+        case Algorithm::kSlidingWindowCounter:
+          out[i] = core::SlidingWindowCounterPenalize(p, in.counter, fresh, now, c.cost,
+                                                      &s->state.counter, &s->expires);
+          break;
+        case Algorithm::kTokenBucket:
+          out[i] = core::TokenBucketPenalize(p, in.bucket, fresh, now, c.cost, &s->state.bucket,
+                                             &s->expires);
+          break;
+        case Algorithm::kGcra:
+          out[i] = core::GcraPenalize(p, in.gcra, fresh, now, c.cost, &s->state.gcra, &s->expires);
+          break;
+        case Algorithm::kSlidingWindowLog:  // handled above
+        case Algorithm::kConcurrency:       // no penalties (Limiter::Penalize refuses them)
+          break;
+      }
+    }
+    table.NoteExpiry(s->expires);
+    if (p.block_for > 0) (void)ApplyBlocks(locks.shard_of(i), c, now, true, &out[i]);
+  }
+  if (reserved > inserts) total.fetch_sub(reserved - inserts, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+}  // namespace sluice

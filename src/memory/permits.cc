@@ -1,0 +1,47 @@
+// MemoryStore's kRelease and kExtend batches (concurrency limits).
+#include "memory/store_impl.h"
+
+namespace sluice {
+
+using memory_internal::kCarryTag;
+using memory_internal::LogBuffer;
+using memory_internal::PermitBuffer;
+using memory_internal::RingLog;
+using memory_internal::RingPermits;
+using memory_internal::Slot;
+using memory_internal::State;
+using memory_internal::Table;
+using memory_internal::TagOf;
+
+// Release and extend (concurrency checks, validated): each applied on its own.
+Status MemoryStore::Impl::Permits(bool extend, std::span<const StoreCheck> checks, Micros now,
+                                  std::span<Decision> out) {
+  LockedShards locks(shards, checks, &now);
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const StoreCheck& c = checks[i];
+    const Policy& p = *c.policy;
+    Table& table = locks.table_of(i);
+    Slot* s = table.Find(locks.hash[i], c.key);
+    if (s != nullptr && (s->tag & ~kCarryTag) != TagOf(p.algorithm)) {
+      // The key was used with another algorithm: its state means nothing here.
+      table.EraseSlot(s);
+      total.fetch_sub(1, std::memory_order_relaxed);
+      s = nullptr;
+    }
+    core::PermitId id;
+    (void)core::ParsePermitId(c.permit, &id);  // validated
+    Micros expires = 0;
+    PermitBuffer empty;
+    PermitBuffer* scratch = PermitBuffer::Init(&empty, 1);
+    RingPermits set(s != nullptr ? &s->state.permits : &scratch, s != nullptr ? p.limit : 1);
+    out[i] = extend ? core::ConcurrencyExtend(p, set, now, id, &expires)
+                    : core::ConcurrencyRelease(p, set, now, id, &expires);
+    if (s != nullptr) {
+      s->expires = expires;
+      table.NoteExpiry(s->expires);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace sluice
