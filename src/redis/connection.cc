@@ -294,213 +294,235 @@ void Connection::Run() {
   }
 }
 
-std::string Connection::Serve() {
-  Transport& t = *transport_;
-  const int fd = t.fd();
+// The I/O thread's state while one transport is up: Serve and its steps.
+struct Connection::Session {
+  Transport& t;
   ReaderPtr reader = NewReader();
   std::deque<Pending> inflight;
   std::string out;  // bytes not yet written
   std::size_t out_off = 0;
   std::vector<Queued> batch;
-  char buf[16384];
-  std::string broken;
+  std::string broken;           // why the connection broke (empty: it did not)
   std::size_t reply_bytes = 0;  // bytes received since the last complete reply
+  char buf[16384];
+};
 
-  while (broken.empty()) {
+std::string Connection::Serve() {
+  Session s{*transport_};
+  while (s.broken.empty()) {
     // 1. Take what callers queued; expired commands are not sent at all.
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_) break;
-      batch.swap(queue_);
+      s.batch.swap(queue_);
       wake_pending_ = false;
     }
-    Deadline now = SteadyClock::now();
-    for (Queued& q : batch) {
+    const Deadline now = SteadyClock::now();
+    for (Queued& q : s.batch) {
       if (q.deadline <= now) {
         stats_->timeouts.fetch_add(q.callbacks.size(), std::memory_order_relaxed);
-        const Status s = Status::DeadlineExceeded("Redis call timed out before it was sent");
-        for (ReplyCallback& cb : q.callbacks) cb(s, nullptr);
+        const Status st = Status::DeadlineExceeded("Redis call timed out before it was sent");
+        for (ReplyCallback& cb : q.callbacks) cb(st, nullptr);
       }
     }
-    std::erase_if(batch, [now](const Queued& q) { return q.deadline <= now; });
-    Emit(batch, out, inflight);
-    batch.clear();
-
+    std::erase_if(s.batch, [now](const Queued& q) { return q.deadline <= now; });
+    Emit(s.batch, s.out, s.inflight);
+    s.batch.clear();
     // 2. Write as much as the transport takes.
-    while (out_off < out.size()) {
-      std::size_t n = 0;
-      const IoResult r = t.Write(out.data() + out_off, out.size() - out_off, &n);
-      if (r == IoResult::kOk) {
-        out_off += n;
-        continue;
-      }
-      if (r != IoResult::kWouldBlock) broken = t.error();
-      break;
-    }
-    if (!broken.empty()) break;
-    if (out_off == out.size()) {
-      out.clear();
-      out_off = 0;
-    } else if (out_off > (1 << 20)) {
-      out.erase(0, out_off);
-      out_off = 0;
-    }
-
+    if (!Flush(s)) break;
     // 3. Sleep until the socket is ready, a caller wakes us, or the next deadline.
-    int rc = 1;
-    pollfd fds[2] = {{fd, t.PollEvents(!out.empty()), 0}, {wake_fd_, POLLIN, 0}};
-    if (t.HasBuffered()) {
-      fds[0].revents = POLLIN;
-    } else {
-      Deadline next = now + std::chrono::seconds(1);
-      for (const Pending& p : inflight) {
-        if (p.done) continue;
-        if (!p.merged) {
-          next = std::min(next, p.deadline);
-          continue;
-        }
-        for (const Group& g : p.merged->groups) {
-          if (!g.done) next = std::min(next, g.deadline);
-        }
-      }
-      if (!inflight.empty()) {
-        next = std::min(
-            next, inflight.front().deadline + std::chrono::microseconds(options_.stall_timeout));
-      }
-      Micros wait = std::max<Micros>(0, MicrosUntil(next));
-      timespec ts{static_cast<time_t>(wait / 1'000'000),
-                  static_cast<long>((wait % 1'000'000) * 1000)};
-      rc = ppoll(fds, 2, &ts, nullptr);
-      if (rc < 0 && errno != EINTR) {
-        broken = std::string("poll failed: ") + strerror(errno);
-        break;
-      }
-      if (rc > 0 && (fds[1].revents & POLLIN)) {
-        std::uint64_t v;
-        [[maybe_unused]] ssize_t n = read(wake_fd_, &v, sizeof(v));
-      }
-    }
-
+    const bool readable = AwaitReadable(s, now);
+    if (!s.broken.empty()) break;
     // 4. Read and dispatch replies in order.
-    if (rc > 0 && (fds[0].revents & (POLLIN | POLLOUT | POLLHUP | POLLERR))) {
-      for (;;) {
-        std::size_t n = 0;
-        const IoResult r = t.Read(buf, sizeof(buf), &n);
-        if (r == IoResult::kOk) {
-          reply_bytes += n;
-          if (redisReaderFeed(reader.get(), buf, n) != REDIS_OK) {
-            broken = "protocol error";
-            break;
-          }
-          if (n < sizeof(buf) && !t.HasBuffered()) break;
-          if (reply_bytes > kMaxReplyBytes) break;  // checked below
-          continue;
-        }
-        if (r == IoResult::kClosed) {
-          broken = "the server closed the connection";
-        } else if (r == IoResult::kError) {
-          broken = t.error();
-        }
-        break;
-      }
-      for (;;) {
-        void* r = nullptr;
-        if (redisReaderGetReply(reader.get(), &r) != REDIS_OK) {
-          broken = "protocol error: " + ReaderErrorText(*reader);
-          break;
-        }
-        if (r == nullptr) break;
-        ReplyPtr reply(static_cast<redisReply*>(r));
-        reply_bytes = reader->len - reader->pos;
-        if (inflight.empty()) {
-          broken = "unexpected reply from the server";
-          break;
-        }
-        Pending p = std::move(inflight.front());
-        inflight.pop_front();
-        if (p.done) continue;
-        if (!p.merged) {
-          p.callback(Status::Ok(), reply.get());
-          continue;
-        }
-        Merged& m = *p.merged;
-        if (!m.reloaded && Classify(reply.get()) == ErrorKind::kNoScript) {
-          // Nothing ran: load the grouped script on this connection and send the call
-          // again, once, behind the load (the callers' deadlines still hold).
-          m.reloaded = true;
-          stats_->script_reloads.fetch_add(1, std::memory_order_relaxed);
-          out.append(EncodeCommand({"SCRIPT", "LOAD", m.target->source}));
-          out.append(m.wire);
-          inflight.push_back(Pending{p.deadline, [](const Status&, const redisReply*) {}});
-          inflight.push_back(std::move(p));
-          continue;
-        }
-        DeliverMerged(m, Status::Ok(), reply.get());
-      }
-      if (broken.empty() && reply_bytes > kMaxReplyBytes) {
-        broken = "a reply exceeded " + std::to_string(kMaxReplyBytes >> 20) +
-                 " MB (not a reply sluice can expect)";
-      }
-    }
-
+    if (readable) ReadReplies(s);
     // 5. Time out overdue callers; declare the connection broken if it stalls.
-    now = SteadyClock::now();
-    for (Pending& p : inflight) {
-      if (p.merged && !p.done) {
-        bool left = false;
-        for (Group& g : p.merged->groups) {
-          if (g.done) continue;
-          if (g.deadline > now) {
-            left = true;
-            continue;
-          }
-          g.done = true;
-          stats_->timeouts.fetch_add(1, std::memory_order_relaxed);
-          g.callback(Status::DeadlineExceeded("Redis did not answer before the deadline"), nullptr);
-          g.callback = nullptr;
-        }
-        p.done = !left;
-        continue;
-      }
-      if (!p.done && p.deadline <= now) {
-        p.done = true;
-        stats_->timeouts.fetch_add(1, std::memory_order_relaxed);
-        p.callback(Status::DeadlineExceeded("Redis did not answer before the deadline"), nullptr);
-        p.callback = nullptr;
-      }
+    ExpireOverdue(s);
+  }
+  FailEverything(s);
+  return s.broken;
+}
+
+bool Connection::Flush(Session& s) {
+  while (s.out_off < s.out.size()) {
+    std::size_t n = 0;
+    const IoResult r = s.t.Write(s.out.data() + s.out_off, s.out.size() - s.out_off, &n);
+    if (r == IoResult::kOk) {
+      s.out_off += n;
+      continue;
     }
-    if (broken.empty() && !inflight.empty() &&
-        inflight.front().deadline + std::chrono::microseconds(options_.stall_timeout) <= now) {
-      broken = "no reply for " + std::to_string(options_.stall_timeout / 1000) +
-               " ms past a deadline (server stalled?)";
+    if (r != IoResult::kWouldBlock) s.broken = s.t.error();
+    break;
+  }
+  if (!s.broken.empty()) return false;
+  if (s.out_off == s.out.size()) {
+    s.out.clear();
+    s.out_off = 0;
+  } else if (s.out_off > (1 << 20)) {
+    s.out.erase(0, s.out_off);
+    s.out_off = 0;
+  }
+  return true;
+}
+
+Deadline Connection::NextDeadline(const Session& s, Deadline now) const {
+  Deadline next = now + std::chrono::seconds(1);
+  for (const Pending& p : s.inflight) {
+    if (p.done) continue;
+    if (!p.merged) {
+      next = std::min(next, p.deadline);
+      continue;
+    }
+    for (const Group& g : p.merged->groups) {
+      if (!g.done) next = std::min(next, g.deadline);
     }
   }
+  if (!s.inflight.empty()) {
+    next = std::min(
+        next, s.inflight.front().deadline + std::chrono::microseconds(options_.stall_timeout));
+  }
+  return next;
+}
 
+bool Connection::AwaitReadable(Session& s, Deadline now) {
+  if (s.t.HasBuffered()) return true;
+  pollfd fds[2] = {{s.t.fd(), s.t.PollEvents(!s.out.empty()), 0}, {wake_fd_, POLLIN, 0}};
+  const Micros wait = std::max<Micros>(0, MicrosUntil(NextDeadline(s, now)));
+  timespec ts{static_cast<time_t>(wait / 1'000'000), static_cast<long>((wait % 1'000'000) * 1000)};
+  const int rc = ppoll(fds, 2, &ts, nullptr);
+  if (rc < 0 && errno != EINTR) {
+    s.broken = std::string("poll failed: ") + strerror(errno);
+    return false;
+  }
+  if (rc > 0 && (fds[1].revents & POLLIN)) {
+    std::uint64_t v;
+    [[maybe_unused]] ssize_t n = read(wake_fd_, &v, sizeof(v));
+  }
+  return rc > 0 && (fds[0].revents & (POLLIN | POLLOUT | POLLHUP | POLLERR));
+}
+
+void Connection::ReadReplies(Session& s) {
+  for (;;) {
+    std::size_t n = 0;
+    const IoResult r = s.t.Read(s.buf, sizeof(s.buf), &n);
+    if (r == IoResult::kOk) {
+      s.reply_bytes += n;
+      if (redisReaderFeed(s.reader.get(), s.buf, n) != REDIS_OK) {
+        s.broken = "protocol error";
+        break;
+      }
+      if (n < sizeof(s.buf) && !s.t.HasBuffered()) break;
+      if (s.reply_bytes > kMaxReplyBytes) break;  // checked below
+      continue;
+    }
+    if (r == IoResult::kClosed) {
+      s.broken = "the server closed the connection";
+    } else if (r == IoResult::kError) {
+      s.broken = s.t.error();
+    }
+    break;
+  }
+  for (;;) {
+    void* r = nullptr;
+    if (redisReaderGetReply(s.reader.get(), &r) != REDIS_OK) {
+      s.broken = "protocol error: " + ReaderErrorText(*s.reader);
+      break;
+    }
+    if (r == nullptr) break;
+    ReplyPtr reply(static_cast<redisReply*>(r));
+    s.reply_bytes = s.reader->len - s.reader->pos;
+    if (s.inflight.empty()) {
+      s.broken = "unexpected reply from the server";
+      break;
+    }
+    Dispatch(s, std::move(reply));
+  }
+  if (s.broken.empty() && s.reply_bytes > kMaxReplyBytes) {
+    s.broken = "a reply exceeded " + std::to_string(kMaxReplyBytes >> 20) +
+               " MB (not a reply sluice can expect)";
+  }
+}
+
+void Connection::Dispatch(Session& s, ReplyPtr reply) {
+  Pending p = std::move(s.inflight.front());
+  s.inflight.pop_front();
+  if (p.done) return;
+  if (!p.merged) {
+    p.callback(Status::Ok(), reply.get());
+    return;
+  }
+  Merged& m = *p.merged;
+  if (!m.reloaded && Classify(reply.get()) == ErrorKind::kNoScript) {
+    // Nothing ran: load the grouped script on this connection and send the call
+    // again, once, behind the load (the callers' deadlines still hold).
+    m.reloaded = true;
+    stats_->script_reloads.fetch_add(1, std::memory_order_relaxed);
+    s.out.append(EncodeCommand({"SCRIPT", "LOAD", m.target->source}));
+    s.out.append(m.wire);
+    s.inflight.push_back(Pending{p.deadline, [](const Status&, const redisReply*) {}});
+    s.inflight.push_back(std::move(p));
+    return;
+  }
+  DeliverMerged(m, Status::Ok(), reply.get());
+}
+
+void Connection::ExpireOverdue(Session& s) {
+  const Deadline now = SteadyClock::now();
+  for (Pending& p : s.inflight) {
+    if (p.merged && !p.done) {
+      bool left = false;
+      for (Group& g : p.merged->groups) {
+        if (g.done) continue;
+        if (g.deadline > now) {
+          left = true;
+          continue;
+        }
+        g.done = true;
+        stats_->timeouts.fetch_add(1, std::memory_order_relaxed);
+        g.callback(Status::DeadlineExceeded("Redis did not answer before the deadline"), nullptr);
+        g.callback = nullptr;
+      }
+      p.done = !left;
+      continue;
+    }
+    if (!p.done && p.deadline <= now) {
+      p.done = true;
+      stats_->timeouts.fetch_add(1, std::memory_order_relaxed);
+      p.callback(Status::DeadlineExceeded("Redis did not answer before the deadline"), nullptr);
+      p.callback = nullptr;
+    }
+  }
+  if (s.broken.empty() && !s.inflight.empty() &&
+      s.inflight.front().deadline + std::chrono::microseconds(options_.stall_timeout) <= now) {
+    s.broken = "no reply for " + std::to_string(options_.stall_timeout / 1000) +
+               " ms past a deadline (server stalled?)";
+  }
+}
+
+void Connection::FailEverything(Session& s) {
   // Stopped or broken: nothing is queued for later.
   std::vector<Queued> left;
   {
     std::lock_guard<std::mutex> lock(mu_);
     connected_.store(false, std::memory_order_release);
     left.swap(queue_);
-    if (!broken.empty()) last_error_ = broken;
+    if (!s.broken.empty()) last_error_ = s.broken;
   }
-  const Status s =
-      broken.empty()
+  const Status st =
+      s.broken.empty()
           ? Status::Unavailable("the Redis client is shutting down")
-          : Status::Unavailable("connection to " + options_.url().Describe() + " lost (" + broken +
-                                "); a command in flight may have run");
-  for (Pending& p : inflight) {
+          : Status::Unavailable("connection to " + options_.url().Describe() + " lost (" +
+                                s.broken + "); a command in flight may have run");
+  for (Pending& p : s.inflight) {
     if (p.done) continue;
     if (p.merged) {
-      DeliverMerged(*p.merged, s, nullptr);
+      DeliverMerged(*p.merged, st, nullptr);
     } else {
-      p.callback(s, nullptr);
+      p.callback(st, nullptr);
     }
   }
   for (Queued& q : left) {
-    for (ReplyCallback& cb : q.callbacks) cb(s, nullptr);
+    for (ReplyCallback& cb : q.callbacks) cb(st, nullptr);
   }
-  return broken;
 }
 
 }  // namespace sluice::redis

@@ -190,6 +190,24 @@ class Connection {
   void Run();
   // Drives the transport until it breaks or Stop; returns the reason it broke.
   std::string Serve();
+  // Serve's steps, on one Session (connection.cc).
+  struct Session;
+  // Writes what the transport takes; false when it broke (Session::broken says why).
+  bool Flush(Session& s);
+  // The earliest caller deadline in flight, or the stall bound, capped at now + 1 s.
+  Deadline NextDeadline(const Session& s, Deadline now) const;
+  // Sleeps until the socket is ready, a caller wakes the thread, or NextDeadline;
+  // true when there is something to read.
+  bool AwaitReadable(Session& s, Deadline now);
+  // Reads what arrived and hands each complete reply to Dispatch, in order.
+  void ReadReplies(Session& s);
+  // Gives one reply to the oldest command in flight (reloading a merged call's script
+  // once on NOSCRIPT).
+  void Dispatch(Session& s, ReplyPtr reply);
+  // Times out overdue callers; marks the connection broken when it stalls.
+  void ExpireOverdue(Session& s);
+  // Fails everything in flight and queued with kUnavailable (stopped or broken).
+  void FailEverything(Session& s);
   void Wake();
   // Appends `batch` (not expired) to `out` and `inflight`, merging the mergeable calls.
   void Emit(std::vector<Queued>& batch, std::string& out, std::deque<Pending>& inflight);

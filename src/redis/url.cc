@@ -186,91 +186,121 @@ Status Validate(const Url& u, std::string_view where) {
   return Status::Ok();
 }
 
-Result<Url> ParseUrl(std::string_view text, bool validate) {
-  const std::string masked = MaskPasswords(text);
-  auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument("bad Redis URL '" + masked + "': " + why + " (" +
-                                   std::string(kForms) + ")");
-  };
-  Url u;
-  std::string_view rest;
-  std::string_view query;
+namespace {
+
+// Each step below fails with InvalidArgument saying what is wrong; ParseUrl names the
+// URL (masked) and the accepted forms around it.
+Status Why(const std::string& why) {
+  return Status::InvalidArgument(why);
+}
+
+// The scheme: sets u's topology and TLS (or unix socket) and returns what follows it.
+Status ParseScheme(std::string_view text, Url* u, std::string_view* rest) {
   if (text.starts_with("unix://")) {
-    u.unix_socket = true;
-    rest = text.substr(7);
-  } else {
-    bool known = false;
-    for (const SchemeInfo& s : kSchemes) {
-      if (text.starts_with(s.prefix)) {
-        u.topology = s.topology;
-        u.tls.enabled = s.tls;
-        rest = text.substr(s.prefix.size());
-        known = true;
-        break;
-      }
+    u->unix_socket = true;
+    *rest = text.substr(7);
+    return Status::Ok();
+  }
+  for (const SchemeInfo& s : kSchemes) {
+    if (text.starts_with(s.prefix)) {
+      u->topology = s.topology;
+      u->tls.enabled = s.tls;
+      *rest = text.substr(s.prefix.size());
+      return Status::Ok();
     }
-    if (!known) return bad("unknown scheme");
   }
-  if (const std::size_t q = rest.find('?'); q != std::string_view::npos) {
-    query = rest.substr(q + 1);
-    rest = rest.substr(0, q);
-  }
+  return Why("unknown scheme");
+}
 
-  bool db_in_path = false;
-  if (u.unix_socket) {
-    if (rest.empty() || rest.front() != '/') return bad("the socket path must be absolute");
-    u.path = std::string(rest);
-  } else {
-    // Credentials: everything up to the last '@' before the query.
-    const std::size_t at = rest.rfind('@');
-    if (at != std::string_view::npos) {
-      const std::string_view cred = rest.substr(0, at);
-      rest = rest.substr(at + 1);
-      const std::size_t colon = cred.find(':');
-      std::string_view user, pass = cred;  // "redis://secret@host": the password, as redis-cli
-      if (colon != std::string_view::npos) {
-        user = cred.substr(0, colon);
-        pass = cred.substr(colon + 1);
-      }
-      if (!PercentDecode(user, &u.user) || !PercentDecode(pass, &u.password)) {
-        return bad("malformed %-escape in the credentials");
-      }
-      if (u.password.empty()) return bad("empty password");
-    }
-    std::string_view hosts = rest, path;
-    if (const std::size_t slash = rest.find('/'); slash != std::string_view::npos) {
-      hosts = rest.substr(0, slash);
-      path = rest.substr(slash + 1);
-    }
-    const int default_port = u.topology == Topology::kSentinel ? 26379 : 6379;
-    while (true) {
-      const std::size_t comma = hosts.find(',');
-      HostPort hp;
-      if (Status s = ParseHostPort(hosts.substr(0, comma), default_port, &hp); !s.ok()) {
-        return bad(s.message());
-      }
-      u.endpoints.push_back(std::move(hp));
-      if (comma == std::string_view::npos) break;
-      hosts = hosts.substr(comma + 1);
-    }
-    if (u.topology == Topology::kStandalone && u.endpoints.size() > 1) {
-      return bad("one host only: for several nodes use redis-cluster:// or redis-sentinel://");
-    }
-    u.host = u.endpoints.front().host;
-    u.port = u.endpoints.front().port;
-    if (u.topology == Topology::kSentinel) {
-      if (!PercentDecode(path, &u.master_name) || u.master_name.find('/') != std::string::npos) {
-        return bad("malformed master name '" + std::string(path) + "'");
-      }
-    } else if (!path.empty()) {
-      if (!ParseInt(path, 0, 1 << 20, &u.db)) {
-        return bad("database '" + std::string(path) + "' is not a number");
-      }
-      db_in_path = true;
-    }
+// "user:password@" or "password@" (as redis-cli) before the hosts, up to the last '@';
+// `rest` is left at the hosts.
+Status ParseCredentials(std::string_view* rest, Url* u) {
+  const std::size_t at = rest->rfind('@');
+  if (at == std::string_view::npos) return Status::Ok();
+  const std::string_view cred = rest->substr(0, at);
+  *rest = rest->substr(at + 1);
+  const std::size_t colon = cred.find(':');
+  std::string_view user, pass = cred;
+  if (colon != std::string_view::npos) {
+    user = cred.substr(0, colon);
+    pass = cred.substr(colon + 1);
   }
+  if (!PercentDecode(user, &u->user) || !PercentDecode(pass, &u->password)) {
+    return Why("malformed %-escape in the credentials");
+  }
+  if (u->password.empty()) return Why("empty password");
+  return Status::Ok();
+}
 
-  // Query parameters.
+// host[:port][,host[:port]...][/db or /MASTER_NAME], after the credentials.
+Status ParseHostsAndPath(std::string_view rest, Url* u, bool* db_in_path) {
+  std::string_view hosts = rest, path;
+  if (const std::size_t slash = rest.find('/'); slash != std::string_view::npos) {
+    hosts = rest.substr(0, slash);
+    path = rest.substr(slash + 1);
+  }
+  const int default_port = u->topology == Topology::kSentinel ? 26379 : 6379;
+  while (true) {
+    const std::size_t comma = hosts.find(',');
+    HostPort hp;
+    if (Status s = ParseHostPort(hosts.substr(0, comma), default_port, &hp); !s.ok()) return s;
+    u->endpoints.push_back(std::move(hp));
+    if (comma == std::string_view::npos) break;
+    hosts = hosts.substr(comma + 1);
+  }
+  if (u->topology == Topology::kStandalone && u->endpoints.size() > 1) {
+    return Why("one host only: for several nodes use redis-cluster:// or redis-sentinel://");
+  }
+  u->host = u->endpoints.front().host;
+  u->port = u->endpoints.front().port;
+  if (u->topology == Topology::kSentinel) {
+    if (!PercentDecode(path, &u->master_name) || u->master_name.find('/') != std::string::npos) {
+      return Why("malformed master name '" + std::string(path) + "'");
+    }
+  } else if (!path.empty()) {
+    if (!ParseInt(path, 0, 1 << 20, &u->db)) {
+      return Why("database '" + std::string(path) + "' is not a number");
+    }
+    *db_in_path = true;
+  }
+  return Status::Ok();
+}
+
+// One query parameter, `name`=`value` (decoded), not seen before.
+Status ApplyParameter(const std::string& name, const std::string& value, bool db_in_path, Url* u) {
+  if (name == "db") {
+    if (db_in_path) return Why("the database is given twice (/db and db=)");
+    if (!ParseInt(value, 0, 1 << 20, &u->db)) {
+      return Why("database '" + value + "' is not a number");
+    }
+    return Status::Ok();
+  }
+  if (name == "tls_insecure") {
+    if (value != "1" && value != "0" && value != "true" && value != "false") {
+      return Why("tls_insecure must be 1 or 0 (got '" + value + "')");
+    }
+    u->tls.insecure = value == "1" || value == "true";
+    return Status::Ok();
+  }
+  std::string* const text = name == "tls_ca"              ? &u->tls.ca_file
+                            : name == "tls_cert"          ? &u->tls.cert_file
+                            : name == "tls_key"           ? &u->tls.key_file
+                            : name == "tls_sni"           ? &u->tls.sni
+                            : name == "sentinel_user"     ? &u->sentinel_user
+                            : name == "sentinel_password" ? &u->sentinel_password
+                                                          : nullptr;
+  if (text == nullptr) {
+    return Why("unknown parameter '" + name +
+               "' (known: db, tls_ca, tls_cert, tls_key, tls_sni, tls_insecure, "
+               "sentinel_user, sentinel_password)");
+  }
+  *text = value;
+  if (value.empty()) return Why("parameter '" + name + "' is empty");
+  return Status::Ok();
+}
+
+// "name=value&..." after the '?'.
+Status ParseQueryParameters(std::string_view query, bool db_in_path, Url* u) {
   std::vector<std::string> seen;
   while (!query.empty()) {
     const std::size_t amp = query.find('&');
@@ -280,50 +310,47 @@ Result<Url> ParseUrl(std::string_view text, bool validate) {
     const std::size_t eq = param.find('=');
     const std::string name(param.substr(0, eq));
     std::string value;
-    if (eq == std::string_view::npos) return bad("parameter '" + name + "' has no value");
+    if (eq == std::string_view::npos) return Why("parameter '" + name + "' has no value");
     if (!PercentDecode(param.substr(eq + 1), &value)) {
-      return bad("malformed %-escape in parameter '" + name + "'");
+      return Why("malformed %-escape in parameter '" + name + "'");
     }
-    if (u.unix_socket && name != "db") {
-      return bad("unknown parameter '" + name + "': unix:// takes only db=N");
+    if (u->unix_socket && name != "db") {
+      return Why("unknown parameter '" + name + "': unix:// takes only db=N");
     }
     for (const std::string& s : seen) {
-      if (s == name) return bad("parameter '" + name + "' given twice");
+      if (s == name) return Why("parameter '" + name + "' given twice");
     }
     seen.push_back(name);
-    if (name == "db") {
-      if (db_in_path) return bad("the database is given twice (/db and db=)");
-      if (!ParseInt(value, 0, 1 << 20, &u.db)) {
-        return bad("database '" + value + "' is not a number");
-      }
-    } else if (name == "tls_ca") {
-      u.tls.ca_file = value;
-    } else if (name == "tls_cert") {
-      u.tls.cert_file = value;
-    } else if (name == "tls_key") {
-      u.tls.key_file = value;
-    } else if (name == "tls_sni") {
-      u.tls.sni = value;
-    } else if (name == "tls_insecure") {
-      if (value != "1" && value != "0" && value != "true" && value != "false") {
-        return bad("tls_insecure must be 1 or 0 (got '" + value + "')");
-      }
-      u.tls.insecure = value == "1" || value == "true";
-    } else if (name == "sentinel_user") {
-      u.sentinel_user = value;
-    } else if (name == "sentinel_password") {
-      u.sentinel_password = value;
-    } else {
-      return bad("unknown parameter '" + name +
-                 "' (known: db, tls_ca, tls_cert, tls_key, tls_sni, tls_insecure, "
-                 "sentinel_user, sentinel_password)");
-    }
-    if ((name == "tls_ca" || name == "tls_cert" || name == "tls_key" || name == "tls_sni" ||
-         name.starts_with("sentinel_")) &&
-        value.empty()) {
-      return bad("parameter '" + name + "' is empty");
-    }
+    if (Status s = ApplyParameter(name, value, db_in_path, u); !s.ok()) return s;
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Url> ParseUrl(std::string_view text, bool validate) {
+  const std::string masked = MaskPasswords(text);
+  auto bad = [&](const Status& why) {
+    return Status::InvalidArgument("bad Redis URL '" + masked + "': " + why.message() + " (" +
+                                   std::string(kForms) + ")");
+  };
+  Url u;
+  std::string_view rest;
+  std::string_view query;
+  if (Status s = ParseScheme(text, &u, &rest); !s.ok()) return bad(s);
+  if (const std::size_t q = rest.find('?'); q != std::string_view::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+  }
+  bool db_in_path = false;
+  if (u.unix_socket) {
+    if (rest.empty() || rest.front() != '/') return bad(Why("the socket path must be absolute"));
+    u.path = std::string(rest);
+  } else {
+    if (Status s = ParseCredentials(&rest, &u); !s.ok()) return bad(s);
+    if (Status s = ParseHostsAndPath(rest, &u, &db_in_path); !s.ok()) return bad(s);
+  }
+  if (Status s = ParseQueryParameters(query, db_in_path, &u); !s.ok()) return bad(s);
   if (!validate) return u;
   if (Status s = Validate(u, "bad Redis URL '" + masked + "'"); !s.ok()) return s;
   return u;

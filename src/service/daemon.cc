@@ -138,6 +138,14 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   auto engine = Engine::Create(*config, std::move(eo));
   if (!engine.ok()) return engine.status();
   d->engine_ = std::move(*engine);
+  if (d->options_.admin) {
+    const AdminOptions ao{.addr = AdminListenAddress(*d->options_.admin),
+                          .token_file = d->options_.admin_token_file,
+                          .requests_per_minute = d->options_.admin_rate};
+    auto admin = AdminServer::Start(*d->engine_, ao, &d->store_ok_);
+    if (!admin.ok()) return admin.status();
+    d->admin_ = std::move(*admin);
+  }
   const Settings& s = config->settings;
   d->http_addr_ = s.http;
   d->grpc_addr_ = s.grpc;
@@ -150,6 +158,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   if (ho.io_threads == 0) ho.io_threads = s.http_io_threads;  // the flag wins
   ho.max_body_bytes = s.max_body_bytes;
   ho.reuse_port = d->options_.reuse_port;
+  ho.public_rlconfig = d->options_.public_rlconfig;
   auto http = HttpServer::Start(*d->engine_, s.http, ho, &d->ready_);
   if (!http.ok()) return http.status();
   d->http_ = std::move(*http);
@@ -171,7 +180,11 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
        {"store", d->store_url_.empty() ? "memory://" : MaskStoreUrl(d->store_url_)},
        {"store_reachable", d->store_ok_.load() ? "true" : "false"},
        {"http", s.http.substr(0, s.http.rfind(':')) + ":" + std::to_string(d->http_port())},
-       {"grpc", s.grpc.substr(0, s.grpc.rfind(':')) + ":" + std::to_string(d->grpc_port())}});
+       {"grpc", s.grpc.substr(0, s.grpc.rfind(':')) + ":" + std::to_string(d->grpc_port())},
+       {"admin", d->admin_ ? AdminListenAddress(*d->options_.admin)
+                                     .substr(0, AdminListenAddress(*d->options_.admin).rfind(':')) +
+                                 ":" + std::to_string(d->admin_port())
+                           : std::string("off")}});
   return d;
 }
 
@@ -280,6 +293,7 @@ void Daemon::Shutdown() {
   if (was_running) Log(LogLevel::kInfo, "shutting_down", {{"why", "finishing requests in flight"}});
   if (grpc_) grpc_->Shutdown(5'000'000);
   if (http_) http_->Stop();
+  if (admin_) admin_->Stop();
   if (was_running) Log(LogLevel::kInfo, "stopped");
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "service/admin_server.h"
 #include "service/engine.h"
 #include "service/grpc_service.h"
 #include "service/http_server.h"
@@ -43,6 +44,12 @@ struct DaemonOptions {
   bool bench_empty_grpc = false;
   // How often the store's reachability is probed (one peek of a probe key).
   Micros store_probe_interval = 1'000'000;
+  // The admin listener (service/admin_server.h): off unless `admin` is set.
+  std::optional<std::string> admin;
+  std::string admin_token_file;
+  std::uint64_t admin_rate = 600;  // requests per minute per client address
+  // --public-rlconfig: GET /rlconfig on the public HTTP port too.
+  bool public_rlconfig = false;
   // Deadline of each Redis call (RedisStoreOptions::call_timeout); 0: the store's
   // default (50 ms). Past it, the rule's failure mode decides.
   Micros redis_timeout = 0;
@@ -64,6 +71,8 @@ class Daemon {
 
   int http_port() const { return http_->port(); }
   int grpc_port() const { return grpc_->port(); }
+  // The admin listener's port; 0 when it is off.
+  int admin_port() const { return admin_ ? admin_->port() : 0; }
   Engine& engine() { return *engine_; }
   // The effective settings (config file plus command line) of the current snapshot.
   Settings settings() const { return engine_->settings(); }
@@ -100,6 +109,7 @@ class Daemon {
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<AdminServer> admin_;
   std::shared_ptr<Store> store_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> store_ok_{false};

@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "limiter/permit_internal.h"
+#include "service/admin_top_keys.h"
 #include "service/log.h"
 #include "service/response_headers.h"
 #include "service/timed_store.h"
@@ -75,6 +76,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Config& config, Options opt
   d.fallback_max_keys = options.fallback_max_keys;
   e->decider_ = std::make_unique<decide::Decider>(std::move(d));
   e->max_keys_ = config.settings.max_keys;
+  e->top_keys_ = options.top_keys;
   auto snap = e->Compile(config);
   if (!snap.ok()) return snap.status();
   (*snap)->generation = e->generation_.fetch_add(1) + 1;
@@ -157,6 +159,20 @@ std::string Engine::RenderMetrics() const {
   return out;
 }
 
+std::shared_ptr<const RuleSet> Engine::rules(std::uint64_t* generation) const {
+  std::shared_ptr<Snapshot> snap = std::atomic_load(&snapshot_);
+  if (generation != nullptr) *generation = snap->generation;
+  return std::shared_ptr<const RuleSet>(snap, snap->rules.get());
+}
+
+Status Engine::PeekStore(std::span<const StoreCheck> checks, std::span<Decision> out) {
+  return store_->Run(StoreBatch{.checks = checks, .now = clock_->Now()}, out);
+}
+
+Status Engine::ResetKey(const Rule& rule, std::string_view key) {
+  return decider_->Reset(rule.policy, &rule.fallback, key);
+}
+
 std::string Engine::DumpConfig() const {
   return std::atomic_load(&snapshot_)->rules->Dump();
 }
@@ -229,6 +245,9 @@ void Engine::Finish(const Prepared& prepared, std::span<const Decision> decision
         if (c != nullptr) c->key_cap.fetch_add(1, std::memory_order_relaxed);
       } else if (!d.allowed) {
         if (c != nullptr) c->over_limit.fetch_add(1, std::memory_order_relaxed);
+        if (top_keys_ && !r->banned && r->counters != nullptr) {
+          TopKeysOf(*r->counters).Record(DescriptorPartOf(p.keys[p.check[a]]), clock_->Now());
+        }
       } else if (d.shadow_denied && r->quota_mode) {
         if (c != nullptr) c->quota_over_limit.fetch_add(1, std::memory_order_relaxed);
       } else if (d.shadow_denied) {

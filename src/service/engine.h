@@ -55,6 +55,8 @@ class Engine {
     std::size_t deny_cache_bytes = std::size_t{4} << 20;
     // Key cap of the local fallback's in-process store (Settings::max_keys).
     std::size_t fallback_max_keys = std::size_t{1} << 22;
+    // Count each rule's denied keys in its top limited keys (service/admin_top_keys.h).
+    bool top_keys = true;
   };
 
   // Compiles `config` into the first snapshot. Errors name the rule (FILE:LINE).
@@ -101,6 +103,18 @@ class Engine {
   // The rules of the current config, one per line (GET /rlconfig; RuleSet::Dump).
   std::string DumpConfig() const;
 
+  // --- the admin listener (issue #24, service/admin_api.h) ---
+  // The rules of the current snapshot (the pointer keeps them alive) and its generation.
+  std::shared_ptr<const RuleSet> rules(std::uint64_t* generation = nullptr) const;
+  // Runs `checks` on the store at the engine clock's now, past the decision layer (no
+  // deny cache, lease or failure mode; nothing counted): with cost 0, what the store
+  // holds for each key. Store errors as is.
+  Status PeekStore(std::span<const StoreCheck> checks, std::span<Decision> out);
+  // Forgets `key` under `rule`'s limit: the store's state, the local fallback's, the
+  // deny cache's and this process's lease of it.
+  Status ResetKey(const Rule& rule, std::string_view key);
+  const Clock& clock() const { return *clock_; }
+
   struct Snapshot;
   struct Prepared;
 
@@ -134,6 +148,7 @@ class Engine {
   std::unique_ptr<decide::Decider> decider_;
   std::shared_ptr<Snapshot> snapshot_;  // accessed with std::atomic_load/store
   std::atomic<std::uint64_t> generation_{0};
+  bool top_keys_ = true;
 };
 
 }  // namespace sluice::service

@@ -32,7 +32,8 @@ void AddRateLimitHeaders(Reply& r, const RateLimitResponse& out) {
   }
 }
 
-// The parameters of `req` (service/params.h): its query's or its form body's.
+}  // namespace
+
 Result<Params> FormParams(const Request& req, std::string_view query) {
   const bool form = req.method() == http::verb::post &&
                     beast::iequals(req[http::field::content_type].substr(0, 33),
@@ -40,7 +41,16 @@ Result<Params> FormParams(const Request& req, std::string_view query) {
   return RequestParams(query, form, req.body());
 }
 
-}  // namespace
+void NginxDescriptors(const Settings& settings,
+                      const std::function<std::string_view(const std::string&)>& header,
+                      RateLimitRequest& r) {
+  for (const auto& [name, key] : settings.nginx_headers) {
+    const std::string_view v = header(name);
+    if (v.empty()) continue;
+    r.descriptors.push_back(DescriptorRequest{});
+    r.descriptors.back().entries.push_back(Entry{key, v});
+  }
+}
 
 std::string Dump(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
@@ -115,13 +125,14 @@ void Nginx(Engine& engine, const Request& req, const std::string& domain, Respon
   const std::shared_ptr<const Settings> settings = engine.settings_ptr();
   RateLimitRequest r;
   r.domain = domain;
-  for (const auto& [header, key] : settings->nginx_headers) {
-    const auto it = req.find(header);
-    if (it == req.end() || it->value().empty()) continue;
-    r.descriptors.push_back(DescriptorRequest{});
-    r.descriptors.back().entries.push_back(
-        Entry{key, std::string_view(it->value().data(), it->value().size())});
-  }
+  NginxDescriptors(
+      *settings,
+      [&req](const std::string& header) {
+        const auto it = req.find(header);
+        return it == req.end() ? std::string_view()
+                               : std::string_view(it->value().data(), it->value().size());
+      },
+      r);
   if (r.descriptors.empty()) {
     // Nothing identifies the caller: nothing to limit.
     engine.metrics().CountRequest(Api::kNginx, RequestOutcome::kOk);

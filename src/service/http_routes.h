@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "service/engine.h"
+#include "service/params.h"
 
 namespace sluice::service::http_routes {
 
@@ -32,6 +33,14 @@ using Respond = std::function<void(Reply)>;
 std::string Dump(const nlohmann::json& j);
 // {"error": why} with `status`.
 Reply JsonError(int status, const std::string& why);
+
+// The parameters of `req` (service/params.h): its query's or its form body's.
+Result<Params> FormParams(const Request& req, std::string_view query);
+// nginx auth_request's descriptors: one [{key, value}] for each header of
+// settings.nginx_headers that `header` finds with a value (the views are its values).
+void NginxDescriptors(const Settings& settings,
+                      const std::function<std::string_view(const std::string&)>& header,
+                      RateLimitRequest& r);
 
 // POST /json: envoyproxy/ratelimit's JSON request (service/json_api.h).
 void Json(Engine& engine, const Request& req, Respond respond);

@@ -49,6 +49,7 @@ struct HttpServer::Impl {
   Engine& engine;
   const std::atomic<bool>* ready;
   HttpOptions o;
+  HttpRouter router;  // empty: the API's routes (Handle)
   std::atomic<bool> stopping{false};
   std::atomic<std::size_t> open{0};
   std::atomic<std::int64_t> last_refusal_log{0};
@@ -224,7 +225,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     // after Handle returns; one from another thread is posted to this strand.
     handling_.store(std::this_thread::get_id());
     have_inline_ = false;
-    s_->Handle(req_, [self = shared_from_this()](Reply r) {
+    Respond respond = [self = shared_from_this()](Reply r) {
       if (self->handling_.load() == std::this_thread::get_id()) {
         self->inline_reply_ = std::move(r);
         self->have_inline_ = true;
@@ -232,9 +233,22 @@ class Conn : public std::enable_shared_from_this<Conn> {
       }
       asio::post(self->socket_.get_executor(),
                  [self, r = std::move(r)]() mutable { self->Write(std::move(r)); });
-    });
+    };
+    if (s_->router) {
+      s_->router(req_, Peer(), std::move(respond));
+    } else {
+      s_->Handle(req_, std::move(respond));
+    }
     handling_.store(std::thread::id());
     if (have_inline_) Write(std::move(inline_reply_));
+  }
+
+  std::string Peer() const {
+    beast::error_code ec;
+    const tcp::endpoint ep = socket_.remote_endpoint(ec);
+    if (ec) return "unknown";
+    const std::string host = ep.address().to_string();
+    return (ep.address().is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(ep.port());
   }
 
   void Write(Reply r) {
@@ -415,7 +429,8 @@ void HttpServer::Impl::Handle(const Request& req, Respond respond) {
       return get || post ? http_routes::Nginx(engine, req, path.substr(kNginx.size()), respond)
                          : respond(not_allowed("GET, POST"));
     }
-    if (path == "/metrics" || path == "/healthz" || path == "/readyz" || path == "/rlconfig") {
+    if (path == "/metrics" || path == "/healthz" || path == "/readyz" ||
+        (path == "/rlconfig" && o.public_rlconfig)) {
       if (!get) return respond(not_allowed("GET"));
       Reply r;
       r.content_type = "text/plain";
@@ -432,6 +447,11 @@ void HttpServer::Impl::Handle(const Request& req, Respond respond) {
         r.body = ok ? "ready\n" : "not ready\n";
       }
       return respond(std::move(r));
+    }
+    if (path == "/rlconfig") {
+      return respond(JsonError(404,
+                               "/rlconfig is served on the admin listener (--admin); "
+                               "--public-rlconfig serves it on this port too"));
     }
     return respond(
         JsonError(404, "no such endpoint: " + std::string(req.method_string()) + " " + path));
@@ -452,11 +472,19 @@ int HttpServer::port() const {
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(Engine& engine, const std::string& addr,
                                                       const HttpOptions& options,
                                                       const std::atomic<bool>* ready) {
+  return Start(engine, addr, options, ready, nullptr);
+}
+
+Result<std::unique_ptr<HttpServer>> HttpServer::Start(Engine& engine, const std::string& addr,
+                                                      const HttpOptions& options,
+                                                      const std::atomic<bool>* ready,
+                                                      HttpRouter router) {
   HttpOptions o = options;
   if (o.io_threads == 0) o.io_threads = std::max(1u, std::thread::hardware_concurrency());
   if (o.backlog <= 0) o.backlog = SOMAXCONN;
   if (o.max_connections == 0) o.max_connections = 1;
   auto impl = std::make_shared<Impl>(engine, ready, o);
+  impl->router = std::move(router);
 
   const std::size_t colon = addr.rfind(':');
   std::string host = addr.substr(0, colon);

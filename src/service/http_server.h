@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "service/engine.h"
+#include "service/http_routes.h"
 #include "service/params.h"  // ParseQuery (tests/fuzz/query_fuzz.cc)
 #include "sluice/status.h"
 
@@ -42,7 +44,16 @@ struct HttpOptions {
   Micros request_timeout = 10'000'000;
   // How long a keep-alive connection may wait for its next request.
   Micros idle_timeout = 60'000'000;
+  // GET /rlconfig on this listener (--public-rlconfig). Off: the rules are listed on the
+  // admin listener only (service/admin_server.h).
+  bool public_rlconfig = false;
 };
+
+// The routes of a listener other than the API's (the admin listener): called for every
+// request with the client's address ("127.0.0.1:40000"); answers through `respond`
+// exactly once, inline or from another thread.
+using HttpRouter = std::function<void(const http_routes::Request& request, const std::string& peer,
+                                      http_routes::Respond respond)>;
 
 class HttpServer {
  public:
@@ -52,6 +63,11 @@ class HttpServer {
   static Result<std::unique_ptr<HttpServer>> Start(Engine& engine, const std::string& addr,
                                                    const HttpOptions& options,
                                                    const std::atomic<bool>* ready);
+  // The same listener serving `router`'s routes instead of the API's.
+  static Result<std::unique_ptr<HttpServer>> Start(Engine& engine, const std::string& addr,
+                                                   const HttpOptions& options,
+                                                   const std::atomic<bool>* ready,
+                                                   HttpRouter router);
   ~HttpServer();
   int port() const;
   // Stops accepting, lets requests in flight finish (up to 5 s), closes idle connections,

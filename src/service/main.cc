@@ -42,6 +42,15 @@ void AddServingFlags(CLI::App& app, sluice::service::DaemonOptions& o, double& r
                  "deadline of each Redis call in milliseconds; past it the rule's failure mode "
                  "decides (default 50)")
       ->check(CLI::Range(1, 60'000));
+  app.add_option("--admin-token-file", o.admin_token_file,
+                 "bearer tokens of the admin listener, one per line; the file must not be "
+                 "readable by group or others");
+  app.add_option("--admin-rate", o.admin_rate,
+                 "admin requests per minute per client address (default 600)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 32));
+  app.add_flag("--public-rlconfig", o.public_rlconfig,
+               "also serve GET /rlconfig (every loaded rule) on the public --http port, as "
+               "before the admin listener; default: admin listener only");
   app.add_flag("--ready-while-degraded", o.ready_while_degraded,
                "/readyz 200 even while the store is unreachable (default: 503)");
   // Benchmarks only (bench/sluiced/run.sh): hidden from --help.
@@ -125,6 +134,12 @@ int main(int argc, char** argv) {
       "store URL: redis://[user:pass@]host:port[/db] or unix:///path to share limits between "
       "sluiced instances; memory:// for the embedded store (config: sluiced.redis; default "
       "memory://)");
+  std::string admin;
+  auto* admin_opt = app.add_option(
+      "--admin", admin,
+      "admin listener ADDR:PORT (a bare PORT means 127.0.0.1:PORT): explain, counters, reset, "
+      "limits, top keys, /rlconfig and the console /ui; off unless given; needs "
+      "--admin-token-file");
   std::size_t max_keys = 0;
   auto* max_keys_opt = app.add_option(
       "--max-keys", max_keys,
@@ -144,6 +159,7 @@ int main(int argc, char** argv) {
   if (*grpc_opt) o.grpc = grpc;
   if (*redis_opt) o.redis = redis;
   if (*max_keys_opt) o.max_keys = max_keys;
+  if (*admin_opt) o.admin = admin;
   if (const int rc = launch->Finish(o); rc >= 0) return rc;
 
   // Signals are taken synchronously by this thread only; every server thread inherits

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/utf8.h"
+#include "service/admin_top_keys.h"
 
 namespace sluice::service {
 namespace {
@@ -124,6 +125,15 @@ void Metrics::Render(std::string& out) const {
   out.append("# TYPE sluiced_shadow_over_limit_total counter\n");
   for (const auto& [labels, c] : rows) {
     AppendMetricLine(out, "sluiced_shadow_over_limit_total", labels, c->shadow_over_limit);
+  }
+  out.append(
+      "# HELP sluiced_top_limited_key_denials Denials of each rule's most denied keys (top " +
+      std::to_string(kTopKeysInMetrics) + " per rule, space-saving counts).\n");
+  out.append("# TYPE sluiced_top_limited_key_denials gauge\n");
+  for (const auto& [labels, c] : rows) {
+    if (const TopKeys* t = c->top.load(std::memory_order_acquire)) {
+      AppendTopKeySeries(out, labels, *t, kTopKeysInMetrics);
+    }
   }
   out.append("# HELP sluiced_unknown_domain_total Requests for a domain with no configuration.\n");
   out.append("# TYPE sluiced_unknown_domain_total counter\n");

@@ -15,6 +15,8 @@
 
 namespace sluice::service {
 
+class TopKeys;
+
 // Decisions about one descriptor of one domain. Pointers handed out stay valid.
 struct DescriptorCounters {
   std::atomic<std::uint64_t> ok{0};
@@ -27,6 +29,12 @@ struct DescriptorCounters {
   // Decided by the limit's failure mode because the in-process store was at its key
   // cap (not the limit's own answer: neither "ok" nor "over_limit").
   std::atomic<std::uint64_t> key_cap{0};
+  // The rule's top limited keys (service/admin_top_keys.h), made at its first denial.
+  std::atomic<TopKeys*> top{nullptr};
+  DescriptorCounters() = default;
+  DescriptorCounters(const DescriptorCounters&) = delete;
+  DescriptorCounters& operator=(const DescriptorCounters&) = delete;
+  ~DescriptorCounters();
 };
 
 // The engine's figures at one scrape: its Decider's counters, the in-process stores'
@@ -63,6 +71,11 @@ class Metrics {
   void CountReload(bool ok) { (ok ? reload_ok_ : reload_failed_).fetch_add(1); }
   // Records one store call's latency.
   void ObserveStoreLatency(Micros us);
+  // Store calls timed so far and their total latency (the admin console's store health).
+  std::uint64_t store_calls() const { return latency_count_.load(std::memory_order_relaxed); }
+  std::uint64_t store_latency_sum_us() const {
+    return latency_sum_us_.load(std::memory_order_relaxed);
+  }
 
   // Appends every series this object owns to `out`.
   void Render(std::string& out) const;

@@ -431,7 +431,8 @@ descriptors:
       - {unit: hour, requests_per_unit: 2, name: hourly}
       - {unit: day, requests_per_unit: 3, name: daily}
 )");
-  Sluiced d = StartSluiced(config, dir.File("sluiced.log"));
+  // /rlconfig is on the admin listener; --public-rlconfig keeps it on this port.
+  Sluiced d = StartSluiced(config, dir.File("sluiced.log"), {"--public-rlconfig"});
   ASSERT_GT(d.http_port, 0);
   httplib::Client c("127.0.0.1", d.http_port);
   c.set_read_timeout(5, 0);
