@@ -42,7 +42,8 @@ if [[ -n "$py_missing" ]]; then
   [[ -f "$stdlib/EXTERNALLY-MANAGED" ]] && pip_flags+=(--break-system-packages)
   python3 -m pip install "${pip_flags[@]}" -r "$here/requirements.txt"
 fi
-# npm packages pinned in a package file (e.g. a headless-browser driver for a test):
+# npm packages pinned in a package file (tests/service/admin_ui: playwright-core, which
+# drives Debian's chromium in the admin console's browser test):
 # every package.json with a package-lock.json beside it, under scripts/ and tests/, is
 # installed with `npm ci` into its own node_modules, only when the lock file changed
 # since the last install (a stamp in node_modules). npm and node come with the machine.

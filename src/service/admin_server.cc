@@ -112,6 +112,8 @@ Result<std::unique_ptr<AdminServer>> AdminServer::Start(Engine& engine, const Ad
   ho.io_threads = 1;
   ho.max_connections = 64;
   ho.max_body_bytes = 64 * 1024;  // past the admin bound: answered 400 by Handle
+  ho.max_header_bytes = 8 * 1024;
+  ho.oversize_status = 400;
   AdminServer* self = a.get();
   auto http =
       HttpServer::Start(engine, o.addr, ho, nullptr,
@@ -143,14 +145,11 @@ void AdminServer::Handle(const Request& req, const std::string& peer, Respond re
       r.headers.emplace_back("Retry-After", std::to_string((d->retry_after + 999'999) / 1'000'000));
       return respond(std::move(r));
     }
-    const std::string_view target(req.target().data(), req.target().size());
-    const std::size_t q = target.find('?');
     std::string path;
-    if (!PercentDecode(target.substr(0, q), false, &path)) {
+    std::string_view query;
+    if (!http_routes::SplitTarget(req, &path, &query)) {
       return respond(JsonError(400, "invalid percent-encoding in path"));
     }
-    const std::string_view query =
-        q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
     if (path == "/ui" || path == "/ui/") {
       // The page holds no data: it asks for the token and sends it with every call.
       if (req.method() != http::verb::get) return respond(JsonError(405, "use GET /ui"));
@@ -191,10 +190,7 @@ void AdminServer::Route(const Request& req, const std::string& path, std::string
                         const std::string& peer, const std::string& token, Respond& respond) {
   const bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
   auto not_allowed = [&](const char* allowed) {
-    Reply r = JsonError(405, "method " + std::string(req.method_string()) + " not allowed on " +
-                                 path + " (use " + allowed + ")");
-    r.headers.emplace_back("Allow", allowed);
-    return r;
+    return http_routes::NotAllowed(req, path, allowed);
   };
   // The one descriptor of a query or form body (domain=D&key=K&value=V...), as /v1/check.
   Params params;

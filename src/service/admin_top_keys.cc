@@ -25,38 +25,40 @@ std::string_view DescriptorPartOf(std::string_view store_key) {
 }
 
 void TopKeys::Record(std::string_view key, Micros now) {
-  const std::uint64_t h = Fnv1a64(key, kFnvOffset);
+  // The hash covers the whole key (and whether it was cut), so two long keys with the
+  // same first kKeyBytes count apart.
   const bool truncated = key.size() > kKeyBytes;
+  const std::uint64_t h = Fnv1a64(key, kFnvOffset) ^ static_cast<std::uint64_t>(truncated);
   const std::string_view kept = key.substr(0, kKeyBytes);
   std::lock_guard<std::mutex> lock(mu_);
   ++total_;
   std::size_t min = 0;
   for (std::size_t i = 0; i < used_; ++i) {
-    Slot& s = slots_[i];
-    if (s.hash == h && s.truncated == truncated && std::string_view(s.key, s.len) == kept) {
-      ++s.count;
-      s.last = now;
+    if (hash_[i] == h && std::string_view(slots_[i].key, slots_[i].len) == kept &&
+        slots_[i].truncated == truncated) {
+      ++count_[i];
+      slots_[i].last = now;
       return;
     }
-    if (s.count < slots_[min].count) min = i;
+    if (count_[i] < count_[min]) min = i;
   }
   // Not counted yet: a free counter, else the least counted one's (its count, plus this
   // denial, bounds how often the new key can have been denied).
-  Slot* s = nullptr;
+  std::size_t i = min;
   if (used_ < kCounters) {
-    s = &slots_[used_++];
-    s->count = 1;
-    s->error = 0;
+    i = used_++;
+    count_[i] = 1;
+    slots_[i].error = 0;
   } else {
-    s = &slots_[min];
-    s->error = s->count;
-    s->count += 1;
+    slots_[i].error = count_[i];
+    count_[i] += 1;
   }
-  s->hash = h;
-  s->truncated = truncated;
-  s->len = static_cast<std::uint8_t>(kept.size());
-  std::memcpy(s->key, kept.data(), kept.size());
-  s->last = now;
+  Slot& s = slots_[i];
+  hash_[i] = h;
+  s.truncated = truncated;
+  s.len = static_cast<std::uint8_t>(kept.size());
+  std::memcpy(s.key, kept.data(), kept.size());
+  s.last = now;
 }
 
 std::vector<TopKeys::Entry> TopKeys::Top(std::size_t n) const {
@@ -66,7 +68,7 @@ std::vector<TopKeys::Entry> TopKeys::Top(std::size_t n) const {
     out.reserve(used_);
     for (std::size_t i = 0; i < used_; ++i) {
       const Slot& s = slots_[i];
-      out.push_back(Entry{std::string(s.key, s.len), s.count, s.error, s.last, s.truncated});
+      out.push_back(Entry{std::string(s.key, s.len), count_[i], s.error, s.last, s.truncated});
     }
   }
   std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) {

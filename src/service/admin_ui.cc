@@ -44,12 +44,12 @@ button{cursor:pointer}
 <table id="top"><thead><tr><th>rule</th><th>key</th><th class="num">denials</th>
 <th class="num">last</th><th></th></tr></thead><tbody></tbody></table></section>
 <section><h2>Store</h2><table id="store"><tbody></tbody></table></section>
-<section><h2>Explain</h2>
+<section class="wide"><h2>Explain</h2>
 <form id="explain-form"><label>domain <input id="explain-domain" size="10"></label>
 <label>entries <input id="explain-entries" size="30" placeholder="key=value, key2=value2; other=descriptor"></label>
 <button id="explain-go" type="submit">explain</button></form>
 <div id="explain-out"></div></section>
-<section><h2>Reset a key</h2>
+<section class="wide"><h2>Reset a key</h2>
 <form id="reset-form"><label>domain <input id="reset-domain" size="10"></label>
 <label>entries <input id="reset-entries" size="30" placeholder="key=value"></label>
 <button id="reset-go" type="submit">reset</button></form>

@@ -34,6 +34,20 @@ void AddRateLimitHeaders(Reply& r, const RateLimitResponse& out) {
 
 }  // namespace
 
+bool SplitTarget(const Request& req, std::string* path, std::string_view* query) {
+  const std::string_view target(req.target().data(), req.target().size());
+  const std::size_t q = target.find('?');
+  *query = q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
+  return PercentDecode(target.substr(0, q), false, path);
+}
+
+Reply NotAllowed(const Request& req, const std::string& path, const char* allowed) {
+  Reply r = JsonError(405, "method " + std::string(req.method_string()) + " not allowed on " +
+                               path + " (use " + allowed + ")");
+  r.headers.emplace_back("Allow", allowed);
+  return r;
+}
+
 Result<Params> FormParams(const Request& req, std::string_view query) {
   const bool form = req.method() == http::verb::post &&
                     beast::iequals(req[http::field::content_type].substr(0, 33),

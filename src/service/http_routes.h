@@ -34,6 +34,11 @@ std::string Dump(const nlohmann::json& j);
 // {"error": why} with `status`.
 Reply JsonError(int status, const std::string& why);
 
+// The percent-decoded path of `req`'s target and its raw query (after '?'). False for
+// a malformed escape in the path.
+bool SplitTarget(const Request& req, std::string* path, std::string_view* query);
+// 405 naming the method and `path`, with `allowed` in the text and the Allow header.
+Reply NotAllowed(const Request& req, const std::string& path, const char* allowed);
 // The parameters of `req` (service/params.h): its query's or its form body's.
 Result<Params> FormParams(const Request& req, std::string_view query);
 // nginx auth_request's descriptors: one [{key, value}] for each header of

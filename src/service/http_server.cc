@@ -155,12 +155,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   void OnHeader(beast::error_code ec) {
     if (ec == http::error::header_limit) {
-      return Fail(431, "request header section is larger than max_header_bytes (" +
-                           std::to_string(s_->o.max_header_bytes) + ")");
+      return Fail(TooLarge(431), "request header section is larger than max_header_bytes (" +
+                                     std::to_string(s_->o.max_header_bytes) + ")");
     }
     if (ec == http::error::body_limit) return BodyTooLarge();  // Content-Length too big
     if (ec == http::error::buffer_overflow) {
-      return Fail(431, "request header section is too large");
+      return Fail(TooLarge(431), "request header section is too large");
     }
     if (ec) {
       if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
@@ -205,9 +205,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
         });
   }
 
+  // 413 / 431, or 400 on a listener that answers every bad request so (the admin one).
+  int TooLarge(int status) const { return s_->o.oversize_status ? s_->o.oversize_status : status; }
   void BodyTooLarge() {
-    Fail(413, "request body is larger than max_body_bytes (" +
-                  std::to_string(s_->o.max_body_bytes) + ")");
+    Fail(TooLarge(413), "request body is larger than max_body_bytes (" +
+                            std::to_string(s_->o.max_body_bytes) + ")");
   }
 
   // An answer to a request that cannot be read on: the connection closes after it.
@@ -389,21 +391,15 @@ void HttpServer::Impl::Refuse(tcp::socket socket) {
 
 void HttpServer::Impl::Handle(const Request& req, Respond respond) {
   try {
-    const std::string_view target(req.target().data(), req.target().size());
-    const std::size_t q = target.find('?');
     std::string path;
-    if (!PercentDecode(target.substr(0, q), false, &path)) {
+    std::string_view query;
+    if (!http_routes::SplitTarget(req, &path, &query)) {
       return respond(JsonError(400, "invalid percent-encoding in path"));
     }
-    const std::string_view query =
-        q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
     const http::verb m = req.method();
     const bool get = m == http::verb::get, post = m == http::verb::post;
     auto not_allowed = [&](const char* allowed) {
-      Reply r = JsonError(405, "method " + std::string(req.method_string()) + " not allowed on " +
-                                   path + " (use " + allowed + ")");
-      r.headers.emplace_back("Allow", allowed);
-      return r;
+      return http_routes::NotAllowed(req, path, allowed);
     };
     if (path == "/json")
       return post ? http_routes::Json(engine, req, respond) : respond(not_allowed("POST"));

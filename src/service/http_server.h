@@ -47,6 +47,9 @@ struct HttpOptions {
   // GET /rlconfig on this listener (--public-rlconfig). Off: the rules are listed on the
   // admin listener only (service/admin_server.h).
   bool public_rlconfig = false;
+  // The status of a request too large to read (0: 413 for the body, 431 for the header
+  // section); the admin listener answers 400 to every bad request.
+  int oversize_status = 0;
 };
 
 // The routes of a listener other than the API's (the admin listener): called for every

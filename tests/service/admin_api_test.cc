@@ -12,29 +12,13 @@
 #include <regex>
 #include <string>
 
+#include "admin_fixture.h"
 #include "process.h"
 
 namespace sluice::testing {
 namespace {
 
 using nlohmann::json;
-
-const char* kConfig = R"(sluiced:
-  reload_poll: 0
-domain: web
-descriptors:
-  - key: user
-    rate_limit: {unit: hour, requests_per_unit: 3, name: per_user}
-  - key: api_key
-    rate_limit:
-      name: per_key
-      replaces: [{name: per_path}]
-      unit: hour
-      requests_per_unit: 5
-  - key: path
-    value: /x
-    rate_limit: {unit: hour, requests_per_unit: 100, name: per_path}
-)";
 
 const char* kToken = "0123456789abcdef0123456789abcdef";
 
@@ -47,18 +31,13 @@ struct Admin {
 
   // sluiced with the admin listener on a free loopback port and `extra` flags.
   explicit Admin(std::vector<std::string> extra = {}) {
-    WriteFile(dir.File("c.yaml"), kConfig);
+    WriteFile(dir.File("c.yaml"), kAdminConfig);
     token_file = dir.File("token");
-    WriteFile(token_file, std::string("# the console's token\n") + kToken + "\n");
-    ::chmod(token_file.c_str(), 0600);
+    WriteTokenFile(token_file, std::string("# the console's token\n") + kToken + "\n");
     std::vector<std::string> args = {"--admin", "0", "--admin-token-file", token_file};
     args.insert(args.end(), extra.begin(), extra.end());
     d = StartSluiced(dir.File("c.yaml"), dir.File("log"), args);
-    std::smatch m;
-    const std::string log = d.LogText();
-    if (std::regex_search(log, m, std::regex(R"(admin=127\.0\.0\.1:(\d+))"))) {
-      port = std::stoi(m[1]);
-    }
+    port = AdminPort(d);
   }
   httplib::Client Client() const {
     httplib::Client c("127.0.0.1", port);
@@ -85,7 +64,7 @@ struct Admin {
 
 TEST(AdminListener, OffByDefaultAndAbsentFromThePublicPort) {
   TempDir dir;
-  WriteFile(dir.File("c.yaml"), kConfig);
+  WriteFile(dir.File("c.yaml"), kAdminConfig);
   Sluiced d = StartSluiced(dir.File("c.yaml"), dir.File("log"));
   ASSERT_GT(d.http_port, 0);
   EXPECT_NE(d.LogText().find(" admin=off"), std::string::npos) << d.LogText();
@@ -120,7 +99,7 @@ TEST(AdminListener, RlconfigMovesToTheAdminListener) {
 
 TEST(AdminListener, PublicRlconfigSwitchKeepsTheOldRoute) {
   TempDir dir;
-  WriteFile(dir.File("c.yaml"), kConfig);
+  WriteFile(dir.File("c.yaml"), kAdminConfig);
   Sluiced d = StartSluiced(dir.File("c.yaml"), dir.File("log"), {"--public-rlconfig"});
   ASSERT_GT(d.http_port, 0);
   httplib::Client c("127.0.0.1", d.http_port);
@@ -160,7 +139,7 @@ TEST(AdminAuth, NoToken401WrongToken403) {
 
 TEST(AdminAuth, TokenFileOthersCanReadIsRefusedAtStart) {
   TempDir dir;
-  WriteFile(dir.File("c.yaml"), kConfig);
+  WriteFile(dir.File("c.yaml"), kAdminConfig);
   const std::string token = dir.File("token");
   WriteFile(token, std::string(kToken) + "\n");
   ::chmod(token.c_str(), 0644);
@@ -180,8 +159,7 @@ TEST(AdminAuth, TokenFileOthersCanReadIsRefusedAtStart) {
   ASSERT_TRUE(q);
   EXPECT_EQ(q->Wait(std::chrono::seconds(20)), 1);
   EXPECT_NE(ReadFile(dir.File("log2")).find("needs --admin-token-file"), std::string::npos);
-  WriteFile(token, "short\n");
-  ::chmod(token.c_str(), 0600);
+  WriteTokenFile(token, "short\n");
   auto s = Process::Spawn({SluicedBinary(), "--config", dir.File("c.yaml"), "--http", "127.0.0.1:0",
                            "--grpc", "127.0.0.1:0", "--admin", "0", "--admin-token-file", token},
                           dir.File("log3"));
