@@ -3,6 +3,16 @@
 // the public API (Limiter::AcquirePermit + Permit::Release vs Limiter::Acquire).
 //
 //   sluice_permit_bench <redis-url> [--seconds S] [--threads T] [--rounds R]
+//   sluice_permit_bench memory [--held N,N,...] [--seconds S]
+//
+// `memory`: the embedded store's per-call cost of each permit operation against the
+// number of permits held on the key (issue #20 item 4), through the public Store API
+// (MemoryStore::Run), one thread, the time fixed so nothing expires. For each count N:
+// N permits are taken on one key of a concurrency policy of max_in_flight 10^6, then
+// each operation is timed for S seconds (200 calls at least): acquire of a new id
+// (then released, untimed, so N stays), release of that id, release of an id not held,
+// extend of a held id, and an acquire that trims one expired permit. Compiled
+// unchanged against an older tree, it measures the code before (bench/permit_memory.sh).
 //
 // Closed loop: T threads, each on a key of its own, as fast as answers come back, on
 // one RedisStore (its pipelined connections). The rows alternate (rate, permits, rate,
@@ -20,6 +30,7 @@
 #include <vector>
 
 #include "sluice/limiter.h"
+#include "sluice/memory_store.h"
 #include "sluice/redis_store.h"
 
 namespace {
@@ -75,12 +86,146 @@ Row Run(sluice::Limiter& limiter, sluice::RedisStore& store, bool permits, int t
   return r;
 }
 
+// --- the embedded store (`memory`) ---
+
+std::string PermitText(std::uint64_t n) {
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", 0x5eedULL, static_cast<unsigned long long>(n));
+  return buf;
+}
+
+// One permit operation on `key`; false if the store failed.
+bool PermitOp(sluice::Store& store, const sluice::Policy& p, sluice::StoreOp op,
+              const std::string& id, sluice::Micros now, bool* allowed) {
+  const std::string key = "sluice:{k}:c";
+  sluice::StoreCheck c{.policy = &p, .key = key, .cost = 1, .permit = id};
+  sluice::Decision d;
+  const sluice::StoreBatch b{
+      .op = op, .checks = std::span<const sluice::StoreCheck>(&c, 1), .now = now};
+  const bool ok = store.Run(b, std::span<sluice::Decision>(&d, 1)).ok();
+  *allowed = d.allowed;
+  return ok;
+}
+
+// Nanoseconds per call of `op(i)` for i = 0, 1, ... over `seconds` (200 calls at least),
+// with `untimed(i)` run after each call outside the timing.
+template <class Op, class Untimed>
+double NsPerCall(double seconds, Op op, Untimed untimed) {
+  double spent = 0;
+  long calls = 0;
+  while (spent < seconds || calls < 200) {
+    const auto t0 = Clock::now();
+    op(calls);
+    spent += std::chrono::duration<double>(Clock::now() - t0).count();
+    untimed(calls);
+    ++calls;
+  }
+  return spent * 1e9 / static_cast<double>(calls);
+}
+
+int MemoryMain(const std::vector<std::uint64_t>& counts, double seconds) {
+  using sluice::StoreOp;
+  const sluice::Policy p = sluice::Policy::Concurrency("c", 1'000'000, std::chrono::hours(24 * 30));
+  const sluice::Policy brief =
+      sluice::Policy::Concurrency("c", 1'000'000, std::chrono::milliseconds(1));
+  std::printf("one thread, one key, max_in_flight 10^6; ns per call\n\n");
+  std::printf(
+      "| held | acquire | release | release (not held) | extend | acquire trimming one "
+      "expired |\n|---|---|---|---|---|---|\n");
+  for (const std::uint64_t held : counts) {
+    sluice::MemoryStore store;
+    const sluice::Micros now = 1'000'000'000'000;
+    bool allowed = false, failed = false;
+    for (std::uint64_t i = 0; i < held; ++i) {
+      failed |= !PermitOp(store, p, StoreOp::kDecide, PermitText(i), now, &allowed) || !allowed;
+    }
+    std::uint64_t next = held;
+    std::string id;
+    const double acquire = NsPerCall(
+        seconds,
+        [&](long) {
+          id = PermitText(next++);
+          failed |= !PermitOp(store, p, StoreOp::kDecide, id, now, &allowed) || !allowed;
+        },
+        [&](long) { PermitOp(store, p, StoreOp::kRelease, id, now, &allowed); });
+    const double release = NsPerCall(
+        seconds, [&](long) { failed |= !PermitOp(store, p, StoreOp::kRelease, id, now, &allowed); },
+        [&](long) {
+          id = PermitText(next++);
+          PermitOp(store, p, StoreOp::kDecide, id, now, &allowed);
+        });
+    PermitOp(store, p, StoreOp::kRelease, id, now, &allowed);
+    const std::string unknown = PermitText(~0ULL);
+    const double release_unknown = NsPerCall(
+        seconds,
+        [&](long) {
+          failed |= !PermitOp(store, p, StoreOp::kRelease, unknown, now, &allowed) || allowed;
+        },
+        [](long) {});
+    double extend = 0;
+    if (held > 0) {
+      extend = NsPerCall(
+          seconds,
+          [&](long i) {
+            failed |= !PermitOp(store, p, StoreOp::kExtend,
+                                PermitText(static_cast<std::uint64_t>(i) % held), now, &allowed) ||
+                      !allowed;
+          },
+          [](long) {});
+    }
+    // Each timed acquire meets one permit of a 1 ms lease that expired (set at t, the
+    // acquire at t + 1 ms), among the `held` of a 30-day lease.
+    sluice::Micros t = now;
+    const double trim = NsPerCall(
+        seconds,
+        [&](long) {
+          id = PermitText(next++);
+          failed |= !PermitOp(store, p, StoreOp::kDecide, id, t, &allowed) || !allowed;
+        },
+        [&](long) {
+          PermitOp(store, p, StoreOp::kRelease, id, t, &allowed);
+          PermitOp(store, brief, StoreOp::kDecide, PermitText(next++), t, &allowed);
+          t += 1000;
+        });
+    std::printf("| %llu | %.0f | %.0f | %.0f | %s | %.0f |%s\n",
+                static_cast<unsigned long long>(held), acquire, release, release_unknown,
+                held > 0 ? std::to_string(static_cast<long>(extend)).c_str() : "-", trim,
+                failed ? " (unexpected answers)" : "");
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "memory") {
+    std::vector<std::uint64_t> counts = {0, 1000, 10000, 100000};
+    double seconds = 0.5;
+    for (int i = 2; i + 1 < argc; i += 2) {
+      const std::string f = argv[i];
+      if (f == "--held") {
+        counts.clear();
+        for (const char* q = argv[i + 1]; *q != 0;) {
+          char* end = nullptr;
+          counts.push_back(std::strtoull(q, &end, 10));
+          q = *end == ',' ? end + 1 : end;
+          if (end == q && *q != 0) break;
+        }
+      } else if (f == "--seconds") {
+        seconds = std::atof(argv[i + 1]);
+      } else {
+        std::fprintf(stderr, "unknown flag %s\n", f.c_str());
+        return 2;
+      }
+    }
+    return MemoryMain(counts, seconds);
+  }
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s <redis-url> [--seconds S] [--threads T] [--rounds R]\n",
-                 argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s <redis-url> [--seconds S] [--threads T] [--rounds R]\n"
+                 "       %s memory [--held N,N,...] [--seconds S]\n",
+                 argv[0], argv[0]);
     return 2;
   }
   const std::string url = argv[1];

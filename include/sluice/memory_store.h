@@ -40,7 +40,9 @@ struct MemoryStoreStats {
 // store's time never goes back (a check stamped earlier than the latest time its
 // shard has decided at is decided at that latest time), so a dropped state is never
 // needed again. Deciding
-// on a key the store already holds allocates nothing.
+// on a key the store already holds allocates nothing, but for a concurrency limit's
+// acquire (its permit's entries in the key's index by id and by expiry, so that every
+// permit operation costs O(log held)).
 class MemoryStore final : public Store {
  public:
   explicit MemoryStore(MemoryStoreOptions options = {});

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/permit_set.h"
 #include "sluice/clock.h"
 #include "sluice/decision.h"
 #include "sluice/policy.h"
@@ -184,6 +185,9 @@ bool SameParams(const Policy& p, const WrittenUnder& w);
 //    capacity, then scaled by capacity / w.cap; `last` becomes t;
 //  - GCRA: the TAT's distance from now, d = tat - now, becomes d * tau / old tau
 //    (tau = window / limit * capacity); a TAT at or before now stays.
+// ceil(c * limit / w.limit), at most the new limit (a count over its old limit, kept
+// as_is before, is "all used", not more): the window algorithms' count scaling.
+std::uint64_t CarryScaleCount(std::uint64_t c, const Policy& p, const WrittenUnder& w);
 bool CarryFixedWindow(const Policy& p, const WrittenUnder& w, FixedWindowState* s);
 bool CarrySlidingWindowCounter(const Policy& p, const WrittenUnder& w, SlidingCounterState* s);
 bool CarryTokenBucket(const Policy& p, const WrittenUnder& w, Micros now, TokenBucketState* s);
@@ -194,34 +198,7 @@ bool CarryGcra(const Policy& p, const WrittenUnder& w, Micros now, GcraState* s)
 // --- concurrency limits (issue #12 item 1) ---
 namespace sluice::core {
 
-// A held permit: its id (128 bits, the 32 hex characters of sluice/permit.h as two
-// words) and the time it expires by itself.
-struct PermitId {
-  std::uint64_t hi = 0, lo = 0;
-  bool operator==(const PermitId&) const = default;
-};
-struct PermitEntry {
-  PermitId id;
-  Micros expires = 0;
-};
-
-// Parses a permit id (kPermitIdLength lower-case hex characters); false if it is not one.
-bool ParsePermitId(std::string_view text, PermitId* out);
-
-// The permits held for one key, ordered by expiry (ties: in the order they were set).
-// Abstract like SlidingLog so the in-process store keeps a malloc'd ring. The Lua
-// mirror is a sorted set of ids scored by expiry (lua/concurrency.lua).
-class PermitSet {
- public:
-  virtual ~PermitSet() = default;
-  virtual std::size_t size() const = 0;
-  virtual const PermitEntry& at(std::size_t i) const = 0;  // 0 = earliest expiry
-  virtual void pop_front() = 0;
-  virtual void erase(std::size_t i) = 0;
-  // Appends; e.expires is at least every entry's (always now + lease, now never going
-  // back). The store may grow its buffer.
-  virtual void push_back(PermitEntry e) = 0;
-};
+// The permits of a key: core/permit_set.h.
 
 // Concurrency limit, one function per operation. Each first drops the permits that
 // expired by `now` (expires <= now). Then:

@@ -7,6 +7,8 @@
 //   acquire: allowed <=> held + 1 <= limit   (a permit is one slot, whatever the cost)
 //   release / extend: allowed <=> the permit is held
 #include <algorithm>
+#include <iterator>
+#include <random>
 #include <string>
 
 #include "core/algorithms.h"
@@ -21,20 +23,9 @@ int HexValue(char c) {
   return -1;
 }
 
-void Trim(PermitSet& set, Micros now) {
-  while (set.size() > 0 && set.at(0).expires <= now) set.pop_front();
-}
-
-// Index of `id` in `set`, or set.size().
-std::size_t Find(const PermitSet& set, const PermitId& id) {
-  std::size_t i = 0;
-  while (i < set.size() && !(set.at(i).id == id)) ++i;
-  return i;
-}
-
 // reset_after and the state's expiry: when the last held permit expires.
 void Describe(const PermitSet& set, Micros now, Decision* d, Micros* expires) {
-  const Micros last = set.size() > 0 ? set.at(set.size() - 1).expires : now;
+  const Micros last = set.empty() ? now : set.LatestExpiry();
   d->reset_after = last - now;
   *expires = last;
 }
@@ -59,14 +50,14 @@ namespace {
 // Release and extend: whether `id` was held; it is removed, or (extend) set anew.
 Decision ConcurrencyHeld(const Policy& p, PermitSet& set, Micros now, const PermitId& id,
                          bool extend, Micros* expires) {
-  Trim(set, now);
+  set.Trim(now);
   Decision d;
   d.limit = p.limit;
-  const std::size_t i = Find(set, id);
-  d.allowed = i < set.size();
-  if (d.allowed) {
-    set.erase(i);
-    if (extend) set.push_back({id, now + p.window});
+  if (extend) {
+    d.allowed = set.Find(id) != nullptr;
+    if (d.allowed) set.Set(id, now + p.window);
+  } else {
+    d.allowed = set.Erase(id);
   }
   d.remaining = p.limit > set.size() ? p.limit - set.size() : 0;
   Describe(set, now, &d, expires);
@@ -87,7 +78,7 @@ Decision ConcurrencyExtend(const Policy& p, PermitSet& set, Micros now, const Pe
 
 Decision Concurrency(const Policy& p, PermitSet& set, Micros now, const PermitId& id,
                      std::uint64_t cost, bool commit, Micros* expires) {
-  Trim(set, now);
+  set.Trim(now);
   Decision d;
   d.limit = p.limit;
   const std::uint64_t held = set.size();
@@ -95,7 +86,7 @@ Decision Concurrency(const Policy& p, PermitSet& set, Micros now, const PermitId
   if (!d.allowed) {
     // The (held + 1 - limit)-th earliest expiry frees the first slot (more than one
     // permit too many only after the limit was lowered).
-    d.retry_after = set.at(held - p.limit).expires - now;
+    d.retry_after = set.KthExpiry(held - p.limit) - now;
     d.remaining = p.limit > held ? p.limit - held : 0;
     Describe(set, now, &d, expires);
     return d;
@@ -105,21 +96,68 @@ Decision Concurrency(const Policy& p, PermitSet& set, Micros now, const PermitId
     Describe(set, now, &d, expires);
     return d;
   }
-  // The decision describes the state after this acquire, committed now or later.
+  // The decision describes the state after this acquire, committed now or later: the
+  // last permit to expire is this one, or one held under a longer lease.
   d.remaining = p.limit - held - 1;
-  d.reset_after = p.window;
-  *expires = now + p.window;
+  *expires = set.empty() ? now + p.window : std::max(now + p.window, set.LatestExpiry());
+  d.reset_after = *expires - now;
   if (commit) ConcurrencyCommit(p, set, now, id, expires);
   return d;
 }
 
 void ConcurrencyCommit(const Policy& p, PermitSet& set, Micros now, const PermitId& id,
                        Micros* expires) {
-  Trim(set, now);
-  const std::size_t i = Find(set, id);
-  if (i < set.size()) set.erase(i);
-  set.push_back({id, now + p.window});
-  *expires = now + p.window;
+  set.Trim(now);
+  set.Set(id, now + p.window);
+  *expires = set.LatestExpiry();
+}
+
+// --- PermitSet ---
+
+void PermitSet::Trim(Micros now) {
+  while (!by_expiry_.empty() && by_expiry_.begin()->first <= now) {
+    by_id_.erase(by_expiry_.begin()->second);
+    by_expiry_.erase(by_expiry_.begin());
+  }
+}
+
+const Micros* PermitSet::Find(const PermitId& id) const {
+  const auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &it->second;
+}
+
+void PermitSet::Set(const PermitId& id, Micros expires) {
+  const auto [it, inserted] = by_id_.try_emplace(id, expires);
+  if (!inserted) {
+    by_expiry_.erase({it->second, id});
+    it->second = expires;
+  }
+  by_expiry_.emplace(expires, id);
+}
+
+bool PermitSet::Erase(const PermitId& id) {
+  const auto it = by_id_.find(id);
+  if (it == by_id_.end()) return false;
+  by_expiry_.erase({it->second, id});
+  by_id_.erase(it);
+  return true;
+}
+
+Micros PermitSet::KthExpiry(std::size_t k) const {
+  return std::next(by_expiry_.begin(), static_cast<std::ptrdiff_t>(k))->first;
+}
+
+// Ids are chosen by clients: the hash is keyed by a per-process secret, so that ids
+// that collide cannot be made in advance.
+std::size_t PermitSet::IdHash::operator()(const PermitId& id) const {
+  static const std::uint64_t key = [] {
+    std::random_device rd;
+    return (std::uint64_t{rd()} << 32 | rd()) | 1;
+  }();
+  const unsigned __int128 m =
+      static_cast<unsigned __int128>(id.hi ^ key) * (id.lo ^ (key << 1 | 1));
+  return static_cast<std::size_t>(static_cast<std::uint64_t>(m) ^
+                                  static_cast<std::uint64_t>(m >> 64));
 }
 
 }  // namespace sluice::core

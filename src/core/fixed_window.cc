@@ -7,6 +7,7 @@
 // "100 at 12:00:59 and 100 at 12:01:00". That is this algorithm's documented behaviour.
 #include <algorithm>
 
+#include "core/algorithm_ops.h"
 #include "core/algorithms.h"
 
 namespace sluice::core {
@@ -51,5 +52,45 @@ void FixedWindowRefund(const Policy& p, const FixedWindowState& in, Micros now, 
   if (in.window_start < FloorTo(now, p.window)) return;
   out->count = in.count - std::min(in.count, cost);
 }
+
+// Penalties (core/penalties.cc has the shared rules).
+Decision FixedWindowPenalize(const Policy& p, const FixedWindowState& in, bool fresh, Micros now,
+                             std::uint64_t cost, FixedWindowState* out, Micros* expires) {
+  FixedWindowState s;
+  Micros e;
+  (void)FixedWindow(p, in, fresh, now, 0, &s, &e);
+  s.count = std::max(s.count, std::min(s.count + cost, 2 * p.limit));
+  return FixedWindow(p, s, /*fresh=*/false, now, 0, out, expires);
+}
+
+// Carry-over (Policy::on_change, kProportional; core/carry.cc has the shared rules).
+bool CarryFixedWindow(const Policy& p, const WrittenUnder& w, FixedWindowState* s) {
+  if (w.window != static_cast<double>(p.window)) return false;
+  s->count = CarryScaleCount(s->count, p, w);
+  return true;
+}
+
+// This algorithm's entry of the operations table (core/algorithm_ops.h).
+namespace {
+
+Decision OpsDecide(const Policy& p, const WordState& in, bool fresh, Micros now, std::uint64_t cost,
+                   WordState* out, Micros* expires, Micros /*max_wait*/) {
+  return FixedWindow(p, in.fixed, fresh, now, cost, &out->fixed, expires);
+}
+void OpsRefund(const Policy& p, const WordState& in, Micros now, std::uint64_t cost, WordState* out,
+               Micros* expires) {
+  FixedWindowRefund(p, in.fixed, now, cost, &out->fixed, expires);
+}
+Decision OpsPenalize(const Policy& p, const WordState& in, bool fresh, Micros now,
+                     std::uint64_t cost, WordState* out, Micros* expires) {
+  return FixedWindowPenalize(p, in.fixed, fresh, now, cost, &out->fixed, expires);
+}
+bool OpsCarry(const Policy& p, const WrittenUnder& w, Micros /*now*/, WordState* s) {
+  return CarryFixedWindow(p, w, &s->fixed);
+}
+
+}  // namespace
+
+const WordOps kFixedWindowOps = {OpsDecide, OpsRefund, OpsPenalize, OpsCarry};
 
 }  // namespace sluice::core

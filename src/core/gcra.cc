@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/algorithm_ops.h"
 #include "core/algorithms.h"
 
 namespace sluice::core {
@@ -56,5 +57,53 @@ void GcraRefund(const Policy& p, const GcraState& in, Micros now, std::uint64_t 
   out->tat = tat;
   *expires = static_cast<Micros>(std::ceil(tat));
 }
+
+// Penalties (core/penalties.cc has the shared rules).
+Decision GcraPenalize(const Policy& p, const GcraState& in, bool fresh, Micros now,
+                      std::uint64_t cost, GcraState* out, Micros* expires) {
+  GcraState s;
+  Micros e;
+  (void)Gcra(p, in, fresh, now, 0, &s, &e);
+  const double interval = static_cast<double>(p.window) / static_cast<double>(p.limit);
+  const double tau = interval * static_cast<double>(p.Capacity());
+  const double bound = static_cast<double>(now) + 2 * tau;
+  s.tat = std::max(s.tat, std::min(s.tat + static_cast<double>(cost) * interval, bound));
+  return Gcra(p, s, /*fresh=*/false, now, 0, out, expires);
+}
+
+// Carry-over (Policy::on_change, kProportional; core/carry.cc has the shared rules).
+bool CarryGcra(const Policy& p, const WrittenUnder& w, Micros now, GcraState* s) {
+  const double t = static_cast<double>(now);
+  if (s->tat > t) {
+    const double old_tau = w.window / w.limit * w.cap;
+    const double tau = static_cast<double>(p.window) / static_cast<double>(p.limit) *
+                       static_cast<double>(p.Capacity());
+    s->tat = t + (s->tat - t) * tau / old_tau;
+  }
+  return true;
+}
+
+// This algorithm's entry of the operations table (core/algorithm_ops.h).
+namespace {
+
+Decision OpsDecide(const Policy& p, const WordState& in, bool fresh, Micros now, std::uint64_t cost,
+                   WordState* out, Micros* expires, Micros max_wait) {
+  return Gcra(p, in.gcra, fresh, now, cost, &out->gcra, expires, max_wait);
+}
+void OpsRefund(const Policy& p, const WordState& in, Micros now, std::uint64_t cost, WordState* out,
+               Micros* expires) {
+  GcraRefund(p, in.gcra, now, cost, &out->gcra, expires);
+}
+Decision OpsPenalize(const Policy& p, const WordState& in, bool fresh, Micros now,
+                     std::uint64_t cost, WordState* out, Micros* expires) {
+  return GcraPenalize(p, in.gcra, fresh, now, cost, &out->gcra, expires);
+}
+bool OpsCarry(const Policy& p, const WrittenUnder& w, Micros now, WordState* s) {
+  return CarryGcra(p, w, now, &s->gcra);
+}
+
+}  // namespace
+
+const WordOps kGcraOps = {OpsDecide, OpsRefund, OpsPenalize, OpsCarry};
 
 }  // namespace sluice::core

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <string>
 
+#include "core/algorithm_ops.h"
+
 namespace sluice {
 namespace {
 
@@ -219,26 +221,10 @@ Status ValidateConcurrency(const Policy& p) {
 
 }  // namespace
 
-Status ValidatePolicy(const Policy& p) {
-  if (p.name.empty() || p.name.size() > 64) {
-    return Status::InvalidArgument("policy name must be 1-64 characters (got " +
-                                   std::to_string(p.name.size()) + ")");
-  }
-  for (char c : p.name) {
-    if (!IsNameChar(c)) {
-      return Status::InvalidArgument(Fail(p, "name may only contain [A-Za-z0-9_.-]"));
-    }
-  }
-  if (static_cast<unsigned>(p.algorithm) > 5) {
-    return Status::InvalidArgument(Fail(p, "algorithm is not one of the six known ones"));
-  }
-  if (static_cast<unsigned>(p.failure_mode) > 2) {
-    return Status::InvalidArgument(Fail(p, "failure_mode is not a known mode"));
-  }
-  if (p.fallback_divisor == 0) {
-    return Status::InvalidArgument(Fail(p, "fallback_divisor must be >= 1"));
-  }
-  if (p.algorithm == Algorithm::kConcurrency) return ValidateConcurrency(p);
+namespace {
+
+// The limit, window and the fields of the rate algorithms (ValidatePolicy's part).
+Status ValidateRate(const Policy& p) {
   if (p.limit == 0) return Status::InvalidArgument(Fail(p, "limit must be > 0"));
   if (p.limit > kMaxLimit) {
     return Status::InvalidArgument(
@@ -274,12 +260,11 @@ Status ValidatePolicy(const Policy& p) {
                       ") must not exceed the capacity (" + std::to_string(p.Capacity()) + ")"));
     }
   }
-  if (static_cast<unsigned>(p.failure_mode) > 2) {
-    return Status::InvalidArgument(Fail(p, "failure_mode is not a known mode"));
-  }
-  if (p.fallback_divisor == 0) {
-    return Status::InvalidArgument(Fail(p, "fallback_divisor must be >= 1"));
-  }
+  return Status::Ok();
+}
+
+// Hot-key leases, carry-over and blocks (ValidatePolicy's part).
+Status ValidateFeatures(const Policy& p) {
   if (p.lease != 0) {
     if (p.algorithm == Algorithm::kSlidingWindowLog) {
       return Status::InvalidArgument(
@@ -295,9 +280,7 @@ Status ValidatePolicy(const Policy& p) {
   if (static_cast<unsigned>(p.on_change) > 2) {
     return Status::InvalidArgument(Fail(p, "on_change is not a known mode"));
   }
-  if (p.on_change != OnChange::kAsIs && p.algorithm != Algorithm::kFixedWindow &&
-      p.algorithm != Algorithm::kSlidingWindowCounter && p.algorithm != Algorithm::kTokenBucket &&
-      p.algorithm != Algorithm::kGcra) {
+  if (p.on_change != OnChange::kAsIs && core::WordOpsOf(p.algorithm) == nullptr) {
     return Status::InvalidArgument(
         Fail(p, std::string("on_change ") + OnChangeName(p.on_change) + " does not apply to " +
                     AlgorithmName(p.algorithm) +
@@ -326,6 +309,32 @@ Status ValidatePolicy(const Policy& p) {
              "seeing the block)"));
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidatePolicy(const Policy& p) {
+  if (p.name.empty() || p.name.size() > 64) {
+    return Status::InvalidArgument("policy name must be 1-64 characters (got " +
+                                   std::to_string(p.name.size()) + ")");
+  }
+  for (char c : p.name) {
+    if (!IsNameChar(c)) {
+      return Status::InvalidArgument(Fail(p, "name may only contain [A-Za-z0-9_.-]"));
+    }
+  }
+  if (static_cast<unsigned>(p.algorithm) > 5) {
+    return Status::InvalidArgument(Fail(p, "algorithm is not one of the six known ones"));
+  }
+  if (static_cast<unsigned>(p.failure_mode) > 2) {
+    return Status::InvalidArgument(Fail(p, "failure_mode is not a known mode"));
+  }
+  if (p.fallback_divisor == 0) {
+    return Status::InvalidArgument(Fail(p, "fallback_divisor must be >= 1"));
+  }
+  if (p.algorithm == Algorithm::kConcurrency) return ValidateConcurrency(p);
+  if (Status s = ValidateRate(p); !s.ok()) return s;
+  return ValidateFeatures(p);
 }
 
 namespace {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/algorithm_ops.h"
 #include "core/algorithms.h"
 
 namespace sluice::core {
@@ -79,5 +80,47 @@ void SlidingWindowCounterRefund(const Policy& p, const SlidingCounterState& in, 
   if (in.window_start >= FloorTo(now, w)) out->curr = in.curr - std::min(in.curr, cost);
   *expires = out->curr > 0 ? out->window_start + 2 * w : out->window_start + w;
 }
+
+// Penalties (core/penalties.cc has the shared rules).
+Decision SlidingWindowCounterPenalize(const Policy& p, const SlidingCounterState& in, bool fresh,
+                                      Micros now, std::uint64_t cost, SlidingCounterState* out,
+                                      Micros* expires) {
+  SlidingCounterState s;
+  Micros e;
+  (void)SlidingWindowCounter(p, in, fresh, now, 0, &s, &e);
+  s.curr = std::max(s.curr, std::min(s.curr + cost, 2 * p.limit));
+  return SlidingWindowCounter(p, s, /*fresh=*/false, now, 0, out, expires);
+}
+
+// Carry-over (Policy::on_change, kProportional; core/carry.cc has the shared rules).
+bool CarrySlidingWindowCounter(const Policy& p, const WrittenUnder& w, SlidingCounterState* s) {
+  if (w.window != static_cast<double>(p.window)) return false;
+  s->curr = CarryScaleCount(s->curr, p, w);
+  s->prev = CarryScaleCount(s->prev, p, w);
+  return true;
+}
+
+// This algorithm's entry of the operations table (core/algorithm_ops.h).
+namespace {
+
+Decision OpsDecide(const Policy& p, const WordState& in, bool fresh, Micros now, std::uint64_t cost,
+                   WordState* out, Micros* expires, Micros /*max_wait*/) {
+  return SlidingWindowCounter(p, in.counter, fresh, now, cost, &out->counter, expires);
+}
+void OpsRefund(const Policy& p, const WordState& in, Micros now, std::uint64_t cost, WordState* out,
+               Micros* expires) {
+  SlidingWindowCounterRefund(p, in.counter, now, cost, &out->counter, expires);
+}
+Decision OpsPenalize(const Policy& p, const WordState& in, bool fresh, Micros now,
+                     std::uint64_t cost, WordState* out, Micros* expires) {
+  return SlidingWindowCounterPenalize(p, in.counter, fresh, now, cost, &out->counter, expires);
+}
+bool OpsCarry(const Policy& p, const WrittenUnder& w, Micros /*now*/, WordState* s) {
+  return CarrySlidingWindowCounter(p, w, &s->counter);
+}
+
+}  // namespace
+
+const WordOps kSlidingWindowCounterOps = {OpsDecide, OpsRefund, OpsPenalize, OpsCarry};
 
 }  // namespace sluice::core

@@ -78,4 +78,16 @@ void SlidingWindowLogRefund(const Policy& p, SlidingLog& log, Micros now, std::u
   *expires = log.size() > 0 ? log.at(log.size() - 1).ts + p.window : t;
 }
 
+// Penalties (core/penalties.cc has the shared rules).
+Decision SlidingWindowLogPenalize(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
+                                  Micros* expires) {
+  Micros e;
+  (void)SlidingWindowLog(p, log, now, 0, /*commit=*/false, &e);  // drops what left the window
+  const std::uint64_t used = log.used();
+  const std::uint64_t room = 2 * p.limit > used ? 2 * p.limit - used : 0;
+  const std::uint64_t add = std::min(cost, room);
+  if (add > 0) SlidingWindowLogCommit(p, log, now, add, &e);
+  return SlidingWindowLog(p, log, now, 0, /*commit=*/false, expires);
+}
+
 }  // namespace sluice::core

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/algorithm_ops.h"
 #include "core/algorithms.h"
 
 namespace sluice::core {
@@ -112,5 +113,49 @@ void TokenBucketRefund(const Policy& p, const TokenBucketState& in, Micros now, 
   out->last = t;
   *expires = NewAgainAt(p, t, TimeToFull(tokens, capacity, rate));
 }
+
+// Penalties (core/penalties.cc has the shared rules).
+Decision TokenBucketPenalize(const Policy& p, const TokenBucketState& in, bool fresh, Micros now,
+                             std::uint64_t cost, TokenBucketState* out, Micros* expires) {
+  TokenBucketState s;
+  Micros e;
+  (void)TokenBucket(p, in, fresh, now, 0, &s, &e);
+  const double capacity = static_cast<double>(p.Capacity());
+  s.tokens = std::max(std::min(s.tokens, -capacity), s.tokens - static_cast<double>(cost));
+  return TokenBucket(p, s, /*fresh=*/false, now, 0, out, expires);
+}
+
+// Carry-over (Policy::on_change, kProportional; core/carry.cc has the shared rules).
+bool CarryTokenBucket(const Policy& p, const WrittenUnder& w, Micros now, TokenBucketState* s) {
+  const double old_rate = w.limit / w.window;
+  const Micros t = std::max(now, s->last);
+  const double tokens = std::min(w.cap, s->tokens + static_cast<double>(t - s->last) * old_rate);
+  s->tokens = tokens * static_cast<double>(p.Capacity()) / w.cap;
+  s->last = t;
+  return true;
+}
+
+// This algorithm's entry of the operations table (core/algorithm_ops.h).
+namespace {
+
+Decision OpsDecide(const Policy& p, const WordState& in, bool fresh, Micros now, std::uint64_t cost,
+                   WordState* out, Micros* expires, Micros max_wait) {
+  return TokenBucket(p, in.bucket, fresh, now, cost, &out->bucket, expires, max_wait);
+}
+void OpsRefund(const Policy& p, const WordState& in, Micros now, std::uint64_t cost, WordState* out,
+               Micros* expires) {
+  TokenBucketRefund(p, in.bucket, now, cost, &out->bucket, expires);
+}
+Decision OpsPenalize(const Policy& p, const WordState& in, bool fresh, Micros now,
+                     std::uint64_t cost, WordState* out, Micros* expires) {
+  return TokenBucketPenalize(p, in.bucket, fresh, now, cost, &out->bucket, expires);
+}
+bool OpsCarry(const Policy& p, const WrittenUnder& w, Micros now, WordState* s) {
+  return CarryTokenBucket(p, w, now, &s->bucket);
+}
+
+}  // namespace
+
+const WordOps kTokenBucketOps = {OpsDecide, OpsRefund, OpsPenalize, OpsCarry};
 
 }  // namespace sluice::core

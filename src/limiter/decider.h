@@ -100,7 +100,9 @@ class Decider {
   // once, inline or on the store's I/O thread. `checks` need to live only during the
   // call. policy_index of the decisions is the check's index. `op` kRelease or kExtend
   // applies that permit operation to concurrency checks instead (StoreOp; no lease,
-  // no deny cache), with the same grouping and failure modes.
+  // no deny cache), with the same grouping; no failure mode applies to it: a store
+  // error is `done`'s status (a permit the local fallback holds is released or
+  // extended there instead), never a claimed success or a false "not held".
   void DecideAsync(std::span<const Check> checks, DoneCallback done, StoreOp op = StoreOp::kDecide);
 
   // Penalties (Limiter::Penalize): consumes every check's cost by force
@@ -119,6 +121,9 @@ class Decider {
   void ForgetDenial(std::string_view key);
 
   LimiterStats Stats() const;
+  // Decisions taken by the in-process fast path: one enforced check without a lease on
+  // a store whose Store::InProcess() is not null (MemoryStore, or a wrapper of one).
+  std::uint64_t InProcessDecisions() const;
   // Bytes the deny cache reserves (its fixed budget; 0 when disabled).
   std::size_t DenyCacheBytes() const;
   // Keys the local fallback's in-process store holds, and its key cap.

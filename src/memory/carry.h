@@ -18,7 +18,7 @@ namespace sluice::memory_internal {
 // window, token bucket and GCRA, the top 24 bits of `prev` for a sliding counter).
 inline std::uint32_t CarryId(Algorithm a, const State& st) {
   if (a == Algorithm::kSlidingWindowCounter) {
-    return static_cast<std::uint32_t>(st.counter.prev >> kCounterIdShift);
+    return static_cast<std::uint32_t>(st.word.counter.prev >> kCounterIdShift);
   }
   std::uint32_t id;
   std::memcpy(&id, reinterpret_cast<const char*>(&st) + 16, sizeof(id));
@@ -26,7 +26,8 @@ inline std::uint32_t CarryId(Algorithm a, const State& st) {
 }
 inline void SetCarryId(Algorithm a, State& st, std::uint32_t id) {
   if (a == Algorithm::kSlidingWindowCounter) {
-    st.counter.prev = (st.counter.prev & kCounterMask) | (std::uint64_t{id} << kCounterIdShift);
+    st.word.counter.prev =
+        (st.word.counter.prev & kCounterMask) | (std::uint64_t{id} << kCounterIdShift);
     return;
   }
   std::memcpy(reinterpret_cast<char*>(&st) + 16, &id, sizeof(id));
@@ -34,7 +35,7 @@ inline void SetCarryId(Algorithm a, State& st, std::uint32_t id) {
 // The state without its id, as the algorithms read it.
 inline State CleanState(Algorithm a, const State& st) {
   State out = st;
-  if (a == Algorithm::kSlidingWindowCounter) out.counter.prev &= kCounterMask;
+  if (a == Algorithm::kSlidingWindowCounter) out.word.counter.prev &= kCounterMask;
   return out;
 }
 

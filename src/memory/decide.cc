@@ -5,7 +5,6 @@
 
 #include "memory/carry.h"
 #include "memory/store_impl.h"
-#include "memory/word_ops.h"
 
 namespace sluice {
 
@@ -17,10 +16,7 @@ using memory_internal::kCarryTag;
 using memory_internal::kMaxBatch;
 using memory_internal::LogBuffer;
 using memory_internal::MarkCarry;
-using memory_internal::PermitBuffer;
 using memory_internal::RingLog;
-using memory_internal::RingPermits;
-using memory_internal::RunWord;
 using memory_internal::Slot;
 using memory_internal::State;
 using memory_internal::Table;
@@ -80,15 +76,9 @@ void MemoryStore::Impl::DecideChecks(LockedShards& locks, std::span<const StoreC
       // An acquire is decided now and committed with the batch.
       core::PermitId id;
       (void)core::ParsePermitId(c.permit, &id);  // validated above (empty for a peek)
-      if (s == nullptr) {
-        PermitBuffer empty;
-        PermitBuffer* scratch = PermitBuffer::Init(&empty, 1);
-        RingPermits set(&scratch, 1);
-        out[i] = core::Concurrency(p, set, now, id, c.cost, /*commit=*/false, &pending.expires[i]);
-      } else {
-        RingPermits set(&s->state.permits, p.limit);
-        out[i] = core::Concurrency(p, set, now, id, c.cost, /*commit=*/false, &pending.expires[i]);
-      }
+      core::PermitSet none;
+      out[i] = core::Concurrency(p, s != nullptr ? *s->state.permits : none, now, id, c.cost,
+                                 /*commit=*/false, &pending.expires[i]);
     } else if (p.algorithm == Algorithm::kSlidingWindowLog) {
       if (s == nullptr) {
         // Decide against an empty log on the stack; the commit creates the real one.
@@ -110,15 +100,16 @@ void MemoryStore::Impl::DecideChecks(LockedShards& locks, std::span<const StoreC
         if (was != pending.carry_id[i] &&
             (!CarryOver(p, carry_params, was, now, &in) ||
              (p.algorithm == Algorithm::kTokenBucket && p.on_change != OnChange::kAsIs &&
-              core::TokenBucketIsNew(p, in.bucket, now)))) {
+              core::TokenBucketIsNew(p, in.word.bucket, now)))) {
           // Fresh (reset, a window change, or a bucket new again under p): a token
           // bucket then starts like a new one (core/token_bucket.cc).
           fresh = true;
           pending.carried_fresh[i] = true;
         }
       }
-      out[i] =
-          RunWord(p, in, fresh, now, c.cost, &pending.next[i], &pending.expires[i], c.max_wait);
+      out[i] = core::WordOpsOf(p.algorithm)
+                   ->decide(p, in.word, fresh, now, c.cost, &pending.next[i].word,
+                            &pending.expires[i], c.max_wait);
     }
     // Blocks (Policy::block_for): a blocked key is denied; a denial by the policy
     // itself (not during a block, and not a peek) starts a block.
@@ -150,7 +141,7 @@ void MemoryStore::Impl::StartBuckets(LockedShards& locks, std::span<const StoreC
       if (!Reserve(shard, now)) continue;
       s = shard.table.Insert(locks.hash[i], c.key, p.algorithm);
     }
-    core::TokenBucketStart(p, now, &s->state.bucket, &s->expires);
+    core::TokenBucketStart(p, now, &s->state.word.bucket, &s->expires);
     MarkCarry(s, p.algorithm, pending.carry_id[i]);
     shard.table.NoteExpiry(s->expires);
   }
@@ -193,16 +184,14 @@ Status MemoryStore::Impl::Commit(LockedShards& locks, std::span<const StoreCheck
             LogBuffer::Make(static_cast<std::uint32_t>(std::min<std::uint64_t>(p.limit, 4)));
       }
       if (p.algorithm == Algorithm::kConcurrency) {
-        s->state.permits =
-            PermitBuffer::Make(static_cast<std::uint32_t>(std::min<std::uint64_t>(p.limit, 4)));
+        s->state.permits = new core::PermitSet();
       }
       ++inserts;
     }
     if (p.algorithm == Algorithm::kConcurrency) {
       core::PermitId id;
       (void)core::ParsePermitId(c.permit, &id);
-      RingPermits set(&s->state.permits, p.limit);
-      core::ConcurrencyCommit(p, set, now, id, &s->expires);
+      core::ConcurrencyCommit(p, *s->state.permits, now, id, &s->expires);
     } else if (p.algorithm == Algorithm::kSlidingWindowLog) {
       RingLog log(&s->state.log, p.limit);
       core::SlidingWindowLogCommit(p, log, now, c.cost, &s->expires);

@@ -12,10 +12,10 @@
 // than 30 bytes cost a heap block more, and a second cache miss per decision.
 //
 // Files, one idea each: key_hash.h (the key hash), slot.h (a slot), log_ring.h and
-// permit_ring.h (a sliding log's and a concurrency key's rings), slot_array.* (a
-// table's memory, huge pages), table.* (one shard's hash table), shard_lock.h,
+// core/permit_set.h (a sliding log's ring, a concurrency key's permits), slot_array.*
+// (a table's memory, huge pages), table.* (one shard's hash table), shard_lock.h,
 // block_table.h (blocks), shard.h (a shard, and the locking prologue of a batch),
-// carry.* (carry-over records), word_ops.* (algorithm calls on a slot's state),
+// carry.* (carry-over records),
 // store_impl.* (the store's state, key cap and blocks); the operations: this file (the
 // entry point, the one-check fast path, reset, sweep), decide.cc, penalize.cc,
 // refund.cc, permits.cc.
@@ -25,7 +25,6 @@
 
 #include "memory/memory_store_internal.h"
 #include "memory/store_impl.h"
-#include "memory/word_ops.h"
 
 namespace sluice {
 
@@ -70,7 +69,9 @@ Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, std::uint64_
         p.on_change == OnChange::kAsIs) {
       State next;
       Micros expires;
-      *out = RunWord(p, s->state, /*fresh=*/false, t, c.cost, &next, &expires, c.max_wait);
+      *out = core::WordOpsOf(p.algorithm)
+                 ->decide(p, s->state.word, /*fresh=*/false, t, c.cost, &next.word, &expires,
+                          c.max_wait);
       if (out->allowed && c.cost > 0) {
         s->state = next;
         s->expires = expires;

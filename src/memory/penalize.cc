@@ -1,13 +1,14 @@
 // MemoryStore's kPenalize batches.
+#include "memory/carry.h"
 #include "memory/store_impl.h"
 
 namespace sluice {
 
+using memory_internal::CarryId;
+using memory_internal::CleanState;
 using memory_internal::kCarryTag;
 using memory_internal::LogBuffer;
-using memory_internal::PermitBuffer;
 using memory_internal::RingLog;
-using memory_internal::RingPermits;
 using memory_internal::Slot;
 using memory_internal::State;
 using memory_internal::Table;
@@ -27,7 +28,7 @@ Status MemoryStore::Impl::Penalize(std::span<const StoreCheck> checks, Micros no
     const StoreCheck& c = checks[i];
     Table& table = locks.table_of(i);
     Slot* s = table.Find(locks.hash[i], c.key);
-    if (s != nullptr && s->tag != TagOf(c.policy->algorithm)) {
+    if (s != nullptr && (s->tag & ~kCarryTag) != TagOf(c.policy->algorithm)) {
       table.EraseSlot(s);
       total.fetch_sub(1, std::memory_order_relaxed);
       s = nullptr;
@@ -46,6 +47,13 @@ Status MemoryStore::Impl::Penalize(std::span<const StoreCheck> checks, Micros no
     Table& table = locks.table_of(i);
     Slot* s = table.Find(locks.hash[i], c.key);
     bool fresh = s == nullptr || s->expires <= now;
+    State in = s != nullptr ? s->state : State{};
+    if (!fresh && (s->tag & kCarryTag) != 0) {
+      // Written with the parameters it was written under (on_change): its usage counts
+      // when they are p's own, else the state is fresh, as Lua's load() reads it.
+      fresh = CarryId(p.algorithm, s->state) != carry_params.Id(p);
+      in = CleanState(p.algorithm, s->state);
+    }
     if (s == nullptr) {
       s = table.Insert(locks.hash[i], c.key, p.algorithm);
       if (p.algorithm == Algorithm::kSlidingWindowLog) {
@@ -58,27 +66,9 @@ Status MemoryStore::Impl::Penalize(std::span<const StoreCheck> checks, Micros no
       RingLog log(&s->state.log, p.limit);
       out[i] = core::SlidingWindowLogPenalize(p, log, now, c.cost, &s->expires);
     } else {
-      const State in = s->state;
-      switch (p.algorithm) {
-        case Algorithm::kFixedWindow:
-          out[i] = core::FixedWindowPenalize(p, in.fixed, fresh, now, c.cost, &s->state.fixed,
-                                             &s->expires);
-          break;
-        case Algorithm::kSlidingWindowCounter:
-          out[i] = core::SlidingWindowCounterPenalize(p, in.counter, fresh, now, c.cost,
-                                                      &s->state.counter, &s->expires);
-          break;
-        case Algorithm::kTokenBucket:
-          out[i] = core::TokenBucketPenalize(p, in.bucket, fresh, now, c.cost, &s->state.bucket,
-                                             &s->expires);
-          break;
-        case Algorithm::kGcra:
-          out[i] = core::GcraPenalize(p, in.gcra, fresh, now, c.cost, &s->state.gcra, &s->expires);
-          break;
-        case Algorithm::kSlidingWindowLog:  // handled above
-        case Algorithm::kConcurrency:       // no penalties (Limiter::Penalize refuses them)
-          break;
-      }
+      out[i] = core::WordOpsOf(p.algorithm)
+                   ->penalize(p, in.word, fresh, now, c.cost, &s->state.word, &s->expires);
+      s->tag = TagOf(p.algorithm);  // written back plain (no record), as Lua's FORCE writes it
     }
     table.NoteExpiry(s->expires);
     if (p.block_for > 0) (void)ApplyBlocks(locks.shard_of(i), c, now, true, &out[i]);

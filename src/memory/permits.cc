@@ -5,9 +5,7 @@ namespace sluice {
 
 using memory_internal::kCarryTag;
 using memory_internal::LogBuffer;
-using memory_internal::PermitBuffer;
 using memory_internal::RingLog;
-using memory_internal::RingPermits;
 using memory_internal::Slot;
 using memory_internal::State;
 using memory_internal::Table;
@@ -31,9 +29,8 @@ Status MemoryStore::Impl::Permits(bool extend, std::span<const StoreCheck> check
     core::PermitId id;
     (void)core::ParsePermitId(c.permit, &id);  // validated
     Micros expires = 0;
-    PermitBuffer empty;
-    PermitBuffer* scratch = PermitBuffer::Init(&empty, 1);
-    RingPermits set(s != nullptr ? &s->state.permits : &scratch, s != nullptr ? p.limit : 1);
+    core::PermitSet none;
+    core::PermitSet& set = s != nullptr ? *s->state.permits : none;
     out[i] = extend ? core::ConcurrencyExtend(p, set, now, id, &expires)
                     : core::ConcurrencyRelease(p, set, now, id, &expires);
     if (s != nullptr) {

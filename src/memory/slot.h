@@ -10,10 +10,10 @@
 #include <new>
 #include <string_view>
 
+#include "core/algorithm_ops.h"
 #include "core/algorithms.h"
 #include "memory/key_hash.h"
 #include "memory/log_ring.h"
-#include "memory/permit_ring.h"
 #include "sluice/policy.h"
 
 namespace sluice::memory_internal {
@@ -38,15 +38,14 @@ constexpr int kCounterIdShift = 40;
 constexpr std::uint64_t kCounterMask = (std::uint64_t{1} << kCounterIdShift) - 1;
 
 union State {
-  State() : counter{} {}
-  core::FixedWindowState fixed;
-  core::SlidingCounterState counter;
-  core::TokenBucketState bucket;
-  core::GcraState gcra;
+  State() : word{} {}
+  core::WordState word;  // the algorithms of core/algorithm_ops.h
   LogBuffer* log;
-  PermitBuffer* permits;  // concurrency limits
+  core::PermitSet* permits;  // concurrency limits (owned)
 };
 static_assert(sizeof(State) == 24);
+// Bytes 16-19 of the state are free for a carry-over record (memory/carry.h) but for
+// the sliding counter.
 static_assert(sizeof(core::FixedWindowState) <= 16 && sizeof(core::TokenBucketState) <= 16 &&
               sizeof(core::GcraState) <= 16);
 
@@ -104,7 +103,7 @@ struct alignas(64) Slot {
     if ((tag & ~kCarryTag) == TagOf(Algorithm::kSlidingWindowLog) && state.log) {
       std::free(state.log);
     }
-    if (tag == TagOf(Algorithm::kConcurrency) && state.permits) std::free(state.permits);
+    if (tag == TagOf(Algorithm::kConcurrency)) delete state.permits;
     tag = 0;
   }
 };

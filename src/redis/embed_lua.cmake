@@ -6,10 +6,12 @@
 # decision is written once, as a body (fixed_window.lua, sliding_window_counter.lua,
 # token_bucket.lua, gcra.lua) that reads and sets the locals single_head.lua lists;
 # this file puts each body in both scripts that need it:
-# - the batch script: prelude + each body wrapped as DECIDE[id] (the wrapper below sets
-#   the locals from the check `c` and hands the outcome back in `c`) + the sliding log
-#   + the O(1) refunds + penalties and blocks + concurrency + the group runner (any
-#   checks, all or nothing; refunds; penalties; permits);
+# - the batch script: prelude + the word states' codec (word_state.lua: what refunds,
+#   penalties and the DECIDE wrappers' COMMIT read and write) + each body wrapped as
+#   DECIDE[id] (the wrapper below sets the locals from the check `c` and hands the
+#   outcome back in `c`) + the sliding log,
+#   followed by its refund and force, + blocks (penalties.lua) + concurrency + the group
+#   runner (any checks, all or nothing; refunds; penalties; permits);
 # - one script per algorithm for a single check, indexed by sluice::Algorithm:
 #   single_head + the body + single_tail for the O(1) algorithms (lean straight-line
 #   code, no tables or closures), and prelude + sliding_window_log + penalties + dispatch for the
@@ -21,13 +23,34 @@
 # The runner decides the O(1) algorithms' plain decisions inline (their bodies in an
 # if-chain at its "--@INLINE@" line: no table or closure per check); the DECIDE[id]
 # wrappers serve the batch script's penalties, blocks and refunds.
-# A part named "decide:<file>:<id>" is <file>.lua wrapped as DECIDE[<id>].
+# A part named "decide:<file>:<id>" is <file>.lua's decision body wrapped as DECIDE[<id>],
+# followed by the file's operations (REFUND, FORCE: what follows its "--@OPERATIONS@"
+# line); a part named "all:<file>" is the whole file (the sliding log's decision and its
+# operations); everywhere else an algorithm's file gives only its body.
+
+# Reads <name>.lua into `body_var` (up to a line that starts with "--@OPERATIONS@", if any) and
+# `ops_var` (the rest; empty if none).
+function(read_lua name body_var ops_var)
+  file(READ "${LUA_DIR}/${name}.lua" content)
+  string(FIND "${content}" "\n--@OPERATIONS@" at)
+  if(at EQUAL -1)
+    set(${body_var} "${content}" PARENT_SCOPE)
+    set(${ops_var} "" PARENT_SCOPE)
+  else()
+    math(EXPR at "${at} + 1")  # (the body keeps its last newline)
+    string(SUBSTRING "${content}" 0 ${at} body)
+    string(SUBSTRING "${content}" ${at} -1 ops)
+    set(${body_var} "${body}" PARENT_SCOPE)
+    set(${ops_var} "${ops}" PARENT_SCOPE)
+  endif()
+endfunction()
+
 function(concat out_var)
   set(body "")
   foreach(part IN LISTS ARGN)
     if(part MATCHES "^decide:([a-z_]+):([0-9])$")
       set(id ${CMAKE_MATCH_2})
-      file(READ "${LUA_DIR}/${CMAKE_MATCH_1}.lua" content)
+      read_lua(${CMAKE_MATCH_1} content ops)
       string(APPEND body "DECIDE[${id}] = function(c, now)\n"
              "  local key, limit, w, cap, init, cost = c.key, c.limit, c.window, c.cap, c.init, c.cost\n"
              "  local need, mode, mw, solo = max(cost, 1), c.mode, c.mw, false\n"
@@ -37,7 +60,11 @@ function(concat out_var)
              "  c.patch, c.patch_at, c.undo = patch, patch_at, undo\n"
              "  return allowed, remaining, reset, retry\n"
              "end\n"
-             "COMMIT[${id}] = store_word\n")
+             "COMMIT[${id}] = store_word\n"
+             "${ops}")
+    elseif(part MATCHES "^all:([a-z_]+)$")
+      read_lua(${CMAKE_MATCH_1} content ops)
+      string(APPEND body "${content}${ops}")
     elseif(part STREQUAL "runner")
       # The group runner decides the O(1) algorithms inline, each body in a branch of
       # its own (untaken branches cost a call nothing).
@@ -45,7 +72,7 @@ function(concat out_var)
       set(word "if")
       foreach(alg fixed_window:0 sliding_window_counter:2 token_bucket:3 gcra:4)
         string(REGEX MATCH "^([a-z_]+):([0-9])$" _ "${alg}")
-        file(READ "${LUA_DIR}/${CMAKE_MATCH_1}.lua" content)
+        read_lua(${CMAKE_MATCH_1} content ops)
         string(APPEND chain "${word} alg == ${CMAKE_MATCH_2} then\n${content}")
         set(word "elseif")
       endforeach()
@@ -54,7 +81,7 @@ function(concat out_var)
       string(REPLACE "      --@INLINE@\n" "${chain}" content "${content}")
       string(APPEND body "${content}")
     else()
-      file(READ "${LUA_DIR}/${part}.lua" content)
+      read_lua(${part} content ops)
       string(APPEND body "${content}")
     endif()
   endforeach()
@@ -71,11 +98,11 @@ endfunction()
 set(emitted "")
 # (concurrency: issue #12 item 1; its checks always carry ext, so only the batch script
 # needs it.)
-emit(kBatchScript prelude bucket_refill decide:fixed_window:0 sliding_window_log decide:sliding_window_counter:2
-     decide:token_bucket:3 decide:gcra:4 refunds penalties concurrency runner)
+emit(kBatchScript prelude word_state bucket_refill decide:fixed_window:0 all:sliding_window_log decide:sliding_window_counter:2
+     decide:token_bucket:3 decide:gcra:4 penalties concurrency runner)
 emit(kCoalescedScript prelude bucket_refill sliding_window_log no_penalties runner)
 emit(kSingleFixedWindow single_head fixed_window single_tail)
-emit(kSingleSlidingWindowLog prelude bucket_refill sliding_window_log penalties runner)
+emit(kSingleSlidingWindowLog prelude bucket_refill all:sliding_window_log penalties runner)
 emit(kSingleSlidingWindowCounter single_head sliding_window_counter single_tail)
 emit(kSingleTokenBucket single_head bucket_refill token_bucket single_tail)
 emit(kSingleGcra single_head gcra single_tail)

@@ -1149,3 +1149,194 @@ TEST_F(Differential, LimitChangesMidSequence) {
 
 }  // namespace
 }  // namespace sluice::testing
+
+// --- every operation with on_change, block_for and permits (issue #17's constraint) ---
+namespace sluice::testing {
+namespace {
+
+// Compares a peek of each check's key on both stores: the state an operation left.
+bool ComparePeeks(Store& memory, Store& redis, std::span<const StoreCheck> checks, Micros now,
+                  const std::string& where) {
+  for (const StoreCheck& c : checks) {
+    StoreCheck peek = c;
+    peek.cost = 0;
+    peek.max_wait = 0;
+    if (peek.policy->algorithm == Algorithm::kConcurrency) peek.permit = {};
+    Decision a, b;
+    const Status sa = memory.Run({.checks = {&peek, 1}, .now = now}, {&a, 1});
+    const Status sb = redis.Run({.checks = {&peek, 1}, .now = now}, {&b, 1});
+    if (!sa.ok() || !sb.ok() || !SameDecision(a, b)) {
+      ADD_FAILURE() << where << ": peek of " << Describe(*c.policy) << " on_change "
+                    << OnChangeName(c.policy->on_change) << " block_for " << c.policy->block_for
+                    << "\n  memory: " << sa.ToString() << " allowed=" << a.allowed
+                    << " remaining=" << a.remaining << " reset_after=" << a.reset_after
+                    << " retry_after=" << a.retry_after << "\n  redis:  " << sb.ToString()
+                    << " allowed=" << b.allowed << " remaining=" << b.remaining
+                    << " reset_after=" << b.reset_after << " retry_after=" << b.retry_after;
+      return false;
+    }
+  }
+  return true;
+}
+
+// Every store operation (decide, peek, reserve with max_wait, refund, penalize, and on
+// a concurrency policy acquire, release and extend) on one policy name whose
+// parameters and on_change mode change mid-sequence (each mode in turn), with block_for
+// on half of the sequences, batched with a concurrency policy and a plain one: both
+// stores answer alike, field by field (Decision::wait included), and leave the same
+// state (a peek of every key after every operation). Hot-key leases and shadow mode
+// reach the store only as these operations (a lease is a decision of a larger cost,
+// its return a refund; shadow mode runs the same decision).
+TEST_F(Differential, EveryOperationUnderOnChangeBlocksAndPermits) {
+  int compared = 0, penalties = 0, reserves = 0, permit_ops = 0;
+  int modes[3] = {0, 0, 0};
+  for (std::uint64_t seed = 800; seed < 812; ++seed) {
+    std::mt19937_64 rng(seed);
+    DifferentialMemoryStore memory;
+    Policy p = RandomPolicy(rng, 0);
+    if (p.algorithm == Algorithm::kSlidingWindowLog) p.algorithm = Algorithm::kTokenBucket;
+    p.initial_tokens.reset();
+    p.name = "ops";
+    if (seed % 2 == 0) p.block_for = 1 + static_cast<Micros>(rng() % (2 * p.window));
+    p = ChangedPolicy(rng, p);
+    const Policy perm = Policy::Concurrency("perm", 1 + rng() % 4, std::chrono::milliseconds(250));
+    const Policy other = Policy::SlidingWindowCounter("other", 50, std::chrono::seconds(1));
+    const std::string prefix = "ops" + std::to_string(seed);
+    std::vector<std::string> held;  // permit ids acquired (maybe released or expired)
+    Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
+    for (int step = 0; step < 500; ++step) {
+      if (rng() % 30 == 0) p = ChangedPolicy(rng, p);
+      ++modes[static_cast<int>(p.on_change)];
+      switch (rng() % 4) {
+        case 0:
+          break;
+        case 1:
+          now += static_cast<Micros>(rng() % 1000);
+          break;
+        case 2:
+          now += static_cast<Micros>(rng() % (2 * p.window / p.limit + 1));
+          break;
+        default:
+          now += static_cast<Micros>(rng() % (p.window + p.block_for + 1));
+      }
+      const char* caller = rng() % 2 ? "alice" : "bob";
+      const std::string kp = *StoreKey(prefix, caller, p.name);
+      const std::string kc = *StoreKey(prefix, caller, perm.name);
+      const std::string ko = *StoreKey(prefix, caller, other.name);
+      std::string id(kPermitIdLength, '0');
+      for (char& ch : id) ch = "0123456789abcdef"[rng() % 16];
+      const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step) +
+                                " " + Describe(p) + " on_change " + OnChangeName(p.on_change) +
+                                " block_for " + std::to_string(p.block_for);
+      StoreCheck checks[3];
+      std::size_t n = 0;
+      const unsigned op = rng() % 10;
+      if (op < 2) {  // release or extend of a permit acquired earlier (or never)
+        const std::string pid = !held.empty() && rng() % 4 ? held[rng() % held.size()] : id;
+        checks[n++] = {.policy = &perm, .key = kc, .cost = 1, .permit = pid};
+        const StoreOp o = op == 0 ? StoreOp::kRelease : StoreOp::kExtend;
+        if (!Compare(memory, {checks, n}, now, where + " (permit)", o)) return;
+        ++permit_ops;
+      } else if (op < 4) {  // a penalty (not for concurrency)
+        checks[n++] = {.policy = &p, .key = kp, .cost = 1 + rng() % p.Capacity()};
+        if (rng() % 2) checks[n++] = {.policy = &other, .key = ko, .cost = 1 + rng() % 3};
+        if (!Compare(memory, {checks, n}, now, where + " (penalty)", StoreOp::kPenalize)) return;
+        ++penalties;
+      } else if (op == 4) {  // a refund (a reward, a returned lease, a cancelled reservation)
+        checks[n++] = {.policy = &p, .key = kp, .cost = 1 + rng() % p.Capacity()};
+        if (!CompareRefund(memory, {checks, n}, now, where + " (refund)")) return;
+      } else {  // a decision: plain, a peek, or a reservation, maybe with a permit
+        checks[n++] = {.policy = &p, .key = kp, .cost = RandomCost(rng, p)};
+        if (op >= 8) {
+          const bool peek = rng() % 4 == 0;
+          checks[n++] = {.policy = &perm,
+                         .key = kc,
+                         .cost = peek ? 0u : 1u,
+                         .permit = peek ? std::string_view() : std::string_view(id)};
+        }
+        if (rng() % 2) checks[n++] = {.policy = &other, .key = ko, .cost = 1};
+        Micros max_wait = 0;
+        if (op == 7 && n == 1) {
+          max_wait = static_cast<Micros>(rng() % (static_cast<std::uint64_t>(p.window) + 1));
+          checks[0].max_wait = max_wait;
+          ++reserves;
+        }
+        Decision a[3], b[3];
+        ASSERT_TRUE(memory.Run({.checks = {checks, n}, .now = now}, a).ok()) << where;
+        const Status sb = redis_->Run({.checks = {checks, n}, .now = now}, b);
+        ASSERT_TRUE(sb.ok()) << where << " " << sb.ToString();
+        bool all = true;
+        for (std::size_t i = 0; i < n; ++i) {
+          all = all && a[i].allowed;
+          ASSERT_TRUE(SameDecision(a[i], b[i]) && a[i].wait == b[i].wait)
+              << where << " check " << i << " " << Describe(*checks[i].policy)
+              << " cost=" << checks[i].cost << " max_wait=" << max_wait
+              << "\n  memory: allowed=" << a[i].allowed << " remaining=" << a[i].remaining
+              << " reset_after=" << a[i].reset_after << " retry_after=" << a[i].retry_after
+              << " wait=" << a[i].wait << "\n  redis:  allowed=" << b[i].allowed
+              << " remaining=" << b[i].remaining << " reset_after=" << b[i].reset_after
+              << " retry_after=" << b[i].retry_after << " wait=" << b[i].wait;
+        }
+        if (all && n >= 2 && checks[1].policy == &perm && checks[1].cost == 1) held.push_back(id);
+      }
+      if (!ComparePeeks(memory, *redis_, {checks, n}, now, where + " op " + std::to_string(op))) {
+        return;
+      }
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 12 * 500);
+  EXPECT_GT(penalties, 12 * 500 / 8);
+  EXPECT_GT(reserves, 12 * 500 / 20);
+  EXPECT_GT(permit_ops, 12 * 500 / 8);
+  for (int m = 0; m < 3; ++m) EXPECT_GT(modes[m], 12 * 500 / 10) << "mode " << m;
+}
+
+}  // namespace
+}  // namespace sluice::testing
+
+// --- a lease changed under the same policy name (issue #20 item 1) ---
+namespace sluice::testing {
+namespace {
+
+// The issue's sequence, field by field in both stores: A under a 60 s lease, B under
+// 1 s, past B's expiry C (allowed) and D (denied), a peek, a limit lowered to 1, and
+// extends and releases under the other lease; on random ids and leases too.
+TEST_F(Differential, ALeaseChangedUnderTheSameName) {
+  int compared = 0;
+  for (std::uint64_t seed = 900; seed < 910; ++seed) {
+    std::mt19937_64 rng(seed);
+    DifferentialMemoryStore memory;
+    static const Micros kLeases[] = {1'000'000, 60'000'000, 7'000, 250'000};
+    const Micros first = seed == 900 ? 60'000'000 : kLeases[rng() % 4];
+    const Micros second = seed == 900 ? 1'000'000 : kLeases[rng() % 4];
+    const Policy longer = Policy::Concurrency("pc", 2, std::chrono::microseconds(first));
+    const Policy shorter = Policy::Concurrency("pc", 2, std::chrono::microseconds(second));
+    const Policy one = Policy::Concurrency("pc", 1, std::chrono::microseconds(second));
+    const std::string key = *StoreKey("lc" + std::to_string(seed), "k", "pc");
+    const char* ids[] = {"0000000000000000000000000000000a", "0000000000000000000000000000000b",
+                         "0000000000000000000000000000000c", "0000000000000000000000000000000d"};
+    Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
+    const Policy* policies[] = {&longer, &shorter, &one};
+    for (int step = 0; step < 60; ++step) {
+      const Policy* p = step == 0 ? &longer : step < 4 ? &shorter : policies[rng() % 3];
+      StoreOp op = StoreOp::kDecide;
+      if (step >= 5) op = static_cast<StoreOp>(rng() % 3 == 0 ? 0 : 2 + rng() % 3);
+      if (op == StoreOp::kPenalize) op = StoreOp::kDecide;
+      const bool peek = op == StoreOp::kDecide && (step == 4 || rng() % 5 == 0);
+      const StoreCheck c{.policy = p,
+                         .key = key,
+                         .cost = peek ? 0u : 1u,
+                         .permit = peek ? std::string_view() : ids[step < 4 ? step : rng() % 4]};
+      const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step);
+      if (!Compare(memory, {&c, 1}, now, where, op)) return;
+      ++compared;
+      if (step == 1) now += second + second / 2;  // past B's lease, not A's (seed 900)
+      if (step >= 5) now += static_cast<Micros>(rng() % (second + 1));
+    }
+  }
+  EXPECT_EQ(compared, 10 * 60);
+}
+
+}  // namespace
+}  // namespace sluice::testing

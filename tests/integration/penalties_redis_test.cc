@@ -176,5 +176,25 @@ TEST(RedisPenalties, BadInput) {
   EXPECT_EQ(server->Command({"EXISTS", "sluice:{k}:fw"})->integer, 0) << "nothing was applied";
 }
 
+// A GCRA policy with on_change records its parameters in its state (the 41-byte carry
+// layout, lua/gcra.lua); a penalty must add to what its own decisions used, not start
+// from a fresh TAT (issue #17 bug 3, found by the differential test in the memory
+// branch). 10/min, burst 10: 6 taken, a penalty of 1 leaves 3.
+TEST(RedisPenalties, AGcraPenaltyKeepsTheUsageOfACarryOverState) {
+  RedisServer* server = SharedRedis();
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+  Policy p = Policy::Gcra("g", 10, std::chrono::minutes(1), 10);
+  p.on_change = OnChange::kProportional;
+  RedisLimiter r = Make(*server, {p}, /*deny_cache=*/false);
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(r.limiter->Acquire("k")->allowed) << i;
+  auto state = server->Command({"STRLEN", "sluice:{k}:g"});
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->integer, 41) << "the carry layout, which this test is about";
+  auto d = r.limiter->Penalize("k", 1);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->remaining, 3u) << "6 used + 1 penalty of 10";
+}
+
 }  // namespace
 }  // namespace sluice::testing

@@ -7,16 +7,19 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "redis_cluster.h"
 #include "redis_server.h"
 #include "service/config.h"
 #include "service/engine.h"
 #include "service/http_server.h"
 #include "sluice/memory_store.h"
 #include "sluice/redis_store.h"
+#include "wait.h"
 
 namespace sluice::service {
 namespace {
@@ -42,8 +45,9 @@ descriptors:
 // An engine on `store` behind the HTTP front end on 127.0.0.1:<free port>.
 class Daemon {
  public:
-  explicit Daemon(std::shared_ptr<Store> store, std::shared_ptr<const Clock> clock = nullptr) {
-    auto c = ParseConfig(kConfig, "permits.yaml");
+  explicit Daemon(std::shared_ptr<Store> store, std::shared_ptr<const Clock> clock = nullptr,
+                  const char* config = kConfig) {
+    auto c = ParseConfig(config, "permits.yaml");
     EXPECT_TRUE(c.ok()) << c.status().message();
     auto e = Engine::Create(*c, Engine::Options{std::move(store), std::move(clock)});
     EXPECT_TRUE(e.ok()) << e.status().message();
@@ -234,6 +238,88 @@ TEST(SluicedPermits, BadInputIsAnsweredWithAReason) {
       "application/json");
   ASSERT_TRUE(js);
   EXPECT_EQ(js->status, 400) << js->body;
+}
+
+// Issue #20 item 2: with the store unreachable, /v1/extend and /v1/release answer 503
+// with a reason under every failure mode: never 200 (fail_open: nothing was extended)
+// nor 404 (fail_closed: the permit is still held). Once the store is back the permit is
+// extended and released as usual.
+const char* kFailureModesConfig = R"(domain: jobs
+descriptors:
+  - key: open
+    rate_limit: {concurrency: 2, lease: 30s, name: open_slots, failure_mode: fail_open}
+  - key: closed
+    rate_limit: {concurrency: 2, lease: 30s, name: closed_slots, failure_mode: fail_closed}
+)";
+
+// `pause(true)` makes the store's Redis refuse to run scripts (CLIENT PAUSE WRITE,
+// bounded; WRITE so that the test's own CLIENT UNPAUSE still runs) and drops the
+// connections whose scripts it holds back; `pause(false)` ends it.
+void PermitOperationsFailWhileThePauseLasts(Daemon& d, const std::function<void(bool)>& pause) {
+  for (const std::string key : {"open", "closed"}) {
+    int status = 0;
+    const std::string permit = d.Acquire(key, "p", &status);
+    ASSERT_EQ(status, 200) << key;
+    pause(true);
+    for (const char* op : {"/v1/extend", "/v1/release"}) {
+      auto r = d.Post(op, "permit=" + permit);
+      ASSERT_TRUE(r) << key << " " << op;
+      EXPECT_EQ(r->status, 503) << key << " " << op << ": " << r->body;
+      EXPECT_NE(r->body.find("error"), std::string::npos) << r->body;
+    }
+    pause(false);
+    // The store reconnects in the background: wait for the extend to be answered.
+    int extended = 0;
+    EXPECT_TRUE(testing::WaitUntil([&] {
+      auto r = d.Post("/v1/extend", "permit=" + permit);
+      extended = r ? r->status : 0;
+      return extended != 503 && extended != 0;
+    }));
+    EXPECT_EQ(extended, 200) << key << ": the permit was kept";
+    EXPECT_EQ(d.Release(permit), 200) << key;
+    EXPECT_EQ(d.Release(permit), 404) << key;
+  }
+}
+
+// Postponed clients are killed so that their held-back scripts never run after the
+// pause (the store gave up on them at its deadline).
+Status PauseNode(const std::function<Result<redis::Reply>(const std::vector<std::string>&)>& cmd,
+                 bool pause) {
+  const std::vector<std::vector<std::string>> cmds =
+      pause ? std::vector<std::vector<std::string>>{{"CLIENT", "PAUSE", "30000", "WRITE"}}
+            : std::vector<std::vector<std::string>>{{"CLIENT", "KILL", "TYPE", "normal"},
+                                                    {"CLIENT", "UNPAUSE"}};
+  for (const auto& c : cmds) {
+    auto r = cmd(c);
+    if (!r.ok()) return r.status();
+  }
+  return Status::Ok();
+}
+
+TEST(SluicedPermits, ExtendAndReleaseAnswer503WhileRedisIsPaused) {
+  auto redis = testing::RedisServer::Start();
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  auto store = OpenStore((*redis)->Url());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  Daemon d(*store, nullptr, kFailureModesConfig);
+  PermitOperationsFailWhileThePauseLasts(d, [&](bool pause) {
+    const Status s = PauseNode([&](const auto& c) { return (*redis)->Command(c); }, pause);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  });
+}
+
+TEST(SluicedPermits, ExtendAndReleaseAnswer503WhileTheClusterIsPaused) {
+  auto cluster = testing::RedisCluster::Start();
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  auto store = OpenStore((*cluster)->Url());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  Daemon d(*store, nullptr, kFailureModesConfig);
+  PermitOperationsFailWhileThePauseLasts(d, [&](bool pause) {
+    for (std::size_t i = 0; i < (*cluster)->size(); ++i) {
+      const Status s = PauseNode([&](const auto& c) { return (*cluster)->Command(i, c); }, pause);
+      ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+    }
+  });
 }
 
 TEST(SluicedPermits, TokenRoundTrips) {

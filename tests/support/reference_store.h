@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/algorithm_ops.h"
 #include "core/algorithms.h"
 #include "sluice/store.h"
 
@@ -77,10 +78,7 @@ class ReferenceStore final : public Store {
  private:
   Status Decide(std::span<const StoreCheck> checks, Micros now, std::span<Decision> out) {
     struct Pending {
-      core::FixedWindowState fixed;
-      core::SlidingCounterState counter;
-      core::TokenBucketState bucket;
-      core::GcraState gcra;
+      core::WordState word;
       Micros expires = 0;
     };
     std::vector<Pending> next(checks.size());
@@ -104,25 +102,10 @@ class ReferenceStore final : public Store {
         const bool fresh = e == nullptr || (drop_expired_ && e->expires <= now);
         Entry empty;
         const Entry& in = e ? *e : empty;
-        switch (p.algorithm) {
-          case Algorithm::kFixedWindow:
-            out[i] = core::FixedWindow(p, in.fixed, fresh, now, c.cost, &n.fixed, &n.expires);
-            break;
-          case Algorithm::kSlidingWindowCounter:
-            out[i] = core::SlidingWindowCounter(p, in.counter, fresh, now, c.cost, &n.counter,
-                                                &n.expires);
-            break;
-          case Algorithm::kTokenBucket:
-            out[i] = core::TokenBucket(p, in.bucket, fresh, now, c.cost, &n.bucket, &n.expires,
-                                       c.max_wait);
-            break;
-          case Algorithm::kGcra:
-            out[i] = core::Gcra(p, in.gcra, fresh, now, c.cost, &n.gcra, &n.expires, c.max_wait);
-            break;
-          case Algorithm::kSlidingWindowLog:
-          case Algorithm::kConcurrency:  // not modelled here (differential_test.cc)
-            break;
-        }
+        // Every other algorithm is a word algorithm (concurrency is not modelled here:
+        // differential_test.cc).
+        out[i] = core::WordOpsOf(p.algorithm)
+                     ->decide(p, in.word, fresh, now, c.cost, &n.word, &n.expires, c.max_wait);
       }
       all_allowed = all_allowed && out[i].allowed;
       consumes = consumes || c.cost > 0;
@@ -138,10 +121,11 @@ class ReferenceStore final : public Store {
           continue;
         }
         auto it = entries_.find(std::string(c.key));
-        if (it != entries_.end() && !core::TokenBucketIsNew(p, it->second.bucket, now)) continue;
+        if (it != entries_.end() && !core::TokenBucketIsNew(p, it->second.word.bucket, now))
+          continue;
         Entry& e = entries_[std::string(c.key)];
         e.algorithm = p.algorithm;
-        core::TokenBucketStart(p, now, &e.bucket, &e.expires);
+        core::TokenBucketStart(p, now, &e.word.bucket, &e.expires);
       }
       return Status::Ok();
     }
@@ -154,10 +138,7 @@ class ReferenceStore final : public Store {
       if (p.algorithm == Algorithm::kSlidingWindowLog) {
         core::SlidingWindowLogCommit(p, e.log, now, c.cost, &e.expires);
       } else {
-        e.fixed = next[i].fixed;
-        e.counter = next[i].counter;
-        e.bucket = next[i].bucket;
-        e.gcra = next[i].gcra;
+        e.word = next[i].word;
         e.expires = next[i].expires;
       }
     }
@@ -178,33 +159,14 @@ class ReferenceStore final : public Store {
       }
       if (e.expires <= now) continue;
       const Entry in = e;
-      switch (p.algorithm) {
-        case Algorithm::kFixedWindow:
-          core::FixedWindowRefund(p, in.fixed, now, c.cost, &e.fixed, &e.expires);
-          break;
-        case Algorithm::kSlidingWindowCounter:
-          core::SlidingWindowCounterRefund(p, in.counter, now, c.cost, &e.counter, &e.expires);
-          break;
-        case Algorithm::kTokenBucket:
-          core::TokenBucketRefund(p, in.bucket, now, c.cost, &e.bucket, &e.expires);
-          break;
-        case Algorithm::kGcra:
-          core::GcraRefund(p, in.gcra, now, c.cost, &e.gcra, &e.expires);
-          break;
-        case Algorithm::kSlidingWindowLog:
-        case Algorithm::kConcurrency:
-          break;
-      }
+      core::WordOpsOf(p.algorithm)->refund(p, in.word, now, c.cost, &e.word, &e.expires);
     }
     return Status::Ok();
   }
 
   struct Entry {
     Algorithm algorithm = Algorithm::kFixedWindow;
-    core::FixedWindowState fixed;
-    core::SlidingCounterState counter;
-    core::TokenBucketState bucket;
-    core::GcraState gcra;
+    core::WordState word;
     DequeLog log;
     Micros expires = 0;
   };

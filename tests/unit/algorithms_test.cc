@@ -4,6 +4,7 @@
 #include <deque>
 #include <random>
 
+#include "core/algorithm_ops.h"
 #include "test_util.h"
 
 namespace sluice::testing {
@@ -469,3 +470,23 @@ TEST(Gcra, BurstThenRate) {
 
 }  // namespace
 }  // namespace sluice::testing
+
+namespace sluice::core {
+namespace {
+
+// The operations table (core/algorithm_ops.h): one complete entry per word algorithm,
+// none for the two algorithms with state of their own shape.
+TEST(AlgorithmOps, EveryWordAlgorithmHasAllItsOperations) {
+  for (Algorithm a : {Algorithm::kFixedWindow, Algorithm::kSlidingWindowCounter,
+                      Algorithm::kTokenBucket, Algorithm::kGcra}) {
+    const WordOps* ops = WordOpsOf(a);
+    ASSERT_NE(ops, nullptr) << AlgorithmName(a);
+    EXPECT_TRUE(ops->decide && ops->refund && ops->penalize && ops->carry) << AlgorithmName(a);
+  }
+  EXPECT_EQ(WordOpsOf(Algorithm::kSlidingWindowLog), nullptr);
+  EXPECT_EQ(WordOpsOf(Algorithm::kConcurrency), nullptr);
+  EXPECT_EQ(WordOpsOf(static_cast<Algorithm>(6)), nullptr);
+}
+
+}  // namespace
+}  // namespace sluice::core

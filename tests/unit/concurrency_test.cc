@@ -12,24 +12,13 @@
 namespace sluice::testing {
 namespace {
 
-// The simplest PermitSet: a vector in expiry order.
-class VectorPermits final : public core::PermitSet {
- public:
-  std::size_t size() const override { return v.size(); }
-  const core::PermitEntry& at(std::size_t i) const override { return v[i]; }
-  void pop_front() override { v.erase(v.begin()); }
-  void erase(std::size_t i) override { v.erase(v.begin() + static_cast<std::ptrdiff_t>(i)); }
-  void push_back(core::PermitEntry e) override { v.push_back(e); }
-  std::vector<core::PermitEntry> v;
-};
-
 core::PermitId Id(std::uint64_t n) {
   return core::PermitId{0, n};
 }
 
 struct Core {
   Policy p = Policy::Concurrency("c", 3, std::chrono::seconds(10));
-  VectorPermits set;
+  core::PermitSet set;
   Micros expires = 0;
   // One operation of the core: kDecide acquires (cost 1) or peeks (cost 0).
   Decision Do(Micros now, std::uint64_t id, StoreOp op, std::uint64_t cost = 1) {
@@ -106,7 +95,7 @@ TEST(ConcurrencyCore, UncommittedAcquireHoldsNothingUntilCommitted) {
   EXPECT_EQ(c.set.size(), 0u);
   core::ConcurrencyCommit(c.p, c.set, kNoon, Id(5), &c.expires);
   ASSERT_EQ(c.set.size(), 1u);
-  EXPECT_EQ(c.set.at(0).expires, kNoon + 10 * kSec);
+  EXPECT_EQ(c.set.LatestExpiry(), kNoon + 10 * kSec);
 }
 
 TEST(ConcurrencyCore, PermitIdsParseOnlyAsLowerCaseHex) {
@@ -212,6 +201,61 @@ TEST(Permits, APermitNotReleasedExpiresAfterItsLeaseUnlessExtended) {
   EXPECT_EQ(s.code(), ErrorCode::kNotFound);
   EXPECT_NE(s.message().find("expired"), std::string::npos) << s.message();
   EXPECT_EQ(h.limiter->Peek("k")->remaining, 0u);  // b is untouched
+}
+
+// Issue #20 item 1 (embedded store): a lease shortened under the same policy name.
+// Permits taken under the shorter lease expire before those taken under the longer
+// one; each expired permit frees its slot wherever it sits, the key is kept while any
+// permit is held (the store's sweep included), and no answer has a negative duration.
+TEST(Permits, AShorterLeaseUnderTheSameNameFreesExpiredPermitsAnywhere) {
+  Harness h({Policy::Concurrency("pc", 2, std::chrono::seconds(60))});
+  auto limiter_with = [&h](Policy p) {
+    LimiterOptions o;
+    o.policies = {std::move(p)};
+    o.store = h.store;
+    o.clock = h.clock;
+    auto r = Limiter::Create(std::move(o));
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return std::move(r).value();
+  };
+  const auto shorter = limiter_with(Policy::Concurrency("pc", 2, std::chrono::seconds(1)));
+  const auto one = limiter_with(Policy::Concurrency("pc", 1, std::chrono::seconds(1)));
+  const auto no_negative = [](const Decision& d, const char* what) {
+    EXPECT_GE(d.retry_after, 0) << what;
+    EXPECT_GE(d.reset_after, 0) << what;
+  };
+  auto a = h.limiter->AcquirePermit("k");
+  ASSERT_TRUE(a.ok() && a->held());
+  auto b = shorter->AcquirePermit("k");
+  ASSERT_TRUE(b.ok() && b->held());
+  no_negative(b->decision(), "b");
+  EXPECT_EQ(b->decision().reset_after, 60 * kSec);  // a is the last to expire
+  h.clock->Advance(1500 * 1000);                    // b's lease has passed, a's has not
+  (void)h.store->SweepExpired(h.clock->Now());      // must not drop a's key
+  auto c = shorter->AcquirePermit("k");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->held()) << "b expired: its slot is free";
+  no_negative(c->decision(), "c");
+  EXPECT_EQ(c->decision().reset_after, 58500 * 1000);
+  auto d = shorter->AcquirePermit("k");
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->held()) << "a and c are held";
+  no_negative(d->decision(), "d");
+  EXPECT_EQ(d->decision().retry_after, 1 * kSec);  // c expires first
+  EXPECT_EQ(d->decision().reset_after, 58500 * 1000);
+  auto peek = shorter->Peek("k");
+  ASSERT_TRUE(peek.ok());
+  EXPECT_EQ(peek->remaining, 0u);
+  no_negative(*peek, "peek");
+  // The limit lowered to 1 with a and c held: a slot frees when both have expired.
+  auto e = one->AcquirePermit("k");
+  ASSERT_TRUE(e.ok());
+  EXPECT_FALSE(e->held());
+  no_negative(e->decision(), "e");
+  EXPECT_EQ(e->decision().retry_after, 58500 * 1000);
+  EXPECT_TRUE(a->Release().ok());
+  EXPECT_TRUE(c->Release().ok());
+  EXPECT_TRUE(one->AcquirePermit("k")->held());
 }
 
 TEST(Permits, ReleaseAndExtendById) {
@@ -379,6 +423,48 @@ TEST(Permits, StoreFailureFollowsTheFailureMode) {
   EXPECT_TRUE(fallback->AcquirePermit("k")->held());
   // By id, the store is asked: its error comes back as is.
   EXPECT_EQ(fallback->Release("k", std::string(32, 'a')).code(), ErrorCode::kUnavailable);
+}
+
+// A MemoryStore that can be taken down and brought back.
+class FlakyStore final : public Store {
+ public:
+  Status Run(const StoreBatch& batch, std::span<Decision> out) override {
+    if (down) return Status::DeadlineExceeded("down (test)");
+    return inner.Run(batch, out);
+  }
+  Status Reset(const Policy& p, std::string_view k) override { return inner.Reset(p, k); }
+  bool IsRemote() const override { return true; }
+  MemoryStore inner;
+  bool down = false;
+};
+
+// Issue #20 item 2: a store failure during a release or an extend is returned as is
+// under every failure mode (never a success, never NotFound), and the permit is still
+// held once the store is back.
+TEST(Permits, ReleaseAndExtendReturnTheStoreErrorUnderEveryFailureMode) {
+  for (FailureMode mode :
+       {FailureMode::kFailOpen, FailureMode::kFailClosed, FailureMode::kLocalFallback}) {
+    auto store = std::make_shared<FlakyStore>();
+    LimiterOptions o;
+    Policy p = Policy::Concurrency("inflight", 1, kLease);
+    p.failure_mode = mode;
+    o.policies = {p};
+    o.store = store;
+    o.clock = std::make_shared<ManualClock>(kNoon);
+    auto limiter = std::move(Limiter::Create(std::move(o))).value();
+    auto permit = limiter->AcquirePermit("k");
+    ASSERT_TRUE(permit.ok() && permit->held());
+    const std::string id = permit->id();
+    store->down = true;
+    const int m = static_cast<int>(mode);
+    EXPECT_EQ(permit->Extend().code(), ErrorCode::kDeadlineExceeded) << m;
+    EXPECT_EQ(limiter->Extend("k", id).code(), ErrorCode::kDeadlineExceeded) << m;
+    EXPECT_EQ(limiter->Release("k", id).code(), ErrorCode::kDeadlineExceeded) << m;
+    store->down = false;
+    EXPECT_TRUE(limiter->Extend("k", id).ok()) << m;
+    EXPECT_FALSE(limiter->AcquirePermit("k")->held()) << m;  // still held: the limit is 1
+    EXPECT_TRUE(limiter->Release("k", permit->Detach()).ok()) << m;
+  }
 }
 
 }  // namespace

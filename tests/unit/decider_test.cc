@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "sluice/memory_store.h"
+#include "sluice/permit.h"
 #include "test_util.h"
 
 namespace sluice::testing {
@@ -167,6 +168,91 @@ TEST(Decider, StoreFailureFollowsEachChecksOwnMode) {
     ok += out[0].allowed;
   }
   EXPECT_EQ(ok, 2);
+}
+
+// Issue #20 item 2: failure modes decide admissions only. A store error during a
+// release or an extend is that error, never a claimed success (fail-open) or a false
+// "not held" (fail-closed); the permit is still there once the store is back.
+TEST(Decider, PermitOperationsReturnTheStoreErrorWhateverTheFailureMode) {
+  auto clock = std::make_shared<ManualClock>(kNoon);
+  auto store = std::make_shared<DeferredStore>();
+  decide::Decider d = MakeDecider(store, clock);
+  Policy open = Policy::Concurrency("open", 2, std::chrono::seconds(30));
+  Policy closed = Policy::Concurrency("closed", 2, std::chrono::seconds(30));
+  closed.failure_mode = FailureMode::kFailClosed;
+  Policy local = Policy::Concurrency("local", 2, std::chrono::seconds(30));
+  local.failure_mode = FailureMode::kLocalFallback;
+  const Policy local_fb = decide::FallbackPolicy(local);
+  const std::string id(kPermitIdLength, 'a');
+  struct Outcome {
+    bool called = false;
+    Status status;
+    bool held = false;
+  };
+  auto run = [&](const decide::Check& c, StoreOp op) {
+    Outcome o;
+    d.DecideAsync(
+        {&c, 1},
+        [&](const Status& s, std::span<const Decision> out, std::size_t) {
+          o.called = true;
+          o.status = s;
+          o.held = s.ok() && !out.empty() && out[0].allowed;
+        },
+        op);
+    store->Drain();
+    EXPECT_TRUE(o.called);
+    return o;
+  };
+  for (const Policy* p : {&open, &closed, &local}) {
+    const std::string key = "k:" + p->name;
+    const decide::Check c{p, p == &local ? &local_fb : nullptr, key, 1, id};
+    ASSERT_TRUE(run(c, StoreOp::kDecide).held) << p->name;
+    store->down = true;
+    for (StoreOp op : {StoreOp::kExtend, StoreOp::kRelease}) {
+      const Outcome o = run(c, op);
+      EXPECT_EQ(o.status.code(), ErrorCode::kUnavailable)
+          << p->name << " op " << static_cast<int>(op) << ": " << o.status.ToString()
+          << " held=" << o.held;
+    }
+    store->down = false;
+    EXPECT_TRUE(run(c, StoreOp::kExtend).held) << p->name;
+    EXPECT_TRUE(run(c, StoreOp::kRelease).held) << p->name;
+    EXPECT_FALSE(run(c, StoreOp::kRelease).held) << p->name;
+  }
+}
+
+// A permit the local fallback took while the store was down is released there while
+// the store is still down.
+TEST(Decider, PermitOfTheLocalFallbackIsReleasedThereWhileTheStoreIsDown) {
+  auto clock = std::make_shared<ManualClock>(kNoon);
+  auto store = std::make_shared<DeferredStore>();
+  store->down = true;
+  decide::Decider d = MakeDecider(store, clock);
+  Policy local = Policy::Concurrency("local", 2, std::chrono::seconds(30));
+  local.failure_mode = FailureMode::kLocalFallback;
+  const Policy local_fb = decide::FallbackPolicy(local);
+  const std::string id(kPermitIdLength, 'b');
+  const decide::Check c{&local, &local_fb, "k:local", 1, id};
+  std::vector<std::pair<Status, bool>> got;
+  auto run = [&](StoreOp op) {
+    d.DecideAsync(
+        {&c, 1},
+        [&](const Status& s, std::span<const Decision> out, std::size_t) {
+          got.emplace_back(s, s.ok() && !out.empty() && out[0].allowed);
+        },
+        op);
+    store->Drain();
+  };
+  run(StoreOp::kDecide);
+  run(StoreOp::kExtend);
+  run(StoreOp::kRelease);
+  run(StoreOp::kRelease);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_TRUE(got[0].second);
+  EXPECT_TRUE(got[1].first.ok() && got[1].second) << got[1].first.ToString();
+  EXPECT_TRUE(got[2].first.ok() && got[2].second) << got[2].first.ToString();
+  // Held nowhere now, and the store cannot say: the store's error.
+  EXPECT_EQ(got[3].first.code(), ErrorCode::kUnavailable) << got[3].first.ToString();
 }
 
 TEST(Decider, CostAboveCapacityDeniesThatCheckAndChargesNothing) {

@@ -95,6 +95,28 @@ TEST(BlockFor, OnlyItsOwnDenialStartsIt) {
   EXPECT_TRUE(h.Take().allowed);  // no block was started
 }
 
+// Issue #17 bug 3: a penalty on a policy whose on_change is not as_is adds to the usage
+// its own decisions recorded (the in-process store marks such states as carry-over
+// states); it does not start from a fresh state. Every algorithm with penalties.
+TEST(Penalize, AddsToUsageUnderEveryOnChangeMode) {
+  for (OnChange mode : {OnChange::kAsIs, OnChange::kReset, OnChange::kProportional}) {
+    for (Policy p :
+         {Policy::FixedWindow("p", 4, seconds(10)),
+          Policy::SlidingWindowCounter("p", 4, seconds(10)),
+          Policy::TokenBucket("p", 4, 4, seconds(10)), Policy::Gcra("p", 4, seconds(10), 4)}) {
+      p.on_change = mode;
+      const std::string what =
+          std::string(AlgorithmName(p.algorithm)) + " " + std::string(OnChangeName(mode));
+      Harness h({p});
+      ASSERT_EQ(h.TakeN(2), 2) << what;
+      auto d = h.limiter->Penalize("k", 1);
+      ASSERT_TRUE(d.ok()) << what << ": " << d.status().ToString();
+      EXPECT_EQ(d->remaining, 1u) << what << ": 2 taken + 1 penalty of 4";
+      EXPECT_EQ(h.TakeN(3), 1) << what;
+    }
+  }
+}
+
 TEST(Penalize, FixedWindowGoesOverTheLimitUpToTwice) {
   Harness h({Policy::FixedWindow("fw", 3, seconds(1))});
   auto d = h.limiter->Penalize("k", 3);

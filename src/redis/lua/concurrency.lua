@@ -73,9 +73,12 @@ DECIDE[5] = function(c, now)
     return false, permits_free(limit, held), permits_reset(c, now, held), tonumber(first[2]) - now
   end
   if c.cost == 0 then return true, limit - held, permits_reset(c, now, held), 0 end
-  -- the state after this acquire, committed with the batch
+  -- the state after this acquire, committed with the batch: the last permit to expire
+  -- is this one, or one held under a longer lease (src/core/concurrency.cc)
   c.held = held
-  return true, limit - held - 1, c.window, 0
+  local reset = c.window
+  if held > 0 then reset = max(reset, permits_reset(c, now, held)) end
+  return true, limit - held - 1, reset, 0
 end
 
 COMMIT[5] = function(c, now)

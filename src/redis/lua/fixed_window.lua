@@ -116,3 +116,54 @@ if allowed and cost > 0 then
   -- length changed under the same policy name moves it)
   if same and e == expires then patch, patch_at = struct.pack('<d', count), 17 end
 end
+--@OPERATIONS@ (the batch script only, after DECIDE[0]: embed_lua.cmake)
+
+-- Refund: the current window's count goes down by cost (not below 0); a state of an
+-- earlier window is left alone (src/core FixedWindowRefund).
+REFUND[0] = function(c, now, cost)
+  local raw = redis.call('GET', c.key)
+  local n = raw and tonumber(raw)
+  if n and n >= 4503599627370496 then -- the counter (fixed_window.lua)
+    local count = counter_count(n, floor_to(now, c.window), c.window)
+    if count and count > 0 then
+      local give = min(count, cost)
+      -- (INCRBY keeps the TTL; SET KEEPTTL where an older ACL line refuses it)
+      if type(redis.pcall('INCRBY', c.key, -give)) ~= 'number' then
+        redis.call('SET', c.key, n - give, 'KEEPTTL')
+      end
+    end
+    return
+  end
+  local found, sws, scount = load(c, now, raw or false)
+  if not found or sws < floor_to(now, c.window) then return end
+  c.expires = sws + c.window
+  c.state = pack_word(c, sws, scount - min(scount, cost))
+  store_word(c, now)
+end
+
+-- Penalty (FORCE, prelude.lua): the state normalised as a decision would, then the
+-- cost added up to the bound.
+FORCE[0] = function(c, now)
+  local raw = redis.call('GET', c.key)
+  local n = raw and tonumber(raw)
+  local ws = floor_to(now, c.window)
+  local count = 0
+  local counter = n and n >= 4503599627370496 -- fixed_window.lua's counter
+  if counter then
+    local cc, cws = counter_count(n, ws, c.window)
+    if cc then ws, count = cws, cc end
+  else
+    local found, sws, scount = load(c, now, raw or false)
+    if found and sws >= ws then ws, count = sws, scount end
+  end
+  count = max(count, min(count + c.cost, 2 * c.limit))
+  c.expires = ws + c.window
+  if (counter or not raw) and not c.mode and c.limit < 2147483648 and
+      c.window * 524288 > (PAD + 1) * 1000 then -- (fixed_window.lua's `lean`)
+    c.state = counter_value(ws, c.window, count)
+  else
+    c.state = struct.pack('<Bddd', 0, c.expires, ws, count)
+  end
+  c.patch = nil
+  store_word(c, now)
+end

@@ -88,3 +88,48 @@ elseif guess then
     redis.call('DEL', key)
   end
 end
+--@OPERATIONS@ (the batch script only, after DECIDE[4]: embed_lua.cmake)
+
+-- Refund: the TAT moves back by cost emission intervals, never below now
+-- (src/core GcraRefund). The state is the TAT as a plain number (gcra.lua); the
+-- layout before (struct '<Bdd') is still read.
+REFUND[4] = function(c, now, cost)
+  local raw = redis.call('GET', c.key)
+  local stat = raw and tonumber(raw)
+  if stat then
+    if not (ceil(stat) > now) then return end
+    c.carry = false
+  else
+    local found, otat = load(c, now)
+    if not found then return end
+    stat = otat
+  end
+  local tat = max(now, stat - cost * (c.window / c.limit))
+  c.expires = ceil(tat)
+  c.state = tat
+  if c.carry then c.state = pack_word(c, tat) end
+  store_word(c, now)
+end
+
+-- Penalty (FORCE, prelude.lua): the state normalised as a decision would, then the
+-- cost added up to the bound.
+FORCE[4] = function(c, now)
+  local raw = redis.call('GET', c.key)
+  local tat = now
+  local stat = raw and tonumber(raw)
+  if stat then
+    if ceil(stat) > now then tat = max(stat, now) end
+  elseif raw and #raw == 17 and string.byte(raw) == 4 then -- gcra.lua's previous layout
+    local _, e, otat = struct.unpack('<Bdd', raw)
+    if e > now then tat = max(otat, now) end
+  elseif raw and #raw == 41 and string.byte(raw) == 4 then -- carry-over (gcra.lua), as load()
+    local _, e, otat, ol, ow, oc = struct.unpack('<Bddddd', raw)
+    if e > now and ol == c.limit and ow == c.window and oc == c.cap then tat = max(otat, now) end
+  end
+  local interval = c.window / c.limit
+  local tau = interval * c.cap
+  tat = max(tat, min(tat + c.cost * interval, now + 2 * tau))
+  c.expires = ceil(tat)
+  c.state, c.patch = tat, nil
+  store_word(c, now)
+end

@@ -38,7 +38,7 @@ local checks = {}
 -- undo.
 local pend = {}
 
--- Writes an inline check's state (prelude.lua's store_word, without a table).
+-- Writes an inline check's state (word_state.lua's store_word, without a table).
 local function write(key, state, expires, patch, patch_at, now)
   if patch and type(redis.pcall('SETRANGE', key, patch_at, patch)) == 'number' then return end
   redis.call('SET', key, state, 'PX', ttl_ms(expires, now))

@@ -82,3 +82,35 @@ if allowed and cost > 0 then
   -- length changed under the same policy name moves it)
   if same and e == expires then patch, patch_at = struct.pack('<d', curr), 17 end
 end
+--@OPERATIONS@ (the batch script only, after DECIDE[2]: embed_lua.cmake)
+
+-- Refund: the current window's count goes down by cost (not below 0); once the
+-- window has rolled over, nothing changes (src/core SlidingWindowCounterRefund).
+REFUND[2] = function(c, now, cost)
+  local found, sws, scurr, sprev = load(c, now)
+  if not found or sws < floor_to(now, c.window) then return end
+  local curr = scurr - min(scurr, cost)
+  if curr > 0 then c.expires = sws + 2 * c.window else c.expires = sws + c.window end
+  c.state = pack_word(c, sws, curr, sprev)
+  store_word(c, now)
+end
+
+-- Penalty (FORCE, prelude.lua): the state normalised as a decision would, then the
+-- cost added up to the bound.
+FORCE[2] = function(c, now)
+  local found, sws, scurr, sprev = load(c, now)
+  local w = c.window
+  local ws = floor_to(now, w)
+  local curr, prev = 0, 0
+  if found then
+    if sws >= ws then
+      ws, curr, prev = sws, scurr, sprev
+    elseif sws == ws - w then
+      prev = scurr
+    end
+  end
+  curr = max(curr, min(curr + c.cost, 2 * c.limit))
+  c.expires = ws + 2 * w
+  c.state, c.patch = struct.pack('<Bdddd', 2, c.expires, ws, curr, prev), nil
+  store_word(c, now)
+end

@@ -146,6 +146,17 @@ COMMIT[1] = function(c, now)
   st.dirty = false
 end
 
+-- After the batch: keep what raise() normalised for logs that were not committed.
+local function flush_logs()
+  for key, st in pairs(logs) do
+    if st.dirty and not st.fresh then
+      redis.call('SET', key, '1 ' .. int(st.expires) .. ' ' .. int(st.last) .. ' ' ..
+        int(st.used) .. ' ' .. int(st.seq), 'KEEPTTL')
+    end
+  end
+end
+--@OPERATIONS@ (the batch script and the one-check sliding log script only: embed_lua.cmake)
+
 -- Refund: drop what left the window, as a decision does, then remove up to `cost`
 -- units from the newest entries (src/core SlidingWindowLogRefund). Entries with one
 -- timestamp may come back in another order than they were added, which changes no
@@ -192,12 +203,16 @@ REFUND[1] = function(c, now, cost)
   st.dirty = false
 end
 
--- After the batch: keep what raise() normalised for logs that were not committed.
-local function flush_logs()
-  for key, st in pairs(logs) do
-    if st.dirty and not st.fresh then
-      redis.call('SET', key, '1 ' .. int(st.expires) .. ' ' .. int(st.last) .. ' ' ..
-        int(st.used) .. ' ' .. int(st.seq), 'KEEPTTL')
-    end
+-- Penalty (FORCE, prelude.lua): the log normalised as a decision would, then the units
+-- added up to twice the limit, as a commit of that many.
+FORCE[1] = function(c, now)
+  local st = log_state(c)
+  raise(c, st, now)
+  local add = min(c.cost, 2 * c.limit - st.used)
+  if add > 0 then
+    local cost = c.cost
+    c.cost = add
+    COMMIT[1](c, now)
+    c.cost = cost
   end
 end

@@ -106,3 +106,42 @@ elseif guess then
     redis.call('DEL', key)
   end
 end
+--@OPERATIONS@ (the batch script only, after DECIDE[3]: embed_lua.cmake)
+
+-- Refund: refill as a decision does, then add cost tokens, capped at the capacity
+-- (src/core TokenBucketRefund).
+REFUND[3] = function(c, now, cost)
+  local found, stokens, slast = load(c, now)
+  if not found then return end
+  local capacity = c.cap
+  local rate = c.limit / c.window
+  local tokens, t = refill(stokens, slast, now, capacity, rate)
+  tokens = min(capacity, tokens + cost)
+  local reset = 0
+  if not (tokens + EPS >= capacity) then reset = ceil((capacity - tokens) / rate) end
+  c.expires = t + reset
+  if c.init >= 0 and c.init < capacity then c.expires = c.expires + c.window end
+  c.state = pack_word(c, tokens, t)
+  store_word(c, now)
+end
+
+-- Penalty (FORCE, prelude.lua): the state normalised as a decision would, then the
+-- cost added up to the bound.
+FORCE[3] = function(c, now)
+  local found, stokens, slast = load(c, now)
+  local cap, rate = c.cap, c.limit / c.window
+  local tokens, t
+  if found then
+    tokens, t = refill(stokens, slast, now, cap, rate)
+  else
+    if c.init >= 0 then tokens = c.init else tokens = cap end
+    t = now
+  end
+  tokens = max(min(tokens, -cap), tokens - c.cost)
+  local reset = 0
+  if not (tokens + EPS >= cap) then reset = ceil((cap - tokens) / rate) end
+  c.expires = t + reset
+  if c.init >= 0 and c.init < cap then c.expires = c.expires + c.window end
+  c.state, c.patch = struct.pack('<Bddd', 3, c.expires, tokens, t), nil
+  store_word(c, now)
+end
