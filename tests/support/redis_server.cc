@@ -129,9 +129,19 @@ Status RedisServer::Launch() {
                                  "/redis.log); exit status " + std::to_string(status));
     }
     auto r = Command({"PING"});
-    if (r.ok() && !r->is_error()) return Status::Ok();
-    if (r.ok()) {
-      // NOAUTH etc.: it is up.
+    if (r.ok()) {  // an answer (NOAUTH etc. too): a server is up on the port
+      // ... but maybe another process's: a suite running beside this one can take the
+      // port between FreeLoopbackPort and our bind, and the tests would then share (and
+      // flush) its data. Only our child's process_id counts; else Start tries another
+      // port.
+      auto info = Command({"INFO", "server"});
+      const std::string want = "process_id:" + std::to_string(pid_) + "\r";
+      if (info.ok() && !info->is_error() && info->str.find("process_id:") != std::string::npos &&
+          info->str.find(want) == std::string::npos) {
+        Stop();
+        return Status::Unavailable("port " + std::to_string(port_) +
+                                   " is served by another process's redis-server");
+      }
       return Status::Ok();
     }
     why = r.status().message();
