@@ -37,4 +37,4 @@ for n in ${held//,/ }; do
   done
 done
 echo
-echo "ns per call, one thread, one key, max_in_flight 10^6; load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "median ns per call, one thread, one key, max_in_flight 10^6; load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

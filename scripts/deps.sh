@@ -42,12 +42,18 @@ if [[ -n "$py_missing" ]]; then
   [[ -f "$stdlib/EXTERNALLY-MANAGED" ]] && pip_flags+=(--break-system-packages)
   python3 -m pip install "${pip_flags[@]}" -r "$here/requirements.txt"
 fi
-# The admin console's browser test (tests/service/admin_ui): playwright-core at the
-# version its package-lock.json pins, driving Debian's chromium (packages.txt).
-ui="$here/../tests/service/admin_ui"
-want=$(node -p "require('$ui/package.json').dependencies['playwright-core']")
-have=$(node -p "require('$ui/node_modules/playwright-core/package.json').version" 2>/dev/null || true)
-if [[ "$want" != "$have" ]]; then
-  echo "deps: npm ci in tests/service/admin_ui"
-  npm ci --prefix "$ui" --no-audit --no-fund -q
-fi
+# npm packages pinned in a package file (tests/service/admin_ui: playwright-core, which
+# drives Debian's chromium in the admin console's browser test):
+# every package.json with a package-lock.json beside it, under scripts/ and tests/, is
+# installed with `npm ci` into its own node_modules, only when the lock file changed
+# since the last install (a stamp in node_modules). npm and node come with the machine.
+while IFS= read -r lock; do
+  dir=$(dirname "$lock")
+  want=$(sha256sum "$lock" "$dir/package.json" | sha256sum | cut -d' ' -f1)
+  stamp=$dir/node_modules/.sluice-deps-stamp
+  [[ -f $stamp && $(cat "$stamp") == "$want" ]] && continue
+  echo "deps: npm ci in ${dir#"$here/../"}"
+  (cd "$dir" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
+  echo "$want" >"$stamp"
+done < <(find "$here" "$here/../tests" -name node_modules -prune -o -name package-lock.json \
+  -print 2>/dev/null)

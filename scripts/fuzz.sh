@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (the `fuzz` preset: clang, ASan + UBSan, the library
-# built with coverage) and runs each for a bounded time on its corpus. Fails if any
+# Builds the libFuzzer targets (in the `asan` tree: clang, ASan + UBSan, the library
+# built with libFuzzer's coverage; build preset `fuzz` = only these targets) and runs each for a bounded time on its corpus. Fails if any
 # target crashes, leaks, trips a sanitizer or a FUZZ_CHECK; the crashing input is
 # copied to tests/fuzz/corpus/<target>/crash-<sha1> so that it becomes a regression
 # input (the ordinary test suite replays every corpus file: ctest -L fuzz).
@@ -19,12 +19,12 @@ shift || true
 # so fuzz here much longer than CI does before submitting.
 seed=${FUZZ_SEED:-0}
 fuzz_jobs=${FUZZ_JOBS:-1}
-if [[ ${FUZZ_BUILD:-1} != 0 ]]; then  # FUZZ_BUILD=0: run what build/fuzz already has
+if [[ ${FUZZ_BUILD:-1} != 0 ]]; then  # FUZZ_BUILD=0: run what build/asan already has
   scripts/deps.sh
-  cmake --preset fuzz >/dev/null
+  cmake --preset asan >/dev/null
   cmake --build --preset fuzz -j "$(nproc)"
 fi
-out=build/fuzz
+out=build/fuzz  # what the runs find and log (the binaries are in build/asan)
 
 targets=("$@")
 if ((${#targets[@]} == 0)); then
@@ -36,7 +36,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 # Runs one target; writes its table row to $out/<target>.row and exits with its status.
 fuzz_one() {
-  local t=$1 bin=build/fuzz/tests/fuzz/fuzz_$1
+  local t=$1 bin=build/asan/tests/fuzz/fuzz_$1
   local work=$out/corpus/$t artifacts=$out/artifacts/$t log=$out/$t.log rc=0
   if [[ ! -x $bin ]]; then
     echo "fuzz: no binary $bin (target '$t')" >&2

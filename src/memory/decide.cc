@@ -62,14 +62,7 @@ void MemoryStore::Impl::DecideChecks(LockedShards& locks, std::span<const StoreC
     Table& table = locks.table_of(i);
     pending.carry_id[i] = p.on_change != OnChange::kAsIs ? carry_params.Id(p) : 0;
     pending.carried_fresh[i] = false;
-    Slot* s = table.Find(locks.hash[i], c.key);
-    if (s != nullptr && (s->tag & ~kCarryTag) != TagOf(p.algorithm)) {
-      // The key was used with another algorithm: its state means nothing here.
-      table.EraseSlot(s);
-      pending.moved = true;
-      total.fetch_sub(1, std::memory_order_relaxed);
-      s = nullptr;
-    }
+    Slot* s = FindFor(table, locks.hash[i], c.key, p.algorithm, &pending.moved);
     pending.slots[i] = s;
     if (p.algorithm == Algorithm::kConcurrency) {
       // --- concurrency limits (issue #12 item 1) ---
@@ -162,11 +155,7 @@ Status MemoryStore::Impl::Commit(LockedShards& locks, std::span<const StoreCheck
     if (!needs_room[i]) continue;
     Shard& shard = locks.shard_of(i);
     pending.moved = true;  // Reserve may sweep
-    if (!Reserve(shard, now)) {
-      total.fetch_sub(reserved, std::memory_order_relaxed);
-      return Full();
-    }
-    ++reserved;
+    if (!ReserveFor(shard, now, &reserved)) return Full();
   }
   std::size_t inserts = 0;
   for (std::size_t i = 0; i < checks.size(); ++i) {

@@ -27,18 +27,10 @@ Status MemoryStore::Impl::Penalize(std::span<const StoreCheck> checks, Micros no
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const StoreCheck& c = checks[i];
     Table& table = locks.table_of(i);
-    Slot* s = table.Find(locks.hash[i], c.key);
-    if (s != nullptr && (s->tag & ~kCarryTag) != TagOf(c.policy->algorithm)) {
-      table.EraseSlot(s);
-      total.fetch_sub(1, std::memory_order_relaxed);
-      s = nullptr;
-    }
+    bool dropped = false;
+    const Slot* s = FindFor(table, locks.hash[i], c.key, c.policy->algorithm, &dropped);
     if (s != nullptr && s->expires > now) continue;
-    if (!Reserve(locks.shard_of(i), now)) {
-      total.fetch_sub(reserved, std::memory_order_relaxed);
-      return Full();
-    }
-    ++reserved;
+    if (!ReserveFor(locks.shard_of(i), now, &reserved)) return Full();
   }
   std::size_t inserts = 0;
   for (std::size_t i = 0; i < checks.size(); ++i) {

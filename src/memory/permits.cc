@@ -3,13 +3,8 @@
 
 namespace sluice {
 
-using memory_internal::kCarryTag;
-using memory_internal::LogBuffer;
-using memory_internal::RingLog;
 using memory_internal::Slot;
-using memory_internal::State;
 using memory_internal::Table;
-using memory_internal::TagOf;
 
 // Release and extend (concurrency checks, validated): each applied on its own.
 Status MemoryStore::Impl::Permits(bool extend, std::span<const StoreCheck> checks, Micros now,
@@ -19,13 +14,8 @@ Status MemoryStore::Impl::Permits(bool extend, std::span<const StoreCheck> check
     const StoreCheck& c = checks[i];
     const Policy& p = *c.policy;
     Table& table = locks.table_of(i);
-    Slot* s = table.Find(locks.hash[i], c.key);
-    if (s != nullptr && (s->tag & ~kCarryTag) != TagOf(p.algorithm)) {
-      // The key was used with another algorithm: its state means nothing here.
-      table.EraseSlot(s);
-      total.fetch_sub(1, std::memory_order_relaxed);
-      s = nullptr;
-    }
+    bool dropped = false;
+    Slot* s = FindFor(table, locks.hash[i], c.key, p.algorithm, &dropped);
     core::PermitId id;
     (void)core::ParsePermitId(c.permit, &id);  // validated
     Micros expires = 0;

@@ -43,6 +43,29 @@ bool MemoryStore::Impl::ApplyBlocks(Shard& shard, const StoreCheck& c, Micros no
   return true;
 }
 
+bool MemoryStore::Impl::ReserveFor(Shard& shard, Micros now, std::size_t* reserved) {
+  if (Reserve(shard, now)) {
+    ++*reserved;
+    return true;
+  }
+  total.fetch_sub(*reserved, std::memory_order_relaxed);
+  *reserved = 0;
+  return false;
+}
+
+memory_internal::Slot* MemoryStore::Impl::FindFor(memory_internal::Table& table, std::uint64_t hash,
+                                                  std::string_view key, Algorithm a,
+                                                  bool* dropped) {
+  memory_internal::Slot* s = table.Find(hash, key);
+  if (s == nullptr || (s->tag & ~memory_internal::kCarryTag) == memory_internal::TagOf(a)) {
+    return s;
+  }
+  table.EraseSlot(s);
+  total.fetch_sub(1, std::memory_order_relaxed);
+  *dropped = true;
+  return nullptr;
+}
+
 Status MemoryStore::Impl::Full() {
   rejected_full.fetch_add(1, std::memory_order_relaxed);
   return Status::ResourceExhausted("in-process store is full (" + std::to_string(options.max_keys) +

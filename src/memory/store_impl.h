@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "memory/carry.h"
@@ -44,6 +45,14 @@ struct MemoryStore::Impl {
 
   // The status of a batch refused at the key cap (counted in rejected_full).
   Status Full();
+  // Reserve for a batch that has reserved `*reserved` keys so far (counted up); when
+  // the cap is reached, those are given back and false is returned (the batch then
+  // fails with Full()).
+  bool ReserveFor(Shard& shard, Micros now, std::size_t* reserved);
+  // The slot of `key` in `table` for a check of algorithm `a`, or null. A slot holding
+  // another algorithm's state is dropped (it means nothing here): *dropped is then set.
+  memory_internal::Slot* FindFor(memory_internal::Table& table, std::uint64_t hash,
+                                 std::string_view key, Algorithm a, bool* dropped);
 
   // The store's operations, on validated batches (decide.cc, penalize.cc, refund.cc,
   // permits.cc).

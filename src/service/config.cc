@@ -42,19 +42,26 @@ class Loader : public YamlReader {
   }
 
   Settings ParseSettings(const YAML::Node& n) {
+    // Packed by hand: clang-format would give each key a line of its own.
+    // clang-format off
     CheckKeys(n, "sluiced settings",
               {"http", "grpc", "redis", "max_body_bytes", "max_descriptors", "max_entries",
                "default_algorithm", "default_failure_mode", "shadow_mode", "response_headers",
                "near_limit_ratio", "reload_poll", "http_threads", "http_io_threads", "max_keys",
-               "nginx_headers", "log_level"});
+               "nginx_headers", "log_level", "admin", "admin_token_file", "public_rlconfig"});
+    // clang-format on
     Settings s;
     for (const auto& kv : n) {
       const std::string k = kv.first.as<std::string>();
       const YAML::Node& v = kv.second;
-      if (k == "http" || k == "grpc") {
+      if (k == "http" || k == "grpc" || k == "admin") {
         std::string addr = Str(v, k.c_str());
         if (Status st = ValidateListenAddress(addr); !st.ok()) Fail(v, k + ": " + st.message());
-        (k == "http" ? s.http : s.grpc) = addr;
+        (k == "http" ? s.http : k == "grpc" ? s.grpc : s.admin) = addr;
+      } else if (k == "admin_token_file") {
+        s.admin_token_file = Str(v, "admin_token_file");
+      } else if (k == "public_rlconfig") {
+        s.public_rlconfig = Bool(v, "public_rlconfig");
       } else if (k == "redis") {
         s.redis = Str(v, "redis");
       } else if (k == "max_body_bytes") {

@@ -127,6 +127,11 @@ struct DomainSpec {
 struct Settings {
   std::string http = "127.0.0.1:8080";
   std::string grpc = "127.0.0.1:8081";
+  // The admin listener (docs/sluiced.md "Admin API and console"): ADDR:PORT, empty = off;
+  // its bearer token file; public_rlconfig keeps GET /rlconfig on `http` too.
+  std::string admin;
+  std::string admin_token_file;
+  bool public_rlconfig = false;
   // Empty or "memory://": the embedded in-process store. redis:// or unix://: Redis.
   std::string redis;
   std::size_t max_body_bytes = 64 * 1024;

@@ -97,6 +97,9 @@ void Daemon::ApplyOverrides(Settings& s) const {
   if (options_.grpc) s.grpc = *options_.grpc;
   if (options_.redis) s.redis = *options_.redis;
   if (options_.max_keys) s.max_keys = *options_.max_keys;
+  if (options_.admin) s.admin = AdminListenAddress(*options_.admin);
+  if (!options_.admin_token_file.empty()) s.admin_token_file = options_.admin_token_file;
+  if (options_.public_rlconfig) s.public_rlconfig = true;
 }
 
 bool Daemon::FileChanged() {
@@ -138,9 +141,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   auto engine = Engine::Create(*config, std::move(eo));
   if (!engine.ok()) return engine.status();
   d->engine_ = std::move(*engine);
-  if (d->options_.admin) {
-    const AdminOptions ao{.addr = AdminListenAddress(*d->options_.admin),
-                          .token_file = d->options_.admin_token_file,
+  if (!config->settings.admin.empty()) {
+    const AdminOptions ao{.addr = config->settings.admin,
+                          .token_file = config->settings.admin_token_file,
                           .requests_per_minute = d->options_.admin_rate};
     auto admin = AdminServer::Start(*d->engine_, ao, &d->store_ok_);
     if (!admin.ok()) return admin.status();
@@ -158,7 +161,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   if (ho.io_threads == 0) ho.io_threads = s.http_io_threads;  // the flag wins
   ho.max_body_bytes = s.max_body_bytes;
   ho.reuse_port = d->options_.reuse_port;
-  ho.public_rlconfig = d->options_.public_rlconfig;
+  ho.public_rlconfig = s.public_rlconfig;
   auto http = HttpServer::Start(*d->engine_, s.http, ho, &d->ready_);
   if (!http.ok()) return http.status();
   d->http_ = std::move(*http);
@@ -181,10 +184,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
        {"store_reachable", d->store_ok_.load() ? "true" : "false"},
        {"http", s.http.substr(0, s.http.rfind(':')) + ":" + std::to_string(d->http_port())},
        {"grpc", s.grpc.substr(0, s.grpc.rfind(':')) + ":" + std::to_string(d->grpc_port())},
-       {"admin", d->admin_ ? AdminListenAddress(*d->options_.admin)
-                                     .substr(0, AdminListenAddress(*d->options_.admin).rfind(':')) +
-                                 ":" + std::to_string(d->admin_port())
-                           : std::string("off")}});
+       {"admin", d->admin_
+                     ? s.admin.substr(0, s.admin.rfind(':')) + ":" + std::to_string(d->admin_port())
+                     : std::string("off")}});
   return d;
 }
 
@@ -243,11 +245,13 @@ Status Daemon::Apply(Result<Config> config, const char* reason) {
   const Settings& s = config->settings;
   if (s.redis != store_url_ || s.http != http_addr_ || s.grpc != grpc_addr_ ||
       s.max_body_bytes != started_.max_body_bytes ||
-      s.http_io_threads != started_.http_io_threads || s.max_keys != started_.max_keys) {
+      s.http_io_threads != started_.http_io_threads || s.max_keys != started_.max_keys ||
+      s.admin != started_.admin || s.admin_token_file != started_.admin_token_file ||
+      s.public_rlconfig != started_.public_rlconfig) {
     Log(LogLevel::kWarn, "restart_required",
         {{"why",
-          "listen addresses, the store URL, max_body_bytes, http_io_threads and max_keys "
-          "change only on restart"}});
+          "listen addresses, the store URL, max_body_bytes, http_io_threads, max_keys and the "
+          "admin settings change only on restart"}});
   }
   Log(LogLevel::kInfo, "config_loaded",
       {{"reason", reason},

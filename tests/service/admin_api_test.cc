@@ -347,3 +347,41 @@ TEST(AdminLimits, LoadedLimitsAsJson) {
 
 }  // namespace
 }  // namespace sluice::testing
+
+namespace sluice::testing {
+namespace {
+
+// The config file's `sluiced:` block has the same settings as the flags.
+TEST(AdminListener, FromTheConfigFile) {
+  TempDir dir;
+  const std::string token = dir.File("token");
+  WriteTokenFile(token, std::string(kToken) + "\n");
+  const std::string settings = "sluiced:\n  admin: 127.0.0.1:0\n  admin_token_file: " + token +
+                               "\n  public_rlconfig: true\n";
+  WriteFile(dir.File("c.yaml"),
+            settings + std::string(kAdminConfig).substr(std::string(kAdminConfig).find("\n") + 1));
+  Sluiced d = StartSluiced(dir.File("c.yaml"), dir.File("log"));
+  const int port = AdminPort(d);
+  ASSERT_GT(port, 0) << d.LogText();
+  httplib::Client c("127.0.0.1", port);
+  auto r = c.Get("/admin/limits", {{"Authorization", std::string("Bearer ") + kToken}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  httplib::Client pub("127.0.0.1", d.http_port);
+  auto rl = pub.Get("/rlconfig");
+  ASSERT_TRUE(rl);
+  EXPECT_EQ(rl->status, 200) << "public_rlconfig: true";
+
+  // A bad address names the file and line.
+  WriteFile(dir.File("bad.yaml"),
+            "sluiced:\n  admin: nowhere\n" +
+                std::string(kAdminConfig).substr(std::string(kAdminConfig).find("\n") + 1));
+  auto p = Process::Spawn({SluicedBinary(), "--config", dir.File("bad.yaml")}, dir.File("bad.log"));
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->Wait(std::chrono::seconds(20)), 1);
+  EXPECT_NE(ReadFile(dir.File("bad.log")).find(dir.File("bad.yaml") + ":2:"), std::string::npos)
+      << ReadFile(dir.File("bad.log"));
+}
+
+}  // namespace
+}  // namespace sluice::testing

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <thread>
 
 namespace sluice::testing {
@@ -70,6 +71,16 @@ std::string Field(const redis::Reply& entry, std::string_view name) {
     if (entry.elements[i].str == name) return entry.elements[i + 1].str;
   }
   return "";
+}
+
+// A Sentinel run id: 40 hex digits (`sentinel myid`).
+std::string RandomRunId() {
+  std::random_device seed;
+  std::mt19937_64 bits(static_cast<std::uint64_t>(seed()) << 32 | seed());
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(40, '0');
+  for (char& c : id) c = kHex[bits() % 16];
+  return id;
 }
 
 bool FlagsHealthy(const std::string& flags) {
@@ -130,6 +141,22 @@ Result<std::unique_ptr<RedisSentinelGroup>> RedisSentinelGroup::Start(
     std::this_thread::sleep_for(kPoll);
   }
 
+  // Each sentinel's configuration names its own run id, the replica and the two other
+  // sentinels (what Sentinel writes there itself once it has met them), so the group is
+  // whole as soon as the sentinels connect, instead of after the hello messages (every
+  // 2 s) and INFO refreshes that would introduce them. A sentinel whose port had to
+  // change is still found by its hellos.
+  for (int i = 0; i < 3; ++i) {
+    auto port = FreeLoopbackPort();
+    if (!port.ok()) return port.status();
+    g->sentinel_port_[i] = *port;
+    if (g->options_.tls != nullptr) {
+      auto tls_port = FreeLoopbackPort();
+      if (!tls_port.ok()) return tls_port.status();
+      g->sentinel_tls_port_[i] = *tls_port;
+    }
+    g->sentinel_id_[i] = RandomRunId();
+  }
   for (int i = 0; i < 3; ++i) {
     if (Status s = g->LaunchSentinel(i); !s.ok()) return s;
   }
@@ -143,19 +170,32 @@ Status RedisSentinelGroup::LaunchSentinel(int index) {
   const std::string& name = options_.master_name;
   Status last;
   for (int attempt = 0; attempt < 3; ++attempt) {  // the free port may be taken meanwhile
-    auto port = FreeLoopbackPort();
-    if (!port.ok()) return port.status();
-    sentinel_port_[index] = *port;
+    if (attempt > 0) {
+      auto fresh = FreeLoopbackPort();
+      if (!fresh.ok()) return fresh.status();
+      sentinel_port_[index] = *fresh;
+    }
+    const int port = sentinel_port_[index];
     // Sentinel rewrites its configuration file, so it gets one of its own.
     const std::string conf = dir + "/sentinel.conf";
     {
       std::ofstream f(conf, std::ios::trunc);
-      f << "port " << *port << "\nbind 127.0.0.1\ndaemonize no\n"
+      f << "port " << port << "\nbind 127.0.0.1\ndaemonize no\n"
         << "dir " << dir << "\nlogfile " << dir << "/sentinel.log\n"
         << "sentinel monitor " << name << " 127.0.0.1 " << DataPort(0) << " 2\n"
         << "sentinel down-after-milliseconds " << name << " " << options_.down_after_ms << "\n"
         << "sentinel failover-timeout " << name << " " << options_.failover_timeout_ms << "\n"
-        << "sentinel parallel-syncs " << name << " 1\n";
+        << "sentinel parallel-syncs " << name << " 1\n"
+        << "sentinel myid " << sentinel_id_[index] << "\n"
+        << "sentinel known-replica " << name << " 127.0.0.1 " << DataPort(1) << "\n";
+      for (int j = 0; j < 3; ++j) {
+        // With TLS the sentinels reach each other on their TLS ports.
+        const int other = options_.tls != nullptr ? sentinel_tls_port_[j] : sentinel_port_[j];
+        if (j != index) {
+          f << "sentinel known-sentinel " << name << " 127.0.0.1 " << other << " "
+            << sentinel_id_[j] << "\n";
+        }
+      }
       if (!options_.password.empty()) {
         f << "sentinel auth-pass " << name << " " << options_.password << "\n";
       }
@@ -201,7 +241,7 @@ Status RedisSentinelGroup::LaunchSentinel(int index) {
         why = "exited with status " + std::to_string(status) + " (see " + dir + "/sentinel.log)";
         break;
       }
-      auto r = CommandAt(*port, options_.sentinel_password, {"PING"});
+      auto r = CommandAt(port, options_.sentinel_password, {"PING"});
       if (r.ok() && !r->is_error()) {
         up = true;
         break;
@@ -209,14 +249,14 @@ Status RedisSentinelGroup::LaunchSentinel(int index) {
       why = r.ok() ? r->str : r.status().message();
       std::this_thread::sleep_for(milliseconds(20));
     }
-    if (up) return TuneSentinel(*port);
+    if (up) return TuneSentinel(port);
     if (sentinel_pid_[index] > 0) {
       kill(sentinel_pid_[index], SIGKILL);
       waitpid(sentinel_pid_[index], nullptr, 0);
       sentinel_pid_[index] = -1;
     }
     last = Status::Unavailable("sentinel " + std::to_string(index) + " on port " +
-                               std::to_string(*port) + " did not start: " + why);
+                               std::to_string(port) + " did not start: " + why);
   }
   return last;
 }

@@ -8,8 +8,10 @@
 //
 // Start returns once the group is healthy (WaitHealthy): every sentinel reports the same
 // primary, sees the replica and the two other sentinels, and the replica is in sync
-// (each condition polled, with a generous bound). The sentinels' INFO and hello
-// periods are shortened (SENTINEL DEBUG) so that they notice changes within a second.
+// (each condition polled, with a generous bound). Each sentinel starts knowing the
+// replica and the other two (their run ids are set in the configurations), so Start
+// does not wait for Sentinel's hello messages; Sentinel's INFO and hello periods stay
+// the defaults (SLUICE_SENTINEL_FAST=1 shortens them with SENTINEL DEBUG).
 // When a wait fails, the group's directory (every server's log) is kept and named in
 // the error.
 // Fault helpers wait for the outcome, not for time: Failover() (SENTINEL FAILOVER) and
@@ -108,6 +110,7 @@ class RedisSentinelGroup {
   int primary_ = 0;  // index into nodes_
   int killed_ = -1;  // index into nodes_ of a node KillPrimary stopped
   int sentinel_port_[3] = {0, 0, 0};
+  std::string sentinel_id_[3];  // `sentinel myid`: each knows the others by it
   int sentinel_tls_port_[3] = {0, 0, 0};
   int node_tls_port_[2] = {0, 0};
   pid_t sentinel_pid_[3] = {-1, -1, -1};
