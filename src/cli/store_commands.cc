@@ -38,6 +38,37 @@ constexpr const char* kFooter =
     "sluice::Limiter builds it: give the same --prefix, --policy-name, --algorithm and --rate\n"
     "as the application's policy. See docs/cli.md.";
 
+// The decision of a check or a peek: one JSON object, or a line of text.
+void PrintDecision(std::ostream& out, Mode mode, bool json, const std::string& key,
+                   const std::string& store_key, const Policy& p, std::uint64_t cost,
+                   const Decision& d) {
+  if (json) {
+    out << "{\"command\":" << JsonString(ModeName(mode))
+        << ",\"allowed\":" << (d.allowed ? "true" : "false") << ",\"key\":" << JsonString(key)
+        << ",\"store_key\":" << JsonString(store_key) << ",\"policy\":" << JsonString(p.name)
+        << ",\"algorithm\":" << JsonString(AlgorithmName(p.algorithm))
+        << ",\"rate_limit\":" << p.limit << ",\"window_us\":" << p.window
+        << ",\"cost\":" << (mode == Mode::kCheck ? cost : 0) << ",\"limit\":" << d.limit
+        << ",\"remaining\":" << d.remaining << ",\"reset_after_us\":" << d.reset_after
+        << ",\"retry_after_us\":" << d.retry_after
+        << ",\"source\":" << JsonString(DecisionSourceName(d.source)) << "}\n";
+  } else {
+    std::ostringstream line;
+    if (mode == Mode::kCheck) {
+      line << (d.allowed ? "allowed" : "denied");
+    } else {
+      line << (d.allowed ? "would allow" : "would deny");
+    }
+    line << ": " << d.remaining << " of " << d.limit << " left";
+    if (!d.allowed) line << "; retry in " << FormatWait(d.retry_after);
+    line << (d.allowed ? "; " : ", ");
+    line << (d.reset_after > 0 ? "full again in " + FormatWait(d.reset_after) : "full");
+    line << "  (" << store_key << ", " << AlgorithmName(p.algorithm) << " " << DescribeLimit(p)
+         << ")\n";
+    out << line.str();
+  }
+}
+
 int Run(Mode mode, const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const std::string name = std::string("sluice ") + ModeName(mode);
   const char* what =
@@ -127,31 +158,7 @@ int Run(Mode mode, const std::vector<std::string>& args, std::ostream& out, std:
     if (d.status().code() == ErrorCode::kInvalidArgument) return usage(d.status().message());
     return store_error(d.status());
   }
-  if (json) {
-    out << "{\"command\":" << JsonString(ModeName(mode))
-        << ",\"allowed\":" << (d->allowed ? "true" : "false") << ",\"key\":" << JsonString(key)
-        << ",\"store_key\":" << JsonString(*store_key) << ",\"policy\":" << JsonString(p.name)
-        << ",\"algorithm\":" << JsonString(AlgorithmName(p.algorithm))
-        << ",\"rate_limit\":" << p.limit << ",\"window_us\":" << p.window
-        << ",\"cost\":" << (mode == Mode::kCheck ? cost : 0) << ",\"limit\":" << d->limit
-        << ",\"remaining\":" << d->remaining << ",\"reset_after_us\":" << d->reset_after
-        << ",\"retry_after_us\":" << d->retry_after
-        << ",\"source\":" << JsonString(DecisionSourceName(d->source)) << "}\n";
-  } else {
-    std::ostringstream line;
-    if (mode == Mode::kCheck) {
-      line << (d->allowed ? "allowed" : "denied");
-    } else {
-      line << (d->allowed ? "would allow" : "would deny");
-    }
-    line << ": " << d->remaining << " of " << d->limit << " left";
-    if (!d->allowed) line << "; retry in " << FormatWait(d->retry_after);
-    line << (d->allowed ? "; " : ", ");
-    line << (d->reset_after > 0 ? "full again in " + FormatWait(d->reset_after) : "full");
-    line << "  (" << *store_key << ", " << AlgorithmName(p.algorithm) << " " << DescribeLimit(p)
-         << ")\n";
-    out << line.str();
-  }
+  PrintDecision(out, mode, json, key, *store_key, p, cost, *d);
   return d->allowed ? kExitOk : kExitDenied;
 }
 

@@ -26,6 +26,21 @@ class Loader : public YamlReader {
  public:
   using YamlReader::YamlReader;
 
+  // `response_headers`: a format name, or a boolean (true: x_ratelimit).
+  Settings::Headers ParseResponseHeaders(const YAML::Node& v) {
+    const std::string h = v.IsScalar() ? v.Scalar() : std::string();
+    if (h == "x_ratelimit") return Settings::Headers::kXRateLimit;
+    if (h == "ratelimit") return Settings::Headers::kRateLimit;
+    if (h == "draft10") return Settings::Headers::kDraft10;
+    if (h == "none") return Settings::Headers::kNone;
+    if (h == "true" || h == "false" || h == "yes" || h == "no") {
+      return Bool(v, "response_headers") ? Settings::Headers::kXRateLimit
+                                         : Settings::Headers::kNone;
+    }
+    Fail(v, "response_headers must be x_ratelimit, ratelimit, draft10, none, true or false (got '" +
+                h + "')");
+  }
+
   Settings ParseSettings(const YAML::Node& n) {
     // Packed by hand: clang-format would give each key a line of its own.
     // clang-format off
@@ -69,24 +84,7 @@ class Loader : public YamlReader {
       } else if (k == "shadow_mode") {
         s.shadow_mode = Bool(v, "shadow_mode");
       } else if (k == "response_headers") {
-        const std::string h = v.IsScalar() ? v.Scalar() : std::string();
-        if (h == "x_ratelimit") {
-          s.response_headers = Settings::Headers::kXRateLimit;
-        } else if (h == "ratelimit") {
-          s.response_headers = Settings::Headers::kRateLimit;
-        } else if (h == "draft10") {
-          s.response_headers = Settings::Headers::kDraft10;
-        } else if (h == "none") {
-          s.response_headers = Settings::Headers::kNone;
-        } else if (h == "true" || h == "false" || h == "yes" || h == "no") {
-          s.response_headers = Bool(v, "response_headers") ? Settings::Headers::kXRateLimit
-                                                           : Settings::Headers::kNone;
-        } else {
-          Fail(v,
-               "response_headers must be x_ratelimit, ratelimit, draft10, none, true or false "
-               "(got '" +
-                   h + "')");
-        }
+        s.response_headers = ParseResponseHeaders(v);
       } else if (k == "near_limit_ratio") {
         double r = -1;
         try {
