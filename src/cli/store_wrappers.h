@@ -8,8 +8,8 @@
 #include <memory>
 #include <utility>
 
-#include "store/forwarding_store.h"
 #include "sluice/store.h"
+#include "store/forwarding_store.h"
 
 namespace sluice::cli {
 

@@ -7,9 +7,9 @@
 #include <memory>
 #include <utility>
 
-#include "store/forwarding_store.h"
 #include "service/metrics.h"
 #include "sluice/store.h"
+#include "store/forwarding_store.h"
 
 namespace sluice::service {
 
