@@ -1,46 +1,52 @@
 #!/usr/bin/env bash
-# BM_Acquire1MHotSet (bench/core_bench.cc) of this tree against an older commit, in one
-# run (docs/benchmarks.md, "Core library: before and after"): the older commit's
-# sluice_core_bench is built in a scratch worktree, then the two binaries run in
-# alternation, ROUNDS times each, and the median ns per decision of each side is
-# printed per algorithm.
+# BM_Acquire1MHotSet (bench/core_bench.cc) of this tree against one or more older
+# commits, in one run (docs/benchmarks.md, "Core library: before and after"): each
+# older commit's sluice_core_bench is built in a scratch worktree, then all binaries run
+# in alternation, ROUNDS times each, and the median ns per decision of each is printed
+# per algorithm, with its ratio to the first commit named.
 #
-# Usage: [ROUNDS=5] bench/hotset_before_after.sh [BEFORE_COMMIT (default bbc139b)]
+# Usage: [ROUNDS=5] bench/hotset_before_after.sh [COMMIT ...] (default bbc139b)
 # Needs: python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-before=${1:-bbc139b}
+[ $# -gt 0 ] || set -- bbc139b
 rounds=${ROUNDS:-5}
-scratch=/tmp/sluice-core-before-$before
-if [ ! -d "$scratch" ]; then git worktree add -q "$scratch" "$before"; fi
-(cd "$scratch" && { [ -d build/release ] || cmake --preset release >/dev/null; } &&
-  cmake --build build/release --target sluice_core_bench >/dev/null)
+sides=() bins=()
+for rev in "$@"; do
+  scratch=/tmp/sluice-core-before-$rev
+  if [ ! -d "$scratch" ]; then git worktree add -q "$scratch" "$rev"; fi
+  (cd "$scratch" && { [ -d build/release ] || cmake --preset release >/dev/null; } &&
+    cmake --build build/release --target sluice_core_bench >/dev/null)
+  sides+=("$rev") bins+=("$scratch/build/release/bench/sluice_core_bench")
+done
 cmake --build build/release --target sluice_core_bench >/dev/null
+sides+=("after") bins+=("build/release/bench/sluice_core_bench")
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-echo "after: $(git rev-parse --short HEAD); before: $before; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "after: $(git rev-parse --short HEAD); before: $*; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$rounds"); do
-  for side in before after; do
-    bin=build/release/bench/sluice_core_bench
-    [ "$side" = before ] && bin=$scratch/build/release/bench/sluice_core_bench
-    "$bin" --benchmark_filter='BM_Acquire1MHotSet' --benchmark_format=csv 2>/dev/null |
-      grep '^"BM_' | sed "s/^/$side,/" >>"$out/rows.csv"
+  for i in "${!sides[@]}"; do
+    "${bins[$i]}" --benchmark_filter='BM_Acquire1MHotSet' --benchmark_format=csv 2>/dev/null |
+      grep '^"BM_' | sed "s/^/${sides[$i]},/" >>"$out/rows.csv"
   done
 done
-python3 - "$out/rows.csv" <<'PY'
+python3 - "$out/rows.csv" "${sides[@]}" <<'PY'
 import csv, statistics, sys
+order = sys.argv[2:]
 rows = {}
 for r in csv.reader(open(sys.argv[1])):
     side, name, cpu = r[0], r[1], float(r[4])  # name,iterations,real_time,cpu_time
     rows.setdefault(name, {}).setdefault(side, []).append(cpu)
 names = {"0": "fixed_window", "1": "sliding_window_log", "2": "sliding_window_counter",
          "3": "token_bucket", "4": "gcra"}
-print("\n| algorithm | before (ns, median) | after (ns, median) | after / before |")
-print("|---|---|---|---|")
+print("\n| algorithm | " + " | ".join(f"{s} (ns, median)" for s in order) + " | " +
+      " | ".join(f"{s} / {order[0]}" for s in order[1:]) + " |")
+print("|---" * (2 * len(order)) + "|")
 for name, sides in rows.items():
     alg = names.get(name.split("algorithm:")[1].split("/")[0], name)
-    b, a = statistics.median(sides["before"]), statistics.median(sides["after"])
-    print(f"| {alg} | {b:.1f} | {a:.1f} | {a / b:.3f} |")
+    med = [statistics.median(sides[s]) for s in order]
+    print(f"| {alg} | " + " | ".join(f"{m:.1f}" for m in med) + " | " +
+          " | ".join(f"{m / med[0]:.3f}" for m in med[1:]) + " |")
 PY
 echo
 echo "CPU ns per decision, $rounds runs of each binary in alternation; load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
