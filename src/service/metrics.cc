@@ -9,7 +9,7 @@
 namespace sluice::service {
 namespace {
 
-constexpr const char* kApiNames[] = {"grpc", "json", "check", "nginx", "permit"};
+constexpr const char* kApiNames[] = {"grpc", "json", "check", "nginx", "permit", "report"};
 constexpr const char* kOutcomeNames[] = {"ok", "over_limit", "invalid", "error"};
 
 }  // namespace
@@ -120,7 +120,7 @@ void Metrics::RenderRlqs(std::string& out) const {
 void Metrics::Render(std::string& out) const {
   out.append("# HELP sluiced_requests_total API requests by interface and outcome.\n");
   out.append("# TYPE sluiced_requests_total counter\n");
-  for (int a = 0; a < 5; ++a) {
+  for (int a = 0; a < static_cast<int>(std::size(kApiNames)); ++a) {
     for (int o = 0; o < 4; ++o) {
       AppendMetricLine(
           out, "sluiced_requests_total",

@@ -69,7 +69,8 @@ struct EngineSeries {
 
 // Where a request came in.
 // kPermit: /v1/acquire, /v1/release and /v1/extend (concurrency limits, issue #12).
-enum class Api : int { kGrpc = 0, kJson = 1, kCheck = 2, kNginx = 3, kPermit = 4 };
+// kReport: POST /v1/report (usage charged after the fact, issue #21).
+enum class Api : int { kGrpc = 0, kJson = 1, kCheck = 2, kNginx = 3, kPermit = 4, kReport = 5 };
 // How a request ended.
 enum class RequestOutcome : int { kOk = 0, kOverLimit = 1, kInvalid = 2, kError = 3 };
 
@@ -107,7 +108,7 @@ class Metrics {
 
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<DescriptorCounters>> series_;
-  std::atomic<std::uint64_t> requests_[5][4] = {};
+  std::atomic<std::uint64_t> requests_[6][4] = {};
   std::atomic<std::uint64_t> unknown_domain_{0};
   std::atomic<std::uint64_t> reload_ok_{0}, reload_failed_{0};
   std::atomic<std::uint64_t> latency_buckets_[kBuckets + 1] = {};
