@@ -1,8 +1,8 @@
 // sluiced as a Rate Limit Quota Service behind the real Envoy's rate_limit_quota filter
 // (issue #23, docs/rlqs.md): two Envoys and one sluiced on a real Redis share one global
 // limit; a bucket denied by assignment answers 429 in Envoy; the no-assignment and
-// expired-assignment behaviours; with Redis down, the failure mode. Waits are on events (sluiced's
-// /metrics, responses), request counts are bounded.
+// expired-assignment behaviours; with Redis down, the failure mode. Waits are on events
+// (sluiced's /metrics, responses), request counts are bounded.
 #include <gtest/gtest.h>
 
 #include "e2e.h"
