@@ -7,9 +7,6 @@
 namespace sluice::redis {
 namespace {
 
-// Caller-time mode (tests): TTLs are padded so that Redis's own expiry, which runs on
-// its clock, never drops state that the caller's clock still needs.
-constexpr long long kCallerTimeTtlPadMs = 3'600'000;
 // A check's number (lua/runner.lua): (((cost' * 2 + big) * 8 + kind) * 4096 + policy)
 // * 2 + last, exact in a Lua double: costs from 2^36 on follow as an argument of their
 // own (big). 4096 policies: at most 256 groups of 16 checks.
