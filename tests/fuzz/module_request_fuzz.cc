@@ -43,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     DecideGroup(r, g, now, {values, g.end - g.begin}, &writes, &reply);
     for (const ModuleWrite& w : writes) {
       FUZZ_CHECK(w.check >= g.begin && w.check < g.end);
-      FUZZ_CHECK(w.ttl_ms >= 1 && !w.value.empty());
+      FUZZ_CHECK(w.ttl_ms >= 1 && w.value.size > 0);
     }
   }
   FUZZ_CHECK(reply.size() <= 4 * r.checks.size());

@@ -68,8 +68,10 @@ Layout RefundLayout(const ReadState& s) {
 }
 
 void Emit(const Policy& p, const core::WordState& s, Micros expires, Layout layout,
-          std::size_t check, Micros now, long long pad_ms, std::vector<ModuleWrite>* writes) {
-  writes->push_back({check, Encode(p, s, expires, layout), TtlMs(expires, now, pad_ms)});
+          std::size_t check, Micros now, long long pad_ms, std::vector<ModuleWrite>* writes,
+          const ReadState* read = nullptr) {
+  const bool keep = read != nullptr && read->live && read->expires == expires;
+  writes->push_back({check, Encode(p, s, expires, layout), TtlMs(expires, now, pad_ms), keep});
 }
 
 }  // namespace
@@ -95,8 +97,8 @@ void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
     if (c.op == 2) {  // refund: no reply
       if (!usable) continue;
       ops.refund(p, s.word, now, c.cost, &next[i], &expires[i]);
-      const std::string value = Encode(p, next[i], expires[i], RefundLayout(s));
-      if (value != values[i].bytes) {
+      const StateBytes value = Encode(p, next[i], expires[i], RefundLayout(s));
+      if (value.view() != values[i].bytes) {
         writes->push_back({at, value, TtlMs(expires[i], now, r.pad_ms)});
       }
       continue;
@@ -122,7 +124,7 @@ void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
     if (c.cost == 0) continue;
     if (all && consumes) {
       Emit(p, next[i], expires[i], DecisionLayout(p, read[i], now, r.pad_ms), g.begin + i, now,
-           r.pad_ms, writes);
+           r.pad_ms, writes, &read[i]);
     } else if (p.algorithm == Algorithm::kFixedWindow && allowed[i] &&
                StartsCounter(p, read[i], values[i], now, r.pad_ms)) {
       // Not committed: the script's INCRBY has already started this window's counter

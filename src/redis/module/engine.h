@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,10 +23,20 @@ struct StoredValue {
   std::string_view bytes;  // a string's bytes (valid during DecideGroup)
 };
 
+// A state's bytes (the longest layout has 57), inline: no allocation per write.
+struct StateBytes {
+  char data[64];
+  std::uint8_t size = 0;
+  std::string_view view() const { return {data, size}; }
+};
+
 struct ModuleWrite {
   std::size_t check = 0;  // the check (and key) it is for
-  std::string value;
+  StateBytes value;
   long long ttl_ms = 1;  // >= 1: every key is written with a TTL
+  // The key's TTL is already this write's (a live state with the same expiry, as a
+  // script's INCRBY or SETRANGE leaves it): the value changes, the TTL stays.
+  bool keep_ttl = false;
 };
 
 // Decides group `g` of `r` at `now` on `values` (one per check of the group, in order):

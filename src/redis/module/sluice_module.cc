@@ -43,96 +43,147 @@ Micros ServerNowMicros() {
   return static_cast<Micros>(tv.tv_sec) * 1'000'000 + tv.tv_usec;
 }
 
-// Reads the values of the group's keys (copied: a write may move them).
-void ReadGroup(RedisModuleCtx* ctx, RedisModuleString** keys, std::size_t n, std::string* copies,
-               StoredValue* values) {
-  for (std::size_t i = 0; i < n; ++i) {
-    RedisModuleKey* key = api.OpenKey(ctx, keys[i], kRead);
-    values[i] = StoredValue{};
-    if (key != nullptr && api.KeyType(key) == kKeyTypeString) {
-      std::size_t len = 0;
-      const char* p = api.StringDMA(key, &len, kRead);
-      if (p != nullptr && len <= kMaxStateBytes) {
-        copies[i].assign(p, len);
-        values[i] = StoredValue{true, copies[i]};
-      } else {
-        values[i] = StoredValue{true, kForeign};
-      }
+// One group's keys while it is decided: each opened once for reading and writing, its
+// value copied (the decisions read it after other keys moved).
+struct GroupKeys {
+  RedisModuleKey* keys[kMaxBatchChecks] = {};
+  char copies[kMaxBatchChecks][kMaxStateBytes];
+  StoredValue values[kMaxBatchChecks];
+  std::size_t n = 0;
+
+  ~GroupKeys() { Close(); }
+  void Close() {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (keys[i] != nullptr) api.CloseKey(keys[i]);
+      keys[i] = nullptr;
     }
-    if (key != nullptr) api.CloseKey(key);
+    n = 0;
   }
+};
+
+// True when a key of `names` comes twice: two handles on one key are not safe (a read
+// may replace the value the other handle points to), so such a group opens each key
+// for each access instead.
+bool Repeats(RedisModuleString** names, std::size_t n) {
+  std::string_view seen[kMaxBatchChecks];
+  for (std::size_t i = 0; i < n; ++i) {
+    std::size_t len = 0;
+    const char* p = api.StringPtrLen(names[i], &len);
+    seen[i] = {p, len};
+    for (std::size_t j = 0; j < i; ++j) {
+      if (seen[j] == seen[i]) return true;
+    }
+  }
+  return false;
 }
 
-// Writes `w` to `name` with its TTL (an absolute expiry) and replicates exactly that.
-void Write(RedisModuleCtx* ctx, RedisModuleString* name, const ModuleWrite& w) {
+// Reads key i of the group into g (kept open when `keep`); false when it holds another
+// type than a string (a script's GET fails there too).
+bool ReadKey(RedisModuleCtx* ctx, RedisModuleString* name, std::size_t i, bool keep, GroupKeys* g) {
   RedisModuleKey* key = api.OpenKey(ctx, name, kRead | kWrite);
+  g->values[i] = StoredValue{};
+  const int type = key != nullptr ? api.KeyType(key) : kKeyTypeEmpty;
+  if (type == kKeyTypeString) {
+    std::size_t len = 0;
+    const char* p = api.StringDMA(key, &len, kRead);
+    if (p != nullptr && len <= kMaxStateBytes) {
+      std::memcpy(g->copies[i], p, len);
+      g->values[i] = StoredValue{true, {g->copies[i], len}};
+    } else {
+      g->values[i] = StoredValue{true, kForeign};
+    }
+  }
+  if (keep) {
+    g->keys[i] = key;
+  } else if (key != nullptr) {
+    api.CloseKey(key);
+  }
+  return type == kKeyTypeEmpty || type == kKeyTypeString;
+}
+
+// Writes `w` (with its TTL, an absolute expiry at `now_ms` + ttl) through `key` (open
+// for writing, or null: opened here) and replicates exactly that.
+void Write(RedisModuleCtx* ctx, RedisModuleString* name, RedisModuleKey* key, const ModuleWrite& w,
+           long long now_ms) {
+  const bool own = key == nullptr;
+  if (own) key = api.OpenKey(ctx, name, kRead | kWrite);
   if (key == nullptr) return;
-  const long long at = api.Milliseconds() + w.ttl_ms;
-  if (api.StringTruncate(key, w.value.size()) == kOk) {
+  const long long at = now_ms + w.ttl_ms;
+  if (api.StringTruncate(key, w.value.size) == kOk) {
     std::size_t len = 0;
     char* p = api.StringDMA(key, &len, kWrite);
-    if (p != nullptr && len == w.value.size()) std::memcpy(p, w.value.data(), len);
-    api.SetAbsExpire(key, at);
+    if (p != nullptr && len == w.value.size) std::memcpy(p, w.value.data, len);
+    if (!w.keep_ttl) api.SetAbsExpire(key, at);
   }
-  api.CloseKey(key);
+  if (own) api.CloseKey(key);
   std::size_t klen = 0;
   const char* k = api.StringPtrLen(name, &klen);
-  api.Replicate(ctx, "SET", "bbcl", k, klen, w.value.data(), w.value.size(), "PXAT", at);
-}
-
-// Every key must be a string or absent before anything is written (a script's GET
-// would fail on the first other one, after writing the groups before it).
-bool KeysAreStrings(RedisModuleCtx* ctx, RedisModuleString** keys, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    RedisModuleKey* key = api.OpenKey(ctx, keys[i], kRead);
-    const int type = key != nullptr ? api.KeyType(key) : kKeyTypeEmpty;
-    if (key != nullptr) api.CloseKey(key);
-    if (type != kKeyTypeEmpty && type != kKeyTypeString) return false;
+  const auto size = static_cast<std::size_t>(w.value.size);
+  if (w.keep_ttl) {
+    api.Replicate(ctx, "SET", "bbc", k, klen, w.value.data, size, "KEEPTTL");
+  } else {
+    api.Replicate(ctx, "SET", "bbcl", k, klen, w.value.data, size, "PXAT", at);
   }
-  return true;
 }
 
 int Decide(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
-  std::vector<std::string_view> args;
-  args.reserve(static_cast<std::size_t>(argc));
-  for (int i = 1; i < argc; ++i) {
+  std::string_view small[64];
+  std::vector<std::string_view> large;
+  std::string_view* args = small;
+  const std::size_t nargs = argc > 1 ? static_cast<std::size_t>(argc - 1) : 0;
+  if (nargs > std::size(small)) {
+    large.resize(nargs);
+    args = large.data();
+  }
+  for (std::size_t i = 0; i < nargs; ++i) {
     std::size_t len = 0;
-    const char* p = api.StringPtrLen(argv[i], &len);
-    args.emplace_back(p, len);
+    const char* p = api.StringPtrLen(argv[i + 1], &len);
+    args[i] = {p, len};
   }
   if (api.IsKeysPositionRequest(ctx)) {
-    const std::size_t n = ModuleKeyCount(args);
+    const std::size_t n = ModuleKeyCount({args, nargs});
     for (std::size_t i = 0; i < n; ++i) api.KeyAtPos(ctx, static_cast<int>(2 + i));
     return kOk;
   }
   if (argc < 2) return api.WrongArity(ctx);
   ModuleRequest req;
   std::string error;
-  if (!ParseModuleRequest(args, &req, &error)) {
+  if (!ParseModuleRequest({args, nargs}, &req, &error)) {
     for (char& ch : error) {
       if (ch == '\r' || ch == '\n') ch = ' ';  // an error reply is one line
     }
     return api.ReplyWithError(ctx, ("ERR sluice: " + error).c_str());
   }
-  RedisModuleString** keys = argv + 2;
-  if (!KeysAreStrings(ctx, keys, req.checks.size())) {
-    return api.ReplyWithError(ctx,
-                              "WRONGTYPE Operation against a key holding the wrong kind of "
-                              "value (sluice keys are strings)");
-  }
+  RedisModuleString** names = argv + 2;
   const Micros server_now = ServerNowMicros();
+  const long long now_ms = api.Milliseconds();
   std::vector<long long> reply;
-  reply.reserve(req.checks.size());
+  reply.reserve(2 * req.checks.size());
   std::vector<ModuleWrite> writes;
-  std::string copies[kMaxBatchChecks];
-  StoredValue values[kMaxBatchChecks];
-  for (const ModuleGroup& g : req.groups) {
-    const std::size_t n = g.end - g.begin;
-    ReadGroup(ctx, keys + g.begin, n, copies, values);
+  writes.reserve(kMaxBatchChecks);
+  GroupKeys g;
+  for (const ModuleGroup& group : req.groups) {
+    // Groups run one after the other, as the script's: a key of another type fails the
+    // call there, after the groups before it (a single group writes nothing then).
+    RedisModuleString** keys = names + group.begin;
+    const std::size_t n = group.end - group.begin;
+    const bool keep = !Repeats(keys, n);
+    g.n = n;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!ReadKey(ctx, keys[i], i, keep, &g)) {
+        return api.ReplyWithError(ctx,
+                                  "WRONGTYPE Operation against a key holding the wrong kind of "
+                                  "value (sluice keys are strings)");
+      }
+    }
     writes.clear();
-    const Micros now = req.caller_time ? req.checks[g.begin].now : server_now;
-    DecideGroup(req, g, now, {values, n}, &writes, &reply);
-    for (const ModuleWrite& w : writes) Write(ctx, keys[w.check], w);
+    const Micros now = req.caller_time ? req.checks[group.begin].now : server_now;
+    DecideGroup(req, group, now, {g.values, n}, &writes, &reply);
+    for (const ModuleWrite& w : writes) {
+      const std::size_t i = w.check - group.begin;
+      Write(ctx, keys[i], keep ? g.keys[i] : nullptr, w, now_ms);
+    }
+    g.Close();
   }
   api.ReplyWithArray(ctx, static_cast<long>(reply.size()));
   for (long long v : reply) api.ReplyWithLongLong(ctx, v);

@@ -56,10 +56,11 @@ void Unpack(std::string_view b, double* f, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) std::memcpy(&f[i], b.data() + 1 + 8 * i, 8);
 }
 
-std::string Pack(int alg, const double* f, std::size_t n) {
-  std::string out(1 + 8 * n, '\0');
-  out[0] = static_cast<char>(alg);
-  for (std::size_t i = 0; i < n; ++i) std::memcpy(out.data() + 1 + 8 * i, &f[i], 8);
+StateBytes Pack(int alg, const double* f, std::size_t n) {
+  StateBytes out;
+  out.size = static_cast<std::uint8_t>(1 + 8 * n);
+  out.data[0] = static_cast<char>(alg);
+  for (std::size_t i = 0; i < n; ++i) std::memcpy(out.data + 1 + 8 * i, &f[i], 8);
   return out;
 }
 
@@ -102,7 +103,8 @@ bool Fields(Algorithm a, const double* f, core::WordState* s) {
 
 // fixed_window.lua's counter: the count of the window at ws = floor(now / w) * w or of
 // a later one (the clock went back); false for an earlier window.
-bool ReadCounter(const Policy& p, double n, Micros now, core::FixedWindowState* s) {
+bool ReadCounter(const Policy& p, double n, Micros now, core::FixedWindowState* s,
+                 Micros* expires) {
   const double w = static_cast<double>(p.window);
   const double ws = static_cast<double>(core::FloorTo(now, p.window));
   const double tag = k2p20 + LuaMod(ws / w, k2p20);
@@ -111,6 +113,7 @@ bool ReadCounter(const Policy& p, double n, Micros now, core::FixedWindowState* 
   if (otag < k2p20 || otag >= k2p21 || d >= k2p19) return false;
   s->window_start = static_cast<Micros>(ws + d * w);
   s->count = static_cast<std::uint64_t>(n - otag * k2p32);
+  *expires = s->window_start + p.window;
   return true;
 }
 
@@ -126,7 +129,7 @@ ReadState Read(const Policy& p, const StoredValue& v, Micros now) {
   const bool number = LuaNumber(b, &n);
   if (a == Algorithm::kFixedWindow && number && n >= k2p52) {
     r.layout = Layout::kCounter;
-    r.live = Count(n) && ReadCounter(p, n, now, &r.word.fixed);
+    r.live = Count(n) && ReadCounter(p, n, now, &r.word.fixed, &r.expires);
     return r;
   }
   if (a == Algorithm::kGcra && number) {
@@ -134,6 +137,7 @@ ReadState Read(const Policy& p, const StoredValue& v, Micros now) {
     r.layout = Layout::kNumber;
     r.live = Field(n) && std::ceil(n) > t;
     r.word.gcra.tat = n;
+    if (r.live) r.expires = static_cast<Micros>(std::ceil(n));
     return r;
   }
   const std::size_t k = PackedFields(a);
@@ -147,6 +151,7 @@ ReadState Read(const Policy& p, const StoredValue& v, Micros now) {
   r.layout = packed ? Layout::kPacked : Layout::kRecorded;
   if (!Field(f[0]) || !Fields(a, f + 1, &r.word)) return ReadState{};
   r.live = f[0] > t;
+  r.expires = static_cast<Micros>(f[0]);
   if (recorded) {
     const core::WrittenUnder w{f[1 + k], f[2 + k], f[3 + k]};
     r.same_params = core::SameParams(p, w);
@@ -159,22 +164,23 @@ bool FixedWindowLean(const Policy& p, long long pad_ms) {
          static_cast<double>(p.window) * k2p19 > static_cast<double>(pad_ms + 1) * 1000.0;
 }
 
-std::string Encode(const Policy& p, const core::WordState& s, Micros expires, Layout layout) {
+StateBytes Encode(const Policy& p, const core::WordState& s, Micros expires, Layout layout) {
+  StateBytes out;
   const Algorithm a = p.algorithm;
   const int alg = static_cast<int>(a);
   if (a == Algorithm::kFixedWindow && layout == Layout::kCounter) {
     const double w = static_cast<double>(p.window);
     const double tag = k2p20 + LuaMod(static_cast<double>(s.fixed.window_start) / w, k2p20);
     const long long v = static_cast<long long>(tag * k2p32) + static_cast<long long>(s.fixed.count);
-    char buf[24];
-    const auto r = std::to_chars(buf, buf + sizeof(buf), v);
-    return std::string(buf, r.ptr);
+    const auto r = std::to_chars(out.data, out.data + sizeof(out.data), v);
+    out.size = static_cast<std::uint8_t>(r.ptr - out.data);
+    return out;
   }
   if (a == Algorithm::kGcra && layout != Layout::kRecorded) {
     // A Lua number given to redis.call is sent as "%.17g", which reads back exactly.
-    char buf[40];
-    const int len = std::snprintf(buf, sizeof(buf), "%.17g", s.gcra.tat);
-    return std::string(buf, static_cast<std::size_t>(len));
+    const int len = std::snprintf(out.data, sizeof(out.data), "%.17g", s.gcra.tat);
+    out.size = static_cast<std::uint8_t>(len);
+    return out;
   }
   double f[8];
   std::size_t n = 0;

@@ -4,8 +4,6 @@
 // what counts as this algorithm's state, and when it is back to full (fresh).
 #pragma once
 
-#include <string>
-
 #include "core/algorithm_ops.h"
 #include "redis/module/engine.h"
 
@@ -28,6 +26,8 @@ struct ReadState {
   // recorded state only then (word_state.lua's load()).
   bool same_params = false;
   core::WordState word;
+  // When a live state is back to full: the key's TTL, as its writer set it.
+  Micros expires = 0;
 };
 
 // Reads `v` as p's state at `now`.
@@ -39,6 +39,6 @@ bool FixedWindowLean(const Policy& p, long long pad_ms);
 
 // The bytes of `s` (expiring at `expires`) in `layout` (kCounter, kPacked, kRecorded
 // or kNumber; kPacked of GCRA is its plain number, the older '<Bdd' is only read).
-std::string Encode(const Policy& p, const core::WordState& s, Micros expires, Layout layout);
+StateBytes Encode(const Policy& p, const core::WordState& s, Micros expires, Layout layout);
 
 }  // namespace sluice::redis_module
