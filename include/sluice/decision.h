@@ -43,6 +43,10 @@ struct Decision {
   // at that future slot); 0 = go ahead now. Always 0 for a plain decision and for a
   // denial (nothing was taken; retry_after is as for a plain request).
   Micros wait = 0;
+  // Overage (Policy::overage): the units a denied decision took anyway (kCharge: its
+  // cost up to the debt bound; kDrain: what remained). Its cost minus this was dropped.
+  // 0 for an allowed decision (it took its whole cost), a peek and under kReject.
+  std::uint64_t charged = 0;
 };
 
 }  // namespace sluice

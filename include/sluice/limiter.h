@@ -101,6 +101,29 @@ class Reservation {
   std::vector<Held> held_;
 };
 
+// --- usage charged after the fact (issue #21 item 3; docs/library.md, "Reserve and
+// settle") ---
+// What Limiter::ReserveUsage answers.
+struct UsageReservation {
+  // The binding decision of the estimate, taken like Acquire's (per each policy's
+  // overage when denied). The caller does the work only when it is allowed.
+  Decision decision;
+  // The reservation's id (kPermitIdLength lower-case hex characters) to pass to
+  // SettleUsage; empty when the store recorded nothing (the store failed and a failure
+  // mode decided: there is nothing to settle).
+  std::string id;
+};
+
+// What Limiter::SettleUsage answers.
+struct UsageSettlement {
+  // The binding decision after the settle, describing the key as a peek would;
+  // `charged` (per policy) the units of a difference above the estimate that did not
+  // fit and were taken by the policy's overage.
+  Decision decision;
+  // True when this id had been settled before: nothing changed (a retried settle).
+  bool already_settled = false;
+};
+
 // Thread-safe. All methods may be called concurrently from any thread. Decisions never
 // throw; errors are returned. A store failure is not an error: the policy's
 // FailureMode turns it into a Decision (see Decision::source).
@@ -236,6 +259,39 @@ class Limiter {
   Result<Decision> AcquireWaiting(std::span<const Check> checks, Micros max_wait,
                                   CancellationToken* cancel = nullptr,
                                   std::span<Decision> per_check = {});
+
+  // ---- Usage charged after the work (docs/library.md, "Reserve and settle") ----
+
+  // Takes `estimate` units for `key` from every policy before the work, as Acquire
+  // does (all or nothing; a denial takes per each policy's overage), and records what
+  // each policy took under a new reservation id for `settle_within` microseconds (0:
+  // 15 minutes; at most 366 days). Estimate 0 only looks (a peek) and records 0.
+  // Errors: those of Acquire (the estimate may be up to Policy::MaxCost()), and
+  // InvalidArgument when a policy is a concurrency limit or settle_within is out of
+  // range.
+  Result<UsageReservation> ReserveUsage(std::string_view key, std::uint64_t estimate,
+                                        Micros settle_within = 0,
+                                        std::span<Decision> per_policy = {});
+  // The same for checks (policy, key, estimate), as Acquire(checks).
+  Result<UsageReservation> ReserveUsage(std::span<const Check> checks, Micros settle_within = 0,
+                                        std::span<Decision> per_check = {});
+
+  // Settles reservation `id` of `key` with the `actual` usage (0..Policy::MaxCost())
+  // under every policy: below the estimate the difference is given back (as Refund),
+  // above it the difference is taken if it fits, else per the policy's overage
+  // (StoreOp::kSettle). Applied at most once, atomically with recording that it was:
+  // a retry (after a timeout or a crash) answers already_settled and changes nothing.
+  // A settle after the reservation's window applies to the key's current state.
+  // Errors: InvalidArgument for a bad key or id (not kPermitIdLength lower-case hex
+  // characters) or an actual above a policy's MaxCost(); NotFound naming the id when it
+  // is unknown or expired; store errors (Unavailable, DeadlineExceeded: the settle may
+  // or may not have been applied; retrying is safe) as is. No failure mode applies.
+  Result<UsageSettlement> SettleUsage(std::string_view key, std::string_view id,
+                                      std::uint64_t actual, std::span<Decision> per_policy = {});
+  // The same for the checks of a ReserveUsage(checks) call, each with its actual usage
+  // as its cost.
+  Result<UsageSettlement> SettleUsage(std::span<const Check> checks, std::string_view id,
+                                      std::span<Decision> per_check = {});
 
   // Index of the policy named `name`, or NotFound.
   Result<std::size_t> FindPolicy(std::string_view name) const;

@@ -81,6 +81,32 @@ const char* OnChangeName(OnChange m);
 // Parses the names above. Returns InvalidArgument naming the unknown value.
 Result<OnChange> ParseOnChange(std::string_view name);
 
+// --- usage charged after the fact (issue #21 item 3) ---
+// What a decision does when its cost does not fit (docs/algorithms.md, "Overage"). Every
+// mode denies such a decision (allowed = false); they differ in what it takes.
+enum class Overage : std::uint8_t {
+  // It takes nothing (admission: the default, and what every earlier release did).
+  kReject = 0,
+  // It takes its cost anyway, so the key goes into debt, bounded: the key's usage never
+  // exceeds Capacity() + max_debt; what would go beyond is dropped (Decision::charged
+  // says what was taken). Later requests are denied until refill or the window's roll
+  // repays the debt. For costs known after the work (tokens an LLM response used): the
+  // report of 5000 tokens against 1000 left is charged, not lost.
+  kCharge = 1,
+  // It takes what remains: the key's usage goes to exactly its capacity.
+  kDrain = 2,
+};
+
+// "reject", "charge", "drain".
+const char* OverageName(Overage o);
+// Parses the names above. Returns InvalidArgument naming the unknown value.
+Result<Overage> ParseOverage(std::string_view name);
+
+// The largest cost a check of a policy whose overage is not kReject may have (2^32
+// units): such a cost may exceed the capacity (it is charged, not admitted). Above it,
+// or above the capacity under kReject, a check is an InvalidArgument.
+inline constexpr std::uint64_t kMaxChargeCost = std::uint64_t{1} << 32;
+
 // A named limit. Plain value type; validate with ValidatePolicy (Limiter::Create does).
 //
 // Every algorithm is configured as `limit` requests per `window`:
@@ -145,9 +171,24 @@ struct Policy {
   // one-check lean script). A state that records no parameters (written under kAsIs, or
   // by an earlier release) is taken as written under the current ones.
   OnChange on_change = OnChange::kAsIs;
+  // What a decision whose cost does not fit does (see Overage). Not for concurrency
+  // policies (only kReject), nor with `lease` (a lease decides locally, without the
+  // store that keeps the debt).
+  Overage overage = Overage::kReject;
+  // kCharge: the most units of debt a key may carry, so that its usage never exceeds
+  // Capacity() + max_debt. 0, the default, means Capacity() (a key at most one capacity
+  // in debt). At most 10^12; a sliding_window_log at most its limit (its log holds the
+  // debt as entries); a token bucket or GCRA must repay it within 366 days at
+  // limit/window. Only with Overage::kCharge (InvalidArgument otherwise).
+  std::uint64_t max_debt = 0;
 
   // The largest cost one request may have: burst for bucket/GCRA, limit otherwise.
   std::uint64_t Capacity() const;
+  // The debt bound in effect: max_debt, or Capacity() when it is 0; 0 unless kCharge.
+  std::uint64_t DebtBound() const;
+  // The most a check of this policy may cost: Capacity() under kReject, else
+  // max(Capacity(), kMaxChargeCost).
+  std::uint64_t MaxCost() const;
 
   // Convenience constructors. `window`/`per` accept any std::chrono duration.
   static Policy FixedWindow(std::string name, std::uint64_t limit,

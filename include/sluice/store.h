@@ -22,7 +22,11 @@ namespace sluice {
 // The one operation a batch applies to every check in it (docs/algorithms.md).
 enum class StoreOp : std::uint8_t {
   // Decides every check at one instant; if every one allows, all costs are consumed,
-  // otherwise none is. Cost 0 peeks. A concurrency check of cost 1 acquires its permit.
+  // otherwise none is, except that each check of a policy whose overage is not kReject
+  // (Policy::overage) then takes per its overage: kCharge its cost up to the debt
+  // bound, kDrain what remains (Decision::charged; its decision is then denied and
+  // describes the key afterwards as a peek would). Cost 0 peeks, and never charges. A concurrency
+  // check of cost 1 acquires its permit.
   // Blocks (Policy::block_for): a check of a blocked key is denied, with retry_after the
   // time left of the block; a check (cost > 0) that its policy denies starts the block.
   kDecide = 0,
@@ -48,6 +52,20 @@ enum class StoreOp : std::uint8_t {
   // Concurrency policies only: the permit now expires at now + lease. Each check on its
   // own; Decision::allowed says whether the permit was held.
   kExtend = 4,
+  // Usage reservations (Limiter::ReserveUsage / SettleUsage): settles the reservation
+  // StoreCheck::usage_id of each check, whose record (written by the kDecide that
+  // reserved it) holds what that check took. `cost` is the actual usage (0..MaxCost()):
+  // below what was taken, the difference is given back (kRefund's rule); above it, the
+  // difference is decided and taken if it fits, else per the policy's overage
+  // (Decision::charged); each check on its own (never all or nothing), at the key's
+  // current state (a settle after its window refunds or charges the window it meets).
+  // The record is marked settled in the same atomic step and kept until its expiry,
+  // so a settle is applied at most once: Decision::allowed is true when it was applied
+  // now, false when the record was settled already (nothing changed). Each Decision
+  // then describes the key as a peek would. A check whose record is unknown or expired
+  // makes the batch NotFound (naming the id) and nothing is applied. Not for
+  // concurrency policies.
+  kSettle = 5,
 };
 
 // The most checks in one batch, for every store and caller.
@@ -74,6 +92,15 @@ struct StoreCheck {
   // future slot, and report Decision::wait. The window algorithms ignore it, as does a
   // peek.
   Micros max_wait = 0;
+  // Usage reservations: a reservation id (kPermitIdLength lower-case hex characters,
+  // made by the limiter). kDecide with an id records, under (key, id), what the check
+  // took (its cost when the batch allows; under an overage, what it charged when
+  // denied; else 0), kept for `usage_ttl` microseconds; kSettle settles that record.
+  // Empty otherwise. Not with max_wait.
+  std::string_view usage_id;
+  // kDecide with a usage_id: how long the record (and so a settle) is kept, 1 ms to 366
+  // days.
+  Micros usage_ttl = 0;
 };
 
 // One store call: an operation, its checks (at most kMaxBatchChecks) and the time of
@@ -86,8 +113,9 @@ struct StoreBatch {
 
 // The validation of a batch that every store and entry point applies: Ok, or
 // InvalidArgument naming the policy and what is wrong (too many checks, no policy, an
-// empty key, a cost out of range for the operation, a bad permit, a max_wait outside
-// 0..window, an operation the policy's algorithm does not have).
+// empty key, a cost out of range for the operation (kDecide, kSettle: up to
+// Policy::MaxCost()), a bad permit or usage id, a max_wait outside 0..window, an
+// operation the policy's algorithm does not have).
 Status ValidateBatch(const StoreBatch& batch);
 
 // Called with the outcome of an asynchronous batch. `decisions` (one per check; empty

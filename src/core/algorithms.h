@@ -158,6 +158,13 @@ Decision GcraPenalize(const Policy& p, const GcraState& in, bool fresh, Micros n
 Decision SlidingWindowLogPenalize(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
                                   Micros* expires);
 
+// --- usage reservations (StoreCheck::usage_id, StoreOp::kSettle; issue #21 item 3) ---
+// How long a reservation's record may be kept (StoreCheck::usage_ttl), and the
+// limiter's default (Limiter::ReserveUsage with settle_within 0).
+inline constexpr Micros kMinUsageTtl = 1'000;
+inline constexpr Micros kMaxUsageTtl = 366LL * 24 * 3600 * 1'000'000;
+inline constexpr Micros kDefaultUsageTtl = 15LL * 60 * 1'000'000;
+
 // The decision `d` of a key that is blocked for `left` more microseconds: denied (no
 // reservation wait), nothing remaining, retry_after and reset_after at least `left`.
 void ApplyBlock(Decision* d, Micros left);

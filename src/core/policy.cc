@@ -1,6 +1,7 @@
 // Policy names, validation and parsing of rates and durations.
 #include "sluice/policy.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <string>
@@ -123,6 +124,36 @@ Result<OnChange> ParseOnChange(std::string_view name) {
                                  "' (expected reset, proportional or as_is)");
 }
 
+const char* OverageName(Overage o) {
+  switch (o) {
+    case Overage::kReject:
+      return "reject";
+    case Overage::kCharge:
+      return "charge";
+    case Overage::kDrain:
+      return "drain";
+  }
+  return "unknown";
+}
+
+Result<Overage> ParseOverage(std::string_view name) {
+  if (name == "reject") return Overage::kReject;
+  if (name == "charge") return Overage::kCharge;
+  if (name == "drain") return Overage::kDrain;
+  return Status::InvalidArgument("unknown overage '" + std::string(name) +
+                                 "' (expected reject, charge or drain)");
+}
+
+std::uint64_t Policy::DebtBound() const {
+  if (overage != Overage::kCharge) return 0;
+  return max_debt == 0 ? Capacity() : max_debt;
+}
+
+std::uint64_t Policy::MaxCost() const {
+  if (overage == Overage::kReject) return Capacity();
+  return std::max(Capacity(), kMaxChargeCost);
+}
+
 std::uint64_t Policy::Capacity() const {
   if (algorithm == Algorithm::kTokenBucket || algorithm == Algorithm::kGcra) {
     return burst == 0 ? limit : burst;
@@ -216,6 +247,12 @@ Status ValidateConcurrency(const Policy& p) {
   if (p.on_change != OnChange::kAsIs) {
     return Status::InvalidArgument(Fail(p, "on_change does not apply to concurrency"));
   }
+  if (p.overage != Overage::kReject || p.max_debt != 0) {
+    return Status::InvalidArgument(
+        Fail(p,
+             "overage (and max_debt) do not apply to concurrency: a slot is held or not, "
+             "there is no debt (only overage reject)"));
+  }
   return Status::Ok();
 }
 
@@ -259,6 +296,48 @@ Status ValidateRate(const Policy& p) {
           Fail(p, "initial_tokens (" + std::to_string(*p.initial_tokens) +
                       ") must not exceed the capacity (" + std::to_string(p.Capacity()) + ")"));
     }
+  }
+  return Status::Ok();
+}
+
+// Overage and its debt bound (ValidateFeatures' part).
+Status ValidateOverage(const Policy& p) {
+  if (static_cast<unsigned>(p.overage) > 2) {
+    return Status::InvalidArgument(Fail(p, "overage is not a known mode"));
+  }
+  if (p.overage == Overage::kReject) {
+    if (p.max_debt == 0) return Status::Ok();
+    return Status::InvalidArgument(
+        Fail(p, "max_debt applies to overage charge only (overage is reject)"));
+  }
+  if (p.lease != 0) {
+    return Status::InvalidArgument(
+        Fail(p, std::string("overage ") + OverageName(p.overage) +
+                    " cannot be combined with lease (a lease decides locally, without the "
+                    "store that keeps the debt)"));
+  }
+  if (p.overage == Overage::kDrain && p.max_debt != 0) {
+    return Status::InvalidArgument(
+        Fail(p, "max_debt applies to overage charge only (drain takes what remains, no debt)"));
+  }
+  const std::uint64_t debt = p.DebtBound();
+  if (debt > kMaxLimit) {
+    return Status::InvalidArgument(
+        Fail(p, "max_debt must be at most 10^12 (got " + std::to_string(debt) + ")"));
+  }
+  if (p.algorithm == Algorithm::kSlidingWindowLog && debt > p.limit) {
+    return Status::InvalidArgument(
+        Fail(p, "max_debt of a sliding_window_log must be at most its limit (" +
+                    std::to_string(p.limit) + ", got " + std::to_string(debt) +
+                    "): its log holds the debt as entries"));
+  }
+  const bool rate = p.algorithm == Algorithm::kTokenBucket || p.algorithm == Algorithm::kGcra;
+  // A bucket or GCRA repays debt at limit/window: debt x window / limit microseconds.
+  if (rate && static_cast<unsigned __int128>(debt) * static_cast<unsigned __int128>(p.window) >
+                  static_cast<unsigned __int128>(kMaxWindow) * p.limit) {
+    return Status::InvalidArgument(
+        Fail(p, "max_debt " + std::to_string(debt) +
+                    " would take more than 366 days to repay at limit/window"));
   }
   return Status::Ok();
 }
@@ -308,7 +387,7 @@ Status ValidateFeatures(const Policy& p) {
              "block_for cannot be combined with lease (a lease decides locally, without "
              "seeing the block)"));
   }
-  return Status::Ok();
+  return ValidateOverage(p);
 }
 
 }  // namespace

@@ -312,6 +312,31 @@ Status Limiter::Reset(std::string_view key) {
   return Status::Ok();
 }
 
+Result<UsageReservation> Limiter::ReserveUsage(std::string_view key, std::uint64_t estimate,
+                                               Micros settle_within,
+                                               std::span<Decision> per_policy) {
+  (void)key, (void)estimate, (void)settle_within, (void)per_policy;
+  return Status::Unimplemented("ReserveUsage is not implemented yet");
+}
+
+Result<UsageReservation> Limiter::ReserveUsage(std::span<const Check> checks, Micros settle_within,
+                                               std::span<Decision> per_check) {
+  (void)checks, (void)settle_within, (void)per_check;
+  return Status::Unimplemented("ReserveUsage is not implemented yet");
+}
+
+Result<UsageSettlement> Limiter::SettleUsage(std::string_view key, std::string_view id,
+                                             std::uint64_t actual, std::span<Decision> per_policy) {
+  (void)key, (void)id, (void)actual, (void)per_policy;
+  return Status::Unimplemented("SettleUsage is not implemented yet");
+}
+
+Result<UsageSettlement> Limiter::SettleUsage(std::span<const Check> checks, std::string_view id,
+                                             std::span<Decision> per_check) {
+  (void)checks, (void)id, (void)per_check;
+  return Status::Unimplemented("SettleUsage is not implemented yet");
+}
+
 LimiterStats Limiter::Stats() const {
   LimiterStats s = impl_->decider.Stats();
   s.permit_release_errors = impl_->permit_release_errors.load(std::memory_order_relaxed);

@@ -121,6 +121,8 @@ Status MemoryStore::Run(const StoreBatch& batch, std::span<Decision> out) {
     case StoreOp::kRelease:
     case StoreOp::kExtend:
       return Access::PermitBatch(*this, batch.op == StoreOp::kExtend, checks, batch.now, out);
+    case StoreOp::kSettle:
+      return Status::Unimplemented("settling usage reservations is not implemented yet");
   }
   return Status::InvalidArgument("unknown store operation");
 }

@@ -21,6 +21,8 @@ const char* OpName(StoreOp op) {
       return "release";
     case StoreOp::kExtend:
       return "extend";
+    case StoreOp::kSettle:
+      return "settle";
   }
   return "operation";
 }
@@ -38,16 +40,58 @@ Status ValidatePermit(const StoreCheck& c) {
                                  std::to_string(kPermitIdLength) + " lower-case hex characters");
 }
 
-Status ValidateDecide(const StoreCheck& c) {
+// The cost of a kDecide or kSettle check: up to the capacity, or under an overage up
+// to Policy::MaxCost().
+Status ValidateCost(const StoreCheck& c) {
   const Policy& p = *c.policy;
-  if (c.cost > p.Capacity()) {
+  if (c.cost <= p.MaxCost()) return Status::Ok();
+  if (p.overage == Overage::kReject) {
     return Status::InvalidArgument("cost " + std::to_string(c.cost) + " exceeds the capacity " +
                                    std::to_string(p.Capacity()) + " of " + Quoted(p) +
                                    ": such a request could never pass");
   }
+  return Status::InvalidArgument("cost " + std::to_string(c.cost) + " of " + Quoted(p) +
+                                 " (overage " + OverageName(p.overage) + ") exceeds " +
+                                 std::to_string(p.MaxCost()) + ", the most one check may charge");
+}
+
+// A usage reservation's id and record lifetime (kDecide with an id, kSettle).
+Status ValidateUsage(StoreOp op, const StoreCheck& c) {
+  const Policy& p = *c.policy;
+  if (c.usage_id.empty() && op == StoreOp::kDecide) return Status::Ok();
+  if (!IsPermitId(c.usage_id)) {
+    return Status::InvalidArgument(
+        "usage reservation id '" + std::string(c.usage_id.substr(0, 64)) + "' of " + Quoted(p) +
+        " must be " + std::to_string(kPermitIdLength) + " lower-case hex characters");
+  }
+  if (p.algorithm == Algorithm::kConcurrency) {
+    return Status::InvalidArgument(
+        Quoted(p) + " is a concurrency limit: usage reservations apply to rates only");
+  }
+  if (op == StoreOp::kSettle) return Status::Ok();
+  if (c.max_wait != 0) {
+    return Status::InvalidArgument("a usage reservation of " + Quoted(p) +
+                                   " cannot wait (max_wait must be 0)");
+  }
+  if (c.usage_ttl < core::kMinUsageTtl || c.usage_ttl > core::kMaxUsageTtl) {
+    return Status::InvalidArgument("usage reservation of " + Quoted(p) +
+                                   " must be kept 1ms to 366 days (got " +
+                                   std::to_string(c.usage_ttl) + "us)");
+  }
+  return Status::Ok();
+}
+
+Status ValidateDecide(const StoreCheck& c) {
+  const Policy& p = *c.policy;
+  if (Status s = ValidateCost(c); !s.ok()) return s;
+  if (Status s = ValidateUsage(StoreOp::kDecide, c); !s.ok()) return s;
   if (c.max_wait < 0 || c.max_wait > p.window) {
     return Status::InvalidArgument("max_wait " + std::to_string(c.max_wait) + "us of " + Quoted(p) +
                                    " must be 0 to its window (" + std::to_string(p.window) + "us)");
+  }
+  if (c.max_wait != 0 && p.overage != Overage::kReject) {
+    return Status::InvalidArgument(Quoted(p) + " has overage " + OverageName(p.overage) +
+                                   ": a reservation that waits (max_wait) needs overage reject");
   }
   if (p.algorithm != Algorithm::kConcurrency || c.cost == 0) return Status::Ok();  // a peek
   if (c.cost != 1) {
@@ -81,6 +125,9 @@ Status ValidateCheck(StoreOp op, const StoreCheck& c) {
                                        std::to_string(p.Capacity()));
       }
       return Status::Ok();
+    case StoreOp::kSettle:
+      if (Status s = ValidateCost(c); !s.ok()) return s;
+      return ValidateUsage(op, c);
     case StoreOp::kRelease:
     case StoreOp::kExtend:
       if (!concurrency) {

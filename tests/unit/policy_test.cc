@@ -120,5 +120,79 @@ TEST(Names, RoundTrip) {
   EXPECT_NE(ParseAlgorithm("leaky").status().message().find("leaky"), std::string::npos);
 }
 
+TEST(Overage, NamesRoundTripAndUnknownIsNamed) {
+  for (Overage o : {Overage::kReject, Overage::kCharge, Overage::kDrain}) {
+    EXPECT_EQ(*ParseOverage(OverageName(o)), o);
+  }
+  EXPECT_STREQ(OverageName(Overage::kCharge), "charge");
+  const Status s = ParseOverage("always").status();
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("'always'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("reject, charge or drain"), std::string::npos) << s.message();
+}
+
+TEST(Overage, DefaultIsRejectAndDebtBoundDefaultsToCapacity) {
+  Policy p = Policy::TokenBucket("t", 50, 10, std::chrono::seconds(1));
+  EXPECT_EQ(p.overage, Overage::kReject);
+  EXPECT_EQ(p.DebtBound(), 0u);
+  EXPECT_EQ(p.MaxCost(), 50u);
+  p.overage = Overage::kCharge;
+  EXPECT_EQ(p.DebtBound(), 50u);  // max_debt 0 = the capacity (burst)
+  EXPECT_EQ(p.MaxCost(), kMaxChargeCost);
+  p.max_debt = 7;
+  EXPECT_EQ(p.DebtBound(), 7u);
+  EXPECT_TRUE(ValidatePolicy(p).ok()) << ValidatePolicy(p).message();
+  p.overage = Overage::kDrain;
+  p.max_debt = 0;
+  EXPECT_EQ(p.DebtBound(), 0u);  // drain takes what remains: no debt
+  EXPECT_TRUE(ValidatePolicy(p).ok());
+  // A capacity above 2^32 stays the bound of what one check may cost.
+  Policy big = Policy::FixedWindow("b", 10'000'000'000ULL, std::chrono::seconds(1));
+  big.overage = Overage::kCharge;
+  EXPECT_EQ(big.MaxCost(), 10'000'000'000ULL);
+}
+
+TEST(Overage, ValidationNamesWhatIsWrong) {
+  Policy p = Good();
+  p.max_debt = 5;  // overage reject
+  ExpectInvalid(p, "max_debt applies to overage charge only");
+  p = Good();
+  p.overage = Overage::kDrain;
+  p.max_debt = 5;
+  ExpectInvalid(p, "max_debt applies to overage charge only");
+  p = Good();
+  p.overage = static_cast<Overage>(9);
+  ExpectInvalid(p, "overage is not a known mode");
+  p = Good();
+  p.overage = Overage::kCharge;
+  p.max_debt = 2'000'000'000'000ULL;
+  ExpectInvalid(p, "max_debt must be at most 10^12");
+  p = Policy::Concurrency("c", 3, std::chrono::seconds(5));
+  p.overage = Overage::kCharge;
+  ExpectInvalid(p, "overage (and max_debt) do not apply to concurrency");
+  p = Good();
+  p.overage = Overage::kCharge;
+  p.lease = 5;
+  ExpectInvalid(p, "cannot be combined with lease");
+  // A sliding log holds its debt as entries: at most its limit.
+  p = Policy::SlidingWindowLog("l", 10, std::chrono::seconds(1));
+  p.overage = Overage::kCharge;
+  EXPECT_TRUE(ValidatePolicy(p).ok());
+  p.max_debt = 11;
+  ExpectInvalid(p, "max_debt of a sliding_window_log must be at most its limit (10, got 11)");
+  // A bucket repays at limit/window: 1 per day cannot repay 400 units within 366 days.
+  p = Policy::TokenBucket("t", 10, 1, std::chrono::hours(24));
+  p.overage = Overage::kCharge;
+  p.max_debt = 366;
+  EXPECT_TRUE(ValidatePolicy(p).ok());
+  p.max_debt = 400;
+  ExpectInvalid(p, "would take more than 366 days to repay");
+  // A window algorithm forgives the debt at its window's end: any bound up to 10^12.
+  p = Policy::FixedWindow("f", 1, std::chrono::hours(24));
+  p.overage = Overage::kCharge;
+  p.max_debt = 1'000'000'000'000ULL;
+  EXPECT_TRUE(ValidatePolicy(p).ok());
+}
+
 }  // namespace
 }  // namespace sluice
