@@ -37,6 +37,7 @@ bool ModuleDecides(const StoreCheck& c, WireKind k) {
   const Algorithm a = c.policy->algorithm;
   return a != Algorithm::kSlidingWindowLog && a != Algorithm::kConcurrency &&
          c.policy->block_for == 0 && c.policy->on_change == OnChange::kAsIs &&
+         c.policy->overage == Overage::kReject && c.usage_id.empty() &&
          (k == WireKind::kDecide || k == WireKind::kReserve || k == WireKind::kRefund ||
           k == WireKind::kForce);
 }

@@ -16,7 +16,8 @@ namespace sluice::redis {
 
 // True when the module decides `c` doing `k`: a decision, reservation, refund or penalty
 // of a fixed window, sliding window counter, token bucket or GCRA under a policy without
-// on_change or block_for. Everything else runs the Lua scripts.
+// on_change, block_for or an overage other than reject, and without a usage record.
+// Everything else runs the Lua scripts.
 bool ModuleDecides(const StoreCheck& c, WireKind k);
 
 // The module's arguments after the keys for `groups` (their data, as EncodeCoalesced

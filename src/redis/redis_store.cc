@@ -433,7 +433,10 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(StoreOp op, std::span<const Sto
     merge.target = &coalesce_target;
     merge.slot = cluster ? redis::KeySlot(checks[0].key) : 0;
   }
-  std::string module_wire = ModuleWire(checks, kinds, wire, merge);
+  // (settles and permit operations are the scripts')
+  std::string module_wire = op == StoreOp::kDecide || op == StoreOp::kPenalize
+                                ? ModuleWire(checks, kinds, wire, merge)
+                                : std::string();
   // Every key of a batch shares the hash tag of the first one (sluice keys carry
   // one), so the first key routes the whole script.
   impl_->Run(checks[0].key, script, std::move(wire), call, deadline, std::move(done), merge,

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "redis/module/request.h"
+#include "redis_cluster.h"
 #include "redis_server.h"
 #include "sluice/memory_store.h"
 #include "sluice/redis_store.h"
@@ -411,6 +412,45 @@ TEST(ModuleCommand, RejectsMalformedArgumentsAndDeclaresKeys) {
   auto exists = (*server)->Command({"EXISTS", "fresh"});
   ASSERT_TRUE(exists.ok());
   EXPECT_EQ(exists->integer, 0);
+}
+
+// Redis Cluster routes SLUICE.DECIDE by its declared keys, as it does scripts: a call
+// whose keys are in two slots is refused (CROSSSLOT), one for another node's slot is
+// redirected (MOVED), one for the node's own slot is decided.
+TEST(ModuleCluster, KeysAreDeclaredSoClusterRoutesAndRefusesCrossSlot) {
+  RedisClusterOptions o;
+  o.primaries = 3;
+  o.replicas_per_primary = 0;
+  o.args = {"--loadmodule", SLUICE_REDIS_MODULE};
+  auto cluster = RedisCluster::Start(std::move(o));
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  auto call = [&](std::vector<std::string> keys) {
+    std::vector<std::string> args = {"SLUICE.DECIDE", std::to_string(keys.size())};
+    args.insert(args.end(), keys.begin(), keys.end());
+    args.insert(args.end(), {"1", "", "0", "1", "0,10,60000000,10,-1"});
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      args.push_back(i + 1 == keys.size() ? "0,0,1,0,1" : "0,0,1,0,0");
+    }
+    return (*cluster)->Command(0, args);
+  };
+  auto cross = call({"sluice:{a}:x", "sluice:{b}:x"});
+  ASSERT_TRUE(cross.ok());
+  EXPECT_TRUE(cross->is_error());
+  EXPECT_EQ(cross->str.rfind("CROSSSLOT", 0), 0u) << cross->str;
+  int moved = 0, decided = 0;
+  for (int i = 0; i < 30; ++i) {
+    auto r = call({"sluice:{u" + std::to_string(i) + "}:x"});
+    ASSERT_TRUE(r.ok());
+    if (r->is_error()) {
+      EXPECT_EQ(r->str.rfind("MOVED", 0), 0u) << r->str;
+      ++moved;
+    } else {
+      EXPECT_EQ(r->type, REDIS_REPLY_ARRAY);
+      ++decided;
+    }
+  }
+  EXPECT_GT(moved, 0);
+  EXPECT_GT(decided, 0);
 }
 
 // The parser without Redis: each malformed argument list names what is wrong.
