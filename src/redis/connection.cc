@@ -116,18 +116,6 @@ void Connection::Submit(std::string wire, Deadline deadline, ReplyCallback callb
   if (wake) Wake();
 }
 
-namespace {
-
-void AppendBulk(std::string& out, std::string_view arg) {
-  out.push_back('$');
-  out.append(std::to_string(arg.size()));
-  out.append("\r\n");
-  out.append(arg);
-  out.append("\r\n");
-}
-
-}  // namespace
-
 bool IsUnknownCommand(const redisReply* r) {
   constexpr std::string_view kUnknown = "ERR unknown command";
   return r != nullptr && r->type == REDIS_REPLY_ERROR && r->len >= kUnknown.size() &&

@@ -11,14 +11,6 @@ namespace {
 
 constexpr std::size_t kPolicyNumbers = 5;  // algorithm, limit, window, capacity, initial
 
-void AppendBulk(std::string& out, std::string_view v) {
-  out.push_back('$');
-  out.append(std::to_string(v.size()));
-  out.append("\r\n");
-  out.append(v);
-  out.append("\r\n");
-}
-
 // "a,b,c": the integers joined by commas.
 std::string Joined(const long long* v, std::size_t n) {
   std::string s;

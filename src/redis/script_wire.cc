@@ -13,14 +13,6 @@ namespace {
 constexpr long long kMaxInlineCost = 1LL << 36;
 constexpr std::size_t kPolicyNumbers = 7;
 
-void AppendBulk(std::string& out, std::string_view v) {
-  out.push_back('$');
-  out.append(std::to_string(v.size()));
-  out.append("\r\n");
-  out.append(v);
-  out.append("\r\n");
-}
-
 void AppendNumber(std::string& out, long long v) {
   char buf[24];
   const auto r = std::to_chars(buf, buf + sizeof(buf), v);
