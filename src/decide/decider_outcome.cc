@@ -45,10 +45,11 @@ void Decider::Impl::MakeGroup(std::span<const Check> checks, Group& g, StoreOp o
 
 bool Decider::Impl::FromDenyCache(const Group& g, Micros now, std::span<Decision> out) {
   if (!use_deny_cache || g.too_big || g.op != StoreOp::kDecide) return false;
+  // A check the store must see whatever it decides: an overage charge, or a usage
+  // reservation it records.
   for (std::size_t i = 0; i < g.n; ++i) {
-    // A denied check of a policy with an overage is still charged by the store: a
-    // cached denial would drop the charge (a usage report for a key in debt).
-    if (g.sc[i].cost > 0 && g.sc[i].policy->overage != Overage::kReject) return false;
+    const StoreCheck& c = g.sc[i];
+    if ((c.cost > 0 && c.policy->overage != Overage::kReject) || !c.usage_id.empty()) return false;
   }
   for (std::size_t i = 0; i < g.n; ++i) {
     Decision d;
