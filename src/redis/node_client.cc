@@ -63,9 +63,10 @@ void NodeClient::SendPipeline(std::string wire, Deadline deadline,
 
 void NodeClient::Send(Command command, Deadline deadline, ReplyCallback done) {
   if (command.script.empty()) {
-    if (command.coalesce.target != nullptr) {
-      Pick().Submit(std::move(command.wire), deadline, std::move(done),
-                    std::move(command.coalesce));
+    if (command.coalesce.target != nullptr || !command.module_wire.empty()) {
+      // (a router that handles NOSCRIPT and a module gone itself: cluster_router.cc)
+      Pick().Submit(std::move(command.wire), deadline, std::move(done), std::move(command.coalesce),
+                    std::move(command.module_wire));
     } else {
       Pick().Submit(std::move(command.wire), deadline, std::move(done));
     }

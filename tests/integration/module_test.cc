@@ -451,6 +451,27 @@ TEST(ModuleCluster, KeysAreDeclaredSoClusterRoutesAndRefusesCrossSlot) {
   }
   EXPECT_GT(moved, 0);
   EXPECT_GT(decided, 0);
+  // RedisStore on the cluster sends the module's command to each key's primary.
+  auto store = RedisStore::Create({.url = (*cluster)->Url()});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto module_calls = [&] {
+    long long n = 0;
+    for (std::size_t i = 0; i < 3; ++i) n += Calls((*cluster)->node(i), "sluice.decide");
+    return n;
+  };
+  const long long before = module_calls();
+  const Policy p = Policy::FixedWindow("api", 2, std::chrono::minutes(1));
+  for (int k = 0; k < 6; ++k) {
+    const std::string key = "sluice:{c" + std::to_string(k) + "}:api";
+    for (int i = 0; i < 3; ++i) {
+      const StoreCheck check{.policy = &p, .key = key};
+      Decision d;
+      const Status st = (*store)->Run({.checks = {&check, 1}, .now = 0}, {&d, 1});
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      EXPECT_EQ(d.allowed, i < 2) << key << " " << i;
+    }
+  }
+  EXPECT_EQ(module_calls() - before, 18);
 }
 
 // The parser without Redis: each malformed argument list names what is wrong.
