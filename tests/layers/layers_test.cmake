@@ -60,13 +60,15 @@ file(READ "${COMPILE_COMMANDS}" db)
 string(JSON count LENGTH "${db}")
 math(EXPR last "${count} - 1")
 
-# The include flags of the compile command of SOURCE in TARGET (its object file lies
-# under CMakeFiles/<target>.dir/), into OUT.
+# The include flags of the compile command of SOURCE (or of the unity source holding it)
+# in TARGET (its object file lies under CMakeFiles/<target>.dir/), into OUT.
 function(include_flags target source out)
   foreach(i RANGE ${last})
     string(JSON cmd GET "${db}" ${i} command)
     string(JSON file GET "${db}" ${i} file)
-    if(NOT file MATCHES "/${source}$" OR NOT cmd MATCHES "CMakeFiles/${target}\\.dir/")
+    # A unity build compiles the target's sources from unity_<n>_cxx.cxx.
+    if(NOT cmd MATCHES "CMakeFiles/${target}\\.dir/" OR
+       NOT (file MATCHES "/${source}$" OR file MATCHES "/unity_[0-9]+_cxx\\.cxx$"))
       continue()
     endif()
     separate_arguments(args UNIX_COMMAND "${cmd}")
