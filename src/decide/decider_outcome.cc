@@ -32,6 +32,9 @@ void Decider::Impl::MakeGroup(std::span<const Check> checks, Group& g, StoreOp o
   g.too_big = false;
   if (op == StoreOp::kDecide) {
     for (const Check& c : checks) {
+      // A cost no request could ever pay (above what the policy's overage lets it
+      // take) is denied without charging anything; under an overage a report of more
+      // than the capacity is charged, so it goes to the store whole.
       g.too_big = g.too_big || (c.policy != nullptr && c.cost > c.policy->MaxCost());
     }
   }
