@@ -253,6 +253,11 @@ void Kinds(std::span<const StoreCheck> checks, StoreOp op, redis::WireKind* out)
       out[i] = WireKind::kAcquire;
     } else if (op == StoreOp::kPenalize) {
       out[i] = WireKind::kForce;
+    } else if (op == StoreOp::kSettle) {
+      out[i] = WireKind::kSettle;
+    } else if (!c.usage_id.empty() || (c.cost > 0 && c.policy->overage != Overage::kReject)) {
+      // Charged if its batch is denied, or recorded under a usage id: the batch script.
+      out[i] = WireKind::kOverage;
     } else if (c.max_wait > 0 && c.cost > 0 &&
                (a == Algorithm::kTokenBucket || a == Algorithm::kGcra)) {
       // Only they take future budget: a window algorithm's reservation is a plain
@@ -296,8 +301,13 @@ void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& sc
       return;
     }
     if (r->type == REDIS_REPLY_ERROR) {
+      const std::string_view text(r->str, r->len);
+      if (text.starts_with("NOTFOUND ")) {  // a settle's unknown record (lua/runner.lua)
+        done(Status::NotFound(std::string(text.substr(9))), {});
+        return;
+      }
       errors.fetch_add(1, std::memory_order_relaxed);
-      done(Status::Unavailable("Redis answered: " + std::string(r->str, r->len)), {});
+      done(Status::Unavailable("Redis answered: " + std::string(text)), {});
       return;
     }
     Batch out;
@@ -341,6 +351,15 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(StoreOp op, std::span<const Sto
     // A penalty is applied whole, never undone by a refund: one slot only (the
     // Limiter's keys for one caller key share a hash tag).
     done(Status::InvalidArgument("a penalty's keys must be in one hash slot"), {});
+    return nullptr;
+  }
+  bool usage = op == StoreOp::kSettle;
+  for (const StoreCheck& c : checks) usage = usage || !c.usage_id.empty();
+  if (cluster && checks.size() > 1 && usage && redis::CountSlots(checks) > 1) {
+    // A usage reservation's records are written (and settled) with the decision, and a
+    // cross-slot refund would leave them wrong: one slot only (the Limiter's keys for
+    // one caller key share a hash tag).
+    done(Status::InvalidArgument("a usage reservation's keys must be in one hash slot"), {});
     return nullptr;
   }
   if (cluster && checks.size() > 1 && op != StoreOp::kDecide && redis::CountSlots(checks) > 1) {

@@ -14,6 +14,7 @@
 #include "core/utf8.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "service/log.h"
+#include "service/rlqs_service.h"
 #include "sluice/bench/v1/empty.grpc.pb.h"
 
 namespace sluice::service {
@@ -224,6 +225,7 @@ class EmptyService final : public ::sluice::bench::v1::Empty::CallbackService {
 struct GrpcServer::Impl {
   std::unique_ptr<RlsService> service;
   std::unique_ptr<EmptyService> empty;
+  std::unique_ptr<grpc::Service> rlqs;  // service/rlqs_service.h
   std::unique_ptr<grpc::Server> server;
   int port = 0;
 };
@@ -250,6 +252,8 @@ Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine, const std:
   b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, reuse_port ? 1 : 0);
   b.AddListeningPort(addr, grpc::InsecureServerCredentials(), &impl->port);
   b.RegisterService(impl->service.get());
+  impl->rlqs = MakeRlqsService(engine);
+  b.RegisterService(impl->rlqs.get());
   if (bench_empty) {
     impl->empty = std::make_unique<EmptyService>();
     b.RegisterService(impl->empty.get());

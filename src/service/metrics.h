@@ -37,6 +37,20 @@ struct DescriptorCounters {
   ~DescriptorCounters();
 };
 
+// The Rate Limit Quota Service's figures (service/rlqs_session.h), over every stream. Per
+// bucket, each slice taken is a decision of the bucket's descriptor (DescriptorCounters).
+struct RlqsCounters {
+  enum Action : int { kTokenBucket = 0, kDenyAll = 1, kAllowAll = 2, kAbandon = 3 };
+  std::atomic<std::uint64_t> streams_opened{0};
+  std::atomic<std::uint64_t> streams_closed{0};
+  std::atomic<std::uint64_t> stream_errors{0};
+  std::atomic<std::uint64_t> reports{0};  // bucket usage reports
+  std::atomic<std::uint64_t> reported_allowed{0};
+  std::atomic<std::uint64_t> reported_denied{0};
+  std::atomic<std::uint64_t> granted_units{0};
+  std::atomic<std::uint64_t> assignments[4] = {};
+};
+
 // The engine's figures at one scrape: its Decider's counters, the in-process stores'
 // keys, the config in use.
 struct EngineSeries {
@@ -70,6 +84,7 @@ class Metrics {
   void CountRequest(Api api, RequestOutcome outcome);
   void CountUnknownDomain() { unknown_domain_.fetch_add(1, std::memory_order_relaxed); }
   void CountReload(bool ok) { (ok ? reload_ok_ : reload_failed_).fetch_add(1); }
+  RlqsCounters& rlqs() { return rlqs_; }
   // Records one store call's latency.
   void ObserveStoreLatency(Micros us);
   // Store calls timed so far and their total latency (the admin console's store health).
@@ -85,6 +100,8 @@ class Metrics {
   void Render(std::string& out, const EngineSeries& engine) const;
 
  private:
+  void RenderRlqs(std::string& out) const;
+
   static constexpr int kBuckets = 14;
   static constexpr Micros kBucketBoundsUs[kBuckets] = {
       10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000};
@@ -97,6 +114,7 @@ class Metrics {
   std::atomic<std::uint64_t> latency_buckets_[kBuckets + 1] = {};
   std::atomic<std::uint64_t> latency_sum_us_{0};
   std::atomic<std::uint64_t> latency_count_{0};
+  RlqsCounters rlqs_;
 };
 
 // Appends one sample line, `name{labels} v` (no braces when `labels` is empty).
