@@ -80,9 +80,9 @@ std::uint64_t NextRandom(std::uint64_t& s) {  // splitmix64
   return z ^ (z >> 31);
 }
 
-class Run {
+class BenchRun {
  public:
-  explicit Run(const BenchConfig& c) : config_(c) {}
+  explicit BenchRun(const BenchConfig& c) : config_(c) {}
 
   Status Prepare();
   void Start();
@@ -96,7 +96,7 @@ class Run {
 
  private:
   struct Caller {
-    Run* run = nullptr;
+    BenchRun* run = nullptr;
     std::uint64_t rng = 0;
     SteadyClock::time_point start;
     std::atomic<int> phase{0};  // 0 issuing, 1 the issuer returned, 2 completed
@@ -161,7 +161,7 @@ class Run {
   double last_elapsed_ = 0;
 };
 
-Status Run::Prepare() {
+Status BenchRun::Prepare() {
   if (!config_.store) return Status::InvalidArgument("no store");
   if (config_.concurrency < 1 || config_.concurrency > 100000) {
     return Status::InvalidArgument("--concurrency must be 1-100000 (got " +
@@ -215,7 +215,7 @@ Status Run::Prepare() {
   return Status::Ok();
 }
 
-void Run::Issue(Caller* c) {
+void BenchRun::Issue(Caller* c) {
   for (;;) {
     if (!TakeTicket()) {
       CallerDone();
@@ -227,7 +227,7 @@ void Run::Issue(Caller* c) {
     config_.store->RunAsync(
         StoreBatch{.checks = std::span<const StoreCheck>(&c->check, 1), .now = clock_.Now()},
         [c](const Status& s, std::span<const Decision> d) {
-          Run* run = c->run;
+          BenchRun* run = c->run;
           run->Record(c->start, s, s.ok() && !d.empty() && d[0].allowed);
           // Whoever comes second issues the next decision: the issuer (completed
           // inline) or this callback (completed on the store's thread).
@@ -238,7 +238,7 @@ void Run::Issue(Caller* c) {
   }
 }
 
-void Run::ThreadLoop(int index) {
+void BenchRun::ThreadLoop(int index) {
   std::uint64_t rng = config_.seed * 1000003 + static_cast<std::uint64_t>(index);
   StoreCheck check{.policy = &config_.policy, .cost = config_.cost, .max_wait = config_.max_wait};
   // Pacing: this thread's share of the target rate, from a staggered start.
@@ -291,7 +291,7 @@ void Run::ThreadLoop(int index) {
   CallerDone();
 }
 
-void Run::Start() {
+void BenchRun::Start() {
   active_.store(config_.concurrency, std::memory_order_relaxed);
   start_ = SteadyClock::now();
   last_counts_.assign(LatencyHistogram::kBuckets, 0);
@@ -311,12 +311,12 @@ void Run::Start() {
   }
 }
 
-bool Run::WaitDone(Micros timeout) {
+bool BenchRun::WaitDone(Micros timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   return cv_.wait_for(lock, std::chrono::microseconds(timeout), [&] { return done_; });
 }
 
-BenchProgress Run::Progress(double elapsed_s) {
+BenchProgress BenchRun::Progress(double elapsed_s) {
   BenchProgress p;
   p.elapsed_s = elapsed_s;
   p.allowed = allowed_.load(std::memory_order_relaxed);
@@ -339,7 +339,7 @@ BenchProgress Run::Progress(double elapsed_s) {
   return p;
 }
 
-BenchResult Run::Finish() {
+BenchResult BenchRun::Finish() {
   for (std::thread& t : threads_) t.join();
   BenchResult r;
   r.engine = async_ ? "async" : "threads";
@@ -379,7 +379,7 @@ BenchResult Run::Finish() {
 Result<BenchResult> RunBench(const BenchConfig& config,
                              const std::function<void(const BenchProgress&)>& on_progress,
                              Micros progress_interval) {
-  Run run(config);
+  BenchRun run(config);
   if (Status s = run.Prepare(); !s.ok()) return s;
   run.Start();
   const auto start = run.start_time();

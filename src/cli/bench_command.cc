@@ -13,7 +13,7 @@
 namespace sluice::cli {
 namespace {
 
-constexpr const char* kFooter =
+constexpr const char* kBenchFooter =
     "Each caller issues its next decision as soon as its previous one completes. Against\n"
     "Redis (--api store, the default) the callers are outstanding RedisStore::RunAsync\n"
     "calls pipelined over --connections; with --api limiter (or memory://) each caller is a\n"
@@ -231,7 +231,7 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
       "Issues decisions from N concurrent callers against a store and reports decisions/s,\n"
       "latency percentiles, allowed/denied and errors by kind.",
       "sluice bench"};
-  app.footer(kFooter);
+  app.footer(kBenchFooter);
   app.get_formatter()->column_width(30);
   BenchFlags f;
   f.pf.algorithm = "fixed_window";

@@ -17,8 +17,6 @@
 namespace sluice::cli {
 namespace {
 
-constexpr Micros kSec = 1'000'000;
-
 // splitmix64: a tiny generator whose output is fixed by its seed on every platform
 // (std:: distributions are not specified bit for bit, so they are not used).
 class Rng {

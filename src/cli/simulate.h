@@ -57,6 +57,8 @@ std::vector<Policy> SimPolicies(const SimPolicy& p);
 
 // 2026-07-30 12:00:00 UTC: the article's example hour.
 inline constexpr Micros kSimStart = 1785412800LL * 1'000'000;
+// One second of simulated time.
+inline constexpr Micros kSec = 1'000'000;
 
 // The article's boundary burst: `limit` requests at 12:00:59 and `limit` at 12:01:00
 // (or, when the window does not divide a minute, one second before and at the first

@@ -26,7 +26,7 @@ constexpr const char* kLegend =
     "request, fits the limit), judged on that algorithm's own history; 'wrong' is both as a\n"
     "share of all requests. See docs/algorithms.md.\n";
 
-constexpr const char* kFooter =
+constexpr const char* kSimulateFooter =
     "Patterns:\n"
     "  boundary  (default) the article's burst: LIMIT requests 1s before a window boundary\n"
     "            (12:00:59) and LIMIT right at it (12:01:00), one key\n"
@@ -242,7 +242,7 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
       "window counter, token bucket, GCRA) with a simulated clock and prints, per pattern,\n"
       "what each allowed and how often it disagreed with the exact sliding window log.",
       "sluice simulate"};
-  app.footer(kFooter);
+  app.footer(kSimulateFooter);
   app.get_formatter()->column_width(28);
 
   SimFlags f;

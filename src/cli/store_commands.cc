@@ -31,7 +31,7 @@ const char* ModeName(Mode m) {
   return "?";
 }
 
-constexpr const char* kFooter =
+constexpr const char* kStoreFooter =
     "Exit status: 0 allowed (reset: done), 1 denied (check, peek), 2 bad flags,\n"
     "3 store error (bad URL, connection refused, wrong password, timeout).\n"
     "The store key is <prefix>:{<key, escaped>}:<policy name>, exactly as the application's\n"
@@ -78,7 +78,7 @@ int Run(Mode mode, const std::vector<std::string>& args, std::ostream& out, std:
                             : "Forgets --key under the policy: its full limit is "
                               "available again.";
   CLI::App app{what, name};
-  app.footer(kFooter);
+  app.footer(kStoreFooter);
   app.get_formatter()->column_width(30);
 
   PolicyFlags pf;

@@ -14,7 +14,6 @@
 namespace sluice::cli {
 namespace {
 
-constexpr Micros kSec = 1'000'000;
 constexpr int kWidth = 960;
 constexpr int kLeft = 78;
 constexpr int kRight = 78;

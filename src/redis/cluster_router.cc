@@ -284,6 +284,7 @@ void ClusterRouter::Send(std::string_view routing_key, Command command, Deadline
   call->wire = std::move(command.wire);
   call->script = command.script;
   call->coalesce = command.coalesce;
+  call->module_wire = std::move(command.module_wire);
   call->deadline = deadline;
   call->done = std::move(done);
   const int node = owner_[static_cast<std::size_t>(call->slot)].load(std::memory_order_acquire);
@@ -324,7 +325,8 @@ void ClusterRouter::Dispatch(std::shared_ptr<Call> call, int node, bool asking) 
     // second copy of every command (a measurable part of the client's CPU per call).
     // Only calls of one slot share a coalesced call (CoalesceInfo::slot), which a MOVED
     // then redirects as a whole: each caller's call is resent on its own.
-    c->Send(Command{call->wire, {}, call->coalesce}, call->deadline, std::move(on_reply));
+    c->Send(Command{call->wire, {}, call->coalesce, call->module_wire}, call->deadline,
+            std::move(on_reply));
     return;
   }
   // ASKING lets the next command on this connection touch the importing slot. The
@@ -371,11 +373,14 @@ void ClusterRouter::OnReply(const std::shared_ptr<Call>& call, int node, const S
     return;
   }
   const ErrorKind kind = Classify(r);
-  if (kind == ErrorKind::kNoScript && !call->script.empty() && !call->script_reloaded &&
-      SteadyClock::now() < call->deadline && !closing_.load(std::memory_order_acquire)) {
-    // This node lost the script (restart, failover, SCRIPT FLUSH), which proves it did
-    // not run: load it and resend once, pipelined on one connection so the load comes
-    // first. A second NOSCRIPT is the caller's.
+  const bool module_gone = !call->module_wire.empty() && IsUnknownCommand(r);
+  if (module_gone) call->module_wire.clear();  // (and its connection stops sending it)
+  if ((kind == ErrorKind::kNoScript || module_gone) && !call->script.empty() &&
+      !call->script_reloaded && SteadyClock::now() < call->deadline &&
+      !closing_.load(std::memory_order_acquire)) {
+    // This node lost the script (restart, failover, SCRIPT FLUSH) or the module, which
+    // proves it did not run: load the script and resend once, pipelined on one
+    // connection so the load comes first. A second NOSCRIPT is the caller's.
     if (NodeClient* c = ClientOf(node)) {
       call->script_reloaded = true;
       stats_->script_reloads.fetch_add(1, std::memory_order_relaxed);

@@ -98,6 +98,7 @@ class ClusterRouter final : public Router {
     std::string wire;
     std::string_view script;
     CoalesceInfo coalesce;
+    std::string module_wire;  // the native module's command (Command::module_wire)
     Deadline deadline;
     ReplyCallback done;
     int redirects = 0;

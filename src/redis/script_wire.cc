@@ -9,22 +9,11 @@
 namespace sluice::redis {
 namespace {
 
-// Caller-time mode (tests): TTLs are padded so that Redis's own expiry, which runs on
-// its clock, never drops state that the caller's clock still needs.
-constexpr long long kCallerTimeTtlPadMs = 3'600'000;
 // A check's number (lua/runner.lua): (((cost' * 2 + big) * 16 + kind) * 4096 + policy)
 // * 2 + last, exact in a Lua double: costs from 2^35 on follow as an argument of their
 // own (big). 4096 policies: at most 256 groups of 16 checks.
 constexpr long long kMaxInlineCost = 1LL << 35;
 constexpr std::size_t kPolicyNumbers = 7;
-
-void AppendBulk(std::string& out, std::string_view v) {
-  out.push_back('$');
-  out.append(std::to_string(v.size()));
-  out.append("\r\n");
-  out.append(v);
-  out.append("\r\n");
-}
 
 void AppendNumber(std::string& out, long long v) {
   char buf[24];

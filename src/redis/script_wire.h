@@ -36,6 +36,10 @@ enum class WireKind : std::uint8_t {
 // on_change, block_for), then the kind, the cost and max_wait.
 inline constexpr std::size_t kWireCheckNumbers = 10;
 
+// Caller-time mode (tests): TTLs are padded so that Redis's own expiry, which runs on
+// its clock, never drops state that the caller's clock still needs.
+inline constexpr long long kCallerTimeTtlPadMs = 3'600'000;
+
 // The keys a check declares (the state key, a sliding log's ":log", a block's ":b", a
 // usage reservation's ":u:<id>").
 std::size_t KeyCount(const StoreCheck& c);

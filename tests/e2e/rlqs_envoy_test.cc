@@ -1,8 +1,8 @@
 // sluiced as a Rate Limit Quota Service behind the real Envoy's rate_limit_quota filter
 // (issue #23, docs/rlqs.md): two Envoys and one sluiced on a real Redis share one global
 // limit; a bucket denied by assignment answers 429 in Envoy; the no-assignment and
-// expired-assignment behaviours. Waits are on events (sluiced's /metrics, responses),
-// request counts are bounded.
+// expired-assignment behaviours; with Redis down, the failure mode. Waits are on events
+// (sluiced's /metrics, responses), request counts are bounded.
 #include <gtest/gtest.h>
 
 #include "e2e.h"
@@ -185,6 +185,36 @@ TEST(EnvoyRlqs, AnExpiredAssignmentFollowsTheExpiredBehaviour) {
   // Denied with most of the 2500 tokens left: the assignment expired, it was not used up.
   EXPECT_LT(s->upstream.served(), 2500);
   EXPECT_EQ(s->Metric(kAssignedTokens), 1);
+}
+
+// Redis down: the rule's failure mode decides what is assigned. fail_closed: DENY_ALL, and
+// Envoy answers 429 itself; fail_open: a slice (charged nowhere: outside the bound).
+TEST(EnvoyRlqs, WithRedisDownTheFailureModeDecidesTheAssignment) {
+  for (const std::string mode : {"fail_closed", "fail_open"}) {
+    SCOPED_TRACE(mode);
+    auto redis = RedisServer::Start();
+    ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+    const std::string url = (*redis)->Url();
+    (*redis)->Stop();
+    RlqsFilterOptions f;
+    f.domain = "edge";
+    f.no_assignment = {{"blanket_rule", "ALLOW_ALL"}};
+    f.reporting_interval = "60s";
+    auto s = Start(
+        Config(url, "slice: 0.5", "unit: day, requests_per_unit: 100, failure_mode: " + mode), f);
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->Get(0), 200);  // no assignment yet: ALLOW_ALL
+    const char* series = mode == "fail_closed" ? kAssignedDeny : kAssignedTokens;
+    ASSERT_TRUE(WaitUntil([&] { return s->Metric(series) >= 1; }, std::chrono::seconds(30)));
+    if (mode == "fail_closed") {
+      ASSERT_TRUE(WaitUntil([&] { return s->Get(0) == 429; }, std::chrono::seconds(30),
+                            std::chrono::milliseconds(20)));
+      EXPECT_EQ(s->Get(0), 429);
+    } else {
+      EXPECT_EQ(s->Get(0), 200);
+      EXPECT_EQ(s->Metric(kAssignedDeny), 0);
+    }
+  }
 }
 
 }  // namespace
