@@ -76,6 +76,21 @@ struct Limit {
   MissingIdentity on_missing = MissingIdentity::kUseClientIp;
 };
 
+// Charging after the handler (issue #21): for costs known only from the response (the
+// tokens an LLM backend used, CPU seconds) or for counting only some outcomes (only
+// failed logins). See Route::after and Middleware::Charge; docs/http.md.
+struct AfterResponse {
+  // The response header whose value is the cost: a decimal integer, 0 to 2^32
+  // ("X-Tokens-Used: 5000"). Empty: the route's cost (or MiddlewareOptions::cost). A
+  // response without the header charges the route's cost; a bad value (not a number,
+  // negative, too large) charges nothing and is counted in MiddlewareStats::bad_costs
+  // and passed to MiddlewareOptions::on_bad_cost.
+  std::string cost_header;
+  // Only responses with one of these statuses are charged (e.g. {401} for a limit on
+  // failed logins). Empty: every status.
+  std::vector<int> statuses;
+};
+
 // A group of requests with its own limits. Routes are tried in order; the first match wins.
 struct Route {
   // Used as the kRoute identity and in logs. Default: "<method> <path>".
@@ -99,6 +114,14 @@ struct Route {
   // policy of the route (a reservation waits at most one window; Create says which).
   // A route with a concurrency limit cannot wait for a permit: Create refuses it.
   std::optional<Micros> max_delay;
+  // Charge after the handler instead of before it. Check then only asks "is budget
+  // left?": it takes nothing and answers 429 while a request of cost 1 could not pass
+  // (a key in debt is refused until refill repays it). The adapter calls
+  // Middleware::Charge with the response, which takes its cost under each policy's
+  // overage (Policy::overage: kCharge takes a cost past the limit as debt, kReject drops
+  // a cost that does not fit, kDrain takes what remains). Not with a concurrency limit
+  // nor with max_delay (Create refuses them).
+  std::optional<AfterResponse> after;
 };
 
 // Where the forwarded client address is read from, behind a trusted proxy.
@@ -180,6 +203,11 @@ struct MiddlewareOptions {
   // Where Middleware::Wait waits. Default: SystemSleeper (the calling thread sleeps).
   // Tests pass a ManualSleeper on the limiter's ManualClock (simulated time).
   std::shared_ptr<Sleeper> sleeper;
+  // Called (Route::after) with the route's name, the header and its value when a cost
+  // header holds no valid cost (the response is then charged nothing), e.g. to log it.
+  // Unset: only MiddlewareStats::bad_costs counts it. Must not throw.
+  std::function<void(std::string_view route, std::string_view header, std::string_view value)>
+      on_bad_cost;
 };
 
 // What the adapter must do with a request.
@@ -203,6 +231,13 @@ struct Verdict {
   // the Verdict (or move the permit out) until the response has been sent: destroying it
   // releases the permit (the adapters do so after sending). Empty otherwise.
   Permit permit;
+  // Route::after: the limits Middleware::Charge takes the response's cost from (policy
+  // index and key), the route (its index in MiddlewareOptions::routes) and the cost
+  // charged when the response has no cost header. Empty otherwise, and once charged (a
+  // Verdict is charged at most once).
+  std::vector<std::pair<std::size_t, std::string>> deferred;
+  std::size_t deferred_route = 0;
+  std::uint64_t deferred_cost = 0;
 
   bool pass() const { return status == 0; }
 };
@@ -219,6 +254,11 @@ struct MiddlewareStats {
   std::uint64_t errors = 0;          // answered 500
   std::uint64_t fail_open = 0;       // allowed because the store failed (fail-open)
   std::uint64_t delayed = 0;         // allowed after a wait (max_delay); counted in allowed too
+  // Route::after (Middleware::Charge):
+  std::uint64_t charged = 0;        // responses whose cost was charged (a cost of 0 too)
+  std::uint64_t not_counted = 0;    // responses whose status the route does not count
+  std::uint64_t bad_costs = 0;      // cost header not a valid cost: nothing charged
+  std::uint64_t charge_errors = 0;  // the limiter failed to charge (store error, bad key)
 };
 
 // Thread-safe; Check may run concurrently on any number of threads. Never throws.
@@ -239,6 +279,16 @@ class Middleware {
   // Waits `verdict.delay` through MiddlewareOptions::sleeper (returns at once when 0).
   // Called by the adapters between Check and the application.
   void Wait(const Verdict& verdict) const;
+
+  // Route::after: takes the cost of the response (`status`, and its header fields in
+  // `response_headers`, which may be null) from the limits of `verdict`, with each
+  // policy's overage, and clears verdict.deferred so a second call charges nothing.
+  // Called by the adapters once the handler has answered. Returns the binding decision
+  // after the charge; a Decision with allowed = true and nothing checked when nothing
+  // was to be charged (no deferred limits, a status not counted, a cost of 0).
+  // Errors: InvalidArgument naming the header for a bad cost value (nothing charged);
+  // the limiter's errors as they are (a store failure: the cost may not be charged).
+  Result<Decision> Charge(Verdict& verdict, int status, const HeaderReader* response_headers) const;
 
   // The client address `request` is keyed by, after proxies and prefix grouping, as it
   // appears in keys ("192.0.2.1", "2001:db8:1:2::/64").

@@ -8,44 +8,16 @@
 #include <thread>
 
 #include "http/internal.h"
+#include "http/middleware_impl.h"
 #include "sluice/key.h"
 
 namespace sluice::http {
 namespace {
 
+using internal::CompiledLimit;
+using internal::CompiledRoute;
 using internal::IpAddress;
-
-constexpr std::size_t kMaxLimits = kMaxBatchChecks;
-
-struct CompiledLimit {
-  std::size_t policy = 0;
-  std::vector<KeyPart> key;
-  MissingIdentity on_missing = MissingIdentity::kUseClientIp;
-};
-
-struct CompiledRoute {
-  std::string name;
-  std::string method;
-  std::string path;  // without the trailing '*'
-  bool prefix = false;
-  std::vector<CompiledLimit> limits;
-  std::uint64_t cost = 1;
-  bool exempt = false;
-  bool needs_user = false;
-  bool needs_api_key = false;
-  // Issue #12: a limit of the route is a concurrency limit (a permit is held while the
-  // application runs), and how long a request over a rate limit may be delayed.
-  bool concurrency = false;
-  Micros max_delay = 0;
-  // The route's RateLimit-Policy value: it never changes, so it is built once.
-  std::string policy_field;
-
-  bool Matches(std::string_view m, std::string_view p) const {
-    if (!method.empty() && method != m) return false;
-    if (prefix) return p.substr(0, path.size()) == path;
-    return p == path;
-  }
-};
+using internal::kMaxLimits;
 
 std::string Problem(std::string_view type, std::string_view title, int status,
                     std::string_view detail, std::span<const std::string_view> violated) {
@@ -84,47 +56,14 @@ std::string_view TrimOws(std::string_view s) {
 
 }  // namespace
 
-struct Middleware::Impl {
-  MiddlewareOptions options;
-  internal::CidrSet trusted;
-  internal::CidrSet allow;
-  std::vector<CompiledRoute> routes;
-  CompiledRoute fallback;  // default_limits; matches everything
-  std::string forwarded_name;
-  std::vector<internal::QuotaWindow> quota;  // per limiter policy
-
-  mutable std::atomic<std::uint64_t> requests{0}, allowed{0}, limited{0}, shadow_limited{0},
-      unavailable{0}, exempt{0}, bad_requests{0}, errors{0}, fail_open{0}, delayed{0};
-
-  IpAddress PeerAndClient(const Request& r, bool* peer_ok) const;
-  Verdict Decide(const Request& r, const CompiledRoute& route, const IpAddress& client) const;
-  Verdict Reject(int status, std::string_view title, std::string detail) const;
-
-  // The identities a route's keys may need. Reads them into `api_key` and `user`; a
-  // Verdict (400) when one is too long.
-  std::optional<Verdict> Identities(const Request& r, const CompiledRoute& route,
-                                    std::string_view* api_key, std::string* user) const;
-  // The key of every limit of `route` that applies into `keys`, and its check into
-  // `checks`; `*n` how many. A Verdict (400) when a key is too long.
-  std::optional<Verdict> BuildChecks(const Request& r, const CompiledRoute& route,
-                                     const IpAddress& client, std::string_view api_key,
-                                     std::string_view user, std::span<std::string> keys,
-                                     std::span<::sluice::Check> checks, std::size_t* n) const;
-  // Asks the limiter (a permit, a reservation or a plain decision, as the route says)
-  // and sets v.decision (and v.permit, v.delay).
-  Status Run(const CompiledRoute& route, std::span<const ::sluice::Check> batch,
-             std::span<Decision> per, Verdict& v) const;
-  // The headers, and the 429 / 503 answer of a denial.
-  Verdict Answer(Verdict v, const CompiledRoute& route, std::span<const ::sluice::Check> checks,
-                 std::span<const Decision> per) const;
-};
-
 namespace {
 
 Result<CompiledRoute> CompileRoute(const Limiter& limiter, std::string name, std::string method,
                                    std::string path, const std::vector<Limit>& limits,
                                    std::uint64_t cost, bool exempt, std::optional<Micros> max_delay,
-                                   Micros default_max_delay, const std::string& where) {
+                                   Micros default_max_delay,
+                                   const std::optional<AfterResponse>& after,
+                                   const std::string& where) {
   CompiledRoute r;
   r.method = std::move(method);
   if (path.empty()) return Status::InvalidArgument(where + ".path must not be empty");
@@ -193,6 +132,9 @@ Result<CompiledRoute> CompileRoute(const Limiter& limiter, std::string name, std
   // The middleware-wide default applies to routes it can apply to, capped per route.
   r.max_delay =
       max_delay ? *max_delay : (r.concurrency ? 0 : std::min(default_max_delay, shortest));
+  if (after) {
+    if (Status s = internal::CompileAfter(*after, r, where); !s.ok()) return s;
+  }
   return r;
 }
 
@@ -226,13 +168,15 @@ Result<std::unique_ptr<Middleware>> Middleware::Create(MiddlewareOptions options
   const Limiter& limiter = *options.limiter;
   for (std::size_t i = 0; i < options.routes.size(); ++i) {
     const Route& r = options.routes[i];
-    auto c = CompileRoute(limiter, r.name, r.method, r.path, r.limits, r.cost, r.exempt,
-                          r.max_delay, options.max_delay, "routes[" + std::to_string(i) + "]");
+    auto c =
+        CompileRoute(limiter, r.name, r.method, r.path, r.limits, r.cost, r.exempt, r.max_delay,
+                     options.max_delay, r.after, "routes[" + std::to_string(i) + "]");
     if (!c.ok()) return c.status();
     if (c->needs_user && !options.user) {
       return Status::InvalidArgument("routes[" + std::to_string(i) +
                                      "] keys by user but no user function is set");
     }
+    c->index = i;
     impl->routes.push_back(std::move(c).value());
   }
   if (options.max_delay < 0) {
@@ -240,7 +184,7 @@ Result<std::unique_ptr<Middleware>> Middleware::Create(MiddlewareOptions options
                                    std::to_string(options.max_delay) + "us)");
   }
   auto fb = CompileRoute(limiter, "*", "", "*", options.default_limits, 1, false, std::nullopt,
-                         options.max_delay, "default_limits");
+                         options.max_delay, std::nullopt, "default_limits");
   if (!fb.ok()) return fb.status();
   if (fb->needs_user && !options.user) {
     return Status::InvalidArgument("default_limits key by user but no user function is set");
@@ -356,11 +300,19 @@ Verdict Middleware::Impl::Decide(const Request& request, const CompiledRoute& ro
   const std::span<const ::sluice::Check> batch(checks.data(), n);
   const std::span<Decision> per_span(per.data(), n);
   Verdict v;
+  if (route.after) {
+    // Charged after the handler: now only look (cost 0 takes nothing; denied while a
+    // request of cost 1 could not pass).
+    Defer(v, route, batch);
+    for (std::size_t i = 0; i < n; ++i) checks[i].cost = 0;
+  }
   if (Status failed = Run(route, batch, per_span, v); !failed.ok()) {
     errors.fetch_add(1, std::memory_order_relaxed);
     return Reject(500, "Internal Server Error", "rate limiting: " + failed.ToString());
   }
-  return Answer(std::move(v), route, batch, per_span);
+  Verdict answer = Answer(std::move(v), route, batch, per_span);
+  if (!answer.pass()) answer.deferred.clear();  // not served: nothing to charge
+  return answer;
 }
 
 std::optional<Verdict> Middleware::Impl::Identities(const Request& request,
@@ -588,6 +540,10 @@ MiddlewareStats Middleware::Stats() const {
   st.errors = s.errors.load(std::memory_order_relaxed);
   st.fail_open = s.fail_open.load(std::memory_order_relaxed);
   st.delayed = s.delayed.load(std::memory_order_relaxed);
+  st.charged = s.charged.load(std::memory_order_relaxed);
+  st.not_counted = s.not_counted.load(std::memory_order_relaxed);
+  st.bad_costs = s.bad_costs.load(std::memory_order_relaxed);
+  st.charge_errors = s.charge_errors.load(std::memory_order_relaxed);
   return st;
 }
 

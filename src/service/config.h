@@ -73,6 +73,11 @@ struct RateLimitSpec {
   // the policy name leaves out the rate, window and burst, so that a changed limit
   // keeps the key's state and converts it by this mode.
   std::optional<OnChange> on_change;
+  // `overage: reject | charge | drain` (Policy::overage): what a cost that does not fit
+  // does; `max_debt` (Policy::max_debt, with charge only): the debt bound, 0 = the
+  // limit's capacity.
+  Overage overage = Overage::kReject;
+  std::uint64_t max_debt = 0;
   int line = 0;
 };
 

@@ -20,6 +20,8 @@ Policy PolicyOf(const RateLimitSpec& s) {
   p.lease_validity = s.lease_validity;
   p.block_for = s.block_for;
   p.on_change = s.on_change.value_or(OnChange::kAsIs);
+  p.overage = s.overage;
+  p.max_debt = s.max_debt;
   return p;
 }
 

@@ -16,7 +16,7 @@ class RateLimitParser : public YamlReader {
     CheckKeys(n, "rate_limit",
               {"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces",
                "algorithm", "burst", "failure_mode", "fallback_divisor", "policy", "lease",
-               "lease_validity", "block_for", "on_change", "concurrency"});
+               "lease_validity", "block_for", "on_change", "concurrency", "overage", "max_debt"});
     RateLimitSpec r;
     r.line = Line(n);
     r.algorithm = s.default_algorithm;
@@ -119,6 +119,19 @@ class RateLimitParser : public YamlReader {
       if (!m.ok()) Fail(oc, m.status().message());
       r.on_change = *m;
     }
+    // Usage charged after the fact (issue #21): `overage: charge` takes a cost that does
+    // not fit anyway, as debt up to `max_debt` (ValidatePolicy checks the pair).
+    if (const YAML::Node o = n["overage"]) {
+      auto m = ParseOverage(Str(o, "overage"));
+      if (!m.ok()) Fail(o, m.status().message());
+      r.overage = *m;
+    }
+    if (const YAML::Node d = n["max_debt"]) {
+      r.max_debt = Uint(d, "max_debt", std::numeric_limits<std::uint64_t>::max());
+      if (r.overage != Overage::kCharge) {
+        Fail(d, "max_debt applies only with overage: charge (the debt a key may carry)");
+      }
+    }
     if (const YAML::Node p = n["policy"]) {
       r.policy = Str(p, "policy");
       Policy probe;
@@ -145,7 +158,8 @@ class RateLimitParser : public YamlReader {
     if (r.requests_per_unit == 0) {
       // envoyproxy/ratelimit's ban (its README, "Black list IP"): every request is
       // OVER_LIMIT, without a counter. The sluice fields that shape a counter do not apply.
-      for (const char* f : {"burst", "lease", "lease_validity", "block_for", "on_change"}) {
+      for (const char* f :
+           {"burst", "lease", "lease_validity", "block_for", "on_change", "overage", "max_debt"}) {
         if (n[f]) {
           Fail(n[f],
                std::string("requests_per_unit: 0 denies every request; ") + f + " does not apply");
@@ -180,8 +194,9 @@ class RateLimitParser : public YamlReader {
   // there and are refused, so a typo cannot turn a concurrency limit into a rate limit.
   RateLimitSpec ParseConcurrency(const YAML::Node& n, RateLimitSpec r) {
     const YAML::Node c = n["concurrency"];
-    for (const char* f : {"unit", "requests_per_unit", "unit_multiplier", "unlimited", "algorithm",
-                          "burst", "lease_validity", "block_for", "on_change"}) {
+    for (const char* f :
+         {"unit", "requests_per_unit", "unit_multiplier", "unlimited", "algorithm", "burst",
+          "lease_validity", "block_for", "on_change", "overage", "max_debt"}) {
       if (n[f]) {
         Fail(n[f], std::string(f) +
                        " does not apply to a concurrency limit (concurrency: N permits held at "

@@ -38,6 +38,17 @@ class Server {
     server.Get("/hello", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("{\"hello\":\"world\"}", "application/json");
     });
+    // Issue #21: a handler that reports the cost the client asks for (X-Want-Cost) in
+    // X-Tokens-Used, and answers the status it asks for (X-Want-Status).
+    server.Post("/chat", [](const httplib::Request& req, httplib::Response& res) {
+      if (req.has_header("X-Want-Cost")) {
+        res.set_header("X-Tokens-Used", req.get_header_value("X-Want-Cost"));
+      }
+      if (req.has_header("X-Want-Status")) {
+        res.status = std::stoi(req.get_header_value("X-Want-Status"));
+      }
+      res.set_content("ok", "text/plain");
+    });
     // Issue #12: a handler that "sleeps" until the test lets it go (no timers).
     server.Get("/slow", [this](const httplib::Request&, httplib::Response& res) {
       slow_entered.set_value();
@@ -265,6 +276,51 @@ TEST(Httplib, DelayedRequestWaitsThroughTheInjectedSleeper) {
   EXPECT_EQ(b->get_header_value("Server-Timing"), "ratelimit-delay;dur=3000");
   EXPECT_EQ(sleeper->slept(), std::vector<Micros>{3'000'000});  // simulated: nothing slept
   EXPECT_EQ(s.middleware->Stats().delayed, 1u);
+}
+
+// Polls `done` (every millisecond, at most `bound`): waits for an event of the server's
+// threads, never for time to pass. False when the bound ran out.
+template <class Pred>
+bool WaitFor(Pred done, std::chrono::milliseconds bound) {
+  const auto until = std::chrono::steady_clock::now() + bound;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// Issue #21, Route::after through cpp-httplib: the check only looks, and the server's
+// logger charges the written response's X-Tokens-Used (or nothing for a status the
+// route does not count). The test waits for each charge (Stats().charged), which the
+// logger makes after the client already has its response.
+TEST(Httplib, RouteChargedAfterTheResponseTakesTheReportedCost) {
+  MiddlewareOptions o;
+  o.routes = {{.path = "/chat",
+               .limits = {{.policy = "api"}},
+               .after = AfterResponse{.cost_header = "X-Tokens-Used", .statuses = {200}}}};
+  Server s(std::move(o), "127.0.0.1", {Policy::FixedWindow("api", 10, minutes(1))});
+  httplib::Client client("127.0.0.1", s.port);
+  std::uint64_t charged = 0;
+  auto post = [&](const std::string& cost, const std::string& status) {
+    httplib::Headers h = {{"X-Want-Cost", cost}, {"X-Want-Status", status}};
+    auto res = client.Post("/chat", h, "", "text/plain");
+    EXPECT_TRUE(res) << httplib::to_string(res.error());
+    return res ? res->status : -1;
+  };
+  auto wait_charged = [&](std::uint64_t n) {
+    EXPECT_TRUE(
+        WaitFor([&] { return s.middleware->Stats().charged >= n; }, std::chrono::seconds(10)));
+  };
+  EXPECT_EQ(post("4", "200"), 200);
+  wait_charged(++charged);
+  EXPECT_EQ(post("9", "500"), 500);  // not a counted status: charges nothing
+  EXPECT_TRUE(
+      WaitFor([&] { return s.middleware->Stats().not_counted >= 1; }, std::chrono::seconds(10)));
+  EXPECT_EQ(post("6", "200"), 200);  // 6 left: the look passes, the 6 are taken
+  wait_charged(++charged);
+  EXPECT_EQ(post("1", "200"), 429);  // all 10 used
+  EXPECT_EQ(s.middleware->Stats().bad_costs, 0u);
 }
 
 }  // namespace

@@ -136,6 +136,44 @@ TEST(Config, OnChangeIsParsedAndBadValuesNameTheLine) {
       << log;
 }
 
+// `overage` and `max_debt` (issue #21): parsed into the rule's Policy; a bad value, a
+// max_debt without overage: charge, and the combinations the policy refuses name the line.
+TEST(Config, OverageAndMaxDebtAreParsedAndBadValuesNameTheLine) {
+  const std::string head =
+      "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n"
+      "      requests_per_unit: 1000\n";
+  auto c = ParseConfig(head + "      overage: charge\n      max_debt: 5000\n", "test.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const RateLimitSpec& r = c->domains[0].descriptors[0].rate_limit;
+  EXPECT_EQ(r.overage, Overage::kCharge);
+  EXPECT_EQ(r.max_debt, 5000u);
+  const Policy p = PolicyOf(r);
+  EXPECT_EQ(p.overage, Overage::kCharge);
+  EXPECT_EQ(p.max_debt, 5000u);
+  auto drain = ParseConfig(head + "      overage: drain\n", "test.yaml");
+  ASSERT_TRUE(drain.ok()) << drain.status().message();
+  EXPECT_EQ(PolicyOf(drain->domains[0].descriptors[0].rate_limit).overage, Overage::kDrain);
+  auto plain = ParseConfig(head, "test.yaml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(PolicyOf(plain->domains[0].descriptors[0].rate_limit).overage, Overage::kReject);
+  const std::string bad = ErrorOf(head + "      overage: borrow\n");
+  EXPECT_EQ(bad.rfind("test.yaml:7: ", 0), 0u) << bad;
+  EXPECT_NE(bad.find("borrow"), std::string::npos) << bad;
+  EXPECT_EQ(ErrorOf(head + "      max_debt: 10\n"),
+            "test.yaml:7: max_debt applies only with overage: charge (the debt a key may carry)");
+  EXPECT_EQ(ErrorOf(head + "      overage: charge\n      max_debt: -1\n"),
+            "test.yaml:8: max_debt must be a non-negative integer (got '-1')");
+  // A concurrency limit holds permits, not a cost: overage does not apply.
+  EXPECT_EQ(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n"
+                    "      concurrency: 2\n      lease: 30s\n      overage: charge\n"),
+            "test.yaml:7: overage does not apply to a concurrency limit (concurrency: N permits "
+            "held at once, each for at most lease)");
+  // A ban charges nothing.
+  EXPECT_EQ(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n"
+                    "      unit: second\n      requests_per_unit: 0\n      overage: charge\n"),
+            "test.yaml:7: requests_per_unit: 0 denies every request; overage does not apply");
+}
+
 TEST(Config, UnknownFieldsAreErrorsWithLine) {
   EXPECT_EQ(ErrorOf("domain: a\ndescriptors:\n  - key: k\n    rate_limt:\n      unit: second\n"),
             "test.yaml:4: unknown field 'rate_limt' in descriptor (allowed: key, value, "
@@ -185,7 +223,8 @@ TEST(Config, SeveralLimitsOnOneDescriptor) {
                            "      - {unit: hour, requests_per_unit: 5, colour: red}\n"),
             "test.yaml:6: unknown field 'colour' in rate_limit (allowed: unit, requests_per_unit, "
             "unit_multiplier, unlimited, name, replaces, algorithm, burst, failure_mode, "
-            "fallback_divisor, policy, lease, lease_validity, block_for, on_change, concurrency)");
+            "fallback_divisor, policy, lease, lease_validity, block_for, on_change, concurrency, "
+            "overage, max_debt)");
   EXPECT_EQ(ErrorOf(head + "    rate_limits:\n      - {unit: hour, requests_per_unit: 5, name: x}\n"
                            "      - {unit: day, requests_per_unit: 50, name: x}\n"),
             "test.yaml:6: rate_limits: name 'x' is used twice (first on line 5)");

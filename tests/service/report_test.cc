@@ -20,8 +20,12 @@ const char* kConfig = R"(sluiced:
   default_algorithm: token_bucket
 domain: llm
 descriptors:
+  - key: charged
+    rate_limit: {unit: day, requests_per_unit: 1000, overage: charge}
   - key: dropped
     rate_limit: {unit: day, requests_per_unit: 1000}
+  - key: drained
+    rate_limit: {unit: day, requests_per_unit: 1000, overage: drain}
 )";
 
 class ReportTest : public ::testing::Test {
@@ -50,33 +54,52 @@ class ReportTest : public ::testing::Test {
     if (j.is_discarded() || !j.contains("statuses")) return -2;
     return j["statuses"][0].value("limitRemaining", 0L);
   }
+  // /json's overall code for one unit of `key`.
+  int Status(const std::string& key) {
+    auto r = Post("/json", R"({"domain":"llm","descriptors":[{"entries":[{"key":")" + key +
+                               R"(","value":"k1"}]}]})");
+    return r ? r->status : -1;
+  }
 
   TempDir dir;
   Sluiced d;
 };
 
 TEST_F(ReportTest, AReportWithinTheBudgetIsCharged) {
-  auto r = Report("dropped", "600");
+  auto r = Report("charged", "600");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
   const json j = json::parse(r->body);
   EXPECT_EQ(j["overallCode"], "OK") << r->body;
-  EXPECT_EQ(Remaining("dropped"), 400);
+  EXPECT_EQ(Remaining("charged"), 400);
   // A usage as a decimal string is the same (protobuf JSON's integers).
-  ASSERT_TRUE(Report("dropped", "\"100\""));
-  EXPECT_EQ(Remaining("dropped"), 300);
+  ASSERT_TRUE(Report("charged", "\"100\""));
+  EXPECT_EQ(Remaining("charged"), 300);
 }
 
-TEST_F(ReportTest, OverageRejectDropsAnOvershoot) {
+TEST_F(ReportTest, OverageChargeTakesAnOvershootAndTheKeyIsRefused) {
+  ASSERT_EQ(Report("charged", "600")->status, 200);
+  auto r = Report("charged", "5000");  // 400 left
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["overallCode"], "OVER_LIMIT") << r->body;
+  EXPECT_EQ(Remaining("charged"), 0);
+  EXPECT_EQ(Status("charged"), 429) << "the key is in debt";
+}
+
+TEST_F(ReportTest, OverageRejectDropsAnOvershootAndDrainTakesWhatRemains) {
   ASSERT_EQ(Report("dropped", "600")->status, 200);
-  auto r = Report("dropped", "900");
+  auto r = Report("dropped", "5000");
   ASSERT_TRUE(r);
   EXPECT_EQ(json::parse(r->body)["overallCode"], "OVER_LIMIT") << r->body;
   EXPECT_EQ(Remaining("dropped"), 400) << "reject: the report took nothing";
+  ASSERT_EQ(Report("drained", "600")->status, 200);
+  ASSERT_EQ(Report("drained", "5000")->status, 200);
+  EXPECT_EQ(Remaining("drained"), 0) << "drain: the 400 left were taken";
 }
 
 TEST_F(ReportTest, BadUsageIs400WithTheReasonAndChargesNothing) {
-  const std::string d = R"("descriptors":[{"entries":[{"key":"dropped","value":"k1"}]}])";
+  const std::string d = R"("descriptors":[{"entries":[{"key":"charged","value":"k1"}]}])";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"domain":"llm","usage":-5,)" + d + "}", "usage must not be negative"},
       {R"({"domain":"llm","usage":"lots",)" + d + "}", "usage must be a non-negative integer"},
@@ -93,7 +116,7 @@ TEST_F(ReportTest, BadUsageIs400WithTheReasonAndChargesNothing) {
     EXPECT_EQ(r->status, 400) << body;
     EXPECT_EQ(json::parse(r->body, nullptr, false).value("error", ""), why) << body;
   }
-  EXPECT_EQ(Remaining("dropped"), 1000);
+  EXPECT_EQ(Remaining("charged"), 1000);
   httplib::Client c("127.0.0.1", this->d.http_port);
   auto get = c.Get("/v1/report");
   ASSERT_TRUE(get);

@@ -8,7 +8,9 @@
 //   ...
 //   auto res = limited(req, socket.remote_endpoint().address());   // instead of MyHandler(req)
 //
-// or, step by step: BeastCheck -> (BeastReject | Wait + handler + BeastApply).
+// or, step by step: BeastCheck -> (BeastReject | Wait + handler + BeastApply + BeastCharge).
+// A route charged after the response (Route::after, issue #21) is charged by BeastCharge
+// with the handler's response.
 //
 // Issue #12: a route with max_delay waits (Middleware::Wait) before the handler runs. A
 // route with a concurrency limit holds a permit in the Verdict: it is released when the
@@ -95,6 +97,17 @@ template <class Body, class Fields>
   return res;
 }
 
+// Route::after: charges the application's response (its status and cost header) to
+// the verdict's limits, under each policy's overage (Middleware::Charge). Nothing for a
+// verdict without deferred limits, and nothing the second time.
+template <class Body, class Fields>
+void BeastCharge(const Middleware& mw, Verdict& v,
+                 const ::boost::beast::http::response<Body, Fields>& res) {
+  if (v.deferred.empty()) return;
+  const BeastHeaders<Fields> headers(res.base());
+  (void)mw.Charge(v, static_cast<int>(res.result_int()), &headers);  // counted in Stats()
+}
+
 // The callable BeastLimit returns.
 template <class Handler>
 class BeastLimited {
@@ -106,11 +119,12 @@ class BeastLimited {
   // max_delay wait). A concurrency permit is released when this returns.
   template <class Request>
   auto operator()(const Request& req, const ::boost::asio::ip::address& peer) const {
-    const Verdict v = BeastCheck(*mw_, req, peer);
+    Verdict v = BeastCheck(*mw_, req, peer);
     if (!v.pass()) return BeastReject(v, req);
     mw_->Wait(v);
     auto res = handler_(req);
     BeastApply(v, res);
+    BeastCharge(*mw_, v, res);
     return res;
   }
 
@@ -118,7 +132,7 @@ class BeastLimited {
   // permit is released only after `send` returns (the response has been written).
   template <class Request, class Send>
   void operator()(const Request& req, const ::boost::asio::ip::address& peer, Send&& send) const {
-    const Verdict v = BeastCheck(*mw_, req, peer);
+    Verdict v = BeastCheck(*mw_, req, peer);
     if (!v.pass()) {
       auto rejection = BeastReject(v, req);
       send(rejection);
@@ -127,6 +141,7 @@ class BeastLimited {
     mw_->Wait(v);
     auto res = handler_(req);
     BeastApply(v, res);
+    BeastCharge(*mw_, v, res);
     send(res);
   }  // v (and its permit) is destroyed here, after the response was sent
 

@@ -20,6 +20,10 @@
 // worker thread (httplib runs a request's routing, handler and write on one thread) and
 // the logger releases it. Should a write fail before httplib logs, the permit is released
 // by the next request on that thread, or expires after its lease.
+//
+// Issue #21: a route charged after the response (Route::after) parks its Verdict in the
+// same way, and the logger charges it with the written response's status and headers
+// (HttplibCharge). A request whose write failed before httplib logs is not charged.
 #pragma once
 
 #include <httplib.h>
@@ -60,11 +64,31 @@ inline Permit& HttplibHeldPermit() {
   return held;
 }
 
-// Releases the permit of the request this thread has just answered (see above). Call it
-// from your own logger when you set one without InstallHttplib's `logger` argument.
+// The verdict of the request this worker thread is serving, when its route is charged
+// after the response (Route::after); empty (no deferred limits) otherwise.
+inline Verdict& HttplibDeferredVerdict() {
+  thread_local Verdict deferred;
+  return deferred;
+}
+
+// Charges the response this thread has just answered, when its route is charged after
+// the response (Route::after): its status and cost header, under each policy's
+// overage. A bad cost header is counted (MiddlewareStats::bad_costs) and charges
+// nothing. InstallHttplib's logger calls it; call it from your own logger otherwise.
+inline void HttplibCharge(const Middleware& mw, const httplib::Response& res) {
+  Verdict& v = HttplibDeferredVerdict();
+  if (v.deferred.empty()) return;
+  const HttplibHeaders headers(res.headers);
+  (void)mw.Charge(v, res.status, &headers);  // errors are counted in Stats()
+}
+
+// Releases the permit of the request this thread has just answered (see above), and
+// forgets an uncharged deferred verdict. Call it from your own logger when you set one
+// without InstallHttplib's `logger` argument (after HttplibCharge).
 inline void HttplibRequestDone() {
   Permit done = std::move(HttplibHeldPermit());
   (void)done;  // released here
+  HttplibDeferredVerdict().deferred.clear();
 }
 
 // Decides `req`. Returns true when the request may go on to the handlers (the
@@ -86,6 +110,12 @@ inline bool HttplibCheck(const Middleware& mw, const httplib::Request& req,
   if (v.pass()) {
     mw.Wait(v);
     HttplibHeldPermit() = std::move(v.permit);
+    if (!v.deferred.empty()) {
+      Verdict& d = HttplibDeferredVerdict();
+      d.deferred = std::move(v.deferred);
+      d.deferred_route = v.deferred_route;
+      d.deferred_cost = v.deferred_cost;
+    }
     return true;
   }
   res.status = v.status;
@@ -99,13 +129,13 @@ inline bool HttplibCheck(const Middleware& mw, const httplib::Request& req,
 // replaces ours: pass yours here instead.
 inline void InstallHttplib(httplib::Server& server, std::shared_ptr<const Middleware> mw,
                            httplib::Logger logger = nullptr) {
-  server.set_pre_routing_handler(
-      [mw = std::move(mw)](const httplib::Request& req, httplib::Response& res) {
-        return HttplibCheck(*mw, req, res) ? httplib::Server::HandlerResponse::Unhandled
-                                           : httplib::Server::HandlerResponse::Handled;
-      });
+  server.set_pre_routing_handler([mw](const httplib::Request& req, httplib::Response& res) {
+    return HttplibCheck(*mw, req, res) ? httplib::Server::HandlerResponse::Unhandled
+                                       : httplib::Server::HandlerResponse::Handled;
+  });
   server.set_logger(
-      [logger = std::move(logger)](const httplib::Request& req, const httplib::Response& res) {
+      [mw, logger = std::move(logger)](const httplib::Request& req, const httplib::Response& res) {
+        HttplibCharge(*mw, res);
         HttplibRequestDone();
         if (logger) logger(req, res);
       });
