@@ -4,9 +4,13 @@
 #   - envoyproxy/ratelimit's way: INCRBY + EXPIRE per decision, 16 decisions pipelined;
 #   - the article's INCR+EXPIRE Lua script, one EVALSHA per decision, 16 pipelined;
 #   - sluice, each algorithm: `sluice bench` (RedisStore::EvaluateAsync, coalesced as
-#     configured by default) of --sluice, and of --before when given (an older build, so
-#     that before and after run against the same server in the same run), and the
-#     fixed window uncoalesced (--coalesce 1: one script call per decision).
+#     configured by default) of --sluice with the Lua scripts (module=off), and of
+#     --before when given (an older build, so that before and after run against the same
+#     server in the same run), and the fixed window uncoalesced (--coalesce 1: one script
+#     call per decision);
+#   - sluice with the native module (src/redis/module, loaded into the same server with
+#     --loadmodule; --module PATH, or none to leave it out): each O(1) algorithm, and the
+#     fixed window uncoalesced.
 # Each row: FLUSHALL, CONFIG RESETSTAT, then --decisions decisions from --callers
 # callers over --keys random keys; Redis CPU per decision is the growth of INFO cpu
 # (used_cpu_user + used_cpu_sys of the server) over the row divided by its decisions.
@@ -17,12 +21,14 @@
 # costs Redis CPU: read the CPU column of a run without it) and reports how many
 # decisions each script call carried (issue #18 item 2), as shares of all decisions.
 #
-# Usage: bench/redis_floor.sh [--sluice PATH] [--before PATH] [--decisions N]
-#          [--keys K] [--callers C] [--rounds R] [--algorithms a,b,...] [--distribution]
+# Usage: bench/redis_floor.sh [--sluice PATH] [--before PATH] [--module PATH|none]
+#          [--decisions N] [--keys K] [--callers C] [--rounds R] [--algorithms a,b,...]
+#          [--distribution]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sluice=build/release/src/cli/sluice
 before=""
+module=build/release/src/redis/module/sluice_redis_module.so
 decisions=300000
 keys=100000
 callers=64
@@ -33,13 +39,14 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --sluice) sluice=$2; shift 2 ;;
     --before) before=$2; shift 2 ;;
+    --module) module=$2; shift 2 ;;
     --decisions) decisions=$2; shift 2 ;;
     --keys) keys=$2; shift 2 ;;
     --callers) callers=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --algorithms) algorithms=$2; shift 2 ;;
     --distribution) distribution=1; shift ;;
-    -h|--help) sed -n 2,20p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,26p "$0"; exit 0 ;;
     *) echo "redis_floor.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -48,6 +55,9 @@ done
 for tool in redis-server redis-cli python3 "$sluice" ${before:+"$before"}; do
   command -v "$tool" >/dev/null || { echo "redis_floor.sh: '$tool' is missing" >&2; exit 1; }
 done
+[[ $module == none || -f $module ]] || { echo "redis_floor.sh: no module at '$module' (--module none leaves it out)" >&2; exit 1; }
+loadmodule=()
+[[ $module != none ]] && loadmodule=(--loadmodule "$(realpath "$module")")
 
 tmp=$(mktemp -d /tmp/sluice-floor.XXXXXX)
 redis_pid=""
@@ -59,7 +69,7 @@ trap cleanup EXIT
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
-  --dir "$tmp" --logfile "$tmp/redis.log" &
+  --dir "$tmp" --logfile "$tmp/redis.log" "${loadmodule[@]}" &
 redis_pid=$!
 rcli() { redis-cli -h 127.0.0.1 -p "$port" "$@"; }
 for _ in $(seq 100); do rcli ping >/dev/null 2>&1 && break; sleep 0.1; done
@@ -147,16 +157,17 @@ row() {
   stats=$(rcli info commandstats)
   calls=$(echo "$stats" | awk -F'[:=,]' '/^cmdstat_(evalsha|incr|incrby|expire):/ {s += $3} END {print s + 0}')
   local scalls
-  scalls=$(echo "$stats" | awk -F'[:=,]' '/^cmdstat_evalsha:/ {print $3}')
-  usec=$(echo "$stats" | awk -F'[:=,]' '/^cmdstat_evalsha:/ {print $5}')
+  # (the script's calls, or the module command's)
+  scalls=$(echo "$stats" | awk -F'[:=,]' '/^cmdstat_(evalsha|sluice.decide):/ {s += $3} END {print s + 0}')
+  usec=$(echo "$stats" | awk -F'[:=,]' '/^cmdstat_(evalsha|sluice.decide):/ {s += $5} END {print s + 0}')
   errs=$(rcli info errorstats | grep errorstat_ | grep -vc "^errorstat_NOSCRIPT:" || true)
   # (NOSCRIPT: a client loading a script it has not sent on this server yet)
   [[ $errs -eq 0 ]] || { echo "redis_floor.sh: '$name' made Redis errors: $(rcli info errorstats)" >&2; exit 1; }
   echo "$name|$c0|$c1|${scalls:-0}|${usec:-0}|$calls" >> "$results"
   echo "== round $round: $name done" >&2
 }
-bench_args() {  # ALGORITHM: the flags of one sluice row
-  echo bench --store "redis://127.0.0.1:$port" --algorithm "$1" --requests "$decisions" \
+bench_args() {  # ALGORITHM [URL QUERY]: the flags of one sluice row
+  echo bench --store "redis://127.0.0.1:$port${2:-}" --algorithm "$1" --requests "$decisions" \
     -c "$callers" --keys "$keys" --quiet --json
 }
 
@@ -168,14 +179,23 @@ for round in $(seq "$rounds"); do
   for a in ${algorithms//,/ }; do
     # shellcheck disable=SC2046 # (bench_args prints plain words)
     [[ -n "$before" ]] && row "sluice $a (before)" "$before" $(bench_args "$a")
-    row "sluice $a" "$sluice" $(bench_args "$a")
+    row "sluice $a" "$sluice" $(bench_args "$a" "?module=off")
   done
+  if [[ $module != none ]]; then
+    for a in ${algorithms//,/ }; do
+      [[ $a == sliding_window_log ]] && continue  # (Lua only)
+      # shellcheck disable=SC2046
+      row "sluice $a, module" "$sluice" $(bench_args "$a")
+    done
+    # shellcheck disable=SC2046
+    row "sluice fixed_window, module, uncoalesced" "$sluice" $(bench_args fixed_window) --coalesce 1
+  fi
   # A single uncoalesced decision (one script call each), beside the article's script.
   # shellcheck disable=SC2046
   [[ -n "$before" ]] && row "sluice fixed_window, uncoalesced (before)" "$before" \
     $(bench_args fixed_window) --coalesce 1
   # shellcheck disable=SC2046
-  row "sluice fixed_window, uncoalesced" "$sluice" $(bench_args fixed_window) --coalesce 1
+  row "sluice fixed_window, uncoalesced" "$sluice" $(bench_args fixed_window "?module=off") --coalesce 1
 done
 
 if [[ $distribution == 1 ]]; then
@@ -205,7 +225,7 @@ for line in open(path):
     name, c0, c1, scalls, usec, calls = line.rstrip("\n").split("|")
     rows.setdefault(name, []).append((float(c1) - float(c0), int(scalls), int(usec), int(calls)))
 print(f"{decisions} decisions per row, {callers} callers, {keys} random keys; median of {rounds} round(s)\n")
-print("| what runs on Redis | Redis CPU us/decision | x envoy's way | decisions per EVALSHA | script us/decision |")
+print("| what runs on Redis | Redis CPU us/decision | x envoy's way | decisions per call | script (module) us/decision |")
 print("|---|---|---|---|---|")
 per = {n: statistics.median(r[0] * 1e6 / decisions for r in runs) for n, runs in rows.items()}
 envoy = next((v for n, v in per.items() if n.startswith("envoyproxy")), None)

@@ -45,7 +45,8 @@ set(CPACK_DEBIAN_PACKAGE_DESCRIPTION
   "sluiced answers Envoy's rate limit gRPC API, HTTP JSON (/v1/check, /json),
 nginx auth_request and Prometheus, with limits in the envoyproxy/ratelimit
 YAML format, counted in Redis or in process. The package also holds the sluice
-command-line tool and the C++ library (headers, static libraries, CMake package).")
+command-line tool, the C++ library (headers, static libraries, CMake package)
+and the native Redis module, /usr/lib/sluice/sluice_redis_module.so.")
 # Runtime dependencies from the binaries' shared libraries (dpkg-shlibdeps, dpkg-dev).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # The library's CMake package finds hiredis through pkg-config; the daemon can use a

@@ -48,6 +48,20 @@ version=$(dpkg-deb -f "$deb" Version)
 [[ $(sluice --version) == "sluice $version" ]] || fail "sluice --version"
 [[ $(command -v sluiced) == /usr/bin/sluiced ]] || fail "sluiced is not /usr/bin/sluiced"
 
+step "the native Redis module: /usr/lib/sluice/sluice_redis_module.so"
+module=/usr/lib/sluice/sluice_redis_module.so
+[[ -f $module ]] || fail "no $module"
+if command -v redis-server >/dev/null; then
+  # it loads into the machine's redis-server (on a unix socket in the work directory)
+  redis-server --port 0 --unixsocket "$work/redis.sock" --save '' --daemonize no \
+    --dir "$work" --logfile "$work/redis-module.log" --loadmodule "$module" &
+  module_pid=$!
+  for _ in $(seq 100); do redis-cli -s "$work/redis.sock" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  answer=$(redis-cli -s "$work/redis.sock" sluice.version 2>&1 || true)
+  kill "$module_pid"; wait "$module_pid" 2>/dev/null || true
+  [[ $answer == 1 ]] || { cat "$work/redis-module.log" >&2; fail "SLUICE.VERSION answered '$answer'"; }
+fi
+
 step "sluiced --check-config /etc/sluice/sluiced.yaml"
 sluiced --check-config /etc/sluice/sluiced.yaml
 

@@ -116,9 +116,10 @@ struct UsageReservation {
 
 // What Limiter::SettleUsage answers.
 struct UsageSettlement {
-  // The binding decision after the settle, describing the key as a peek would;
-  // `charged` (per policy) the units of a difference above the estimate that did not
-  // fit and were taken by the policy's overage.
+  // The decision of the policy with the least remaining after the settle, describing
+  // the key as a peek would; `allowed` is true when the settle was applied now, and
+  // `charged` the units of a difference above the estimate that did not fit and were
+  // taken by the policy's overage.
   Decision decision;
   // True when this id had been settled before: nothing changed (a retried settle).
   bool already_settled = false;

@@ -38,6 +38,10 @@ struct WordOps {
   // kProportional carry-over of a state written under `w`: false when it is to be
   // taken as fresh instead.
   bool (*carry)(const Policy& p, const WrittenUnder& w, Micros now, WordState* s);
+  // Overage (Policy::overage): a denied check's charge, bounded at OverageBound
+  // (<Algorithm>Charge); its decision a peek at the state after it, with `charged`.
+  Decision (*charge)(const Policy& p, const WordState& in, bool fresh, Micros now,
+                     std::uint64_t cost, WordState* out, Micros* expires);
 };
 
 extern const WordOps kFixedWindowOps;           // core/fixed_window.cc

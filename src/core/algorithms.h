@@ -158,6 +158,40 @@ Decision GcraPenalize(const Policy& p, const GcraState& in, bool fresh, Micros n
 Decision SlidingWindowLogPenalize(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
                                   Micros* expires);
 
+// --- overage (Policy::overage; issue #21 item 3) ---
+// A penalty is a charge bounded at PenaltyBound; an overage charge (a denied check of
+// a policy whose overage is kCharge or kDrain) one bounded at OverageBound. A charge of
+// `cost` takes min(cost, bound - usage) units (none when the usage is at the bound
+// already), where the usage is what a decision sees: a window's count (the sliding
+// counter's estimate under overage, its current count for a penalty), capacity -
+// tokens, (TAT - now) / T, a log's units. Its decision is a peek at the state after
+// it, with Decision::charged = the units taken (rounded down for the bucket and GCRA's
+// doubles).
+inline std::uint64_t PenaltyBound(const Policy& p) {
+  return 2 * p.Capacity();
+}
+inline std::uint64_t OverageBound(const Policy& p) {
+  return p.Capacity() + p.DebtBound();
+}
+// Whole units of a double amount taken (floor, with the shared epsilon).
+inline std::uint64_t ChargedUnits(double taken) {
+  const double whole = taken + kEpsilon;
+  return whole >= 1 ? static_cast<std::uint64_t>(whole) : 0;
+}
+Decision FixedWindowCharge(const Policy& p, const FixedWindowState& in, bool fresh, Micros now,
+                           std::uint64_t cost, std::uint64_t bound, FixedWindowState* out,
+                           Micros* expires);
+Decision SlidingWindowCounterCharge(const Policy& p, const SlidingCounterState& in, bool fresh,
+                                    Micros now, std::uint64_t cost, std::uint64_t bound,
+                                    SlidingCounterState* out, Micros* expires);
+Decision TokenBucketCharge(const Policy& p, const TokenBucketState& in, bool fresh, Micros now,
+                           std::uint64_t cost, std::uint64_t bound, TokenBucketState* out,
+                           Micros* expires);
+Decision GcraCharge(const Policy& p, const GcraState& in, bool fresh, Micros now,
+                    std::uint64_t cost, std::uint64_t bound, GcraState* out, Micros* expires);
+Decision SlidingWindowLogCharge(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
+                                std::uint64_t bound, Micros* expires);
+
 // --- usage reservations (StoreCheck::usage_id, StoreOp::kSettle; issue #21 item 3) ---
 // How long a reservation's record may be kept (StoreCheck::usage_ttl), and the
 // limiter's default (Limiter::ReserveUsage with settle_within 0).

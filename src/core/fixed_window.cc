@@ -53,14 +53,23 @@ void FixedWindowRefund(const Policy& p, const FixedWindowState& in, Micros now, 
   out->count = in.count - std::min(in.count, cost);
 }
 
-// Penalties (core/penalties.cc has the shared rules).
-Decision FixedWindowPenalize(const Policy& p, const FixedWindowState& in, bool fresh, Micros now,
-                             std::uint64_t cost, FixedWindowState* out, Micros* expires) {
+// Penalties and overage (core/penalties.cc has the shared rules).
+Decision FixedWindowCharge(const Policy& p, const FixedWindowState& in, bool fresh, Micros now,
+                           std::uint64_t cost, std::uint64_t bound, FixedWindowState* out,
+                           Micros* expires) {
   FixedWindowState s;
   Micros e;
   (void)FixedWindow(p, in, fresh, now, 0, &s, &e);
-  s.count = std::max(s.count, std::min(s.count + cost, 2 * p.limit));
-  return FixedWindow(p, s, /*fresh=*/false, now, 0, out, expires);
+  const std::uint64_t was = s.count;
+  s.count = std::max(s.count, std::min(s.count + cost, bound));
+  Decision d = FixedWindow(p, s, /*fresh=*/false, now, 0, out, expires);
+  d.charged = s.count - was;
+  return d;
+}
+
+Decision FixedWindowPenalize(const Policy& p, const FixedWindowState& in, bool fresh, Micros now,
+                             std::uint64_t cost, FixedWindowState* out, Micros* expires) {
+  return FixedWindowCharge(p, in, fresh, now, cost, PenaltyBound(p), out, expires);
 }
 
 // Carry-over (Policy::on_change, kProportional; core/carry.cc has the shared rules).
@@ -88,9 +97,13 @@ Decision OpsPenalize(const Policy& p, const WordState& in, bool fresh, Micros no
 bool OpsCarry(const Policy& p, const WrittenUnder& w, Micros /*now*/, WordState* s) {
   return CarryFixedWindow(p, w, &s->fixed);
 }
+Decision OpsCharge(const Policy& p, const WordState& in, bool fresh, Micros now, std::uint64_t cost,
+                   WordState* out, Micros* expires) {
+  return FixedWindowCharge(p, in.fixed, fresh, now, cost, OverageBound(p), &out->fixed, expires);
+}
 
 }  // namespace
 
-const WordOps kFixedWindowOps = {OpsDecide, OpsRefund, OpsPenalize, OpsCarry};
+const WordOps kFixedWindowOps = {OpsDecide, OpsRefund, OpsPenalize, OpsCarry, OpsCharge};
 
 }  // namespace sluice::core

@@ -58,17 +58,24 @@ void GcraRefund(const Policy& p, const GcraState& in, Micros now, std::uint64_t 
   *expires = static_cast<Micros>(std::ceil(tat));
 }
 
-// Penalties (core/penalties.cc has the shared rules).
-Decision GcraPenalize(const Policy& p, const GcraState& in, bool fresh, Micros now,
-                      std::uint64_t cost, GcraState* out, Micros* expires) {
+// Penalties and overage (core/penalties.cc has the shared rules).
+Decision GcraCharge(const Policy& p, const GcraState& in, bool fresh, Micros now,
+                    std::uint64_t cost, std::uint64_t bound, GcraState* out, Micros* expires) {
   GcraState s;
   Micros e;
   (void)Gcra(p, in, fresh, now, 0, &s, &e);
   const double interval = static_cast<double>(p.window) / static_cast<double>(p.limit);
-  const double tau = interval * static_cast<double>(p.Capacity());
-  const double bound = static_cast<double>(now) + 2 * tau;
-  s.tat = std::max(s.tat, std::min(s.tat + static_cast<double>(cost) * interval, bound));
-  return Gcra(p, s, /*fresh=*/false, now, 0, out, expires);
+  const double most = static_cast<double>(now) + static_cast<double>(bound) * interval;
+  const double was = s.tat;
+  s.tat = std::max(s.tat, std::min(s.tat + static_cast<double>(cost) * interval, most));
+  Decision d = Gcra(p, s, /*fresh=*/false, now, 0, out, expires);
+  d.charged = ChargedUnits((s.tat - was) / interval);
+  return d;
+}
+
+Decision GcraPenalize(const Policy& p, const GcraState& in, bool fresh, Micros now,
+                      std::uint64_t cost, GcraState* out, Micros* expires) {
+  return GcraCharge(p, in, fresh, now, cost, PenaltyBound(p), out, expires);
 }
 
 // Carry-over (Policy::on_change, kProportional; core/carry.cc has the shared rules).
@@ -102,8 +109,13 @@ bool OpsCarry(const Policy& p, const WrittenUnder& w, Micros now, WordState* s) 
   return CarryGcra(p, w, now, &s->gcra);
 }
 
+Decision OpsCharge(const Policy& p, const WordState& in, bool fresh, Micros now, std::uint64_t cost,
+                   WordState* out, Micros* expires) {
+  return GcraCharge(p, in.gcra, fresh, now, cost, OverageBound(p), &out->gcra, expires);
+}
+
 }  // namespace
 
-const WordOps kGcraOps = {OpsDecide, OpsRefund, OpsPenalize, OpsCarry};
+const WordOps kGcraOps = {OpsDecide, OpsRefund, OpsPenalize, OpsCarry, OpsCharge};
 
 }  // namespace sluice::core

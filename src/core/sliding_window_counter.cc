@@ -88,8 +88,33 @@ Decision SlidingWindowCounterPenalize(const Policy& p, const SlidingCounterState
   SlidingCounterState s;
   Micros e;
   (void)SlidingWindowCounter(p, in, fresh, now, 0, &s, &e);
+  const std::uint64_t was = s.curr;
   s.curr = std::max(s.curr, std::min(s.curr + cost, 2 * p.limit));
-  return SlidingWindowCounter(p, s, /*fresh=*/false, now, 0, out, expires);
+  Decision d = SlidingWindowCounter(p, s, /*fresh=*/false, now, 0, out, expires);
+  d.charged = s.curr - was;
+  return d;
+}
+
+// Overage: bounded on the estimate (the weighted previous window included), so that
+// the key's usage as a decision sees it never exceeds `bound`: the current window's
+// count grows by min(cost, floor(bound - estimate)), never below what it was.
+Decision SlidingWindowCounterCharge(const Policy& p, const SlidingCounterState& in, bool fresh,
+                                    Micros now, std::uint64_t cost, std::uint64_t bound,
+                                    SlidingCounterState* out, Micros* expires) {
+  SlidingCounterState s;
+  Micros e;
+  (void)SlidingWindowCounter(p, in, fresh, now, 0, &s, &e);
+  const Micros w = p.window;
+  const Micros elapsed = std::max(now, s.window_start) - s.window_start;
+  const double weight = static_cast<double>(w - elapsed) / static_cast<double>(w);
+  const double estimate = static_cast<double>(s.prev) * weight + static_cast<double>(s.curr);
+  const double room = std::floor(static_cast<double>(bound) - estimate + kEpsilon);
+  const std::uint64_t add =
+      room > 0 ? std::min(cost, static_cast<std::uint64_t>(room)) : std::uint64_t{0};
+  s.curr += add;
+  Decision d = SlidingWindowCounter(p, s, /*fresh=*/false, now, 0, out, expires);
+  d.charged = add;
+  return d;
 }
 
 // Carry-over (Policy::on_change, kProportional; core/carry.cc has the shared rules).
@@ -119,8 +144,14 @@ bool OpsCarry(const Policy& p, const WrittenUnder& w, Micros /*now*/, WordState*
   return CarrySlidingWindowCounter(p, w, &s->counter);
 }
 
+Decision OpsCharge(const Policy& p, const WordState& in, bool fresh, Micros now, std::uint64_t cost,
+                   WordState* out, Micros* expires) {
+  return SlidingWindowCounterCharge(p, in.counter, fresh, now, cost, OverageBound(p), &out->counter,
+                                    expires);
+}
+
 }  // namespace
 
-const WordOps kSlidingWindowCounterOps = {OpsDecide, OpsRefund, OpsPenalize, OpsCarry};
+const WordOps kSlidingWindowCounterOps = {OpsDecide, OpsRefund, OpsPenalize, OpsCarry, OpsCharge};
 
 }  // namespace sluice::core

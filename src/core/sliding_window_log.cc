@@ -79,15 +79,22 @@ void SlidingWindowLogRefund(const Policy& p, SlidingLog& log, Micros now, std::u
 }
 
 // Penalties (core/penalties.cc has the shared rules).
-Decision SlidingWindowLogPenalize(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
-                                  Micros* expires) {
+Decision SlidingWindowLogCharge(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
+                                std::uint64_t bound, Micros* expires) {
   Micros e;
   (void)SlidingWindowLog(p, log, now, 0, /*commit=*/false, &e);  // drops what left the window
   const std::uint64_t used = log.used();
-  const std::uint64_t room = 2 * p.limit > used ? 2 * p.limit - used : 0;
+  const std::uint64_t room = bound > used ? bound - used : 0;
   const std::uint64_t add = std::min(cost, room);
   if (add > 0) SlidingWindowLogCommit(p, log, now, add, &e);
-  return SlidingWindowLog(p, log, now, 0, /*commit=*/false, expires);
+  Decision d = SlidingWindowLog(p, log, now, 0, /*commit=*/false, expires);
+  d.charged = add;
+  return d;
+}
+
+Decision SlidingWindowLogPenalize(const Policy& p, SlidingLog& log, Micros now, std::uint64_t cost,
+                                  Micros* expires) {
+  return SlidingWindowLogCharge(p, log, now, cost, PenaltyBound(p), expires);
 }
 
 }  // namespace sluice::core

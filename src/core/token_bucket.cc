@@ -114,15 +114,24 @@ void TokenBucketRefund(const Policy& p, const TokenBucketState& in, Micros now, 
   *expires = NewAgainAt(p, t, TimeToFull(tokens, capacity, rate));
 }
 
-// Penalties (core/penalties.cc has the shared rules).
-Decision TokenBucketPenalize(const Policy& p, const TokenBucketState& in, bool fresh, Micros now,
-                             std::uint64_t cost, TokenBucketState* out, Micros* expires) {
+// Penalties and overage (core/penalties.cc has the shared rules).
+Decision TokenBucketCharge(const Policy& p, const TokenBucketState& in, bool fresh, Micros now,
+                           std::uint64_t cost, std::uint64_t bound, TokenBucketState* out,
+                           Micros* expires) {
   TokenBucketState s;
   Micros e;
   (void)TokenBucket(p, in, fresh, now, 0, &s, &e);
-  const double capacity = static_cast<double>(p.Capacity());
-  s.tokens = std::max(std::min(s.tokens, -capacity), s.tokens - static_cast<double>(cost));
-  return TokenBucket(p, s, /*fresh=*/false, now, 0, out, expires);
+  const double floor_tokens = static_cast<double>(p.Capacity()) - static_cast<double>(bound);
+  const double was = s.tokens;
+  s.tokens = std::max(std::min(s.tokens, floor_tokens), s.tokens - static_cast<double>(cost));
+  Decision d = TokenBucket(p, s, /*fresh=*/false, now, 0, out, expires);
+  d.charged = ChargedUnits(was - s.tokens);
+  return d;
+}
+
+Decision TokenBucketPenalize(const Policy& p, const TokenBucketState& in, bool fresh, Micros now,
+                             std::uint64_t cost, TokenBucketState* out, Micros* expires) {
+  return TokenBucketCharge(p, in, fresh, now, cost, PenaltyBound(p), out, expires);
 }
 
 // Carry-over (Policy::on_change, kProportional; core/carry.cc has the shared rules).
@@ -153,9 +162,13 @@ Decision OpsPenalize(const Policy& p, const WordState& in, bool fresh, Micros no
 bool OpsCarry(const Policy& p, const WrittenUnder& w, Micros now, WordState* s) {
   return CarryTokenBucket(p, w, now, &s->bucket);
 }
+Decision OpsCharge(const Policy& p, const WordState& in, bool fresh, Micros now, std::uint64_t cost,
+                   WordState* out, Micros* expires) {
+  return TokenBucketCharge(p, in.bucket, fresh, now, cost, OverageBound(p), &out->bucket, expires);
+}
 
 }  // namespace
 
-const WordOps kTokenBucketOps = {OpsDecide, OpsRefund, OpsPenalize, OpsCarry};
+const WordOps kTokenBucketOps = {OpsDecide, OpsRefund, OpsPenalize, OpsCarry, OpsCharge};
 
 }  // namespace sluice::core

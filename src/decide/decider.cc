@@ -99,7 +99,8 @@ struct Flow {
   std::shared_ptr<Flow> (*self)(Flow&) = nullptr;
 };
 
-// DecideAsync's flow: the caller's keys and permit ids end when it returns.
+// DecideAsync's flow: the caller's keys and permit (or usage reservation) ids end
+// when it returns.
 struct HeapFlow final : Flow, std::enable_shared_from_this<HeapFlow> {
   std::shared_ptr<Decider::Impl> keep;
   Check owned[kMaxBatchChecks];
@@ -241,7 +242,7 @@ Result<std::size_t> Decider::Decide(std::span<const Check> checks, std::span<Dec
   Impl& im = *impl_;
   if (checks.size() == 1 && im.in_process && checks[0].policy != nullptr &&
       !checks[0].policy->shadow && checks[0].policy->lease == 0 &&
-      checks[0].cost <= checks[0].policy->Capacity() && out.size() >= 1) {
+      checks[0].cost <= checks[0].policy->MaxCost() && out.size() >= 1) {
     // One enforced check, without a lease, on an in-process store (the deny cache is off
     // for it): straight to the store, nothing copied or cleared. It goes through the
     // store the decider was given, so that wrappers still see the call (sluiced's
@@ -308,6 +309,9 @@ void Decider::DecideAsync(std::span<const Check> checks, DoneCallback done, Stor
     if (!checks[i].permit.empty()) {
       f->permits[i].assign(checks[i].permit);
       f->owned[i].permit = f->permits[i];
+    } else if (!checks[i].usage_id.empty()) {  // (a rate check: it has no permit)
+      f->permits[i].assign(checks[i].usage_id);
+      f->owned[i].usage_id = f->permits[i];
     }
   }
   f->checks = std::span<const Check>(f->owned, checks.size());

@@ -35,8 +35,10 @@ struct Check {
   const Policy* fallback = nullptr;
   // The full store key (prefix, caller key and policy name).
   std::string_view key;
-  // 0 peeks (nothing is consumed). A cost above the policy's capacity could never
-  // pass: that check is denied and the whole batch only peeked.
+  // 0 peeks (nothing is consumed). A cost above the policy's MaxCost() (its capacity
+  // under Overage::kReject) could never pass: that check is denied and the whole batch
+  // only peeked. Under an overage a cost up to MaxCost() goes to the store (a usage
+  // report is charged there, never answered from the deny cache).
   std::uint64_t cost = 1;
   // --- concurrency limits (issue #12 item 1): StoreCheck::permit ---
   // A concurrency check's denial is never put in the deny cache (a release by any
@@ -46,6 +48,10 @@ struct Check {
   // (0..policy->window). Never decided from a lease; the deny cache does not deny it
   // when the cached denial ends within max_wait.
   Micros max_wait = 0;
+  // Usage reservations (StoreCheck::usage_id, usage_ttl): the id the store records the
+  // check under. Never decided from a lease or the deny cache.
+  std::string_view usage_id;
+  Micros usage_ttl = 0;
 };
 
 struct Options {

@@ -64,8 +64,13 @@ struct Decider::Impl {
 
   // The store's view of `c` at `cost`.
   static StoreCheck ToStoreCheck(const Check& c, std::uint64_t cost) {
-    return StoreCheck{
-        .policy = c.policy, .key = c.key, .cost = cost, .permit = c.permit, .max_wait = c.max_wait};
+    return StoreCheck{.policy = c.policy,
+                      .key = c.key,
+                      .cost = cost,
+                      .permit = c.permit,
+                      .max_wait = c.max_wait,
+                      .usage_id = c.usage_id,
+                      .usage_ttl = c.usage_ttl};
   }
 
   // A decision's cost above its policy's capacity could never pass: the whole group
@@ -106,7 +111,8 @@ struct Decider::Impl {
     if (checks.size() != 1) return false;
     const Check& c = checks[0];
     return c.policy->lease > 0 && !c.policy->shadow && c.cost >= 1 && c.cost < c.policy->lease &&
-           c.max_wait == 0;  // reservations take future budget: always the store's
+           c.max_wait == 0 &&   // reservations take future budget: always the store's
+           c.usage_id.empty();  // a usage reservation is recorded by the store
   }
 
   // Gives ended leases back, without waiting: a refund that fails leaves the units

@@ -32,7 +32,10 @@ void Decider::Impl::MakeGroup(std::span<const Check> checks, Group& g, StoreOp o
   g.too_big = false;
   if (op == StoreOp::kDecide) {
     for (const Check& c : checks) {
-      g.too_big = g.too_big || (c.policy != nullptr && c.cost > c.policy->Capacity());
+      // A cost no request could ever pay (above what the policy's overage lets it
+      // take) is denied without charging anything; under an overage a report of more
+      // than the capacity is charged, so it goes to the store whole.
+      g.too_big = g.too_big || (c.policy != nullptr && c.cost > c.policy->MaxCost());
     }
   }
   for (std::size_t i = 0; i < checks.size(); ++i) {
@@ -42,6 +45,12 @@ void Decider::Impl::MakeGroup(std::span<const Check> checks, Group& g, StoreOp o
 
 bool Decider::Impl::FromDenyCache(const Group& g, Micros now, std::span<Decision> out) {
   if (!use_deny_cache || g.too_big || g.op != StoreOp::kDecide) return false;
+  // A check the store must see whatever it decides: an overage charge, or a usage
+  // reservation it records.
+  for (std::size_t i = 0; i < g.n; ++i) {
+    const StoreCheck& c = g.sc[i];
+    if ((c.cost > 0 && c.policy->overage != Overage::kReject) || !c.usage_id.empty()) return false;
+  }
   for (std::size_t i = 0; i < g.n; ++i) {
     Decision d;
     if (!deny_cache.Lookup(g.sc[i].key, g.sc[i].cost, now, &d, ReservingWait(g.sc[i]))) {
@@ -93,7 +102,7 @@ Status Decider::Impl::AfterStore(const Group& g, const Status& s, Micros now,
   if (g.too_big) {
     for (std::size_t i = 0; i < g.n; ++i) {
       const Check& c = g.checks[i];
-      if (c.cost <= c.policy->Capacity()) continue;
+      if (c.cost <= c.policy->MaxCost()) continue;
       out[i].allowed = false;
       out[i].remaining = 0;
       out[i].retry_after = c.policy->window;

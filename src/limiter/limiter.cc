@@ -133,7 +133,8 @@ Result<Decision> Limiter::Acquire(std::span<const Check> checks, std::span<Decis
 }
 
 Result<Decision> Limiter::Impl::Decide(std::span<const Check> checks, Micros max_wait,
-                                       std::span<Decision> per_check, std::string_view permit) {
+                                       std::span<Decision> per_check, std::string_view permit,
+                                       std::string_view usage_id, Micros usage_ttl) {
   if (checks.empty()) return Status::InvalidArgument("no checks given");
   if (checks.size() > kMaxChecks)
     return Status::InvalidArgument("at most " + std::to_string(kMaxChecks) + " checks per call");
@@ -159,7 +160,13 @@ Result<Decision> Limiter::Impl::Decide(std::span<const Check> checks, Micros max
       return Status::InvalidArgument("key is " + std::to_string(c.key.size()) + " bytes; at most " +
                                      std::to_string(kMaxKeyBytes) + " are allowed");
     }
-    if (c.cost > p.Capacity() && !(permit.size() > 0 && p.algorithm == Algorithm::kConcurrency)) {
+    if (c.cost > p.MaxCost() && !(permit.size() > 0 && p.algorithm == Algorithm::kConcurrency)) {
+      if (p.overage != Overage::kReject) {
+        return Status::InvalidArgument("cost " + std::to_string(c.cost) + " of policy '" + p.name +
+                                       "' (overage " + OverageName(p.overage) + ") exceeds " +
+                                       std::to_string(p.MaxCost()) +
+                                       ", the most one check may charge");
+      }
       return Status::InvalidArgument("cost " + std::to_string(c.cost) + " exceeds the capacity " +
                                      std::to_string(p.Capacity()) + " of policy '" + p.name +
                                      "': such a request could never pass");
@@ -179,6 +186,8 @@ Result<Decision> Limiter::Impl::Decide(std::span<const Check> checks, Micros max
         decide::Check{&p, &fallback_policies[c.policy],
                       BuildStoreKeyView(keys[i], options.key_prefix, c.key, p.name), c.cost};
     dchecks[i].max_wait = max_wait;
+    dchecks[i].usage_id = usage_id;
+    dchecks[i].usage_ttl = usage_ttl;
     if (p.algorithm == Algorithm::kConcurrency && c.cost > 0) {
       // --- concurrency limits: a slot is taken only with a permit that can release it ---
       if (permit.empty()) {
@@ -310,31 +319,6 @@ Status Limiter::Reset(std::string_view key) {
     }
   }
   return Status::Ok();
-}
-
-Result<UsageReservation> Limiter::ReserveUsage(std::string_view key, std::uint64_t estimate,
-                                               Micros settle_within,
-                                               std::span<Decision> per_policy) {
-  (void)key, (void)estimate, (void)settle_within, (void)per_policy;
-  return Status::Unimplemented("ReserveUsage is not implemented yet");
-}
-
-Result<UsageReservation> Limiter::ReserveUsage(std::span<const Check> checks, Micros settle_within,
-                                               std::span<Decision> per_check) {
-  (void)checks, (void)settle_within, (void)per_check;
-  return Status::Unimplemented("ReserveUsage is not implemented yet");
-}
-
-Result<UsageSettlement> Limiter::SettleUsage(std::string_view key, std::string_view id,
-                                             std::uint64_t actual, std::span<Decision> per_policy) {
-  (void)key, (void)id, (void)actual, (void)per_policy;
-  return Status::Unimplemented("SettleUsage is not implemented yet");
-}
-
-Result<UsageSettlement> Limiter::SettleUsage(std::span<const Check> checks, std::string_view id,
-                                             std::span<Decision> per_check) {
-  (void)checks, (void)id, (void)per_check;
-  return Status::Unimplemented("SettleUsage is not implemented yet");
 }
 
 LimiterStats Limiter::Stats() const {

@@ -61,8 +61,11 @@ struct Limiter::Impl {
   // Acquire(checks) with StoreCheck::max_wait = `max_wait` (0: a plain decision), and
   // AcquirePermit when `permit` is not empty: then every check of a concurrency policy
   // takes a slot for `permit` (its cost is 1).
+  // ReserveUsage when `usage_id` is not empty: every check is recorded under it for
+  // `usage_ttl` (StoreCheck::usage_id).
   Result<Decision> Decide(std::span<const Check> checks, Micros max_wait,
-                          std::span<Decision> per_check, std::string_view permit = {});
+                          std::span<Decision> per_check, std::string_view permit = {},
+                          std::string_view usage_id = {}, Micros usage_ttl = 0);
 
   // AcquireWaiting's lines: the callers waiting on the same checks (policy and key
   // pairs), in arrival order, each with the time it is due to try (again). A caller

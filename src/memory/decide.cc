@@ -33,6 +33,8 @@ struct MemoryStore::Impl::Pending {
   Micros expires[kMaxBatch];
   bool all_allowed = true;
   bool consumes = false;
+  // A check (cost > 0) of a policy whose overage is not kReject is in the batch.
+  bool overage = false;
   // Carry-over: the id of each check's parameters when its policy records them (0
   // otherwise), and whether a state was taken as fresh because of a change.
   std::uint32_t carry_id[kMaxBatch];
@@ -49,6 +51,8 @@ Status MemoryStore::Impl::Decide(std::span<const StoreCheck> checks, Micros now,
   DecideChecks(locks, checks, now, pending, out);
   if (!pending.all_allowed || !pending.consumes) {
     StartBuckets(locks, checks, now, pending);
+    // Overage (Policy::overage): a denied batch's charging checks take per their rule.
+    if (!pending.all_allowed && pending.overage) return ChargeOverage(locks, checks, now, out);
     return Status::Ok();
   }
   return Commit(locks, checks, now, pending);
@@ -103,6 +107,11 @@ void MemoryStore::Impl::DecideChecks(LockedShards& locks, std::span<const StoreC
       out[i] = core::WordOpsOf(p.algorithm)
                    ->decide(p, in.word, fresh, now, c.cost, &pending.next[i].word,
                             &pending.expires[i], c.max_wait);
+    }
+    if (p.overage != Overage::kReject && c.cost > 0) [[unlikely]] {
+      // A cost above the capacity (a usage report) never fits: denied, then charged.
+      if (c.cost > p.Capacity()) out[i].allowed = false;
+      pending.overage = true;
     }
     // Blocks (Policy::block_for): a blocked key is denied; a denial by the policy
     // itself (not during a block, and not a peek) starts a block.

@@ -51,7 +51,7 @@ Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, std::uint64_
                            Decision* out) {
   const Policy& p = *c.policy;
   if (p.algorithm != Algorithm::kSlidingWindowLog && p.algorithm != Algorithm::kConcurrency &&
-      p.block_for == 0) {
+      p.block_for == 0 && p.overage == Overage::kReject) {
     // The common case, a word state that is live (not back to full): decided and
     // committed under the shard lock with nothing else to do. It is exactly what the
     // batch path below does for such a check (no reservation, insert or sweep).
@@ -109,11 +109,16 @@ Status MemoryStore::Run(const StoreBatch& batch, std::span<Decision> out) {
   }
   using memory_internal::Access;
   switch (batch.op) {
-    case StoreOp::kDecide:
-      if (checks.size() == 1) {
-        return Access::EvaluateOne(*this, checks[0], HashKey(checks[0].key), batch.now, &out[0]);
-      }
-      return Access::EvaluateBatch(*this, checks, batch.now, out);
+    case StoreOp::kDecide: {
+      const Status s =
+          checks.size() == 1
+              ? Access::EvaluateOne(*this, checks[0], HashKey(checks[0].key), batch.now, &out[0])
+              : Access::EvaluateBatch(*this, checks, batch.now, out);
+      bool usage = false;  // (usage reservations: StoreCheck::usage_id)
+      for (const StoreCheck& c : checks) usage = usage || !c.usage_id.empty();
+      if (!s.ok() || !usage) return s;
+      return impl_->RecordUsage(checks, batch.now, out);
+    }
     case StoreOp::kRefund:
       return impl_->Refund(checks, batch.now);
     case StoreOp::kPenalize:
@@ -122,7 +127,7 @@ Status MemoryStore::Run(const StoreBatch& batch, std::span<Decision> out) {
     case StoreOp::kExtend:
       return Access::PermitBatch(*this, batch.op == StoreOp::kExtend, checks, batch.now, out);
     case StoreOp::kSettle:
-      return Status::Unimplemented("settling usage reservations is not implemented yet");
+      return impl_->Settle(checks, batch.now, out);
   }
   return Status::InvalidArgument("unknown store operation");
 }

@@ -11,6 +11,7 @@
 
 #include "memory/carry.h"
 #include "memory/shard.h"
+#include "memory/usage.h"
 #include "sluice/memory_store.h"
 
 namespace sluice {
@@ -20,7 +21,7 @@ struct MemoryStore::Impl {
   using LockedShards = memory_internal::LockedShards;
   using ParamsRegistry = memory_internal::ParamsRegistry;
 
-  explicit Impl(MemoryStoreOptions o) : options(o) {
+  explicit Impl(MemoryStoreOptions o) : options(o), usage(o.max_keys) {
     std::size_t n = 1;
     while (n < std::max<std::size_t>(1, o.shards)) n <<= 1;
     shards = std::vector<Shard>(n);
@@ -61,6 +62,21 @@ struct MemoryStore::Impl {
   Status Refund(std::span<const StoreCheck> checks, Micros now);
   Status Permits(bool extend, std::span<const StoreCheck> checks, Micros now,
                  std::span<Decision> out);
+  // Usage reservations (settle.cc): records what a decided batch's checks with a
+  // usage_id took, and settles them (StoreOp::kSettle).
+  Status RecordUsage(std::span<const StoreCheck> checks, Micros now,
+                     std::span<const Decision> decided);
+  Status Settle(std::span<const StoreCheck> checks, Micros now, std::span<Decision> out);
+
+  // penalize.cc's steps: one check applied by force (a penalty, or an overage charge),
+  // the room forced checks need, and the overage charges of a denied batch.
+  bool Force(LockedShards& locks, std::size_t i, const StoreCheck& c, Micros now, bool overage,
+             Decision* out);
+  template <typename Apply>
+  bool ReserveForced(LockedShards& locks, std::span<const StoreCheck> checks, Micros now,
+                     Apply apply, std::size_t* reserved);
+  Status ChargeOverage(LockedShards& locks, std::span<const StoreCheck> checks, Micros now,
+                       std::span<Decision> out);
 
   // decide.cc's steps: what a batch decided before it commits, the decisions, the
   // token buckets a denied batch starts, and the commit.
@@ -74,7 +90,8 @@ struct MemoryStore::Impl {
 
   MemoryStoreOptions options;
   std::vector<Shard> shards;
-  ParamsRegistry carry_params;  // carry-over (Policy::on_change)
+  ParamsRegistry carry_params;        // carry-over (Policy::on_change)
+  memory_internal::UsageTable usage;  // usage reservations (StoreCheck::usage_id)
   std::atomic<std::size_t> total{0};
   std::atomic<std::uint64_t> rejected_full{0};
   std::atomic<std::uint64_t> expired{0};

@@ -8,18 +8,22 @@
 #include <cerrno>
 #include <cstring>
 
+#include "redis/module/wire.h"
+
 namespace sluice::redis {
 
 Result<std::unique_ptr<Connection>> Connection::Open(const ConnectOptions& options,
                                                      std::shared_ptr<ConnectionStats> stats,
                                                      std::shared_ptr<CompletionQueue> completions) {
-  auto t = ConnectAndHandshake(options.handshake);
+  HandshakeInfo info;
+  auto t = ConnectAndHandshake(options.handshake, -1, &info);
   if (!t.ok()) return t.status();
   std::unique_ptr<Connection> c(
       new Connection(options, std::move(stats), std::move(completions), std::move(*t)));
   if (c->wake_fd_ < 0 || c->stop_fd_ < 0) {
     return Status::Internal("eventfd failed: " + std::string(strerror(errno)));
   }
+  c->module_.store(info.module, std::memory_order_release);
   c->connected_.store(true, std::memory_order_release);
   c->ever_connected_ = true;
   c->thread_ = std::thread([p = c.get()] { p->Run(); });
@@ -92,14 +96,15 @@ void Connection::Submit(std::string wire, Deadline deadline, ReplyCallback callb
 }
 
 void Connection::Submit(std::string wire, Deadline deadline, ReplyCallback callback,
-                        CoalesceInfo coalesce) {
+                        CoalesceInfo coalesce, std::string module_wire) {
   std::vector<ReplyCallback> cbs;
   cbs.push_back(std::move(callback));
   bool wake = false, queued = false;
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (!stop_ && connected_.load(std::memory_order_relaxed)) {
-      queue_.push_back(Queued{std::move(wire), deadline, std::move(cbs), std::move(coalesce)});
+      queue_.push_back(Queued{std::move(wire), deadline, std::move(cbs), std::move(coalesce),
+                              std::move(module_wire)});
       queued = true;
       if (!wake_pending_) wake = wake_pending_ = true;
     }
@@ -111,27 +116,73 @@ void Connection::Submit(std::string wire, Deadline deadline, ReplyCallback callb
   if (wake) Wake();
 }
 
-namespace {
-
-void AppendBulk(std::string& out, std::string_view arg) {
-  out.push_back('$');
-  out.append(std::to_string(arg.size()));
-  out.append("\r\n");
-  out.append(arg);
-  out.append("\r\n");
+bool IsUnknownCommand(const redisReply* r) {
+  constexpr std::string_view kUnknown = "ERR unknown command";
+  return r != nullptr && r->type == REDIS_REPLY_ERROR && r->len >= kUnknown.size() &&
+         std::string_view(r->str, kUnknown.size()) == kUnknown;
 }
 
-}  // namespace
+void Connection::EmitOne(Queued& q, std::string& out, std::deque<Pending>& inflight) {
+  const bool module = !q.module_wire.empty() && module_.load(std::memory_order_relaxed);
+  out.append(module ? q.module_wire : q.wire);
+  for (ReplyCallback& cb : q.callbacks) {
+    Pending p{q.deadline, std::move(cb)};
+    p.module = module;
+    inflight.push_back(std::move(p));
+  }
+}
+
+std::shared_ptr<Connection::Merged> Connection::Merge(const std::vector<Queued*>& lane,
+                                                      std::size_t from, std::size_t to,
+                                                      bool module) {
+  const CoalesceTarget& target = *lane[from]->coalesce.target;
+  auto m = std::make_shared<Merged>();
+  m->target = &target;
+  m->module = module;
+  std::size_t nkeys = 0;
+  std::vector<const CoalesceInfo*> infos;
+  infos.reserve(to - from);
+  for (std::size_t i = from; i < to; ++i) {
+    nkeys += lane[i]->coalesce.nkeys;
+    infos.push_back(&lane[i]->coalesce);
+  }
+  std::string argv;
+  const std::size_t nargs = module ? target.encode_module(infos, argv) : target.encode(infos, argv);
+  std::string& w = m->wire;
+  w.reserve(64 + argv.size() + 64 * nkeys);
+  w.push_back('*');
+  w.append(std::to_string((module ? 2 : 3) + nkeys + nargs));
+  w.append("\r\n");
+  if (module) {
+    AppendBulk(w, kModuleCommand);
+  } else {
+    AppendBulk(w, "EVALSHA");
+    AppendBulk(w, target.sha);
+  }
+  AppendBulk(w, std::to_string(nkeys));
+  for (std::size_t i = from; i < to; ++i) {
+    // (the keys of a module wire are the script wire's: one per check, in order)
+    const CoalesceInfo& c = lane[i]->coalesce;
+    w.append(lane[i]->wire, c.keys_begin, c.keys_end - c.keys_begin);
+  }
+  w.append(argv);
+  return m;
+}
 
 void Connection::Emit(std::vector<Queued>& batch, std::string& out, std::deque<Pending>& inflight) {
-  // Mergeable calls, by (target, slot), in the order they were queued.
+  // Mergeable calls, by (target, slot, module wire or not), in the order they were queued.
+  const bool has_module = module_.load(std::memory_order_relaxed);
+  auto module_lane = [&](const Queued& q) {
+    return has_module && !q.module_wire.empty() && q.coalesce.target->encode_module != nullptr;
+  };
   std::vector<std::vector<Queued*>> lanes;
   for (Queued& q : batch) {
     if (q.coalesce.target != nullptr && q.coalesce.target->max_groups > 1) {
       bool placed = false;
       for (auto& lane : lanes) {
-        const CoalesceInfo& f = lane.front()->coalesce;
-        if (f.target == q.coalesce.target && f.slot == q.coalesce.slot) {
+        const Queued& f = *lane.front();
+        if (f.coalesce.target == q.coalesce.target && f.coalesce.slot == q.coalesce.slot &&
+            module_lane(f) == module_lane(q)) {
           lane.push_back(&q);
           placed = true;
           break;
@@ -140,45 +191,18 @@ void Connection::Emit(std::vector<Queued>& batch, std::string& out, std::deque<P
       if (!placed) lanes.push_back({&q});
       continue;
     }
-    out.append(q.wire);
-    for (ReplyCallback& cb : q.callbacks) inflight.push_back(Pending{q.deadline, std::move(cb)});
+    EmitOne(q, out, inflight);
   }
   for (auto& lane : lanes) {
     const CoalesceTarget& target = *lane.front()->coalesce.target;
+    const bool module = module_lane(*lane.front());
     for (std::size_t from = 0; from < lane.size(); from += target.max_groups) {
       const std::size_t to = std::min(lane.size(), from + target.max_groups);
-      if (to - from < std::max<std::size_t>(2, target.min_groups)) {  // their own scripts
-        for (std::size_t i = from; i < to; ++i) {
-          Queued& q = *lane[i];
-          out.append(q.wire);
-          inflight.push_back(Pending{q.deadline, std::move(q.callbacks.front())});
-        }
+      if (to - from < std::max<std::size_t>(2, target.min_groups)) {  // their own calls
+        for (std::size_t i = from; i < to; ++i) EmitOne(*lane[i], out, inflight);
         continue;
       }
-      auto m = std::make_shared<Merged>();
-      m->target = &target;
-      std::size_t nkeys = 0;
-      std::vector<const CoalesceInfo*> infos;
-      infos.reserve(to - from);
-      for (std::size_t i = from; i < to; ++i) {
-        nkeys += lane[i]->coalesce.nkeys;
-        infos.push_back(&lane[i]->coalesce);
-      }
-      std::string argv;
-      const std::size_t nargs = target.encode(infos, argv);
-      std::string& w = m->wire;
-      w.reserve(64 + argv.size() + 64 * nkeys);
-      w.push_back('*');
-      w.append(std::to_string(3 + nkeys + nargs));
-      w.append("\r\n");
-      AppendBulk(w, "EVALSHA");
-      AppendBulk(w, target.sha);
-      AppendBulk(w, std::to_string(nkeys));
-      for (std::size_t i = from; i < to; ++i) {
-        const CoalesceInfo& c = lane[i]->coalesce;
-        w.append(lane[i]->wire, c.keys_begin, c.keys_end - c.keys_begin);
-      }
-      w.append(argv);
+      std::shared_ptr<Merged> m = Merge(lane, from, to, module);
       Deadline last = lane[from]->deadline;
       for (std::size_t i = from; i < to; ++i) {
         Queued& q = *lane[i];
@@ -187,8 +211,9 @@ void Connection::Emit(std::vector<Queued>& batch, std::string& out, std::deque<P
       }
       stats_->coalesced_calls.fetch_add(1, std::memory_order_relaxed);
       stats_->coalesced_groups.fetch_add(to - from, std::memory_order_relaxed);
-      out.append(w);
+      out.append(m->wire);
       Pending p{last, nullptr};
+      p.module = module;
       p.merged = std::move(m);
       inflight.push_back(std::move(p));
     }
@@ -277,9 +302,11 @@ void Connection::Run() {
       std::unique_lock<std::mutex> lock(mu_);
       if (cv_.wait_for(lock, std::chrono::microseconds(backoff), [&] { return stop_; })) return;
     }
-    auto t = ConnectAndHandshake(reconnect, stop_fd_);
+    HandshakeInfo info;
+    auto t = ConnectAndHandshake(reconnect, stop_fd_, &info);
     if (t.ok()) {
       transport_ = std::move(*t);
+      module_.store(info.module, std::memory_order_release);
       if (ever_connected_) stats_->reconnects.fetch_add(1, std::memory_order_relaxed);
       ever_connected_ = true;
       std::lock_guard<std::mutex> lock(mu_);
@@ -445,6 +472,10 @@ void Connection::ReadReplies(Session& s) {
 void Connection::Dispatch(Session& s, ReplyPtr reply) {
   Pending p = std::move(s.inflight.front());
   s.inflight.pop_front();
+  if (p.module && IsUnknownCommand(reply.get())) {
+    // The module is gone (MODULE UNLOAD): scripts from now on; the callers resend theirs.
+    module_.store(false, std::memory_order_release);
+  }
   if (p.done) return;
   if (!p.merged) {
     p.callback(Status::Ok(), reply.get());

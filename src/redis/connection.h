@@ -111,6 +111,10 @@ struct CoalesceTarget {
   // How many elements the unit of the reply starting at `e` takes (>= 1), or 0 when it
   // is malformed; null: one element each.
   std::size_t (*unit_size)(const redisReply& e) = nullptr;
+  // The native module (see Connection): appends the module command's arguments after
+  // the keys for `groups` (each with a module wire) and returns how many; null: none.
+  std::function<std::size_t(const std::vector<const CoalesceInfo*>& groups, std::string& out)>
+      encode_module;
 };
 
 // What a call says about itself to be merged.
@@ -124,7 +128,19 @@ struct CoalesceInfo {
   std::vector<long long> data;  // what the target's `encode` reads
 };
 
+// True when `r` says the server has no such command (a module wire sent to a server
+// whose module is gone: nothing ran).
+bool IsUnknownCommand(const redisReply* r);
+
 // One socket and its I/O thread. Thread-safe.
+//
+// The native module (docs/redis.md, "The native module"): with
+// HandshakeOptions::probe_module every (re)connect asks the server whether it has
+// sluice's module. A script call submitted with a `module_wire` (the same decision as
+// the module's command) is then sent as that wire on a connection whose server has it,
+// and as the script otherwise; merged calls of module wires become one module command
+// (CoalesceTarget::encode_module). A module wire answered "unknown command" turns the
+// module off for this connection until it reconnects (the caller resends the script).
 class Connection {
  public:
   // Connects now (ConnectAndHandshake); fails if that fails.
@@ -152,9 +168,12 @@ class Connection {
   // One script call that may be merged with others (CoalesceInfo); `callback` gets its
   // own reply, or its group's element of a merged call's reply (or the merged call's
   // error reply, e.g. MOVED, which then proves that no group ran).
-  void Submit(std::string wire, Deadline deadline, ReplyCallback callback, CoalesceInfo coalesce);
+  void Submit(std::string wire, Deadline deadline, ReplyCallback callback, CoalesceInfo coalesce,
+              std::string module_wire = {});
 
   bool connected() const { return connected_.load(std::memory_order_acquire); }
+  // Whether the server of the current connection has the native module.
+  bool module() const { return module_.load(std::memory_order_acquire); }
   // Why the connection last went down (empty if it never did).
   std::string last_error() const;
 
@@ -171,18 +190,21 @@ class Connection {
     std::string wire;  // for the one resend after NOSCRIPT
     std::vector<Group> groups;
     bool reloaded = false;
+    bool module = false;  // the module's command, not the grouped script
   };
   struct Pending {
     Deadline deadline;  // a merged call's: its last group's
     ReplyCallback callback;
     bool done = false;               // callback already called (timed out): discard the reply
     std::shared_ptr<Merged> merged;  // set: a merged call (callback unused)
+    bool module = false;             // a module wire was sent
   };
   struct Queued {
     std::string wire;
     Deadline deadline;
     std::vector<ReplyCallback> callbacks;
     CoalesceInfo coalesce;
+    std::string module_wire;  // empty: none
   };
 
   Connection(ConnectOptions options, std::shared_ptr<ConnectionStats> stats,
@@ -211,6 +233,11 @@ class Connection {
   void Wake();
   // Appends `batch` (not expired) to `out` and `inflight`, merging the mergeable calls.
   void Emit(std::vector<Queued>& batch, std::string& out, std::deque<Pending>& inflight);
+  // One call of a lane (Emit): its module wire when the server has the module.
+  void EmitOne(Queued& q, std::string& out, std::deque<Pending>& inflight);
+  // The merged wire of lane[from, to) (Emit), a module command when `module`.
+  std::shared_ptr<Merged> Merge(const std::vector<Queued*>& lane, std::size_t from, std::size_t to,
+                                bool module);
   // Hands a merged call's reply (or failure) to each caller not timed out yet.
   void DeliverMerged(Merged& m, const Status& s, const redisReply* r);
 
@@ -228,7 +255,8 @@ class Connection {
   bool stop_ = false;
   std::string last_error_;
   std::atomic<bool> connected_{false};
-  bool ever_connected_ = false;  // I/O thread only
+  std::atomic<bool> module_{false};  // set by each handshake (probe_module)
+  bool ever_connected_ = false;      // I/O thread only
   std::thread thread_;
 };
 

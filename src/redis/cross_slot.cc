@@ -49,11 +49,18 @@ void GroupBySlot(std::span<const StoreCheck> checks, Grouped& g) {
   }
 }
 
-// The checks of a group that consumed something (a peek consumes nothing).
+// A check that keeps what it took when its batch is denied: its policy's overage
+// charges (Policy::overage; a check that fits is charged its whole cost).
+bool Charges(const StoreCheck& c) {
+  return c.cost > 0 && c.policy->overage != Overage::kReject;
+}
+
+// The checks of a group that consumed something to give back (a peek consumes
+// nothing; an overage check keeps it).
 std::vector<StoreCheck> Consumed(const Group& g) {
   std::vector<StoreCheck> out;
   for (const StoreCheck& c : g.checks) {
-    if (c.cost > 0) out.push_back(c);
+    if (c.cost > 0 && !Charges(c)) out.push_back(c);
   }
   return out;
 }
@@ -79,10 +86,17 @@ void Complete(const std::shared_ptr<Reservation>& r) {
     r->done(Status::Ok(), std::span<const Decision>(r->decisions, r->n));
     return;
   }
-  // Give back what the allowed slots took, then answer.
+  // Give back what the allowed slots took, then answer. Their overage checks keep
+  // their cost, as one slot's denied batch charges them (denied, `charged`).
   std::vector<std::size_t> to_refund;
   for (std::size_t i = 0; i < r->groups.size(); ++i) {
     const Group& g = r->groups[i];
+    for (std::size_t j = 0; g.status.ok() && g.allowed && j < g.checks.size(); ++j) {
+      if (!Charges(g.checks[j])) continue;
+      Decision& d = r->decisions[g.index[j]];
+      d.allowed = false;
+      d.charged = g.checks[j].cost;
+    }
     if (g.status.ok() && g.allowed && !Consumed(g).empty()) to_refund.push_back(i);
   }
   auto finish = [r, error] {

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include "redis/module/wire.h"
 #include "redis/resp.h"
 #include "redis/tls_transport.h"
 
@@ -102,7 +103,8 @@ void BlockSigpipeInThisThread() {
   pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
 }
 
-Result<std::unique_ptr<Transport>> ConnectAndHandshake(const HandshakeOptions& o, int cancel_fd) {
+Result<std::unique_ptr<Transport>> ConnectAndHandshake(const HandshakeOptions& o, int cancel_fd,
+                                                       HandshakeInfo* info) {
   SigpipeGuard no_sigpipe;
   const Url& u = o.url;
   const std::string where = u.Describe();
@@ -157,6 +159,15 @@ Result<std::unique_ptr<Transport>> ConnectAndHandshake(const HandshakeOptions& o
     if ((*r)->type == REDIS_REPLY_ERROR) {
       return Status::InvalidArgument("cannot select database " + db + " on " + where + ": " +
                                      text(*r));
+    }
+  }
+  if (o.probe_module) {
+    // (a reply error, e.g. an unknown command or NOPERM, is "no module": Lua decides)
+    auto r = RoundTrip(tr, EncodeCommand({kModuleVersionCommand}), deadline, where,
+                       "SLUICE.VERSION", kMaxHandshakeReplyBytes, cancel_fd);
+    if (!r.ok()) return r.status();
+    if (info != nullptr) {
+      info->module = (*r)->type == REDIS_REPLY_INTEGER && (*r)->integer == kModuleWireVersion;
     }
   }
   for (const std::string& script : o.scripts) {

@@ -27,14 +27,24 @@ struct HandshakeOptions {
   Micros connect_timeout = 1'000'000;
   // Loaded with SCRIPT LOAD, in order; may be empty (scripts loaded on NOSCRIPT).
   std::vector<std::string> scripts;
+  // Asks whether the server has sluice's native module (SLUICE.VERSION answers its
+  // layout version: module/wire.h). Any other answer, an error included, is "no".
+  bool probe_module = false;
+};
+
+// What the handshake learned about the server.
+struct HandshakeInfo {
+  bool module = false;  // SLUICE.VERSION answered this client's layout version
 };
 
 // Connects and prepares a connection. The error names what failed: refused, timed
 // out, wrong password (InvalidArgument), a bad database (InvalidArgument), a peer that
 // does not speak Redis, a SCRIPT LOAD the server refused.
 // `cancel_fd` (if >= 0) aborts every wait as soon as it is readable.
+// `info` (if not null) gets what the handshake learned.
 Result<std::unique_ptr<Transport>> ConnectAndHandshake(const HandshakeOptions& options,
-                                                       int cancel_fd = -1);
+                                                       int cancel_fd = -1,
+                                                       HandshakeInfo* info = nullptr);
 
 // Blocks SIGPIPE for the calling thread for good (an I/O thread that writes TLS).
 void BlockSigpipeInThisThread();

@@ -76,16 +76,19 @@ void NodeClient::Send(Command command, Deadline deadline, ReplyCallback done) {
   // resent).
   auto wire = std::make_shared<std::string>(std::move(command.wire));
   const std::string_view script = command.script;
-  auto on_reply = [this, wire, script, deadline, done = std::move(done)](
+  const bool module = !command.module_wire.empty();
+  auto on_reply = [this, wire, script, deadline, module, done = std::move(done)](
                       const Status& s, const redisReply* r) mutable {
-    if (!s.ok() || Classify(r) != ErrorKind::kNoScript || SteadyClock::now() >= deadline) {
+    const bool resend =
+        s.ok() && (Classify(r) == ErrorKind::kNoScript || (module && IsUnknownCommand(r)));
+    if (!resend || SteadyClock::now() >= deadline) {
       done(s, r);
       return;
     }
-    // This server lost the script (restart, failover, SCRIPT FLUSH): load it and
-    // resend, pipelined on one connection so the load comes first. (A call merged
-    // with others gets here only if the merged call's own reload failed too; it is
-    // then resent alone.)
+    // This server lost the script (restart, failover, SCRIPT FLUSH), or its module
+    // (nothing ran either way): load the script and resend it, pipelined on one
+    // connection so the load comes first. (A call merged with others gets here only if
+    // the merged call's own reload failed too; it is then resent alone.)
     stats_->script_reloads.fetch_add(1, std::memory_order_relaxed);
     std::string both = EncodeCommand({"SCRIPT", "LOAD", script});
     both += *wire;
@@ -94,8 +97,9 @@ void NodeClient::Send(Command command, Deadline deadline, ReplyCallback done) {
     cbs.push_back(std::move(done));
     Pick().Submit(std::move(both), deadline, std::move(cbs));
   };
-  if (command.coalesce.target != nullptr) {
-    Pick().Submit(std::string(*wire), deadline, std::move(on_reply), std::move(command.coalesce));
+  if (command.coalesce.target != nullptr || module) {
+    Pick().Submit(std::string(*wire), deadline, std::move(on_reply), std::move(command.coalesce),
+                  std::move(command.module_wire));
     return;
   }
   Pick().Submit(std::string(*wire), deadline, std::move(on_reply));

@@ -34,11 +34,15 @@ struct NodeOptions {
 // One command for a node. `script`, when set, is the source of the script `wire`
 // EVALSHAs (static storage): NOSCRIPT is then answered by loading it and resending once.
 // `coalesce`, when its target is set, lets the connection merge it with other calls
-// queued at the same time (connection.h, CoalesceInfo).
+// queued at the same time (connection.h, CoalesceInfo). `module_wire`, when set (with a
+// script), is the same decision as the native module's command: sent instead of `wire`
+// to a server that has the module (connection.h); a server whose module is gone answers
+// "unknown command", and the script is then sent (loaded first), once.
 struct Command {
   std::string wire;
   std::string_view script;
   CoalesceInfo coalesce = {};
+  std::string module_wire = {};
 };
 
 class NodeClient {

@@ -12,6 +12,7 @@
 #include "redis/cluster_router.h"
 #include "redis/cluster_slots.h"
 #include "redis/cross_slot.h"
+#include "redis/module_wire.h"
 #include "redis/router.h"
 #include "redis/script_wire.h"
 #include "redis/scripts.h"
@@ -69,6 +70,8 @@ struct RedisStore::Impl {
   RedisStoreOptions options;
   std::atomic<std::uint64_t> calls{0}, errors{0}, timeouts{0}, cross_slot_refunds{0};
   bool cluster = false;  // keys may live in different hash slots
+  // Calls the native module decides carry its command too (the URL's module=off: never).
+  bool module = true;
   // The grouped script that merged calls run (connection.h, "Coalescing"); its
   // max_groups is options.coalesce (1: off).
   redis::CoalesceTarget coalesce_target{};
@@ -102,7 +105,11 @@ struct RedisStore::Impl {
   // parsed decisions (call->n of them) to `done`.
   void Run(std::string_view routing_key, const redis::Script& script, std::string wire,
            std::shared_ptr<Call> call, redis::Deadline deadline, EvaluateCallback done,
-           redis::CoalesceInfo merge = {});
+           redis::CoalesceInfo merge = {}, std::string module_wire = {});
+  // The module's command for `checks` (doing `kinds`) when the module decides all of
+  // them, else empty (connection.h, "The native module").
+  std::string ModuleWire(std::span<const StoreCheck> checks, const redis::WireKind* kinds,
+                         const std::string& wire, const redis::CoalesceInfo& merge) const;
 };
 
 // A user that may not run EVALSHA cannot decide anything: refuse it at Create rather
@@ -177,6 +184,7 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
   no.connect.handshake.url = *url;
   no.connect.handshake.connect_timeout = options.connect_timeout;
   no.connect.handshake.scripts = redis::AllScripts();
+  no.connect.handshake.probe_module = url->module;
   no.connect.stall_timeout = std::max<Micros>(1'000'000, 4 * options.call_timeout);
   no.connections = options.connections;
   no.connect_now = options.require_connection;
@@ -214,6 +222,14 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
         return redis::EncodeCoalesced(caller_time, groups, out);
       },
       redis::DecisionSize};
+  impl->module = url->module;
+  if (url->module) {
+    impl->coalesce_target.encode_module = [caller_time = options.use_caller_time](
+                                              const std::vector<const redis::CoalesceInfo*>& groups,
+                                              std::string& out) {
+      return redis::EncodeModuleArgv(caller_time, groups, out);
+    };
+  }
   impl->options = std::move(options);
   impl->router = std::move(router);
   Status usable;
@@ -253,6 +269,11 @@ void Kinds(std::span<const StoreCheck> checks, StoreOp op, redis::WireKind* out)
       out[i] = WireKind::kAcquire;
     } else if (op == StoreOp::kPenalize) {
       out[i] = WireKind::kForce;
+    } else if (op == StoreOp::kSettle) {
+      out[i] = WireKind::kSettle;
+    } else if (!c.usage_id.empty() || (c.cost > 0 && c.policy->overage != Overage::kReject)) {
+      // Charged if its batch is denied, or recorded under a usage id: the batch script.
+      out[i] = WireKind::kOverage;
     } else if (c.max_wait > 0 && c.cost > 0 &&
                (a == Algorithm::kTokenBucket || a == Algorithm::kGcra)) {
       // Only they take future budget: a window algorithm's reservation is a plain
@@ -287,7 +308,8 @@ RedisStore::~RedisStore() = default;
 
 void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& script,
                            std::string wire, std::shared_ptr<Call> call, redis::Deadline deadline,
-                           EvaluateCallback done, redis::CoalesceInfo merge) {
+                           EvaluateCallback done, redis::CoalesceInfo merge,
+                           std::string module_wire) {
   auto on_reply = [this, call, done = std::move(done)](const Status& s, const redisReply* r) {
     if (!s.ok()) {
       errors.fetch_add(1, std::memory_order_relaxed);
@@ -296,8 +318,13 @@ void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& sc
       return;
     }
     if (r->type == REDIS_REPLY_ERROR) {
+      const std::string_view text(r->str, r->len);
+      if (text.starts_with("NOTFOUND ")) {  // a settle's unknown record (lua/runner.lua)
+        done(Status::NotFound(std::string(text.substr(9))), {});
+        return;
+      }
       errors.fetch_add(1, std::memory_order_relaxed);
-      done(Status::Unavailable("Redis answered: " + std::string(r->str, r->len)), {});
+      done(Status::Unavailable("Redis answered: " + std::string(text)), {});
       return;
     }
     Batch out;
@@ -309,11 +336,20 @@ void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& sc
     }
     done(Status::Ok(), std::span<const Decision>(out.decisions, out.n));
   };
-  router->Send(routing_key, redis::Command{std::move(wire), script.source, merge}, deadline,
-               std::move(on_reply));
+  router->Send(routing_key,
+               redis::Command{std::move(wire), script.source, merge, std::move(module_wire)},
+               deadline, std::move(on_reply));
 }
 
-namespace {}  // namespace
+std::string RedisStore::Impl::ModuleWire(std::span<const StoreCheck> checks,
+                                         const redis::WireKind* kinds, const std::string& wire,
+                                         const redis::CoalesceInfo& merge) const {
+  if (!module) return {};
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    if (!redis::ModuleDecides(checks[i], kinds[i])) return {};
+  }
+  return redis::EncodeModuleCall(wire, merge, options.use_caller_time);
+}
 
 void RedisStore::RunAsync(const StoreBatch& batch, RunCallback done) {
   const redis::Deadline deadline = redis::DeadlineAfter(impl_->options.call_timeout);
@@ -341,6 +377,15 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(StoreOp op, std::span<const Sto
     // A penalty is applied whole, never undone by a refund: one slot only (the
     // Limiter's keys for one caller key share a hash tag).
     done(Status::InvalidArgument("a penalty's keys must be in one hash slot"), {});
+    return nullptr;
+  }
+  bool usage = op == StoreOp::kSettle;
+  for (const StoreCheck& c : checks) usage = usage || !c.usage_id.empty();
+  if (cluster && checks.size() > 1 && usage && redis::CountSlots(checks) > 1) {
+    // A usage reservation's records are written (and settled) with the decision, and a
+    // cross-slot refund would leave them wrong: one slot only (the Limiter's keys for
+    // one caller key share a hash tag).
+    done(Status::InvalidArgument("a usage reservation's keys must be in one hash slot"), {});
     return nullptr;
   }
   if (cluster && checks.size() > 1 && op != StoreOp::kDecide && redis::CountSlots(checks) > 1) {
@@ -407,9 +452,14 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(StoreOp op, std::span<const Sto
     merge.target = &coalesce_target;
     merge.slot = cluster ? redis::KeySlot(checks[0].key) : 0;
   }
+  // (settles and permit operations are the scripts')
+  std::string module_wire = op == StoreOp::kDecide || op == StoreOp::kPenalize
+                                ? ModuleWire(checks, kinds, wire, merge)
+                                : std::string();
   // Every key of a batch shares the hash tag of the first one (sluice keys carry
   // one), so the first key routes the whole script.
-  impl_->Run(checks[0].key, script, std::move(wire), call, deadline, std::move(done), merge);
+  impl_->Run(checks[0].key, script, std::move(wire), call, deadline, std::move(done), merge,
+             std::move(module_wire));
   return call;
 }
 
@@ -466,12 +516,15 @@ std::shared_ptr<Call> RedisStore::Impl::Refund(std::span<const StoreCheck> check
   const redis::Script& script = redis::BatchScript();
   redis::WireKind kinds[kMaxBatch];
   Kinds(checks, StoreOp::kRefund, kinds);
-  redis::CoalesceInfo unused;
+  redis::CoalesceInfo group;
   std::string wire = redis::EncodeGroup(script, checks, {kinds, checks.size()}, now,
-                                        impl_->options.use_caller_time, unused);
+                                        impl_->options.use_caller_time, group);
+  std::string module_wire = ModuleWire(checks, kinds, wire, group);
   // call->n == 0: the reply must be an empty array.
-  impl_->Run(checks[0].key, script, std::move(wire), call, deadline,
-             [done = std::move(done)](const Status& st, std::span<const Decision>) { done(st); });
+  impl_->Run(
+      checks[0].key, script, std::move(wire), call, deadline,
+      [done = std::move(done)](const Status& st, std::span<const Decision>) { done(st); }, {},
+      std::move(module_wire));
   return call;
 }
 

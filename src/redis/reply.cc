@@ -143,6 +143,7 @@ Status UnpackDecision(long long v, std::uint64_t capacity, Decision& d) {
   d.reset_after = static_cast<Micros>(rest / (capacity + 1));
   d.retry_after = 0;
   d.wait = 0;
+  d.charged = 0;
   return Status::Ok();
 }
 
@@ -150,7 +151,8 @@ Status UnpackDecision(long long v, std::uint64_t capacity, Decision& d) {
 
 std::size_t DecisionSize(const redisReply& e) {
   if (e.type != REDIS_REPLY_INTEGER) return 0;
-  return (e.integer & 1) != 0 ? 1 : 4;
+  if ((e.integer & 1) != 0) return 1;
+  return (e.integer & 4) != 0 ? 5 : 4;  // 4: Decision::charged follows (overage)
 }
 
 Status DecodeDecisions(const redisReply& r, std::size_t n, const std::uint64_t* capacity,
@@ -174,18 +176,19 @@ Status DecodeDecisions(const redisReply& r, std::size_t n, const std::uint64_t* 
       if (Status s = UnpackDecision(e[0]->integer, capacity[i], out[i]); !s.ok()) return s;
       continue;
     }
-    for (int j = 1; j < 4; ++j) {
+    for (std::size_t j = 1; j < size; ++j) {
       if (e[j] == nullptr || e[j]->type != REDIS_REPLY_INTEGER) {
         return Status::Internal("unexpected reply to the decide script: check " +
                                 std::to_string(i) + " has a non-integer field");
       }
     }
-    if (e[0]->integer != 0 && e[0]->integer != 2) {
+    if (e[0]->integer < 0 || e[0]->integer > 6) {
       return Status::Internal("unexpected reply to the decide script: check " + std::to_string(i) +
-                              " is neither allowed (2) nor denied (0)");
+                              " is neither allowed (2) nor denied (0), with charged (+4) or not");
     }
     Decision& d = out[i];
-    d.allowed = e[0]->integer != 0;
+    d.allowed = (e[0]->integer & 2) != 0;
+    d.charged = size == 5 ? static_cast<std::uint64_t>(std::max<long long>(0, e[4]->integer)) : 0;
     d.limit = capacity[i];
     d.remaining = static_cast<std::uint64_t>(std::max<long long>(0, e[1]->integer));
     d.reset_after = e[2]->integer;

@@ -17,10 +17,14 @@ CommandBuilder::CommandBuilder(std::size_t argc) {
   AppendLength(wire_, '*', argc);
 }
 
+void AppendBulk(std::string& out, std::string_view arg) {
+  AppendLength(out, '$', arg.size());
+  out.append(arg);
+  out.append("\r\n");
+}
+
 CommandBuilder& CommandBuilder::Add(std::string_view arg) {
-  AppendLength(wire_, '$', arg.size());
-  wire_.append(arg);
-  wire_.append("\r\n");
+  AppendBulk(wire_, arg);
   return *this;
 }
 

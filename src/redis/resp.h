@@ -26,4 +26,7 @@ class CommandBuilder {
 // Encodes a whole command at once.
 std::string EncodeCommand(std::initializer_list<std::string_view> args);
 
+// Appends `arg` as one RESP bulk string (an argument of a command built by hand).
+void AppendBulk(std::string& out, std::string_view arg);
+
 }  // namespace sluice::redis

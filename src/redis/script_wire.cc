@@ -4,25 +4,16 @@
 #include <algorithm>
 #include <charconv>
 
+#include "core/algorithms.h"
+
 namespace sluice::redis {
 namespace {
 
-// Caller-time mode (tests): TTLs are padded so that Redis's own expiry, which runs on
-// its clock, never drops state that the caller's clock still needs.
-constexpr long long kCallerTimeTtlPadMs = 3'600'000;
-// A check's number (lua/runner.lua): (((cost' * 2 + big) * 8 + kind) * 4096 + policy)
-// * 2 + last, exact in a Lua double: costs from 2^36 on follow as an argument of their
+// A check's number (lua/runner.lua): (((cost' * 2 + big) * 16 + kind) * 4096 + policy)
+// * 2 + last, exact in a Lua double: costs from 2^35 on follow as an argument of their
 // own (big). 4096 policies: at most 256 groups of 16 checks.
-constexpr long long kMaxInlineCost = 1LL << 36;
+constexpr long long kMaxInlineCost = 1LL << 35;
 constexpr std::size_t kPolicyNumbers = 7;
-
-void AppendBulk(std::string& out, std::string_view v) {
-  out.push_back('$');
-  out.append(std::to_string(v.size()));
-  out.append("\r\n");
-  out.append(v);
-  out.append("\r\n");
-}
 
 void AppendNumber(std::string& out, long long v) {
   char buf[24];
@@ -40,6 +31,11 @@ long long OnChangeNumber(OnChange o) {
       break;
   }
   return 0;
+}
+
+// Kinds 7 and 8 (lua/runner.lua) carry the overage bound, the usage id and its lifetime.
+bool HasUsage(WireKind k) {
+  return k == WireKind::kOverage || k == WireKind::kSettle;
 }
 
 bool HasPermit(WireKind k) {
@@ -85,8 +81,8 @@ std::size_t AppendArgv(bool caller_time, std::span<const GroupView> groups, std:
       const bool big = cost >= kMaxInlineCost;
       const long long last = i + 1 == n ? 1 : 0;
       AppendNumber(
-          out,
-          ((((big ? 0 : cost) * 2 + (big ? 1 : 0)) * 8 + kind) * 4096 + index[check++]) * 2 + last);
+          out, ((((big ? 0 : cost) * 2 + (big ? 1 : 0)) * 16 + kind) * 4096 + index[check++]) * 2 +
+                   last);
       ++count;
       if (big) {
         AppendNumber(out, cost);
@@ -98,6 +94,18 @@ std::size_t AppendArgv(bool caller_time, std::span<const GroupView> groups, std:
       } else if (HasPermit(static_cast<WireKind>(kind))) {
         AppendBulk(out, g.checks != nullptr ? g.checks[i].permit : std::string_view());
         ++count;
+      } else if (HasUsage(static_cast<WireKind>(kind)) && g.checks != nullptr) {
+        // (never in a coalesced call: only kinds 0 and 1 are merged)
+        const StoreCheck& sc = g.checks[i];
+        const Policy& p = *sc.policy;
+        AppendNumber(out, p.overage == Overage::kReject
+                              ? 0LL
+                              : static_cast<long long>(core::OverageBound(p)));
+        AppendBulk(out, sc.usage_id);
+        AppendNumber(out, static_cast<WireKind>(kind) == WireKind::kOverage
+                              ? static_cast<long long>(sc.usage_ttl)
+                              : 0LL);
+        count += 3;
       }
     }
   }
@@ -128,6 +136,10 @@ void AppendHead(const Script& script, std::span<const StoreCheck> checks, std::s
       key.assign(c.key).append(":b");
       AppendBulk(out, key);
     }
+    if (!c.usage_id.empty()) {  // a usage reservation's record (same hash tag, same slot)
+      key.assign(c.key).append(":u:").append(c.usage_id);
+      AppendBulk(out, key);
+    }
   }
   merge.keys_end = static_cast<std::uint32_t>(out.size());
   merge.nkeys = static_cast<std::uint32_t>(nkeys);
@@ -137,7 +149,7 @@ void AppendHead(const Script& script, std::span<const StoreCheck> checks, std::s
 
 std::size_t KeyCount(const StoreCheck& c) {
   return 1 + (c.policy->algorithm == Algorithm::kSlidingWindowLog ? 1 : 0) +
-         (c.policy->block_for > 0 ? 1 : 0);
+         (c.policy->block_for > 0 ? 1 : 0) + (c.usage_id.empty() ? 0 : 1);
 }
 
 void GroupData(std::span<const StoreCheck> checks, std::span<const WireKind> kinds, Micros now,

@@ -25,6 +25,10 @@ enum class WireKind : std::uint8_t {
   kAcquire = 4,
   kRelease = 5,
   kExtend = 6,
+  // A decision under an overage (Policy::overage) or with a usage record
+  // (StoreCheck::usage_id): followed by the overage bound, the id and its lifetime.
+  kOverage = 7,
+  kSettle = 8,  // StoreOp::kSettle
 };
 
 // The numbers the runner layout has per check in CoalesceInfo::data, after the group's
@@ -32,7 +36,12 @@ enum class WireKind : std::uint8_t {
 // on_change, block_for), then the kind, the cost and max_wait.
 inline constexpr std::size_t kWireCheckNumbers = 10;
 
-// The keys a check declares (the state key, a sliding log's ":log", a block's ":b").
+// Caller-time mode (tests): TTLs are padded so that Redis's own expiry, which runs on
+// its clock, never drops state that the caller's clock still needs.
+inline constexpr long long kCallerTimeTtlPadMs = 3'600'000;
+
+// The keys a check declares (the state key, a sliding log's ":log", a block's ":b", a
+// usage reservation's ":u:<id>").
 std::size_t KeyCount(const StoreCheck& c);
 
 // Records `checks` (with their kinds) as one group of a call in `merge.data` (now, then

@@ -275,6 +275,13 @@ Status ApplyParameter(const std::string& name, const std::string& value, bool db
     }
     return Status::Ok();
   }
+  if (name == "module") {
+    if (value != "on" && value != "off") {
+      return Why("module must be on or off (got '" + value + "')");
+    }
+    u->module = value == "on";
+    return Status::Ok();
+  }
   if (name == "tls_insecure") {
     if (value != "1" && value != "0" && value != "true" && value != "false") {
       return Why("tls_insecure must be 1 or 0 (got '" + value + "')");
@@ -291,7 +298,7 @@ Status ApplyParameter(const std::string& name, const std::string& value, bool db
                                                           : nullptr;
   if (text == nullptr) {
     return Why("unknown parameter '" + name +
-               "' (known: db, tls_ca, tls_cert, tls_key, tls_sni, tls_insecure, "
+               "' (known: db, module, tls_ca, tls_cert, tls_key, tls_sni, tls_insecure, "
                "sentinel_user, sentinel_password)");
   }
   *text = value;
@@ -314,8 +321,8 @@ Status ParseQueryParameters(std::string_view query, bool db_in_path, Url* u) {
     if (!PercentDecode(param.substr(eq + 1), &value)) {
       return Why("malformed %-escape in parameter '" + name + "'");
     }
-    if (u->unix_socket && name != "db") {
-      return Why("unknown parameter '" + name + "': unix:// takes only db=N");
+    if (u->unix_socket && name != "db" && name != "module") {
+      return Why("unknown parameter '" + name + "': unix:// takes only db=N and module=");
     }
     for (const std::string& s : seen) {
       if (s == name) return Why("parameter '" + name + "' given twice");

@@ -57,6 +57,9 @@ struct Url {
   std::string master_name;  // sentinel: the monitored primary's name
   std::string sentinel_user, sentinel_password;
   TlsOptions tls;
+  // `module=off` (default on): never use sluice's native Redis module, even where the
+  // server has it (docs/redis.md, "The native module").
+  bool module = true;
 
   // The URL without passwords (for messages): "redis://host:port/db",
   // "rediss-sentinel://h1:26379,h2:26379/mymaster", "unix:///path".

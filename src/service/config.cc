@@ -48,7 +48,8 @@ class Loader : public YamlReader {
               {"http", "grpc", "redis", "max_body_bytes", "max_descriptors", "max_entries",
                "default_algorithm", "default_failure_mode", "shadow_mode", "response_headers",
                "near_limit_ratio", "reload_poll", "http_threads", "http_io_threads", "max_keys",
-               "nginx_headers", "log_level", "admin", "admin_token_file", "public_rlconfig"});
+               "nginx_headers", "log_level", "admin", "admin_token_file", "public_rlconfig",
+               "rlqs"});
     // clang-format on
     Settings s;
     for (const auto& kv : n) {
@@ -126,6 +127,8 @@ class Loader : public YamlReader {
             Fail(h.first, "nginx_headers entries must be non-empty");
           s.nginx_headers[header] = key;
         }
+      } else if (k == "rlqs") {
+        s.rlqs = config_internal::ParseRlqsSettings(*this, v);
       } else if (k == "log_level") {
         s.log_level = Str(v, "log_level");
         if (s.log_level != "debug" && s.log_level != "info" && s.log_level != "warn" &&

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "service/rlqs_config.h"
 #include "sluice/policy.h"
 #include "sluice/status.h"
 
@@ -172,6 +173,8 @@ struct Settings {
                                                       {"X-Api-Key", "api_key"}};
   // "debug", "info", "warn", "error".
   std::string log_level = "info";
+  // The Rate Limit Quota Service (docs/rlqs.md).
+  RlqsSettings rlqs;
 };
 
 struct Config {

@@ -93,4 +93,7 @@ RateLimitSpec ParseRateLimit(const YamlReader& y, const YAML::Node& n, const Set
 void ParseRateLimits(const YamlReader& y, const YAML::Node& list, const Settings& s,
                      DescriptorSpec& d);
 
+// `sluiced: rlqs:` (service/rlqs_config.cc).
+RlqsSettings ParseRlqsSettings(const YamlReader& y, const YAML::Node& n);
+
 }  // namespace sluice::service::config_internal

@@ -14,6 +14,7 @@
 #include "core/utf8.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "service/log.h"
+#include "service/rlqs_service.h"
 #include "sluice/bench/v1/empty.grpc.pb.h"
 
 namespace sluice::service {
@@ -59,6 +60,11 @@ Status FromProto(Engine& engine, const pb::RateLimitRequest& request, RateLimitR
       r.override_unit = static_cast<int>(d.limit().unit());
     }
     if (d.has_hits_addend()) {
+      if (d.hits_addend().value() > kMaxHitsAddend) {
+        return Status::InvalidArgument("descriptors[" + std::to_string(i) +
+                                       "].hits_addend is larger than " +
+                                       std::to_string(kMaxHitsAddend));
+      }
       r.has_hits_addend = true;
       r.hits_addend = d.hits_addend().value();
     }
@@ -83,13 +89,19 @@ void ToProto(const RateLimitResponse& resp, pb::RateLimitResponse* out) {
     s->set_limit_remaining(st.limit_remaining);
   }
   // Descriptor metadata (JSON objects the config loader wrote) becomes the response's
-  // dynamic metadata, one object: a later descriptor's field wins over an earlier one's.
+  // dynamic metadata as envoyproxy/ratelimit sends it: one object under the field
+  // "metadata", merged from every OK descriptor, an earlier descriptor's field winning
+  // over a later one's.
+  google::protobuf::Struct merged;
   for (const DescriptorStatus& st : resp.statuses) {
     if (st.metadata.empty()) continue;
     google::protobuf::Struct md;
     if (!google::protobuf::util::JsonStringToMessage(st.metadata, &md).ok()) continue;
-    for (const auto& [k, v] : md.fields())
-      (*out->mutable_dynamic_metadata()->mutable_fields())[k] = v;
+    for (const auto& [k, v] : md.fields()) merged.mutable_fields()->insert({k, v});
+  }
+  if (!merged.fields().empty()) {
+    *(*out->mutable_dynamic_metadata()->mutable_fields())["metadata"].mutable_struct_value() =
+        std::move(merged);
   }
   for (const auto& [k, v] : resp.response_headers) {
     auto* h = out->add_response_headers_to_add();
@@ -213,6 +225,7 @@ class EmptyService final : public ::sluice::bench::v1::Empty::CallbackService {
 struct GrpcServer::Impl {
   std::unique_ptr<RlsService> service;
   std::unique_ptr<EmptyService> empty;
+  std::unique_ptr<grpc::Service> rlqs;  // service/rlqs_service.h
   std::unique_ptr<grpc::Server> server;
   int port = 0;
 };
@@ -239,6 +252,8 @@ Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine, const std:
   b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, reuse_port ? 1 : 0);
   b.AddListeningPort(addr, grpc::InsecureServerCredentials(), &impl->port);
   b.RegisterService(impl->service.get());
+  impl->rlqs = MakeRlqsService(engine);
+  b.RegisterService(impl->rlqs.get());
   if (bench_empty) {
     impl->empty = std::make_unique<EmptyService>();
     b.RegisterService(impl->empty.get());

@@ -17,7 +17,8 @@ namespace pb = ::envoy::service::ratelimit::v3;
 // including a domain, key or value that is not UTF-8 (it names the field).
 Status DecideProto(Engine& engine, const pb::RateLimitRequest& request, pb::RateLimitResponse* out);
 
-// A running gRPC server with the RateLimitService.
+// A running gRPC server with the RateLimitService and the RateLimitQuotaService
+// (service/rlqs_service.h).
 class GrpcServer {
  public:
   // Listens on `addr` (ADDR:PORT; port 0 picks a free one). A port in use is an error

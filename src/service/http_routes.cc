@@ -1,5 +1,5 @@
-// sluiced's HTTP API routes (service/http_routes.h): /json, /v1/check, nginx auth_request,
-// /v1/acquire, /v1/release, /v1/extend. Each turns a request into an engine call and
+// sluiced's HTTP API routes (service/http_routes.h): /json, /v1/report, /v1/check, nginx
+// auth_request, /v1/acquire, /v1/release, /v1/extend. Each turns a request into an engine call and
 // the engine's answer into a Reply.
 #include "service/http_routes.h"
 
@@ -78,31 +78,50 @@ Reply JsonError(int status, const std::string& why) {
   return r;
 }
 
-void Json(Engine& engine, const Request& req, Respond respond) {
-  auto fail = [&engine, &respond](const Status& s) {
+namespace {
+
+using JsonParser = Status (*)(std::string_view, std::size_t, JsonRequest*);
+
+// /json and /v1/report: a JSON body read by `parse`, decided by the engine and answered
+// with /json's response; an OVER_LIMIT answer has status `over_status`.
+void JsonCall(Engine& engine, const Request& req, Api api, const char* api_name, JsonParser parse,
+              int over_status, Respond respond) {
+  auto fail = [&engine, respond, api, api_name](const Status& s) {
     const bool invalid = s.code() == ErrorCode::kInvalidArgument;
-    engine.metrics().CountRequest(Api::kJson,
-                                  invalid ? RequestOutcome::kInvalid : RequestOutcome::kError);
-    Log(LogLevel::kWarn, "bad_request", {{"api", "json"}, {"error", s.message()}});
+    engine.metrics().CountRequest(api, invalid ? RequestOutcome::kInvalid : RequestOutcome::kError);
+    Log(LogLevel::kWarn, "bad_request", {{"api", api_name}, {"error", s.message()}});
     respond(JsonError(invalid ? 400 : 500, s.message()));
   };
   JsonRequest parsed;
-  if (Status s = ParseJsonRequest(req.body(), engine.settings_ptr()->max_descriptors, &parsed);
-      !s.ok()) {
+  if (Status s = parse(req.body(), engine.settings_ptr()->max_descriptors, &parsed); !s.ok()) {
     return fail(s);
   }
-  engine.ShouldRateLimitAsync(
-      parsed.request, [&engine, respond, fail](const Status& s, RateLimitResponse& out) mutable {
-        if (!s.ok()) return fail(s);
-        const bool over = out.overall_code == Code::kOverLimit;
-        engine.metrics().CountRequest(Api::kJson,
-                                      over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
-        Reply r;
-        r.status = over ? 429 : 200;
-        r.content_type = "application/json";
-        r.body = RenderJsonResponse(out);
-        respond(std::move(r));
-      });
+  engine.ShouldRateLimitAsync(parsed.request, [&engine, respond, fail, api, over_status](
+                                                  const Status& s, RateLimitResponse& out) {
+    if (!s.ok()) return fail(s);
+    const bool over = out.overall_code == Code::kOverLimit;
+    engine.metrics().CountRequest(api, over ? RequestOutcome::kOverLimit : RequestOutcome::kOk);
+    Reply r;
+    r.status = over ? over_status : 200;
+    r.content_type = "application/json";
+    r.body = RenderJsonResponse(out);
+    respond(std::move(r));
+  });
+}
+
+}  // namespace
+
+void Json(Engine& engine, const Request& req, Respond respond) {
+  JsonCall(engine, req, Api::kJson, "json", ParseJsonRequest, 429, std::move(respond));
+}
+
+// POST /v1/report (issue #21): usage charged after the fact by a service that is not
+// behind Envoy. The body is /json's with "usage" (every descriptor's cost) instead of
+// hits_addend; each matched rule charges it under its `overage` (charge: past the limit,
+// as debt). 200 with /json's answer (the state after the report: OVER_LIMIT when the
+// usage did not fit), 400 with the reason for bad input.
+void Report(Engine& engine, const Request& req, Respond respond) {
+  JsonCall(engine, req, Api::kReport, "report", ParseReportRequest, 200, std::move(respond));
 }
 
 // /v1/check?domain=D&key=K&value=V[&key=K2&value=V2...][&hits=N]: one descriptor whose

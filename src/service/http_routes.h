@@ -49,6 +49,9 @@ void NginxDescriptors(const Settings& settings,
 
 // POST /json: envoyproxy/ratelimit's JSON request (service/json_api.h).
 void Json(Engine& engine, const Request& req, Respond respond);
+// POST /v1/report: /json's request with "usage" as every descriptor's cost, charged
+// under each rule's overage (issue #21).
+void Report(Engine& engine, const Request& req, Respond respond);
 // /v1/check: one descriptor from the query or a form body (service/params.h).
 void Check(Engine& engine, const Request& req, std::string_view query, Respond respond);
 // nginx auth_request: descriptors from the headers named in settings.nginx_headers.

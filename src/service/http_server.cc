@@ -407,6 +407,8 @@ void HttpServer::Impl::Handle(const Request& req, Respond respond) {
       return get || post ? http_routes::Check(engine, req, query, respond)
                          : respond(not_allowed("GET, POST"));
     }
+    if (path == "/v1/report")
+      return post ? http_routes::Report(engine, req, respond) : respond(not_allowed("POST"));
     // --- concurrency limits (issue #12): POST only, they change state ---
     if (path == "/v1/acquire")
       return post ? http_routes::Acquire(engine, req, query, respond)

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -134,8 +135,7 @@ Status ParseDescriptor(const json& d, const std::string& where, DescriptorReques
     } else if (Is(k, "hits_addend", "hitsAddend")) {
       if (v.is_null()) continue;
       out->has_hits_addend = true;
-      if (Status s = ReadUint(v, where + ".hits_addend", std::numeric_limits<std::uint64_t>::max(),
-                              &out->hits_addend);
+      if (Status s = ReadUint(v, where + ".hits_addend", kMaxHitsAddend, &out->hits_addend);
           !s.ok()) {
         return s;
       }
@@ -253,7 +253,12 @@ struct DuplicateFields {
 
 }  // namespace
 
-Status ParseJsonRequest(std::string_view body, std::size_t max_descriptors, JsonRequest* out) {
+namespace {
+
+// The JSON request in `body` (as ParseJsonRequest); with `usage` set, a report: the
+// field "usage" is required and read into it, hits_addend is refused.
+Status ParseRequest(std::string_view body, std::size_t max_descriptors, JsonRequest* out,
+                    std::optional<std::uint64_t>* usage) {
   DuplicateFields dups;
   out->doc = json::parse(body, std::ref(dups), /*allow_exceptions=*/false);
   const json& doc = out->doc;
@@ -285,7 +290,15 @@ Status ParseJsonRequest(std::string_view body, std::size_t max_descriptors, Json
     const json& v = it.value();
     if (k == "domain") {
       if (Status s = ReadString(v, "domain", &r.domain); !s.ok()) return s;
+    } else if (usage != nullptr && k == "usage") {
+      std::uint64_t n = 0;
+      if (Status s = ReadUint(v, "usage", kMaxHitsAddend, &n); !s.ok()) return s;
+      *usage = n;
     } else if (Is(k, "hits_addend", "hitsAddend")) {
+      if (usage != nullptr) {
+        return Status::InvalidArgument(
+            "a report's cost is its \"usage\": hits_addend does not apply");
+      }
       if (v.is_null()) continue;
       std::uint64_t n = 0;
       if (Status s = ReadUint(v, "hits_addend", std::numeric_limits<std::uint32_t>::max(), &n);
@@ -311,6 +324,31 @@ Status ParseJsonRequest(std::string_view body, std::size_t max_descriptors, Json
     } else {
       return Status::InvalidArgument("unknown field \"" + k + "\" in the request");
     }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ParseJsonRequest(std::string_view body, std::size_t max_descriptors, JsonRequest* out) {
+  return ParseRequest(body, max_descriptors, out, nullptr);
+}
+
+Status ParseReportRequest(std::string_view body, std::size_t max_descriptors, JsonRequest* out) {
+  std::optional<std::uint64_t> usage;
+  if (Status s = ParseRequest(body, max_descriptors, out, &usage); !s.ok()) return s;
+  if (!usage) {
+    return Status::InvalidArgument(
+        "missing field \"usage\": the units to charge (a whole number 0-" +
+        std::to_string(kMaxHitsAddend) + ")");
+  }
+  for (DescriptorRequest& d : out->request.descriptors) {
+    if (d.has_hits_addend) {
+      return Status::InvalidArgument(
+          "a report's cost is its \"usage\": a descriptor's hits_addend does not apply");
+    }
+    d.has_hits_addend = true;
+    d.hits_addend = *usage;
   }
   return Status::Ok();
 }

@@ -22,6 +22,13 @@ struct JsonRequest {
 // a wrong type, e.g. "descriptors[0].entries[1].key must be a string").
 Status ParseJsonRequest(std::string_view body, std::size_t max_descriptors, JsonRequest* out);
 
+// POST /v1/report's body (issue #21): envoyproxy/ratelimit's JSON request with a
+// required "usage" (a whole number 0..kMaxHitsAddend, as a number or a decimal string)
+// instead of hits_addend: every descriptor's cost is the usage. InvalidArgument naming
+// the problem as ParseJsonRequest, and for a missing, negative, non-numeric or too large
+// usage, or a hits_addend (a report's cost is its usage).
+Status ParseReportRequest(std::string_view body, std::size_t max_descriptors, JsonRequest* out);
+
 // The response as protobuf's JSON mapping (fields with default values omitted).
 std::string RenderJsonResponse(const RateLimitResponse& response);
 

@@ -9,7 +9,7 @@
 namespace sluice::service {
 namespace {
 
-constexpr const char* kApiNames[] = {"grpc", "json", "check", "nginx", "permit"};
+constexpr const char* kApiNames[] = {"grpc", "json", "check", "nginx", "permit", "report"};
 constexpr const char* kOutcomeNames[] = {"ok", "over_limit", "invalid", "error"};
 
 }  // namespace
@@ -80,10 +80,47 @@ void Metrics::ObserveStoreLatency(Micros us) {
   latency_count_.fetch_add(1, std::memory_order_relaxed);
 }
 
+void Metrics::RenderRlqs(std::string& out) const {
+  const RlqsCounters& r = rlqs_;
+  const auto load = [](const std::atomic<std::uint64_t>& a) {
+    return a.load(std::memory_order_relaxed);
+  };
+  out.append("# HELP sluiced_rlqs_streams Open Rate Limit Quota Service streams.\n");
+  out.append("# TYPE sluiced_rlqs_streams gauge\n");
+  const std::uint64_t opened = load(r.streams_opened);
+  const std::uint64_t closed = load(r.streams_closed);
+  AppendMetricLine(out, "sluiced_rlqs_streams", "", opened > closed ? opened - closed : 0);
+  out.append("# HELP sluiced_rlqs_stream_errors_total RLQS streams ended with an error.\n");
+  out.append("# TYPE sluiced_rlqs_stream_errors_total counter\n");
+  AppendMetricLine(out, "sluiced_rlqs_stream_errors_total", "", load(r.stream_errors));
+  out.append("# HELP sluiced_rlqs_reports_total Bucket usage reports received.\n");
+  out.append("# TYPE sluiced_rlqs_reports_total counter\n");
+  AppendMetricLine(out, "sluiced_rlqs_reports_total", "", load(r.reports));
+  out.append(
+      "# HELP sluiced_rlqs_reported_requests_total Requests the data plane reported, by "
+      "result.\n");
+  out.append("# TYPE sluiced_rlqs_reported_requests_total counter\n");
+  AppendMetricLine(out, "sluiced_rlqs_reported_requests_total", "result=\"allowed\"",
+                   load(r.reported_allowed));
+  AppendMetricLine(out, "sluiced_rlqs_reported_requests_total", "result=\"denied\"",
+                   load(r.reported_denied));
+  out.append(
+      "# HELP sluiced_rlqs_granted_units_total Units taken from the store for assignments.\n");
+  out.append("# TYPE sluiced_rlqs_granted_units_total counter\n");
+  AppendMetricLine(out, "sluiced_rlqs_granted_units_total", "", load(r.granted_units));
+  out.append("# HELP sluiced_rlqs_assignments_total Bucket actions sent, by action.\n");
+  out.append("# TYPE sluiced_rlqs_assignments_total counter\n");
+  static constexpr const char* kActions[4] = {"token_bucket", "deny_all", "allow_all", "abandon"};
+  for (int a = 0; a < 4; ++a) {
+    AppendMetricLine(out, "sluiced_rlqs_assignments_total",
+                     std::string("action=\"") + kActions[a] + "\"", load(r.assignments[a]));
+  }
+}
+
 void Metrics::Render(std::string& out) const {
   out.append("# HELP sluiced_requests_total API requests by interface and outcome.\n");
   out.append("# TYPE sluiced_requests_total counter\n");
-  for (int a = 0; a < 5; ++a) {
+  for (int a = 0; a < static_cast<int>(std::size(kApiNames)); ++a) {
     for (int o = 0; o < 4; ++o) {
       AppendMetricLine(
           out, "sluiced_requests_total",
@@ -135,6 +172,7 @@ void Metrics::Render(std::string& out) const {
       AppendTopKeySeries(out, labels, *t, kTopKeysInMetrics);
     }
   }
+  RenderRlqs(out);
   out.append("# HELP sluiced_unknown_domain_total Requests for a domain with no configuration.\n");
   out.append("# TYPE sluiced_unknown_domain_total counter\n");
   AppendMetricLine(out, "sluiced_unknown_domain_total", "", unknown_domain_.load());

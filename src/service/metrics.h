@@ -37,6 +37,20 @@ struct DescriptorCounters {
   ~DescriptorCounters();
 };
 
+// The Rate Limit Quota Service's figures (service/rlqs_session.h), over every stream. Per
+// bucket, each slice taken is a decision of the bucket's descriptor (DescriptorCounters).
+struct RlqsCounters {
+  enum Action : int { kTokenBucket = 0, kDenyAll = 1, kAllowAll = 2, kAbandon = 3 };
+  std::atomic<std::uint64_t> streams_opened{0};
+  std::atomic<std::uint64_t> streams_closed{0};
+  std::atomic<std::uint64_t> stream_errors{0};
+  std::atomic<std::uint64_t> reports{0};  // bucket usage reports
+  std::atomic<std::uint64_t> reported_allowed{0};
+  std::atomic<std::uint64_t> reported_denied{0};
+  std::atomic<std::uint64_t> granted_units{0};
+  std::atomic<std::uint64_t> assignments[4] = {};
+};
+
 // The engine's figures at one scrape: its Decider's counters, the in-process stores'
 // keys, the config in use.
 struct EngineSeries {
@@ -55,7 +69,8 @@ struct EngineSeries {
 
 // Where a request came in.
 // kPermit: /v1/acquire, /v1/release and /v1/extend (concurrency limits, issue #12).
-enum class Api : int { kGrpc = 0, kJson = 1, kCheck = 2, kNginx = 3, kPermit = 4 };
+// kReport: POST /v1/report (usage charged after the fact, issue #21).
+enum class Api : int { kGrpc = 0, kJson = 1, kCheck = 2, kNginx = 3, kPermit = 4, kReport = 5 };
 // How a request ended.
 enum class RequestOutcome : int { kOk = 0, kOverLimit = 1, kInvalid = 2, kError = 3 };
 
@@ -69,6 +84,7 @@ class Metrics {
   void CountRequest(Api api, RequestOutcome outcome);
   void CountUnknownDomain() { unknown_domain_.fetch_add(1, std::memory_order_relaxed); }
   void CountReload(bool ok) { (ok ? reload_ok_ : reload_failed_).fetch_add(1); }
+  RlqsCounters& rlqs() { return rlqs_; }
   // Records one store call's latency.
   void ObserveStoreLatency(Micros us);
   // Store calls timed so far and their total latency (the admin console's store health).
@@ -84,18 +100,21 @@ class Metrics {
   void Render(std::string& out, const EngineSeries& engine) const;
 
  private:
+  void RenderRlqs(std::string& out) const;
+
   static constexpr int kBuckets = 14;
   static constexpr Micros kBucketBoundsUs[kBuckets] = {
       10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000};
 
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<DescriptorCounters>> series_;
-  std::atomic<std::uint64_t> requests_[5][4] = {};
+  std::atomic<std::uint64_t> requests_[6][4] = {};
   std::atomic<std::uint64_t> unknown_domain_{0};
   std::atomic<std::uint64_t> reload_ok_{0}, reload_failed_{0};
   std::atomic<std::uint64_t> latency_buckets_[kBuckets + 1] = {};
   std::atomic<std::uint64_t> latency_sum_us_{0};
   std::atomic<std::uint64_t> latency_count_{0};
+  RlqsCounters rlqs_;
 };
 
 // Appends one sample line, `name{labels} v` (no braces when `labels` is empty).

@@ -15,6 +15,12 @@
 
 namespace sluice::service {
 
+// The largest cost a descriptor's hits_addend (and a /v1/report usage) may ask: 2^32,
+// the most a check may cost (sluice::kMaxChargeCost). Envoy's descriptor field is a
+// UInt64Value; a larger one is refused with INVALID_ARGUMENT (HTTP 400) instead of being
+// charged or wrapped.
+inline constexpr std::uint64_t kMaxHitsAddend = std::uint64_t{1} << 32;
+
 struct DescriptorRequest {
   std::vector<Entry> entries;
   // The caller's limit override (Envoy's RateLimitDescriptor.limit).

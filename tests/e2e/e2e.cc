@@ -13,15 +13,27 @@ httplib::Result Stack::Get(const std::string& path, const httplib::Headers& head
   return c.Get(path.c_str(), headers);
 }
 
-std::string Stack::Metrics() const {
+namespace {
+
+std::string MetricsBody(const Sluiced& sluiced) {
   httplib::Client c("127.0.0.1", sluiced.http_port);
   c.set_read_timeout(10);
   auto r = c.Get("/metrics");
   return r && r->status == 200 ? r->body : "";
 }
 
+}  // namespace
+
+std::string Stack::Metrics() const {
+  return MetricsBody(sluiced);
+}
+
 double Stack::Metric(const std::string& series) const {
-  std::istringstream in(Metrics());
+  return SluicedMetric(sluiced, series);
+}
+
+double SluicedMetric(const Sluiced& sluiced, const std::string& series) {
+  std::istringstream in(MetricsBody(sluiced));
   std::string line;
   while (std::getline(in, line)) {
     if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 &&

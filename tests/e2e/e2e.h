@@ -37,6 +37,10 @@ struct Stack {
 std::unique_ptr<Stack> StartStack(const std::string& sluiced_yaml, EnvoyOptions options = {},
                                   const std::vector<std::string>& sluiced_flags = {});
 
+// The value of one series of `sluiced`'s GET /metrics (the whole line's name and labels
+// as printed); -1 when absent or sluiced does not answer.
+double SluicedMetric(const Sluiced& sluiced, const std::string& series);
+
 // The response header `name`, or "" (httplib::Result may be empty: then "").
 std::string Header(const httplib::Result& r, const std::string& name);
 

@@ -134,17 +134,23 @@ TEST(EnvoyParity, MetadataThatIsNotAMappingIsRefusedNamingTheLine) {
 }
 
 // A descriptor's `metadata` comes back to Envoy as the response's dynamic metadata (in
-// the namespace envoy.filters.http.ratelimit) while the descriptor is under its limit:
-// here the route copies it into a response header.
+// the namespace envoy.filters.http.ratelimit, under the field "metadata" as
+// envoyproxy/ratelimit sends it) while the descriptor is under its limit: here the route
+// copies it into a response header. Several OK descriptors merge, the first one's field
+// winning (envoyproxy/ratelimit's TestOverlappingMetadataReturnsTheFirstValue).
 TEST(EnvoyParity, DescriptorMetadataReachesEnvoysDynamicMetadataUnderTheLimit) {
   EnvoyOptions o;
+  // Two descriptors: the tenant's, then a shared one whose metadata names another backend.
   o.rate_limits = json::parse(R"([{"actions": [{"request_headers":
-      {"header_name": "x-tenant", "descriptor_key": "tenant"}}]}])");
+      {"header_name": "x-tenant", "descriptor_key": "tenant"}}]},
+      {"actions": [{"generic_key": {"descriptor_value": "shared"}}]}])");
   o.route = json::parse(R"({"response_headers_to_add": [
       {"header": {"key": "x-backend",
-                  "value": "%DYNAMIC_METADATA(envoy.filters.http.ratelimit:backend)%"}},
+                  "value": "%DYNAMIC_METADATA(envoy.filters.http.ratelimit:metadata:backend)%"}},
       {"header": {"key": "x-weight",
-                  "value": "%DYNAMIC_METADATA(envoy.filters.http.ratelimit:route:weight)%"}}]})");
+                  "value": "%DYNAMIC_METADATA(envoy.filters.http.ratelimit:metadata:route:weight)%"}},
+      {"header": {"key": "x-plan",
+                  "value": "%DYNAMIC_METADATA(envoy.filters.http.ratelimit:metadata:plan)%"}}]})");
   auto s = StartStack(
       "sluiced:\n"
       "  default_algorithm: sliding_window_log\n"
@@ -157,24 +163,31 @@ TEST(EnvoyParity, DescriptorMetadataReachesEnvoysDynamicMetadataUnderTheLimit) {
       "      route: {weight: 3}\n"
       "    rate_limit: {unit: hour, requests_per_unit: 1}\n"
       "  - key: tenant\n"
-      "    rate_limit: {unit: hour, requests_per_unit: 5}\n",
+      "    rate_limit: {unit: hour, requests_per_unit: 5}\n"
+      "  - key: generic_key\n"
+      "    value: shared\n"
+      "    metadata: {backend: pool-b, plan: gold}\n"
+      "    rate_limit: {unlimited: true}\n",
       o);
   ASSERT_NE(s, nullptr);
   auto ok = s->Get("/", {{"x-tenant", "acme"}});
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
+  // The first descriptor's backend wins; the second adds its plan.
   EXPECT_EQ(Header(ok, "x-backend"), "pool-a");
   EXPECT_EQ(Header(ok, "x-weight"), "3");
-  // Another tenant's descriptor has no metadata.
+  EXPECT_EQ(Header(ok, "x-plan"), "gold");
+  // Another tenant's descriptor has no metadata: the shared one's alone.
   auto other = s->Get("/", {{"x-tenant", "globex"}});
   ASSERT_TRUE(other);
   EXPECT_EQ(other->status, 200);
-  EXPECT_EQ(Header(other, "x-backend"), "");
-  // Over its limit, the descriptor sends none.
+  EXPECT_EQ(Header(other, "x-backend"), "pool-b");
+  EXPECT_EQ(Header(other, "x-weight"), "");
+  // Over its limit, the tenant's descriptor sends none (the request is denied).
   auto denied = s->Get("/", {{"x-tenant", "acme"}});
   ASSERT_TRUE(denied);
   EXPECT_EQ(denied->status, 429);
-  EXPECT_EQ(Header(denied, "x-backend"), "");
+  EXPECT_EQ(Header(denied, "x-weight"), "");
 }
 
 }  // namespace

@@ -80,14 +80,16 @@ class Differential : public ::testing::Test {
     for (std::size_t i = 0; i < checks.size(); ++i) {
       const bool same = a[i].allowed == b[i].allowed && a[i].remaining == b[i].remaining &&
                         a[i].reset_after == b[i].reset_after &&
-                        a[i].retry_after == b[i].retry_after && a[i].limit == b[i].limit;
+                        a[i].retry_after == b[i].retry_after && a[i].limit == b[i].limit &&
+                        a[i].charged == b[i].charged;
       if (!same) {
         ADD_FAILURE() << where << " check " << i << " " << Describe(*checks[i].policy)
                       << " key=" << checks[i].key << " cost=" << checks[i].cost << " now=" << now
                       << "\n  memory: allowed=" << a[i].allowed << " remaining=" << a[i].remaining
                       << " reset_after=" << a[i].reset_after << " retry_after=" << a[i].retry_after
-                      << "\n  redis:  allowed=" << b[i].allowed << " remaining=" << b[i].remaining
-                      << " reset_after=" << b[i].reset_after << " retry_after=" << b[i].retry_after;
+                      << " charged=" << a[i].charged << "\n  redis:  allowed=" << b[i].allowed
+                      << " remaining=" << b[i].remaining << " reset_after=" << b[i].reset_after
+                      << " retry_after=" << b[i].retry_after << " charged=" << b[i].charged;
         return false;
       }
     }
@@ -216,7 +218,7 @@ TEST_F(Differential, TimeJumpingBackAndForth) {
 
 bool SameDecision(const Decision& a, const Decision& b) {
   return a.allowed == b.allowed && a.remaining == b.remaining && a.reset_after == b.reset_after &&
-         a.retry_after == b.retry_after && a.limit == b.limit;
+         a.retry_after == b.retry_after && a.limit == b.limit && a.charged == b.charged;
 }
 
 // Deletes every key of `keys` whose state says it has expired by `now`: Redis's expiry
@@ -1336,6 +1338,159 @@ TEST_F(Differential, ALeaseChangedUnderTheSameName) {
     }
   }
   EXPECT_EQ(compared, 10 * 60);
+}
+
+// ---- Usage charged after the fact (issue #21 item 3) ----
+
+// Overage charges (Policy::overage charge and drain, random max_debt), usage
+// reservations and their settles in both stores, with simulated time: random policies
+// of the five rate algorithms, some with block_for or a carry-over mode; batches of one
+// caller's checks (one hash slot, as the Limiter's keys of a caller key) with costs up
+// to three capacities (a usage report above the capacity); reservations settled with
+// an actual above or below the estimate, some after their window, some retried (they
+// must answer "already settled" and change nothing), some never; and settles of an
+// unknown id (NotFound in both, nothing changed). Every field must match, `charged`
+// included, and the state left too (peeks).
+TEST_F(Differential, OverageChargesAndSettles) {
+  int compared = 0, charged = 0, settles = 0, retried = 0, unknown = 0, expired = 0;
+  for (std::uint64_t seed = 2100; seed < 2106; ++seed) {
+    std::mt19937_64 rng(seed);
+    DifferentialMemoryStore memory;
+    std::vector<Policy> policies;
+    for (int i = 0; i < 6; ++i) {
+      Policy p = RandomPolicy(rng, i);
+      p.window = std::min<Micros>(p.window, 60'000'000);
+      p.overage = i % 3 == 2 ? Overage::kReject : (rng() % 2 ? Overage::kCharge : Overage::kDrain);
+      if (p.overage == Overage::kCharge && rng() % 2) {
+        p.max_debt = 1 + rng() % (2 * p.Capacity());
+        if (p.algorithm == Algorithm::kSlidingWindowLog) p.max_debt = std::min(p.max_debt, p.limit);
+      }
+      if (rng() % 4 == 0) p.block_for = 1 + static_cast<Micros>(rng() % (2 * p.window));
+      if (rng() % 4 == 0 && p.algorithm != Algorithm::kSlidingWindowLog) {
+        p.on_change = rng() % 2 ? OnChange::kReset : OnChange::kProportional;
+      }
+      ASSERT_TRUE(ValidatePolicy(p).ok()) << Describe(p) << ValidatePolicy(p).message();
+      policies.push_back(p);
+    }
+    const char* callers[] = {"llm", "svc"};
+    const std::string prefix = "ovg" + std::to_string(seed);
+    struct Open {
+      std::vector<StoreCheck> checks;
+      std::vector<std::string> keys;
+      std::string id;
+      bool settled = false;
+    };
+    std::vector<Open> open;
+    Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
+    for (int step = 0; step < 600; ++step) {
+      const Policy& tp = policies[rng() % policies.size()];
+      switch (rng() % 4) {
+        case 0:
+          break;
+        case 1:
+          now += static_cast<Micros>(rng() % (2 * tp.window / tp.limit + 1));
+          break;
+        case 2:
+          now += static_cast<Micros>(rng() % (tp.window + 1));  // a settle after its window too
+          break;
+        default:
+          now += static_cast<Micros>(rng() % 1000);
+      }
+      const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step);
+      const unsigned op = rng() % 10;
+      if (op < 3 && !open.empty()) {  // a settle (or its retry) of an earlier reservation
+        Open& o = open[rng() % open.size()];
+        retried += o.settled ? 1 : 0;
+        o.settled = true;
+        for (StoreCheck& c : o.checks) c.cost = rng() % (2 * c.policy->Capacity() + 1);
+        for (StoreCheck& c : o.checks) c.cost = std::min(c.cost, c.policy->MaxCost());
+        // A record that expired (usage_ttl) is NotFound in both, and nothing changes.
+        Decision a[3], b[3];
+        const Status sa = memory.Run({.op = StoreOp::kSettle, .checks = o.checks, .now = now}, a);
+        const Status sb = redis_->Run({.op = StoreOp::kSettle, .checks = o.checks, .now = now}, b);
+        ASSERT_EQ(sa.code(), sb.code()) << where << " " << sa.ToString() << " / " << sb.ToString();
+        if (sa.code() == ErrorCode::kNotFound) {
+          ++expired;
+        } else {
+          ASSERT_TRUE(sa.ok()) << where << " " << sa.ToString();
+          for (std::size_t i = 0; i < o.checks.size(); ++i) {
+            ASSERT_TRUE(SameDecision(a[i], b[i]))
+                << where << " settle check " << i << " " << Describe(*o.checks[i].policy)
+                << " actual=" << o.checks[i].cost << "\n  memory: allowed=" << a[i].allowed
+                << " remaining=" << a[i].remaining << " reset_after=" << a[i].reset_after
+                << " retry_after=" << a[i].retry_after << " charged=" << a[i].charged
+                << "\n  redis:  allowed=" << b[i].allowed << " remaining=" << b[i].remaining
+                << " reset_after=" << b[i].reset_after << " retry_after=" << b[i].retry_after
+                << " charged=" << b[i].charged;
+          }
+          ++settles;
+        }
+        continue;
+      }
+      const char* caller = callers[rng() % 2];
+      Open o;
+      o.keys.resize(3);
+      for (std::size_t i = 0, n = 1 + rng() % 3; i < n; ++i) {
+        const std::size_t pi = rng() % policies.size();
+        const std::string k = *StoreKey(prefix, caller, policies[pi].name);
+        bool dup = false;
+        for (std::size_t j = 0; j < o.checks.size(); ++j) dup = dup || o.keys[j] == k;
+        if (dup) continue;
+        o.keys[o.checks.size()] = k;
+        const Policy& p = policies[pi];
+        std::uint64_t cost = RandomCost(rng, p);
+        if (p.overage != Overage::kReject && rng() % 3 == 0) cost = 1 + rng() % (3 * p.Capacity());
+        o.checks.push_back(StoreCheck{.policy = &p, .key = o.keys[o.checks.size()], .cost = cost});
+      }
+      for (std::size_t i = 0; i < o.checks.size(); ++i) o.checks[i].key = o.keys[i];
+      if (op == 3) {  // a settle of an id nobody reserved: NotFound in both, nothing changed
+        const std::string id(kPermitIdLength, "0123456789abcdef"[rng() % 16]);
+        for (StoreCheck& c : o.checks) c.usage_id = id;
+        Decision a[3], b[3];
+        const Status sa = memory.Run({.op = StoreOp::kSettle, .checks = o.checks, .now = now}, a);
+        const Status sb = redis_->Run({.op = StoreOp::kSettle, .checks = o.checks, .now = now}, b);
+        ASSERT_EQ(sa.code(), ErrorCode::kNotFound) << where << sa.ToString();
+        ASSERT_EQ(sb.code(), ErrorCode::kNotFound) << where << sb.ToString();
+        ASSERT_NE(sb.message().find(id), std::string::npos) << sb.message();
+        ++unknown;
+      } else if (op < 6) {  // a reservation: recorded under a fresh id
+        o.id = std::string(kPermitIdLength, '0');
+        for (char& ch : o.id) ch = "0123456789abcdef"[rng() % 16];
+        for (StoreCheck& c : o.checks) {
+          c.usage_id = o.id;
+          // Mostly kept long enough; a quarter expire within about a window.
+          c.usage_ttl = rng() % 4 == 0 ? 1'000 + static_cast<Micros>(rng() % (2 * c.policy->window))
+                                       : 3'600'000'000;
+        }
+        if (!Compare(memory, o.checks, now, where + " (reserve)")) return;
+        open.push_back(std::move(o));
+        if (open.size() > 8) open.erase(open.begin());
+      } else if (!Compare(memory, o.checks, now, where)) {
+        return;
+      }
+      // The state left, by a peek of each check; counts the charged denials.
+      const Open& last = op >= 3 && op < 6 && op != 3 ? open.back() : o;
+      for (const StoreCheck& c : last.checks) {
+        StoreCheck peek{.policy = c.policy, .key = c.key, .cost = 0};
+        Decision d, r;
+        ASSERT_TRUE(memory.Run({.checks = {&peek, 1}, .now = now}, {&d, 1}).ok());
+        ASSERT_TRUE(redis_->Run({.checks = {&peek, 1}, .now = now}, {&r, 1}).ok());
+        ASSERT_TRUE(SameDecision(d, r)) << where << " peek " << c.key;
+        charged += d.remaining == 0 && c.policy->overage != Overage::kReject ? 1 : 0;
+      }
+      ++compared;
+    }
+  }
+  SCOPED_TRACE("compared " + std::to_string(compared) + ", settles " + std::to_string(settles) +
+               ", retried " + std::to_string(retried) + ", unknown " + std::to_string(unknown) +
+               ", expired " + std::to_string(expired) + ", at the bound " +
+               std::to_string(charged));
+  EXPECT_GT(compared, 6 * 600 / 2);
+  EXPECT_GT(settles, 6 * 600 / 10);
+  EXPECT_GT(retried, 6 * 600 / 50) << "too few retried settles to mean much";
+  EXPECT_GT(unknown, 6 * 600 / 20);
+  EXPECT_GT(charged, 6 * 600 / 10) << "too few keys at their bound to mean much";
+  EXPECT_GT(expired, 0) << "no settle met an expired reservation";
 }
 
 }  // namespace

@@ -90,6 +90,21 @@ TEST(RedisUrlForms, DatabaseInTheQueryOfAPlainUrl) {
   EXPECT_EQ(u->db, 7);
 }
 
+// The native module (docs/redis.md): on unless module=off; any topology, and unix://.
+TEST(RedisUrlForms, ModuleOffForcesLua) {
+  for (const char* url : {"redis://h:1", "redis://h:1?module=on", "unix:///s?module=on"}) {
+    auto u = ParseUrl(url);
+    ASSERT_TRUE(u.ok()) << url << " " << u.status().ToString();
+    EXPECT_TRUE(u->module) << url;
+  }
+  for (const char* url : {"redis://h:1?module=off", "redis-cluster://h:1?module=off",
+                          "redis-sentinel://s/m?module=off&db=1", "unix:///s?module=off"}) {
+    auto u = ParseUrl(url);
+    ASSERT_TRUE(u.ok()) << url << " " << u.status().ToString();
+    EXPECT_FALSE(u->module) << url;
+  }
+}
+
 TEST(RedisUrlForms, MalformedCombinationsNameThePart) {
   const std::pair<const char*, const char*> bad[] = {
       {"redis://h:1?tls_ca=/ca.pem", "tls_ca needs TLS"},
@@ -115,6 +130,8 @@ TEST(RedisUrlForms, MalformedCombinationsNameThePart) {
       {"redis-sentinel://s/m?sentinel_password=%zz", "%-escape in parameter"},
       {"rediss+cluster://h:1", "unknown scheme"},
       {"unix:///s?tls_ca=/x", "unix:// takes only db=N"},
+      {"redis://h:1?module=no", "module must be on or off"},
+      {"redis://h:1?module=off&module=on", "given twice"},
   };
   for (const auto& [url, why] : bad) {
     auto u = ParseUrl(url);

@@ -144,6 +144,33 @@ TEST_F(DaemonTest, GrpcHitsAddend) {
   EXPECT_EQ(resp.statuses(0).limit_remaining(), 0u);
 }
 
+// envoyproxy/ratelimit's reading of hits_addend: the request's 0 means 1, a descriptor's
+// 0 only looks (charges nothing), and a descriptor's UInt64Value above 2^32 (the most
+// one check may cost) is INVALID_ARGUMENT naming it, charging nothing (it was accepted
+// before, as a cost like any other).
+TEST_F(DaemonTest, GrpcHitsAddendZeroPeeksAndAbove32BitsIsInvalid) {
+  pb::RateLimitRequest req;
+  req.set_domain("rl");
+  Add(req, {{"api_key", "k9"}});
+  pb::RateLimitResponse resp;
+  ASSERT_TRUE(Call(req, &resp).ok());  // hits_addend 0 on the request: a cost of 1
+  EXPECT_EQ(resp.statuses(0).limit_remaining(), 4u);
+  req.mutable_descriptors(0)->mutable_hits_addend()->set_value(0);
+  resp.Clear();
+  ASSERT_TRUE(Call(req, &resp).ok());
+  EXPECT_EQ(resp.overall_code(), pb::RateLimitResponse::OK);
+  EXPECT_EQ(resp.statuses(0).limit_remaining(), 4u);  // a peek
+  req.mutable_descriptors(0)->mutable_hits_addend()->set_value(4294967297ull);
+  resp.Clear();
+  grpc::Status s = Call(req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "descriptors[0].hits_addend is larger than 4294967296");
+  req.mutable_descriptors(0)->mutable_hits_addend()->set_value(0);
+  resp.Clear();
+  ASSERT_TRUE(Call(req, &resp).ok());
+  EXPECT_EQ(resp.statuses(0).limit_remaining(), 4u);  // nothing was charged
+}
+
 TEST_F(DaemonTest, GrpcUnknownDomainAndInvalidRequests) {
   pb::RateLimitRequest req;
   req.set_domain("no-such-domain");

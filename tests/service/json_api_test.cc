@@ -54,6 +54,8 @@ TEST(JsonApi, ErrorsNameTheProblem) {
   EXPECT_EQ(err(R"({"hits_addend":-1})"), "hits_addend must not be negative");
   EXPECT_EQ(err(R"({"hits_addend":4294967296})"), "hits_addend is larger than 4294967295");
   EXPECT_EQ(err(R"({"hits_addend":1.5})"), "hits_addend must be a non-negative integer");
+  EXPECT_EQ(err(R"({"descriptors":[{"hits_addend":4294967297}]})"),
+            "descriptors[0].hits_addend is larger than 4294967296");
   EXPECT_EQ(err(R"({"descriptors":{}})"), "descriptors must be an array");
   EXPECT_EQ(err(R"({"descriptors":[{"entries":[{"key":1}]}]})"),
             "descriptors[0].entries[0].key must be a string");

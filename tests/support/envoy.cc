@@ -1,10 +1,12 @@
 #include "envoy.h"
 
+#include <strings.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <string_view>
 
 namespace sluice::testing {
 namespace {
@@ -204,8 +206,15 @@ long Envoy::Counter(const std::string& name) const {
 }
 
 HttpUpstream::HttpUpstream() {
-  auto ok = [this](const httplib::Request&, httplib::Response& res) {
+  auto ok = [this](const httplib::Request& req, httplib::Response& res) {
     served_.fetch_add(1);
+    constexpr std::string_view kEcho = "x-echo-";
+    for (const auto& [name, value] : req.headers) {
+      if (name.size() > kEcho.size() &&
+          strncasecmp(name.c_str(), kEcho.data(), kEcho.size()) == 0) {
+        res.set_header(name.substr(kEcho.size()), value);
+      }
+    }
     res.set_content("upstream", "text/plain");
   };
   server_.Get(".*", ok);

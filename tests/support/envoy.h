@@ -99,7 +99,9 @@ class Envoy {
 
 // The upstream behind Envoy: an httplib server on 127.0.0.1 in its own thread. Answers
 // every GET and POST with 200 and body "upstream", and counts the requests it served (a
-// request Envoy denied never reaches it).
+// request Envoy denied never reaches it). A request header `x-echo-NAME: VALUE` comes
+// back as the response header `NAME: VALUE`, so a test chooses what the upstream reports
+// (e.g. `x-echo-x-tokens-used: 5000` for the usage an LLM backend would report).
 class HttpUpstream {
  public:
   HttpUpstream();

@@ -127,6 +127,7 @@ class ReferenceStore final : public Store {
         e.algorithm = p.algorithm;
         core::TokenBucketStart(p, now, &e.word.bucket, &e.expires);
       }
+      if (!all_allowed) Charge(checks, now, out);
       return Status::Ok();
     }
     for (std::size_t i = 0; i < checks.size(); ++i) {
@@ -143,6 +144,29 @@ class ReferenceStore final : public Store {
       }
     }
     return Status::Ok();
+  }
+
+  // Overage (Policy::overage): a denied batch's charging checks take per their rule,
+  // on the pure charge functions (core::OverageBound).
+  void Charge(std::span<const StoreCheck> checks, Micros now, std::span<Decision> out) {
+    for (std::size_t i = 0; i < checks.size(); ++i) {
+      const StoreCheck& c = checks[i];
+      const Policy& p = *c.policy;
+      if (c.cost == 0 || p.overage == Overage::kReject) continue;
+      auto it = entries_.find(std::string(c.key));
+      const bool fresh = it == entries_.end() || (drop_expired_ && it->second.expires <= now);
+      Entry& e = entries_[std::string(c.key)];
+      e.algorithm = p.algorithm;
+      if (p.algorithm == Algorithm::kSlidingWindowLog) {
+        out[i] =
+            core::SlidingWindowLogCharge(p, e.log, now, c.cost, core::OverageBound(p), &e.expires);
+      } else {
+        const Entry in = e;
+        out[i] = core::WordOpsOf(p.algorithm)
+                     ->charge(p, in.word, fresh, now, c.cost, &e.word, &e.expires);
+      }
+      out[i].allowed = false;
+    }
   }
 
   // kRefund on the pure refund functions: a key with no state, another algorithm's,

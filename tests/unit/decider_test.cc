@@ -22,6 +22,7 @@ class DeferredStore final : public Store {
  public:
   Status Run(const StoreBatch& batch, std::span<Decision> out) override {
     ++calls;
+    if (!batch.checks.empty()) last_cost = batch.checks[0].cost;
     if (down) return Status::Unavailable("down (test)");
     return inner.Run(batch, out);
   }
@@ -43,6 +44,7 @@ class DeferredStore final : public Store {
   MemoryStore inner;
   std::deque<std::function<void()>> queue;
   int calls = 0;
+  std::uint64_t last_cost = 0;  // of the first check of the last batch
   bool down = false;
 };
 
@@ -263,6 +265,45 @@ TEST(Decider, CostAboveCapacityDeniesThatCheckAndChargesNothing) {
   EXPECT_EQ(out[0].remaining, 0u);
   EXPECT_TRUE(out[1].allowed);
   EXPECT_EQ(out[1].remaining, 100u);  // peeked: nothing charged
+}
+
+// Usage charged after the fact (Policy::overage): a report of more than the capacity,
+// or for a key already denied, must reach the store whole. Before the fix the first was
+// sent as a peek (cost 0) and the second answered from the deny cache: both charged
+// nothing.
+TEST(Decider, ChargedReportsReachTheStoreWholeEvenForDeniedKeys) {
+  auto clock = std::make_shared<ManualClock>(kNoon);
+  auto store = std::make_shared<DeferredStore>();
+  decide::Decider d = MakeDecider(store, clock);
+  Policy tokens = Policy::FixedWindow("tokens", 1000, std::chrono::minutes(1));
+  tokens.overage = Overage::kCharge;
+  const std::string key = "k:{a}:tokens";
+  for (int i = 0; i < 3; ++i) {
+    decide::Check c{&tokens, nullptr, key, 5000};
+    bool called = false;
+    d.DecideAsync({&c, 1}, [&](const Status& s, std::span<const Decision> out, std::size_t) {
+      called = true;
+      ASSERT_TRUE(s.ok()) << s.message();
+      EXPECT_FALSE(out[0].allowed);
+    });
+    store->Drain();
+    EXPECT_TRUE(called);
+    EXPECT_EQ(store->calls, i + 1) << "report " << i << " did not reach the store";
+    EXPECT_EQ(store->last_cost, 5000u) << "report " << i;
+  }
+  // Within the capacity: 500 fit, then 600 are denied twice; the second denial is a
+  // known one, and a reject policy would take it from the deny cache.
+  const std::string other = "k:{b}:tokens";
+  int calls = store->calls;
+  for (std::uint64_t cost : {500, 600, 600}) {
+    decide::Check c{&tokens, nullptr, other, cost};
+    d.DecideAsync({&c, 1}, [&](const Status& s, std::span<const Decision> out, std::size_t) {
+      ASSERT_TRUE(s.ok()) << s.message();
+      EXPECT_EQ(out[0].allowed, cost == 500);
+    });
+    store->Drain();
+    EXPECT_EQ(store->calls, ++calls) << "a report of " << cost << " did not reach the store";
+  }
 }
 
 TEST(Decider, BatchesAreBounded) {

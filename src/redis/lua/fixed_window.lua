@@ -32,7 +32,10 @@ local same = false
 local e, sws, scount
 local v = false -- the counter after this decision (read through INCRBY or GET)
 local incr = false -- INCRBY has applied the cost already
-if lean and cost > 0 then
+local got = false -- the counter as GET read it (before this decision)
+if lean and cost > 0 and cost <= limit then
+  -- (a cost above the limit, an overage's usage report, never fits: read, do not add
+  -- a count that could carry into the tag)
   v = redis.pcall('INCRBY', key, cost)
   incr = type(v) == 'number'
   if not incr then v = false end
@@ -41,7 +44,7 @@ if not incr then
   local raw = redis.call('GET', key)
   local n = raw and tonumber(raw)
   if n and n >= 4503599627370496 then
-    v = n + cost
+    v, got = true, n
   elseif raw and #raw == 25 and string.byte(raw) == 0 then
     local _
     _, e, sws, scount = struct.unpack('<Bddd', raw)
@@ -62,7 +65,7 @@ if not incr then
 end
 local from_struct = sws -- the stored state has a packed layout
 if v then
-  local old = v - cost
+  local old = got or v - cost
   local otag = floor(old / 4294967296)
   local d = (otag - tag) % 1048576
   if otag >= 1048576 and otag < 2097152 and d < 524288 then
@@ -141,8 +144,8 @@ REFUND[0] = function(c, now, cost)
   store_word(c, now)
 end
 
--- Penalty (FORCE, prelude.lua): the state normalised as a decision would, then the
--- cost added up to the bound.
+-- Penalty or overage charge (FORCE, prelude.lua): the state normalised as a decision
+-- would, then the cost added up to the bound c.bound; returns the units taken.
 FORCE[0] = function(c, now)
   local raw = redis.call('GET', c.key)
   local n = raw and tonumber(raw)
@@ -156,7 +159,8 @@ FORCE[0] = function(c, now)
     local found, sws, scount = load(c, now, raw or false)
     if found and sws >= ws then ws, count = sws, scount end
   end
-  count = max(count, min(count + c.cost, 2 * c.limit))
+  local was = count
+  count = max(count, min(count + c.cost, c.bound))
   c.expires = ws + c.window
   if (counter or not raw) and not c.mode and c.limit < 2147483648 and
       c.window * 524288 > (PAD + 1) * 1000 then -- (fixed_window.lua's `lean`)
@@ -166,4 +170,5 @@ FORCE[0] = function(c, now)
   end
   c.patch = nil
   store_word(c, now)
+  return count - was
 end

@@ -127,9 +127,10 @@ FORCE[4] = function(c, now)
     if e > now and ol == c.limit and ow == c.window and oc == c.cap then tat = max(otat, now) end
   end
   local interval = c.window / c.limit
-  local tau = interval * c.cap
-  tat = max(tat, min(tat + c.cost * interval, now + 2 * tau))
+  local was = tat
+  tat = max(tat, min(tat + c.cost * interval, now + c.bound * interval))
   c.expires = ceil(tat)
   c.state, c.patch = tat, nil
   store_word(c, now)
+  return charged_units((tat - was) / interval)
 end

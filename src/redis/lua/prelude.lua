@@ -10,10 +10,12 @@
 -- check first and commits all of them only if all allow (all or nothing).
 -- REFUND[id](c, now, cost) gives cost back to an existing state (Store::Refund: a batch
 -- of kind-2 checks, and then nothing is decided). FORCE[id](c, now) takes c.cost by
--- force (a penalty), bounded so that a key's usage stays at most twice its capacity
--- (window counts <= 2 x limit, tokens >= -capacity, TAT <= now + 2 x tau, log units <=
--- 2 x limit), normalising the state first as a decision would, and writes the new
--- state; runner.lua then peeks (DECIDE with cost 0) for the decision.
+-- force (a penalty, or an overage charge), bounded so that a key's usage stays at most
+-- c.bound units (a penalty: twice its capacity; an overage: capacity + debt, src/core
+-- OverageBound): window counts <= bound (the sliding counter's estimate for an
+-- overage, c.est), tokens >= capacity - bound, TAT <= now + bound x T, log units <=
+-- bound; it normalises the state first as a decision would, writes the new state and
+-- returns the units it took; runner.lua then peeks (DECIDE with cost 0) for the decision.
 -- Each algorithm's file owns its state codec and all of its operations: the decision
 -- body, then (after its "--@OPERATIONS@" line, which embed_lua.cmake cuts at so that
 -- the one-check scripts carry only the body) its REFUND and FORCE.
@@ -38,6 +40,13 @@ local PAD = 0 -- extra TTL in ms (caller-time mode only, see runner.lua)
 -- An exact integer as a decimal string.
 local function int(x)
   return string.format('%d', x)
+end
+
+-- Whole units of a double amount taken by a charge (src/core ChargedUnits).
+local function charged_units(x)
+  local whole = x + EPS
+  if whole >= 1 then return floor(whole) end
+  return 0
 end
 
 -- TTL in ms for state that is back to "full" at `expires` (microseconds).

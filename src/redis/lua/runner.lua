@@ -13,18 +13,26 @@
 -- ARGV[3]: P, the call's distinct policies, then 7 numbers for each: algorithm, limit,
 --   window (us), capacity, initial tokens (-1: full), on_change (0 as_is, 1 reset,
 --   2 proportional), block_for (us, 0: none).
--- Then one number per check: (((cost' * 2 + big) * 8 + kind) * 4096 + policy) * 2 +
+-- Then one number per check: (((cost' * 2 + big) * 16 + kind) * 4096 + policy) * 2 +
 --   last, where policy indexes the list above from 0, last is 1 on the last check of
---   its group, big is 1 when the cost (>= 2^36) follows as an argument of its own
+--   its group, big is 1 when the cost (>= 2^35) follows as an argument of its own
 --   (cost' is then 0), and kind is what the check does (KIND below); kinds 1, 4, 5, 6
---   are followed by one more argument: max_wait (us) or the permit id ("": a peek).
+--   are followed by one more argument: max_wait (us) or the permit id ("": a peek);
+--   kinds 7 and 8 by three: the overage bound (units; 0: overage reject), the usage
+--   reservation id ("": none) and the record's lifetime (us; kind 7 only, else 0).
+--   A check with a usage id declares its record key (the state key + ':u:' + id)
+--   after its other keys.
 -- Returns one flat array: for each check that decides (not a refund), ONE integer
 -- ((reset_after * (capacity + 1)) + remaining) * 2 + 1 for an allowed decision with
 -- nothing to wait (when below 2^53), else four: 2 (allowed) or 0 (denied), remaining,
--- reset_after, retry_after (negative: an allowed reservation's wait). redis/reply.cc
--- DecodeDecisions reads it.
+-- reset_after, retry_after (negative: an allowed reservation's wait), or five when the
+-- first has 4 added: then the units charged (Decision::charged) follow. redis/reply.cc
+-- DecodeDecisions reads it. A settle whose record is unknown or expired answers the
+-- error 'NOTFOUND ...' and changes nothing.
 -- KIND: 0 decide, 1 decide with max_wait, 2 refund, 3 penalty (forced), 4 permit
--- acquire, 5 permit release, 6 permit extend.
+-- acquire, 5 permit release, 6 permit extend, 7 decide under an overage or with a usage
+-- record (src/core OverageBound; StoreCheck::usage_id), 8 settle (StoreOp::kSettle; a
+-- group of settles only).
 PAD = tonumber(ARGV[2])
 local np = tonumber(ARGV[3])
 -- The policies' numbers, flat: policy i's j-th (1..7) at pol[7 * i + j].
@@ -53,6 +61,105 @@ local function unwind(key, cost, undo, start, start_expires, now)
   end
 end
 
+-- Writes a decision as five numbers from out[n + 1] (the first has 4 added: `charged`
+-- follows); returns the new n.
+local function emit5(n, allowed, remaining, reset, retry, charged)
+  out[n + 1] = (allowed and 2 or 0) + 4
+  out[n + 2] = remaining
+  out[n + 3] = reset
+  out[n + 4] = retry
+  out[n + 5] = charged
+  return n + 5
+end
+
+-- A denied check's overage charge (FORCE up to c.bound), then a peek, denied, its block
+-- applied; written at out[at] as five numbers.
+local function charge(c, now, at)
+  c.charged = FORCE[c.alg](c, now)
+  c.cost = 0
+  local _, remaining, reset, retry = DECIDE[c.alg](c, now)
+  if c.block then
+    _, remaining, reset, retry = apply_block(c, now, false, false, remaining, reset, retry)
+  end
+  emit5(at - 1, false, remaining, reset, retry, c.charged)
+end
+
+-- A usage reservation's record (StoreCheck::usage_id): "<taken> <expires>", the
+-- expiry on the script's clock (so caller-time mode expires it as the caller sees it),
+-- "s" in front once settled.
+local function record_usage(c, now, taken, settled)
+  local expires = c.uexp or (now + c.uttl)
+  redis.call('SET', c.ukey, settled .. int(taken) .. ' ' .. int(expires), 'PX',
+    int(ttl_ms(expires, now)))
+end
+
+-- One settle (StoreOp::kSettle) of check c whose record was found (c.taken, c.settled):
+-- above what was taken the rest is decided, and charged per the overage when it does
+-- not fit; below it the difference is refunded; then the key as a peek. Mirrors
+-- src/memory/settle.cc. Returns the decision: applied, remaining, reset, retry, charged.
+local function settle_one(c, now)
+  local applied, actual = not c.settled, c.cost
+  local _, remaining, reset, retry
+  local charged = 0
+  if applied and actual > c.taken and (actual - c.taken <= c.cap or c.bound > 0) then
+    c.cost = actual - c.taken
+    local allowed
+    allowed, remaining, reset, retry = DECIDE[c.alg](c, now)
+    if c.bound > 0 and c.cost > c.cap then allowed = false end
+    if c.block then
+      allowed, remaining, reset, retry = apply_block(c, now, false, allowed, remaining, reset, retry)
+    end
+    if allowed then
+      COMMIT[c.alg](c, now)
+    else
+      if c.undo then redis.call('INCRBY', c.key, -c.undo) end
+      if c.start then redis.call('SET', c.key, c.start, 'PX', int(ttl_ms(c.start_expires, now))) end
+      if c.bound > 0 then
+        c.charged = FORCE[c.alg](c, now)
+        charged = c.charged
+        c.cost = 0
+        _, remaining, reset, retry = DECIDE[c.alg](c, now)
+        if c.block then
+          _, remaining, reset, retry = apply_block(c, now, false, false, remaining, reset, retry)
+        end
+      end
+    end
+  else
+    if applied and actual < c.taken then REFUND[c.alg](c, now, c.taken - actual) end
+    c.cost = 0
+    local allowed
+    allowed, remaining, reset, retry = DECIDE[c.alg](c, now)
+    if c.block then
+      _, remaining, reset, retry = apply_block(c, now, false, allowed, remaining, reset, retry)
+    end
+  end
+  if applied then record_usage(c, now, c.taken, 's') end
+  return applied, remaining, reset, retry, charged
+end
+
+-- A group of settles: every record first (one unknown or expired: nothing is applied,
+-- settle_missing says which), then each check on its own. Returns the new n, or nil.
+local settle_missing
+local function settle_group(nc, now, n)
+  for i = 1, nc do
+    local c = checks[i]
+    local raw = redis.call('GET', c.ukey)
+    local s, tk, ex
+    if raw then s, tk, ex = string.match(raw, '^(s?)(%d+) (%-?%d+)$') end
+    if not tk or tonumber(ex) <= now then
+      settle_missing = "NOTFOUND usage reservation '" .. c.uid ..
+        "' is unknown or expired (nothing was settled)"
+      return nil
+    end
+    c.settled, c.taken, c.uexp = s == 's', tonumber(tk), tonumber(ex)
+  end
+  for i = 1, nc do
+    n = emit5(n, settle_one(checks[i], now))
+  end
+  return n
+end
+
+local settles = false -- the group being read is one of settles (kind 8)
 local a, k, nargs = 4 + 7 * np, 1, #ARGV
 while a <= nargs do
   local gnow = now
@@ -68,18 +175,22 @@ while a <= nargs do
     v = (v - last) / 2
     local pi = v % 4096
     v = (v - pi) / 4096
-    local kind = v % 8
-    v = (v - kind) / 8
+    local kind = v % 16
+    v = (v - kind) / 16
     local big = v % 2
     local cost = (v - big) / 2
     if big == 1 then
       cost = tonumber(ARGV[a])
       a = a + 1
     end
-    local mw, op, permit = 0, nil, nil
+    local mw, op, permit, bound, uid, uttl = 0, nil, nil, 0, false, 0
     if kind == 1 then
       mw = tonumber(ARGV[a])
       a = a + 1
+    elseif kind >= 7 then
+      bound, uid, uttl = tonumber(ARGV[a]), ARGV[a + 1], tonumber(ARGV[a + 2])
+      a = a + 3
+      if uid == '' then uid = false end
     elseif kind >= 4 then
       op, permit = kind == 4 and 'a' or kind == 5 and 'r' or 'x', ARGV[a]
       a = a + 1
@@ -139,17 +250,27 @@ while a <= nargs do
         c.bkey = KEYS[k]
         k = k + 1
       end
+      c.bound, c.est, c.cost0 = bound, kind >= 7, cost -- overage (kinds 7, 8)
+      if uid then -- a usage reservation's record key
+        c.uid, c.uttl, c.ukey = uid, uttl, KEYS[k]
+        k = k + 1
+      end
       local decide = DECIDE[alg]
       if not decide then return redis.error_reply('sluice: unknown algorithm ' .. alg) end
       if kind == 2 then
         REFUND[alg](c, gnow, cost)
+      elseif kind == 8 then
+        nc = nc + 1 -- settled below, once every record of the group is found
+        checks[nc] = c
+        settles = true
       else
         -- Penalties and blocks (penalties.lua): a forced check takes its cost by force
         -- and answers with a peek at the state after it (cost 0 from here on, so it is
         -- not committed again); a policy with block_for applies its block.
         local forced = kind == 3
         if forced then
-          FORCE[alg](c, gnow)
+          c.bound = 2 * c.cap -- (src/core PenaltyBound)
+          c.charged = FORCE[alg](c, gnow)
           c.cost = 0
         end
         local allowed, remaining, reset, retry = decide(c, gnow)
@@ -159,7 +280,13 @@ while a <= nargs do
         end
         nc = nc + 1
         checks[nc] = c
-        if allowed and retry == 0 and remaining >= 0 and remaining <= c.cap and reset >= 0 and
+        if c.bound > 0 and c.cost > 0 then
+          -- a check that charges if its group is denied: five numbers, rewritten then
+          c.at = n + 1
+          n = emit5(n, allowed, remaining, reset, retry, 0)
+        elseif forced and c.charged > 0 then
+          n = emit5(n, allowed, remaining, reset, retry, c.charged)
+        elseif allowed and retry == 0 and remaining >= 0 and remaining <= c.cap and reset >= 0 and
             (reset * (c.cap + 1) + remaining) * 2 + 1 < 9007199254740992 then
           n = n + 1
           out[n] = (reset * (c.cap + 1) + remaining) * 2 + 1
@@ -178,6 +305,11 @@ while a <= nargs do
       end
     end
   until last == 1
+  if settles then
+    n = settle_group(nc, gnow, n)
+    if not n then return redis.error_reply(settle_missing) end
+    settles, all, consumes, nc = false, false, false, 0 -- (nothing left to commit or record)
+  end
   if all and consumes then
     for b = 0, 9 * (ni - 1), 9 do
       if pend[b + 2] > 0 and pend[b + 3] then
@@ -201,6 +333,19 @@ while a <= nargs do
       if c.start and c.cost > 0 then
         redis.call('SET', c.key, c.start, 'PX', int(ttl_ms(c.start_expires, gnow)))
       end
+    end
+    -- Overage (src/core OverageBound): the denied group's charging checks take per
+    -- their rule, each answered with a peek after its charge, denied.
+    for i = 1, nc do
+      local c = checks[i]
+      if c.at then charge(c, gnow, c.at) end
+    end
+  end
+  -- Usage reservations: what each check took, recorded under its id.
+  for i = 1, nc do
+    local c = checks[i]
+    if c.uid then
+      record_usage(c, gnow, (all and consumes) and c.cost0 or (c.charged or 0), '')
     end
   end
 end

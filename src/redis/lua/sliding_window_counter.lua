@@ -109,8 +109,18 @@ FORCE[2] = function(c, now)
       prev = scurr
     end
   end
-  curr = max(curr, min(curr + c.cost, 2 * c.limit))
+  local was = curr
+  if c.est then
+    -- an overage charge: bounded on the estimate, the weighted previous window included
+    local t = max(now, ws)
+    local estimate = prev * ((w - (t - ws)) / w) + curr
+    local room = floor(c.bound - estimate + EPS)
+    if room > 0 then curr = curr + min(c.cost, room) end
+  else
+    curr = max(curr, min(curr + c.cost, c.bound))
+  end
   c.expires = ws + 2 * w
   c.state, c.patch = struct.pack('<Bdddd', 2, c.expires, ws, curr, prev), nil
   store_word(c, now)
+  return curr - was
 end

@@ -36,9 +36,12 @@ end
 local function time_freeing(c, excess)
   local first = redis.call('ZRANGE', c.key2, 0, 0)
   local last = redis.call('ZRANGE', c.key2, -1, -1)
+  -- (a cost above the limit, an overage's usage report: nothing frees enough)
+  if #first == 0 then return nil end
   local c0, cl = entry_cum(first[1]), entry_cum(last[1])
   if c0 and cl then
     local base = c0 - entry_cost(first[1])
+    if cl - base < excess then return nil end
     local lo, hi = 0, redis.call('ZCARD', c.key2) - 1
     while lo < hi do
       local mid = floor((lo + hi) / 2)
@@ -208,11 +211,13 @@ end
 FORCE[1] = function(c, now)
   local st = log_state(c)
   raise(c, st, now)
-  local add = min(c.cost, 2 * c.limit - st.used)
+  local add = min(c.cost, c.bound - st.used)
   if add > 0 then
     local cost = c.cost
     c.cost = add
     COMMIT[1](c, now)
     c.cost = cost
+    return add
   end
+  return 0
 end

@@ -137,11 +137,13 @@ FORCE[3] = function(c, now)
     if c.init >= 0 then tokens = c.init else tokens = cap end
     t = now
   end
-  tokens = max(min(tokens, -cap), tokens - c.cost)
+  local was = tokens
+  tokens = max(min(tokens, cap - c.bound), tokens - c.cost)
   local reset = 0
   if not (tokens + EPS >= cap) then reset = ceil((cap - tokens) / rate) end
   c.expires = t + reset
   if c.init >= 0 and c.init < cap then c.expires = c.expires + c.window end
   c.state, c.patch = struct.pack('<Bddd', 3, c.expires, tokens, t), nil
   store_word(c, now)
+  return charged_units(was - tokens)
 end

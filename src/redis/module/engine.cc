@@ -1,0 +1,148 @@
+// The module's decisions (engine.h): lua/runner.lua's group semantics on the C++
+// algorithms (core/algorithm_ops.h), with the scripts' state layouts (state.h).
+#include "redis/module/engine.h"
+
+#include <algorithm>
+
+#include "core/algorithm_ops.h"
+#include "redis/module/state.h"
+
+namespace sluice::redis_module {
+namespace {
+
+// prelude.lua's ttl_ms: until `expires`, at least 1 ms, plus the caller-time pad.
+long long TtlMs(Micros expires, Micros now, long long pad_ms) {
+  const Micros left = expires - now;
+  const long long ms = left <= 0 ? 0 : (left + 999) / 1000;
+  return std::max<long long>(ms, 1) + pad_ms;
+}
+
+// The scripts' reply for one decision (redis/reply.cc, DecodeDecisions): one odd
+// integer for an allowed decision with nothing to wait when it is below 2^53, else four.
+void AppendDecision(const Decision& d, std::uint64_t cap, std::vector<long long>* reply) {
+  if (d.allowed && d.wait == 0 && d.retry_after == 0 && d.remaining <= cap && d.reset_after >= 0) {
+    const unsigned __int128 v =
+        (static_cast<unsigned __int128>(d.reset_after) * (cap + 1) + d.remaining) * 2 + 1;
+    if (v < (static_cast<unsigned __int128>(1) << 53)) {
+      reply->push_back(static_cast<long long>(v));
+      return;
+    }
+  }
+  reply->push_back(d.allowed ? 2 : 0);
+  reply->push_back(static_cast<long long>(d.remaining));
+  reply->push_back(d.reset_after);
+  reply->push_back(d.allowed && d.wait > 0 ? -d.wait : d.retry_after);
+}
+
+// The layout a committed decision writes: the fixed window's counter unless it is a live
+// state in a packed layout (kept to its window's end: a rolling upgrade), else the plain one.
+Layout DecisionLayout(const Policy& p, const ReadState& s, Micros now, long long pad_ms) {
+  if (p.algorithm == Algorithm::kGcra) return Layout::kNumber;
+  if (p.algorithm != Algorithm::kFixedWindow) return Layout::kPacked;
+  const bool packed = (s.layout == Layout::kPacked || s.layout == Layout::kRecorded) && s.live &&
+                      s.word.fixed.window_start >= core::FloorTo(now, p.window);
+  return FixedWindowLean(p, pad_ms) && !packed ? Layout::kCounter : Layout::kPacked;
+}
+
+// The layout a penalty writes (FORCE[id] in lua/<algorithm>.lua): the fixed window's
+// counter when the key held one or nothing, else the plain layouts.
+Layout ForceLayout(const Policy& p, const ReadState& s, const StoredValue& v, long long pad_ms) {
+  if (p.algorithm == Algorithm::kGcra) return Layout::kNumber;
+  if (p.algorithm != Algorithm::kFixedWindow) return Layout::kPacked;
+  const bool counter = s.layout == Layout::kCounter || !v.present;
+  return counter && FixedWindowLean(p, pad_ms) ? Layout::kCounter : Layout::kPacked;
+}
+
+// True when a fixed window's decision that is not committed still leaves this window's
+// counter at 0 in the script (its INCRBY met no counter of this window, or none at all).
+bool StartsCounter(const Policy& p, const ReadState& s, const StoredValue& v, Micros now,
+                   long long pad_ms) {
+  if (!FixedWindowLean(p, pad_ms) || (v.present && s.layout != Layout::kCounter)) return false;
+  return !(s.live && s.word.fixed.window_start >= core::FloorTo(now, p.window));
+}
+
+// A refund writes the layout it found (word_state.lua's pack_word; GCRA's older
+// '<Bdd' becomes its number).
+Layout RefundLayout(const ReadState& s) {
+  return s.layout == Layout::kNone ? Layout::kPacked : s.layout;
+}
+
+void Emit(const Policy& p, const core::WordState& s, Micros expires, Layout layout,
+          std::size_t check, Micros now, long long pad_ms, std::vector<ModuleWrite>* writes,
+          const ReadState* read = nullptr) {
+  const bool keep = read != nullptr && read->live && read->expires == expires;
+  writes->push_back({check, Encode(p, s, expires, layout), TtlMs(expires, now, pad_ms), keep});
+}
+
+}  // namespace
+
+void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
+                 std::span<const StoredValue> values, std::vector<ModuleWrite>* writes,
+                 std::vector<long long>* reply) {
+  ReadState read[kMaxBatchChecks];
+  bool allowed[kMaxBatchChecks] = {};
+  core::WordState next[kMaxBatchChecks];
+  Micros expires[kMaxBatchChecks];
+  bool all = true, consumes = false;
+  const std::size_t n = g.end - g.begin;
+  for (std::size_t i = 0; i < n; ++i) {
+    const ModuleCheck& c = r.checks[g.begin + i];
+    const Policy& p = r.policies[c.policy];
+    const core::WordOps& ops = *core::WordOpsOf(p.algorithm);
+    const std::size_t at = g.begin + i;
+    ReadState& s = read[i];
+    s = Read(p, values[i], now);
+    // Refunds and penalties use a recorded state only when it records p's parameters.
+    const bool usable = s.live && (s.layout != Layout::kRecorded || s.same_params);
+    if (c.op == 2) {  // refund: no reply
+      if (!usable) continue;
+      ops.refund(p, s.word, now, c.cost, &next[i], &expires[i]);
+      const StateBytes value = Encode(p, next[i], expires[i], RefundLayout(s));
+      if (value.view() != values[i].bytes) {
+        writes->push_back({at, value, TtlMs(expires[i], now, r.pad_ms)});
+      }
+      continue;
+    }
+    if (c.op == 3) {  // penalty: applied now, answered with a peek at the state after it
+      const Decision d = ops.penalize(p, s.word, !usable, now, c.cost, &next[i], &expires[i]);
+      Emit(p, next[i], expires[i], ForceLayout(p, s, values[i], r.pad_ms), at, now, r.pad_ms,
+           writes);
+      AppendDecision(d, p.Capacity(), reply);
+      continue;
+    }
+    const Decision d = ops.decide(p, s.word, !s.live, now, c.cost, &next[i], &expires[i],
+                                  c.op == 1 ? c.max_wait : 0);
+    AppendDecision(d, p.Capacity(), reply);
+    allowed[i] = d.allowed;
+    all = all && d.allowed;
+    consumes = consumes || c.cost > 0;
+  }
+  if (g.op != StoreOp::kDecide) return;
+  for (std::size_t i = 0; i < n; ++i) {
+    const ModuleCheck& c = r.checks[g.begin + i];
+    const Policy& p = r.policies[c.policy];
+    if (c.cost == 0) continue;
+    if (all && consumes) {
+      Emit(p, next[i], expires[i], DecisionLayout(p, read[i], now, r.pad_ms), g.begin + i, now,
+           r.pad_ms, writes, &read[i]);
+    } else if (p.algorithm == Algorithm::kFixedWindow && allowed[i] &&
+               StartsCounter(p, read[i], values[i], now, r.pad_ms)) {
+      // Not committed: the script's INCRBY has already started this window's counter
+      // (fixed_window.lua, SET then the undo): the same counter, at 0.
+      core::WordState zero;
+      zero.fixed = {core::FloorTo(now, p.window), 0};
+      Emit(p, zero, zero.fixed.window_start + p.window, Layout::kCounter, g.begin + i, now,
+           r.pad_ms, writes);
+    } else if (p.algorithm == Algorithm::kTokenBucket && !read[i].live &&
+               core::TokenBucketStartsOnDenial(p)) {
+      // Not committed: a new bucket with initial tokens below its capacity starts anyway
+      // (core/token_bucket.cc; token_bucket.lua's `start`).
+      core::WordState start;
+      Micros start_expires = 0;
+      core::TokenBucketStart(p, now, &start.bucket, &start_expires);
+      Emit(p, start, start_expires, Layout::kPacked, g.begin + i, now, r.pad_ms, writes);
+    }
+  }
+}
+
+}  // namespace sluice::redis_module

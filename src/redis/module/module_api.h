@@ -1,0 +1,63 @@
+// Internal: the part of the Redis Module API that sluice's module uses, declared here
+// (not a copy of redismodule.h): the opaque types, the constants and the functions it
+// calls, each a pointer that ModuleApiInit fills by name through RedisModule_GetApi, the
+// lookup function Redis passes as the first word of the context given to
+// RedisModule_OnLoad (that is what redismodule.h's RedisModule_Init does too). Facts
+// from the Redis Module API reference (redis.io, "Modules API reference").
+#pragma once
+
+#include <cstddef>
+
+extern "C" {
+
+typedef struct RedisModuleCtx RedisModuleCtx;
+typedef struct RedisModuleKey RedisModuleKey;
+typedef struct RedisModuleString RedisModuleString;
+typedef int (*RedisModuleCmdFunc)(RedisModuleCtx* ctx, RedisModuleString** argv, int argc);
+}
+
+namespace sluice::redis_module {
+
+inline constexpr int kOk = 0;   // REDISMODULE_OK
+inline constexpr int kErr = 1;  // REDISMODULE_ERR
+inline constexpr int kApiVersion1 = 1;
+inline constexpr int kRead = 1 << 0;   // REDISMODULE_READ
+inline constexpr int kWrite = 1 << 1;  // REDISMODULE_WRITE
+inline constexpr int kKeyTypeEmpty = 0;
+inline constexpr int kKeyTypeString = 1;
+
+// The functions, resolved at load. Those marked optional may stay null (an older
+// server): the callers check.
+struct ModuleApi {
+  int (*GetApi)(const char* name, void* out) = nullptr;
+  void (*SetModuleAttribs)(RedisModuleCtx* ctx, const char* name, int ver, int apiver) = nullptr;
+  int (*IsModuleNameBusy)(const char* name) = nullptr;  // optional (4.0.3)
+  int (*CreateCommand)(RedisModuleCtx* ctx, const char* name, RedisModuleCmdFunc f,
+                       const char* flags, int firstkey, int lastkey, int keystep) = nullptr;
+  int (*IsKeysPositionRequest)(RedisModuleCtx* ctx) = nullptr;
+  void (*KeyAtPos)(RedisModuleCtx* ctx, int pos) = nullptr;
+  int (*WrongArity)(RedisModuleCtx* ctx) = nullptr;
+  int (*ReplyWithError)(RedisModuleCtx* ctx, const char* err) = nullptr;
+  int (*ReplyWithLongLong)(RedisModuleCtx* ctx, long long v) = nullptr;
+  int (*ReplyWithArray)(RedisModuleCtx* ctx, long len) = nullptr;
+  const char* (*StringPtrLen)(const RedisModuleString* s, std::size_t* len) = nullptr;
+  RedisModuleKey* (*OpenKey)(RedisModuleCtx* ctx, RedisModuleString* name, int mode) = nullptr;
+  void (*CloseKey)(RedisModuleKey* key) = nullptr;
+  int (*KeyType)(RedisModuleKey* key) = nullptr;
+  char* (*StringDMA)(RedisModuleKey* key, std::size_t* len, int mode) = nullptr;
+  int (*StringTruncate)(RedisModuleKey* key, std::size_t len) = nullptr;
+  int (*SetAbsExpire)(RedisModuleKey* key, long long unix_ms) = nullptr;  // 6.2.2
+  int (*Replicate)(RedisModuleCtx* ctx, const char* cmd, const char* fmt, ...) = nullptr;
+  long long (*Milliseconds)() = nullptr;
+  long long (*Microseconds)() = nullptr;  // optional (7.2): else gettimeofday, as TIME
+};
+
+// The resolved functions (filled by ModuleApiInit).
+extern ModuleApi api;
+
+// Resolves every function from the context Redis passes to RedisModule_OnLoad and
+// registers the module's name; kErr when a required one is missing (the server is too
+// old: the module then refuses to load) or the name is taken.
+int ModuleApiInit(RedisModuleCtx* ctx, const char* name, int version);
+
+}  // namespace sluice::redis_module

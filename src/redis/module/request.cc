@@ -1,0 +1,212 @@
+// The module's argument parser (request.h; the layout: wire.h).
+#include "redis/module/request.h"
+
+#include <charconv>
+
+#include "redis/module/wire.h"
+
+namespace sluice::redis_module {
+namespace {
+
+// Caller-time instants and TTL pads the parser accepts: exact in a double, as the Lua
+// scripts' numbers are, and far from overflowing any sum the algorithms form.
+constexpr long long kMaxAbsNow = 1LL << 53;
+constexpr long long kMaxPadMs = 86'400'000;
+// Each algorithm the module decides (one key each); the others stay with Lua.
+constexpr bool Supported(long long alg) {
+  return alg == static_cast<long long>(Algorithm::kFixedWindow) ||
+         alg == static_cast<long long>(Algorithm::kSlidingWindowCounter) ||
+         alg == static_cast<long long>(Algorithm::kTokenBucket) ||
+         alg == static_cast<long long>(Algorithm::kGcra);
+}
+
+bool ParseInt(std::string_view s, long long* v) {
+  if (s.empty()) return false;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+// Splits `s` at commas into at most `max` integers; returns how many (0: malformed).
+std::size_t ParseFields(std::string_view s, long long* out, std::size_t max) {
+  std::size_t n = 0;
+  for (;;) {
+    const std::size_t comma = s.find(',');
+    if (n == max || !ParseInt(s.substr(0, comma), &out[n])) return 0;
+    ++n;
+    if (comma == std::string_view::npos) return n;
+    s.remove_prefix(comma + 1);
+  }
+}
+
+bool Fail(std::string* error, std::string what) {
+  *error = std::move(what);
+  return false;
+}
+
+// One policy argument: "algorithm,limit,window_us,capacity,initial".
+bool ParsePolicy(std::string_view arg, std::size_t index, Policy* p, std::string* error) {
+  long long f[5];
+  const std::string where = "policy " + std::to_string(index);
+  if (ParseFields(arg, f, 5) != 5) {
+    return Fail(error, where + " is not 5 comma-separated integers (algorithm,limit,window," +
+                           "capacity,initial)");
+  }
+  if (!Supported(f[0])) {
+    return Fail(error, where + ": algorithm " + std::to_string(f[0]) +
+                           " is not one the module decides (0, 2, 3, 4)");
+  }
+  if (f[1] < 1 || f[2] < 1 || f[3] < 1) {
+    return Fail(error, where + ": limit, window and capacity must be positive");
+  }
+  p->name = "module";
+  p->algorithm = static_cast<Algorithm>(f[0]);
+  p->limit = static_cast<std::uint64_t>(f[1]);
+  p->window = f[2];
+  const bool bucket = p->algorithm == Algorithm::kTokenBucket || p->algorithm == Algorithm::kGcra;
+  if (bucket) {
+    p->burst = static_cast<std::uint64_t>(f[3]);
+  } else if (f[3] != f[1]) {
+    return Fail(error, where + ": a window algorithm's capacity is its limit");
+  }
+  if (f[4] != -1) {
+    if (p->algorithm != Algorithm::kTokenBucket || f[4] < 0) {
+      return Fail(error, where + ": initial tokens are a token bucket's (-1: none)");
+    }
+    p->initial_tokens = static_cast<std::uint64_t>(f[4]);
+  }
+  if (Status s = ValidatePolicy(*p); !s.ok()) return Fail(error, where + ": " + s.message());
+  return true;
+}
+
+// One check argument: "policy,op,cost,max_wait,last[,now]"; sets *last.
+bool ParseCheck(std::string_view arg, std::size_t index, const ModuleRequest& r, ModuleCheck* c,
+                bool* last, std::string* error) {
+  long long f[6];
+  const std::string where = "check " + std::to_string(index);
+  const std::size_t want = r.caller_time ? 6 : 5;
+  if (ParseFields(arg, f, 6) != want) {
+    return Fail(error, where + " is not " + std::to_string(want) +
+                           " comma-separated integers (policy,op,cost,max_wait,last" +
+                           (r.caller_time ? ",now)" : ")"));
+  }
+  if (f[0] < 0 || static_cast<std::size_t>(f[0]) >= r.policies.size()) {
+    return Fail(error, where + ": policy " + std::to_string(f[0]) + " is not in the list");
+  }
+  if (f[1] < 0 || f[1] > 3) {
+    return Fail(error, where + ": op " + std::to_string(f[1]) +
+                           " is not 0 (decide), 1 (reserve), 2 (refund) or 3 (penalty)");
+  }
+  if (f[2] < 0 || f[3] < 0 || (f[4] != 0 && f[4] != 1)) {
+    return Fail(error, where + ": cost and max_wait must be >= 0 and last 0 or 1");
+  }
+  if (r.caller_time && (f[5] < -kMaxAbsNow || f[5] > kMaxAbsNow)) {
+    return Fail(error, where + ": now must be within +-2^53 us");
+  }
+  c->policy = static_cast<std::uint32_t>(f[0]);
+  c->op = static_cast<std::uint8_t>(f[1]);
+  c->cost = static_cast<std::uint64_t>(f[2]);
+  c->max_wait = f[3];
+  c->now = r.caller_time ? f[5] : 0;
+  *last = f[4] == 1;
+  return true;
+}
+
+StoreOp OpOf(std::uint8_t op) {
+  return op == 2 ? StoreOp::kRefund : op == 3 ? StoreOp::kPenalize : StoreOp::kDecide;
+}
+
+// Closes the group [begin, end): one operation, one now, the stores' own validation.
+bool CloseGroup(std::span<const std::string_view> keys, std::size_t begin, std::size_t end,
+                ModuleRequest* r, std::string* error) {
+  ModuleGroup g{begin, end, OpOf(r->checks[begin].op)};
+  StoreCheck checks[kMaxBatchChecks];
+  if (end - begin > kMaxBatchChecks) {
+    return Fail(error, "group at check " + std::to_string(begin) + " has more than " +
+                           std::to_string(kMaxBatchChecks) + " checks");
+  }
+  for (std::size_t i = begin; i < end; ++i) {
+    const ModuleCheck& c = r->checks[i];
+    if (OpOf(c.op) != g.op || c.now != r->checks[begin].now) {
+      return Fail(error, "check " + std::to_string(i) +
+                             ": a group's checks share one operation and one now");
+    }
+    checks[i - begin] = StoreCheck{.policy = &r->policies[c.policy],
+                                   .key = keys[i],
+                                   .cost = c.cost,
+                                   .max_wait = c.op == 1 ? c.max_wait : 0};
+    if (c.op != 1 && c.max_wait != 0) {
+      return Fail(error, "check " + std::to_string(i) + ": max_wait is for op 1 only");
+    }
+  }
+  const StoreBatch batch{.op = g.op, .checks = {checks, end - begin}, .now = r->checks[begin].now};
+  if (Status s = ValidateBatch(batch); !s.ok()) {
+    return Fail(error, "group at check " + std::to_string(begin) + ": " + s.message());
+  }
+  r->groups.push_back(g);
+  return true;
+}
+
+}  // namespace
+
+std::size_t ModuleKeyCount(std::span<const std::string_view> args) {
+  long long n = 0;
+  if (args.empty() || !ParseInt(args[0], &n) || n < 1 ||
+      static_cast<unsigned long long>(n) > redis::kModuleMaxChecks ||
+      static_cast<std::size_t>(n) + 1 > args.size()) {
+    return 0;
+  }
+  return static_cast<std::size_t>(n);
+}
+
+bool ParseModuleRequest(std::span<const std::string_view> args, ModuleRequest* out,
+                        std::string* error) {
+  ModuleRequest& r = *out;
+  r = ModuleRequest{};
+  const std::size_t nkeys = ModuleKeyCount(args);
+  if (nkeys == 0) {
+    return Fail(error, "numkeys must be 1-" + std::to_string(redis::kModuleMaxChecks) +
+                           " and at most the number of arguments after it");
+  }
+  const std::span<const std::string_view> keys = args.subspan(1, nkeys);
+  std::span<const std::string_view> rest = args.subspan(1 + nkeys);
+  long long version = 0, pad = 0, np = 0;
+  if (rest.size() < 4 || !ParseInt(rest[0], &version) || version != redis::kModuleWireVersion) {
+    return Fail(error, "the layout version must be " + std::to_string(redis::kModuleWireVersion) +
+                           " (a client of another sluice version?)");
+  }
+  if (rest[1] != "" && rest[1] != "c") return Fail(error, "clock must be \"\" or \"c\"");
+  r.caller_time = rest[1] == "c";
+  if (!ParseInt(rest[2], &pad) || pad < 0 || pad > kMaxPadMs) {
+    return Fail(error, "pad_ms must be 0-" + std::to_string(kMaxPadMs));
+  }
+  r.pad_ms = pad;
+  if (!ParseInt(rest[3], &np) || np < 1 || static_cast<std::size_t>(np) > nkeys ||
+      static_cast<std::size_t>(np) > redis::kModuleMaxPolicies) {
+    return Fail(error, "the number of policies must be 1 to numkeys");
+  }
+  rest = rest.subspan(4);
+  if (rest.size() != static_cast<std::size_t>(np) + nkeys) {
+    return Fail(error, "expected " + std::to_string(np) + " policies and " + std::to_string(nkeys) +
+                           " checks after the head, got " + std::to_string(rest.size()) +
+                           " arguments");
+  }
+  r.policies.resize(static_cast<std::size_t>(np));
+  for (std::size_t i = 0; i < r.policies.size(); ++i) {
+    if (!ParsePolicy(rest[i], i, &r.policies[i], error)) return false;
+  }
+  rest = rest.subspan(r.policies.size());
+  r.checks.resize(nkeys);
+  std::size_t begin = 0;
+  for (std::size_t i = 0; i < nkeys; ++i) {
+    bool last = false;
+    if (!ParseCheck(rest[i], i, r, &r.checks[i], &last, error)) return false;
+    if (last) {
+      if (!CloseGroup(keys, begin, i + 1, &r, error)) return false;
+      begin = i + 1;
+    }
+  }
+  if (begin != nkeys) return Fail(error, "the last check must end its group (last = 1)");
+  return true;
+}
+
+}  // namespace sluice::redis_module

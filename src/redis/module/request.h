@@ -1,0 +1,51 @@
+// Internal: the module's argument parser (module/wire.h has the layout). A plain C++
+// function with no Redis in it, so that tests and the fuzz target (tests/fuzz/
+// module_request_fuzz.cc) call it as the module does: every argument is validated here
+// (and every check through ValidateBatch, the stores' own validation) before anything
+// is read or written, since a crash inside Redis takes Redis down.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/clock.h"
+#include "sluice/policy.h"
+#include "sluice/store.h"
+
+namespace sluice::redis_module {
+
+struct ModuleCheck {
+  std::uint32_t policy = 0;  // index into ModuleRequest::policies
+  std::uint8_t op = 0;       // redis::WireKind: 0 decide, 1 reserve, 2 refund, 3 penalty
+  std::uint64_t cost = 0;
+  Micros max_wait = 0;
+  Micros now = 0;  // caller-time mode: the group's now
+};
+
+struct ModuleGroup {
+  std::size_t begin = 0, end = 0;  // [begin, end) of ModuleRequest::checks and of the keys
+  StoreOp op = StoreOp::kDecide;   // kDecide (ops 0, 1), kRefund or kPenalize
+};
+
+struct ModuleRequest {
+  bool caller_time = false;
+  long long pad_ms = 0;
+  std::vector<Policy> policies;
+  std::vector<ModuleCheck> checks;
+  std::vector<ModuleGroup> groups;
+};
+
+// The number of keys of a call whose arguments after the command name are `args`
+// (args[0] is numkeys), or 0 when numkeys is not a count those arguments hold.
+std::size_t ModuleKeyCount(std::span<const std::string_view> args);
+
+// Parses the arguments after the command name (args[0] is numkeys, then the keys). On
+// failure returns false with `*error` naming the argument and what is wrong with it.
+bool ParseModuleRequest(std::span<const std::string_view> args, ModuleRequest* out,
+                        std::string* error);
+
+}  // namespace sluice::redis_module

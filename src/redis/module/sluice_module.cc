@@ -1,0 +1,254 @@
+// sluice_redis_module.so: the native Redis module (docs/redis.md, "The native module").
+// Loaded with `--loadmodule /usr/lib/sluice/sluice_redis_module.so`, it adds
+//   SLUICE.DECIDE numkeys key... args...  (module/wire.h: the layout)
+//   SLUICE.VERSION                        (the layout version, for the client's probe)
+// Each SLUICE.DECIDE decides its groups of checks atomically (Redis runs one command
+// at a time) on the server's clock, through engine.h, and writes the states the Lua
+// scripts write, each with a TTL. It replicates its EFFECTS: each write goes to the
+// replicas and the AOF as `SET key value PXAT <ms>`, so a replica never decides on
+// its own clock. Its keys are declared (getkeys-api), so Redis Cluster routes the
+// command and refuses a cross-slot one, as it does for scripts.
+#include <sys/time.h>
+
+#include <cstring>
+#include <exception>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "redis/module/engine.h"
+#include "redis/module/module_api.h"
+#include "redis/module/wire.h"
+
+namespace sluice::redis_module {
+
+ModuleApi api;
+
+namespace {
+
+// A stored value longer than this is not a state any layout has (the longest is 57
+// bytes): it is read as a foreign value, without copying it.
+constexpr std::size_t kMaxStateBytes = 128;
+constexpr std::string_view kForeign = "\xff";
+
+template <typename F>
+bool Resolve(const char* name, F** out) {
+  return api.GetApi(name, reinterpret_cast<void*>(out)) == kOk && *out != nullptr;
+}
+
+Micros ServerNowMicros() {
+  if (api.Microseconds != nullptr) return api.Microseconds();
+  timeval tv{};
+  gettimeofday(&tv, nullptr);  // what TIME answers
+  return static_cast<Micros>(tv.tv_sec) * 1'000'000 + tv.tv_usec;
+}
+
+// One group's keys while it is decided: each opened once for reading and writing, its
+// value copied (the decisions read it after other keys moved).
+struct GroupKeys {
+  RedisModuleKey* keys[kMaxBatchChecks] = {};
+  char copies[kMaxBatchChecks][kMaxStateBytes];
+  StoredValue values[kMaxBatchChecks];
+  std::size_t n = 0;
+
+  ~GroupKeys() { Close(); }
+  void Close() {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (keys[i] != nullptr) api.CloseKey(keys[i]);
+      keys[i] = nullptr;
+    }
+    n = 0;
+  }
+};
+
+// True when a key of `names` comes twice: two handles on one key are not safe (a read
+// may replace the value the other handle points to), so such a group opens each key
+// for each access instead.
+bool Repeats(RedisModuleString** names, std::size_t n) {
+  std::string_view seen[kMaxBatchChecks];
+  for (std::size_t i = 0; i < n; ++i) {
+    std::size_t len = 0;
+    const char* p = api.StringPtrLen(names[i], &len);
+    seen[i] = {p, len};
+    for (std::size_t j = 0; j < i; ++j) {
+      if (seen[j] == seen[i]) return true;
+    }
+  }
+  return false;
+}
+
+// Reads key i of the group into g (kept open when `keep`); false when it holds another
+// type than a string (a script's GET fails there too).
+bool ReadKey(RedisModuleCtx* ctx, RedisModuleString* name, std::size_t i, bool keep, GroupKeys* g) {
+  RedisModuleKey* key = api.OpenKey(ctx, name, kRead | kWrite);
+  g->values[i] = StoredValue{};
+  const int type = key != nullptr ? api.KeyType(key) : kKeyTypeEmpty;
+  if (type == kKeyTypeString) {
+    std::size_t len = 0;
+    const char* p = api.StringDMA(key, &len, kRead);
+    if (p != nullptr && len <= kMaxStateBytes) {
+      std::memcpy(g->copies[i], p, len);
+      g->values[i] = StoredValue{true, {g->copies[i], len}};
+    } else {
+      g->values[i] = StoredValue{true, kForeign};
+    }
+  }
+  if (keep) {
+    g->keys[i] = key;
+  } else if (key != nullptr) {
+    api.CloseKey(key);
+  }
+  return type == kKeyTypeEmpty || type == kKeyTypeString;
+}
+
+// Writes `w` (with its TTL, an absolute expiry at `now_ms` + ttl) through `key` (open
+// for writing, or null: opened here) and replicates exactly that.
+void Write(RedisModuleCtx* ctx, RedisModuleString* name, RedisModuleKey* key, const ModuleWrite& w,
+           long long now_ms) {
+  const bool own = key == nullptr;
+  if (own) key = api.OpenKey(ctx, name, kRead | kWrite);
+  if (key == nullptr) return;
+  const long long at = now_ms + w.ttl_ms;
+  if (api.StringTruncate(key, w.value.size) == kOk) {
+    std::size_t len = 0;
+    char* p = api.StringDMA(key, &len, kWrite);
+    if (p != nullptr && len == w.value.size) std::memcpy(p, w.value.data, len);
+    if (!w.keep_ttl) api.SetAbsExpire(key, at);
+  }
+  if (own) api.CloseKey(key);
+  std::size_t klen = 0;
+  const char* k = api.StringPtrLen(name, &klen);
+  const auto size = static_cast<std::size_t>(w.value.size);
+  if (w.keep_ttl) {
+    api.Replicate(ctx, "SET", "bbc", k, klen, w.value.data, size, "KEEPTTL");
+  } else {
+    api.Replicate(ctx, "SET", "bbcl", k, klen, w.value.data, size, "PXAT", at);
+  }
+}
+
+int Decide(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
+  std::string_view small[64];
+  std::vector<std::string_view> large;
+  std::string_view* args = small;
+  const std::size_t nargs = argc > 1 ? static_cast<std::size_t>(argc - 1) : 0;
+  if (nargs > std::size(small)) {
+    large.resize(nargs);
+    args = large.data();
+  }
+  for (std::size_t i = 0; i < nargs; ++i) {
+    std::size_t len = 0;
+    const char* p = api.StringPtrLen(argv[i + 1], &len);
+    args[i] = {p, len};
+  }
+  if (api.IsKeysPositionRequest(ctx)) {
+    const std::size_t n = ModuleKeyCount({args, nargs});
+    for (std::size_t i = 0; i < n; ++i) api.KeyAtPos(ctx, static_cast<int>(2 + i));
+    return kOk;
+  }
+  if (argc < 2) return api.WrongArity(ctx);
+  ModuleRequest req;
+  std::string error;
+  if (!ParseModuleRequest({args, nargs}, &req, &error)) {
+    for (char& ch : error) {
+      if (ch == '\r' || ch == '\n') ch = ' ';  // an error reply is one line
+    }
+    return api.ReplyWithError(ctx, ("ERR sluice: " + error).c_str());
+  }
+  RedisModuleString** names = argv + 2;
+  const Micros server_now = ServerNowMicros();
+  const long long now_ms = api.Milliseconds();
+  std::vector<long long> reply;
+  reply.reserve(2 * req.checks.size());
+  std::vector<ModuleWrite> writes;
+  writes.reserve(kMaxBatchChecks);
+  GroupKeys g;
+  for (const ModuleGroup& group : req.groups) {
+    // Groups run one after the other, as the script's: a key of another type fails the
+    // call there, after the groups before it (a single group writes nothing then).
+    RedisModuleString** keys = names + group.begin;
+    const std::size_t n = group.end - group.begin;
+    const bool keep = !Repeats(keys, n);
+    g.n = n;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!ReadKey(ctx, keys[i], i, keep, &g)) {
+        return api.ReplyWithError(ctx,
+                                  "WRONGTYPE Operation against a key holding the wrong kind of "
+                                  "value (sluice keys are strings)");
+      }
+    }
+    writes.clear();
+    const Micros now = req.caller_time ? req.checks[group.begin].now : server_now;
+    DecideGroup(req, group, now, {g.values, n}, &writes, &reply);
+    for (const ModuleWrite& w : writes) {
+      const std::size_t i = w.check - group.begin;
+      Write(ctx, keys[i], keep ? g.keys[i] : nullptr, w, now_ms);
+    }
+    g.Close();
+  }
+  api.ReplyWithArray(ctx, static_cast<long>(reply.size()));
+  for (long long v : reply) api.ReplyWithLongLong(ctx, v);
+  return kOk;
+}
+
+int DecideCommand(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
+  try {
+    return Decide(ctx, argv, argc);
+  } catch (const std::exception& e) {  // (out of memory): an error, never a crash
+    return api.ReplyWithError(ctx, (std::string("ERR sluice: ") + e.what()).c_str());
+  }
+}
+
+int VersionCommand(RedisModuleCtx* ctx, RedisModuleString** /*argv*/, int /*argc*/) {
+  return api.ReplyWithLongLong(ctx, redis::kModuleWireVersion);
+}
+
+}  // namespace
+
+int ModuleApiInit(RedisModuleCtx* ctx, const char* name, int version) {
+  // The lookup function is the first word of the context (redismodule.h's
+  // RedisModule_Init reads it the same way).
+  void* lookup = reinterpret_cast<void**>(ctx)[0];
+  api.GetApi = reinterpret_cast<int (*)(const char*, void*)>(lookup);
+  const bool ok = Resolve("RedisModule_SetModuleAttribs", &api.SetModuleAttribs) &&
+                  Resolve("RedisModule_CreateCommand", &api.CreateCommand) &&
+                  Resolve("RedisModule_IsKeysPositionRequest", &api.IsKeysPositionRequest) &&
+                  Resolve("RedisModule_KeyAtPos", &api.KeyAtPos) &&
+                  Resolve("RedisModule_WrongArity", &api.WrongArity) &&
+                  Resolve("RedisModule_ReplyWithError", &api.ReplyWithError) &&
+                  Resolve("RedisModule_ReplyWithLongLong", &api.ReplyWithLongLong) &&
+                  Resolve("RedisModule_ReplyWithArray", &api.ReplyWithArray) &&
+                  Resolve("RedisModule_StringPtrLen", &api.StringPtrLen) &&
+                  Resolve("RedisModule_OpenKey", &api.OpenKey) &&
+                  Resolve("RedisModule_CloseKey", &api.CloseKey) &&
+                  Resolve("RedisModule_KeyType", &api.KeyType) &&
+                  Resolve("RedisModule_StringDMA", &api.StringDMA) &&
+                  Resolve("RedisModule_StringTruncate", &api.StringTruncate) &&
+                  Resolve("RedisModule_SetAbsExpire", &api.SetAbsExpire) &&
+                  Resolve("RedisModule_Replicate", &api.Replicate) &&
+                  Resolve("RedisModule_Milliseconds", &api.Milliseconds);
+  if (!ok) return kErr;
+  if (!Resolve("RedisModule_Microseconds", &api.Microseconds)) api.Microseconds = nullptr;
+  if (Resolve("RedisModule_IsModuleNameBusy", &api.IsModuleNameBusy) &&
+      api.IsModuleNameBusy(name)) {
+    return kErr;
+  }
+  api.SetModuleAttribs(ctx, name, version, kApiVersion1);
+  return kOk;
+}
+
+}  // namespace sluice::redis_module
+
+extern "C" __attribute__((visibility("default"))) int RedisModule_OnLoad(
+    RedisModuleCtx* ctx, RedisModuleString** /*argv*/, int /*argc*/) {
+  using namespace sluice::redis_module;
+  if (ModuleApiInit(ctx, "sluice", 1) != kOk) return kErr;
+  // getkeys-api: the keys are argv[2 .. 2 + numkeys) (Decide reports them).
+  if (api.CreateCommand(ctx, "sluice.decide", DecideCommand, "write deny-oom getkeys-api", 0, 0,
+                        0) != kOk) {
+    return kErr;
+  }
+  if (api.CreateCommand(ctx, "sluice.version", VersionCommand, "readonly fast", 0, 0, 0) != kOk) {
+    return kErr;
+  }
+  return kOk;
+}

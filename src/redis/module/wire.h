@@ -1,0 +1,34 @@
+// Internal: the argument layout of the module's command (docs/redis.md, "The native
+// module"), shared by the client's encoder (redis/module_wire.cc) and the module's parser
+// (module/request.cc). No dependencies: the module includes it too.
+//
+//   SLUICE.DECIDE <numkeys> <key>... <version> <clock> <pad_ms> <P> <policy>... <check>...
+//
+// - one check per key, in order (the module decides only algorithms with one key);
+// - version: kModuleWireVersion;
+// - clock: "" decides on the server's clock; "c" on the caller's (tests only): every
+//   check then ends with its group's now (us);
+// - pad_ms: extra TTL in ms (caller-time mode: Redis expires keys on its own clock);
+// - P policies, each ONE argument "algorithm,limit,window_us,capacity,initial_tokens"
+//   (initial -1: a bucket that starts full);
+// - each check ONE argument "policy,op,cost,max_wait_us,last[,now_us]": policy indexes
+//   the list above from 0, op is redis::WireKind's number (0 decide, 1 decide with
+//   max_wait, 2 refund, 3 penalty), last is 1 on the last check of a group.
+// A group is decided and committed all or nothing, then the next one (as the Lua group
+// runner). The reply is the scripts' (redis/reply.cc, DecodeDecisions).
+#pragma once
+
+#include <cstddef>
+
+namespace sluice::redis {
+
+inline constexpr const char* kModuleCommand = "SLUICE.DECIDE";
+// Answers kModuleWireVersion: the handshake's probe (a server without the module, or a
+// module of another layout, is decided with Lua).
+inline constexpr const char* kModuleVersionCommand = "SLUICE.VERSION";
+inline constexpr long long kModuleWireVersion = 1;
+// Bounds the parser enforces: 256 groups of at most 16 checks (a coalesced call).
+inline constexpr std::size_t kModuleMaxChecks = 4096;
+inline constexpr std::size_t kModuleMaxPolicies = 4096;
+
+}  // namespace sluice::redis

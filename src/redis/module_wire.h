@@ -1,0 +1,33 @@
+// Internal: the arguments of the native module's command (module/wire.h has the layout;
+// docs/redis.md, "The native module"), encoded beside the scripts' (script_wire.h) from
+// the same group data (CoalesceInfo::data), so a call carries both and the connection
+// sends the one its server can run (connection.h, "The native module").
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "redis/connection.h"
+#include "redis/script_wire.h"
+#include "sluice/store.h"
+
+namespace sluice::redis {
+
+// True when the module decides `c` doing `k`: a decision, reservation, refund or penalty
+// of a fixed window, sliding window counter, token bucket or GCRA under a policy without
+// on_change, block_for or an overage other than reject, and without a usage record.
+// Everything else runs the Lua scripts.
+bool ModuleDecides(const StoreCheck& c, WireKind k);
+
+// The module's arguments after the keys for `groups` (their data, as EncodeCoalesced
+// reads it); returns how many.
+std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
+                             std::string& out);
+
+// The module's command for the one group that `script_wire` (EncodeGroup's or
+// EncodeSingle's output) and `merge` describe, with its KEYS (every check ModuleDecides).
+std::string EncodeModuleCall(const std::string& script_wire, const CoalesceInfo& merge,
+                             bool caller_time);
+
+}  // namespace sluice::redis

@@ -1,0 +1,319 @@
+#include "service/rlqs_session.h"
+
+#include <algorithm>
+#include <limits>
+#include <mutex>
+#include <utility>
+
+#include "core/utf8.h"
+
+namespace sluice::service {
+
+std::vector<Entry> BucketDescriptor(const RlqsSettings& s,
+                                    const google::protobuf::Map<std::string, std::string>& bucket) {
+  std::vector<Entry> out;
+  if (s.descriptor_keys.empty()) {
+    for (const auto& [k, v] : bucket) out.push_back(Entry{k, v});
+    // A protobuf map has no order, and Envoy's bucket ids {a, b} and {b, a} are one bucket.
+    std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.key < b.key; });
+    return out;
+  }
+  for (const std::string& k : s.descriptor_keys) {
+    if (auto it = bucket.find(k); it != bucket.end()) out.push_back(Entry{it->first, it->second});
+  }
+  return out;
+}
+
+namespace {
+
+using Action = rlqs_pb::RateLimitQuotaResponse::BucketAction;
+
+// The bucket id as one string: its pairs sorted by key, each "<len>:key<len>:value".
+std::string CanonicalId(const rlqs_pb::BucketId& id) {
+  std::vector<std::pair<std::string_view, std::string_view>> kv(id.bucket().begin(),
+                                                                id.bucket().end());
+  std::sort(kv.begin(), kv.end());
+  std::string out;
+  for (const auto& [k, v] : kv) {
+    out += std::to_string(k.size()) + ":" + std::string(k) + std::to_string(v.size()) + ":" +
+           std::string(v);
+  }
+  return out;
+}
+
+// The largest token bucket Envoy takes (max_tokens is a uint32).
+constexpr std::uint64_t kMaxTokens = std::numeric_limits<std::uint32_t>::max();
+
+}  // namespace
+
+struct RlqsSession::Bucket {
+  rlqs_pb::BucketId id;
+  enum class Kind { kNone, kTokens, kDenyAll, kAllowAll } kind = Kind::kNone;
+  bool had_rule = false;              // a rule matched this bucket's last decision
+  std::uint64_t slice = 0;            // units of a fresh assignment; 0: capacity not known yet
+  std::uint32_t max_tokens = 0;       // the token bucket assigned
+  std::uint32_t tokens_per_fill = 0;  // ... and its refill per fill_seconds
+  std::int64_t fill_seconds = 0;
+  Micros expires = 0;                  // the current assignment's end (engine clock)
+  Micros horizon = 0;                  // the store's reset for the units of this assignment
+  Micros interval = 1'000'000;         // Envoy's reporting interval, from time_elapsed
+  std::uint64_t rules_generation = 0;  // the engine's config when last decided
+  bool abandon = false;                // drop after this message
+};
+
+// One message's decisions in flight, and the response they fill.
+struct RlqsSession::Pending {
+  std::mutex mu;
+  int outstanding = 1;  // Handle's own reference, released after planning
+  Status error = Status::Ok();
+  rlqs_pb::RateLimitQuotaResponse out;
+  Done done;
+  RlqsSession* session = nullptr;
+  // Adds `a` (under mu).
+  void Add(Action a) {
+    std::lock_guard<std::mutex> lock(mu);
+    *out.add_bucket_action() = std::move(a);
+  }
+  void Fail(const Status& s) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (error.ok()) error = s;
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (--outstanding > 0) return;
+    }
+    // The last reference: every decision of the message is done.
+    for (auto it = session->buckets_.begin(); it != session->buckets_.end();) {
+      it = it->second->abandon ? session->buckets_.erase(it) : std::next(it);
+    }
+    if (!error.ok()) out.Clear();
+    done(error, out);
+  }
+};
+
+RlqsSession::RlqsSession(Engine& engine) : engine_(engine) {
+  engine_.metrics().rlqs().streams_opened.fetch_add(1, std::memory_order_relaxed);
+}
+
+RlqsSession::~RlqsSession() {
+  engine_.metrics().rlqs().streams_closed.fetch_add(1, std::memory_order_relaxed);
+}
+
+Status RlqsSession::Validate(const rlqs_pb::RateLimitQuotaUsageReports& msg) {
+  if (!msg.domain().empty()) {
+    if (!core::ValidUtf8(msg.domain())) return Status::InvalidArgument("domain is not valid UTF-8");
+    if (domain_.empty()) {
+      domain_ = msg.domain();
+    } else if (msg.domain() != domain_) {
+      return Status::InvalidArgument("the domain changed from '" + domain_ + "' to '" +
+                                     msg.domain() +
+                                     "' within one stream (open a new stream for another domain)");
+    }
+  }
+  if (domain_.empty()) {
+    return Status::InvalidArgument(
+        "the first RateLimitQuotaUsageReports of a stream has no domain");
+  }
+  for (int i = 0; i < msg.bucket_quota_usages_size(); ++i) {
+    const auto& u = msg.bucket_quota_usages(i);
+    const std::string where = "bucket_quota_usages[" + std::to_string(i) + "].bucket_id";
+    if (u.bucket_id().bucket().empty()) return Status::InvalidArgument(where + " is empty");
+    for (const auto& [k, v] : u.bucket_id().bucket()) {
+      if (k.empty() || v.empty())
+        return Status::InvalidArgument(where + " has an empty key or value");
+      if (!core::ValidUtf8(k) || !core::ValidUtf8(v))
+        return Status::InvalidArgument(where + " has a key or value that is not valid UTF-8");
+    }
+  }
+  return Status::Ok();
+}
+
+void RlqsSession::Handle(const rlqs_pb::RateLimitQuotaUsageReports& msg, Done done) {
+  auto p = std::make_shared<Pending>();
+  p->done = std::move(done);
+  p->session = this;
+  settings_ = engine_.settings_ptr();
+  if (Status s = Validate(msg); !s.ok()) {
+    p->Fail(s);
+    return p->Release();
+  }
+  RlqsCounters& c = engine_.metrics().rlqs();
+  const Micros now = engine_.clock().Now();
+  // Fold every report first, so that a bucket reported twice in one message is planned once.
+  std::vector<Bucket*> touched;
+  for (const auto& u : msg.bucket_quota_usages()) {
+    std::string key = CanonicalId(u.bucket_id());
+    auto it = buckets_.find(key);
+    if (it == buckets_.end()) {
+      const std::size_t max = settings_->rlqs.max_buckets_per_stream;
+      if (buckets_.size() >= max) {
+        p->Fail(Status::ResourceExhausted("more than " + std::to_string(max) +
+                                          " buckets on one stream (rlqs.max_buckets_per_stream)"));
+        return p->Release();
+      }
+      it = buckets_.emplace(std::move(key), std::make_unique<Bucket>()).first;
+      it->second->id = u.bucket_id();
+    }
+    Bucket& b = *it->second;
+    c.reports.fetch_add(1, std::memory_order_relaxed);
+    c.reported_allowed.fetch_add(u.num_requests_allowed(), std::memory_order_relaxed);
+    c.reported_denied.fetch_add(u.num_requests_denied(), std::memory_order_relaxed);
+    const Micros elapsed = u.time_elapsed().seconds() * 1'000'000 + u.time_elapsed().nanos() / 1000;
+    if (elapsed > 0) b.interval = std::min<Micros>(elapsed, 60'000'000);
+    if (std::find(touched.begin(), touched.end(), &b) == touched.end()) touched.push_back(&b);
+  }
+  for (Bucket* b : touched) Plan(*b, now, p);
+  p->Release();
+}
+
+void RlqsSession::Plan(Bucket& b, Micros now, const std::shared_ptr<Pending>& p) {
+  std::uint64_t generation = 0;
+  engine_.rules(&generation);
+  const bool reloaded = b.kind != Bucket::Kind::kNone && generation != b.rules_generation;
+  if (reloaded || now >= b.expires || b.kind == Bucket::Kind::kNone) {
+    return Take(b, b.slice == 0 ? 1 : b.slice, 0, /*renew=*/false, p);
+  }
+  // A live token bucket is renewed (its next refill charged) when it would otherwise
+  // expire before the report after next; DENY_ALL / ALLOW_ALL wait for their end.
+  if (b.kind == Bucket::Kind::kTokens && b.expires - now <= 2 * b.interval) {
+    Take(b, b.tokens_per_fill, 0, /*renew=*/true, p);
+  }
+}
+
+void RlqsSession::Take(Bucket& b, std::uint64_t want, std::uint64_t got, bool renew,
+                       const std::shared_ptr<Pending>& p) {
+  RateLimitRequest req;
+  req.domain = domain_;
+  req.descriptors.resize(1);
+  req.descriptors[0].entries = BucketDescriptor(settings_->rlqs, b.id.bucket());
+  req.descriptors[0].has_hits_addend = true;
+  req.descriptors[0].hits_addend = want;
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    ++p->outstanding;
+  }
+  if (req.descriptors[0].entries.empty()) {
+    // Nothing of the bucket forms a descriptor: no rule can match.
+    RateLimitResponse none;
+    none.statuses.resize(1);
+    return Decided(b, want, got, renew, Status::Ok(), none, p);
+  }
+  engine_.rules(&b.rules_generation);
+  engine_.ShouldRateLimitAsync(
+      req, [this, &b, want, got, renew, p](const Status& s, RateLimitResponse& r) {
+        Decided(b, want, got, renew, s, r, p);
+      });
+}
+
+void RlqsSession::Decided(Bucket& b, std::uint64_t want, std::uint64_t got, bool renew,
+                          const Status& s, const RateLimitResponse& r,
+                          const std::shared_ptr<Pending>& p) {
+  const Micros now = engine_.clock().Now();
+  const Micros ttl = settings_->rlqs.assignment_ttl;
+  if (!s.ok() || r.statuses.empty()) {
+    p->Fail(s.ok() ? Status::Internal("no status for the bucket's descriptor") : s);
+    return p->Release();
+  }
+  const DescriptorStatus& st = r.statuses[0];
+  if (!st.has_limit) {
+    if (b.had_rule) {
+      // A reload removed the bucket's rule: Envoy forgets the bucket (and starts over).
+      Action a;
+      *a.mutable_bucket_id() = b.id;
+      a.mutable_abandon_action();
+      p->Add(std::move(a));
+      engine_.metrics().rlqs().assignments[RlqsCounters::kAbandon].fetch_add(1);
+      b.abandon = true;
+    } else {
+      AssignBlanket(b, false, ttl, now, *p);
+    }
+    return p->Release();
+  }
+  b.had_rule = true;
+  if (st.code != Code::kOverLimit) {
+    engine_.metrics().rlqs().granted_units.fetch_add(want, std::memory_order_relaxed);
+    const Micros horizon = now + (st.duration_until_reset > 0 ? st.duration_until_reset : ttl);
+    if (renew) {
+      b.horizon = std::min(b.horizon, horizon);
+      AssignTokens(b, 0, now, *p);
+      return p->Release();
+    }
+    got += want;
+    b.horizon = got == want ? horizon : std::min(b.horizon, horizon);
+    if (b.slice == 0) {
+      // The first decision took 1 unit to learn the limit's capacity.
+      const double f = settings_->rlqs.slice * static_cast<double>(st.capacity);
+      b.slice = std::clamp<std::uint64_t>(static_cast<std::uint64_t>(f), 1, kMaxTokens);
+      if (b.slice > got) {
+        Take(b, b.slice - got, got, false, p);
+        return p->Release();
+      }
+    }
+    AssignTokens(b, got, now, *p);
+    return p->Release();
+  }
+  // Denied (a denial reports nothing left): a smaller fresh slice may still fit what is
+  // left; halving finds it in at most log2(want) more decisions. A renewal is all or
+  // nothing: its refill is part of the token bucket Envoy holds.
+  if (!renew && want > 1) {
+    Take(b, want / 2, got, false, p);
+    return p->Release();
+  }
+  if (!renew && got > 0) {
+    AssignTokens(b, got, now, *p);
+    return p->Release();
+  }
+  const Micros wait = st.duration_until_reset > 0 ? std::min(st.duration_until_reset, ttl) : ttl;
+  AssignBlanket(b, true, wait, now, *p);
+  p->Release();
+}
+
+void RlqsSession::AssignTokens(Bucket& b, std::uint64_t units, Micros now, Pending& p) {
+  const std::int64_t period = std::max<std::int64_t>(1, settings_->rlqs.assignment_ttl / 1'000'000);
+  if (units > 0) {
+    // A fresh token bucket of `units`: half of them at once, the rest refilled over one
+    // TTL (1 unit: no refill worth having, one token per 1000 TTLs).
+    b.max_tokens = static_cast<std::uint32_t>((std::min(units, kMaxTokens) + 1) / 2);
+    b.tokens_per_fill =
+        static_cast<std::uint32_t>(std::max<std::uint64_t>(units - b.max_tokens, 1));
+    b.fill_seconds = units > 1 ? period : period * 1000;
+  }
+  b.kind = Bucket::Kind::kTokens;
+  // Envoy reads whole seconds of the TTL: at least 1, never past the store's reset but
+  // for that second.
+  const Micros left = b.horizon > now ? b.horizon - now : 0;
+  const std::int64_t ttl_s =
+      std::max<std::int64_t>(1, std::min<Micros>(settings_->rlqs.assignment_ttl, left) / 1'000'000);
+  b.expires = now + ttl_s * 1'000'000;
+  Action a;
+  *a.mutable_bucket_id() = b.id;
+  auto* q = a.mutable_quota_assignment_action();
+  q->mutable_assignment_time_to_live()->set_seconds(ttl_s);
+  auto* tb = q->mutable_rate_limit_strategy()->mutable_token_bucket();
+  tb->set_max_tokens(b.max_tokens);
+  tb->mutable_tokens_per_fill()->set_value(b.tokens_per_fill);
+  tb->mutable_fill_interval()->set_seconds(b.fill_seconds);
+  p.Add(std::move(a));
+  engine_.metrics().rlqs().assignments[RlqsCounters::kTokenBucket].fetch_add(1);
+}
+
+void RlqsSession::AssignBlanket(Bucket& b, bool deny, Micros ttl, Micros now, Pending& p) {
+  b.kind = deny ? Bucket::Kind::kDenyAll : Bucket::Kind::kAllowAll;
+  const std::int64_t ttl_s = std::max<std::int64_t>(1, ttl / 1'000'000);
+  b.expires = now + ttl_s * 1'000'000;
+  Action a;
+  *a.mutable_bucket_id() = b.id;
+  auto* q = a.mutable_quota_assignment_action();
+  q->mutable_assignment_time_to_live()->set_seconds(ttl_s);
+  q->mutable_rate_limit_strategy()->set_blanket_rule(
+      deny ? ::envoy::type::v3::RateLimitStrategy::DENY_ALL
+           : ::envoy::type::v3::RateLimitStrategy::ALLOW_ALL);
+  p.Add(std::move(a));
+  engine_.metrics()
+      .rlqs()
+      .assignments[deny ? RlqsCounters::kDenyAll : RlqsCounters::kAllowAll]
+      .fetch_add(1);
+}
+
+}  // namespace sluice::service

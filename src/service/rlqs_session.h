@@ -1,0 +1,98 @@
+// One Rate Limit Quota Service stream (docs/rlqs.md): Envoy's usage reports for its
+// buckets come in, assignments go out. A bucket id becomes a descriptor of sluiced's rules
+// (RlqsSettings::descriptor_keys). A limited bucket's assignment is paid for before it is
+// sent: its units are taken from the shared store in one decision of cost N (as a hot-key
+// lease takes its slice), so many Envoys (and sluiced instances) share one global limit.
+//
+// Envoy 1.40 treats an assigned token bucket as a rate: a replacement starts with the old
+// one's fill ratio, and a resent identical one keeps its tokens and gets a new TTL. So an
+// assignment of N units is the token bucket {max_tokens: ceil(N/2), tokens_per_fill:
+// floor(N/2), fill_interval: the TTL}, which admits at most N during one TTL, and:
+//  - no assignment yet, or the last one expired (or a reload): take a fresh slice, N =
+//    slice * capacity (a bucket's first decision takes 1 unit, to learn the capacity);
+//    when the store denies N, halves of it, down to 1;
+//  - a token bucket that would expire before the report after next: take its refill
+//    (tokens_per_fill units) and resend it with a new TTL (Envoy keeps its tokens);
+//  - the store denies: DENY_ALL until the store's reset (or the TTL);
+//  - no rule matches: ALLOW_ALL, or abandon_action when the bucket had a rule before (a
+//    reload removed it: Envoy forgets the bucket).
+// An assignment's TTL never runs past the window the store reported (Decision::
+// reset_after) but for Envoy's whole-second rounding.
+//
+// The bound: Envoy admits from a token bucket at most max_tokens + tokens_per_fill per
+// TTL it lives, and each of them was charged first, so what Envoys admit from assignments
+// never exceeds what the store allowed. What is charged and not used (an idle Envoy's
+// refills, a bucket's tokens when it ends) is not given back: the cost is under-admission,
+// at most one slice per Envoy and bucket per TTL. Requests admitted by Envoy's own
+// no_assignment / expired_assignment behaviour are outside the bound (docs/rlqs.md).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "envoy/service/rate_limit_quota/v3/rlqs.pb.h"
+#include "service/engine.h"
+#include "service/rlqs_config.h"
+#include "sluice/status.h"
+
+namespace sluice::service {
+
+namespace rlqs_pb = ::envoy::service::rate_limit_quota::v3;
+
+// The descriptor entries of bucket id `bucket` under `s` (viewing into `bucket`): the keys
+// of s.descriptor_keys in that order (absent ones left out), or every key sorted by name
+// when it is empty. Empty: nothing of the bucket forms a descriptor.
+std::vector<Entry> BucketDescriptor(const RlqsSettings& s,
+                                    const google::protobuf::Map<std::string, std::string>& bucket);
+
+// One stream's buckets. Not thread-safe: one message at a time (the next Handle only
+// after the previous one's `done` ran).
+class RlqsSession {
+ public:
+  explicit RlqsSession(Engine& engine);
+  ~RlqsSession();
+  RlqsSession(const RlqsSession&) = delete;
+  RlqsSession& operator=(const RlqsSession&) = delete;
+
+  using Done = std::function<void(const Status& status, rlqs_pb::RateLimitQuotaResponse& out)>;
+  // Folds message `msg` into the stream's buckets and decides their assignments. `done`
+  // runs exactly once (inline, or on the store's thread) with the actions to send (maybe
+  // none). A non-OK status ends the stream: InvalidArgument (no domain in the first
+  // message, a changed domain, an empty or non-UTF-8 bucket id, a bad descriptor),
+  // ResourceExhausted (more buckets than rlqs.max_buckets_per_stream), or the engine's.
+  void Handle(const rlqs_pb::RateLimitQuotaUsageReports& msg, Done done);
+
+  std::size_t buckets() const { return buckets_.size(); }
+  const std::string& domain() const { return domain_; }
+
+  struct Bucket;
+  struct Pending;
+
+ private:
+  Status Validate(const rlqs_pb::RateLimitQuotaUsageReports& msg);
+  // What `b` needs at `now` after its report; may start decisions (counted in `p`).
+  void Plan(Bucket& b, Micros now, const std::shared_ptr<Pending>& p);
+  // Takes `want` units for `b` from the store: a renewal's refill, or part of a fresh
+  // slice of which `got` units are taken already.
+  void Take(Bucket& b, std::uint64_t want, std::uint64_t got, bool renew,
+            const std::shared_ptr<Pending>& p);
+  void Decided(Bucket& b, std::uint64_t want, std::uint64_t got, bool renew, const Status& s,
+               const RateLimitResponse& r, const std::shared_ptr<Pending>& p);
+  // A fresh token bucket of `units`, or (0) the current one resent with a new TTL.
+  void AssignTokens(Bucket& b, std::uint64_t units, Micros now, Pending& p);
+  void AssignBlanket(Bucket& b, bool deny, Micros ttl, Micros now, Pending& p);
+
+  Engine& engine_;
+  std::shared_ptr<const Settings> settings_;
+  std::string domain_;
+  // By canonical bucket id (its key=value pairs sorted).
+  std::unordered_map<std::string, std::unique_ptr<Bucket>> buckets_;
+};
+
+}  // namespace sluice::service

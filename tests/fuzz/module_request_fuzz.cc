@@ -1,0 +1,51 @@
+// The native Redis module's argument parser and decisions (src/redis/module: request.h,
+// engine.h), which run inside redis-server, where a crash takes Redis down. The input
+// is the command's arguments after its name, one per line; an accepted request is then
+// decided with each key's own bytes as the value it holds (every layout's decoder meets
+// arbitrary bytes), on the caller's now or a fixed one.
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "fuzz_util.h"
+#include "redis/module/engine.h"
+#include "redis/module/request.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  std::string_view text(reinterpret_cast<const char*>(data), size);
+  std::vector<std::string_view> args;
+  while (args.size() < 10'000) {
+    const std::size_t nl = text.find('\n');
+    args.push_back(text.substr(0, nl));
+    if (nl == std::string_view::npos) break;
+    text.remove_prefix(nl + 1);
+  }
+  using namespace sluice::redis_module;
+  ModuleRequest r;
+  std::string error;
+  if (!ParseModuleRequest(args, &r, &error)) {
+    FUZZ_CHECK(!error.empty());
+    return 0;
+  }
+  const std::size_t nkeys = ModuleKeyCount(args);
+  FUZZ_CHECK(nkeys == r.checks.size() && !r.groups.empty());
+  std::vector<long long> reply;
+  std::vector<ModuleWrite> writes;
+  for (const ModuleGroup& g : r.groups) {
+    FUZZ_CHECK(g.begin < g.end && g.end <= nkeys && g.end - g.begin <= sluice::kMaxBatchChecks);
+    StoredValue values[sluice::kMaxBatchChecks];
+    for (std::size_t i = g.begin; i < g.end; ++i) {
+      const std::string_view key = args[1 + i];
+      values[i - g.begin] = StoredValue{key.size() % 3 != 0, key};
+    }
+    const sluice::Micros now = r.caller_time ? r.checks[g.begin].now : 1'785'000'000'000'000;
+    writes.clear();
+    DecideGroup(r, g, now, {values, g.end - g.begin}, &writes, &reply);
+    for (const ModuleWrite& w : writes) {
+      FUZZ_CHECK(w.check >= g.begin && w.check < g.end);
+      FUZZ_CHECK(w.ttl_ms >= 1 && w.value.size > 0);
+    }
+  }
+  FUZZ_CHECK(reply.size() <= 4 * r.checks.size());
+  return 0;
+}

@@ -1,0 +1,490 @@
+// The native Redis module (src/redis/module, docs/redis.md "The native module") on real
+// redis-servers started with --loadmodule: the same random sequences decided by the Lua
+// scripts and by the module must give identical decisions; a keyspace moves between
+// them live; the module replicates its effects (not the command); RedisStore detects
+// it, `module=off` forces Lua, and a module that goes away hands over to Lua within the
+// call; every key it writes has a TTL.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+#include <sstream>
+
+#include "redis/module/request.h"
+#include "redis_cluster.h"
+#include "redis_server.h"
+#include "sluice/memory_store.h"
+#include "sluice/redis_store.h"
+#include "wait.h"
+
+namespace sluice::testing {
+namespace {
+
+Result<std::unique_ptr<RedisServer>> StartWithModule(std::vector<std::string> extra = {}) {
+  RedisServerOptions o;
+  o.args = {"--loadmodule", SLUICE_REDIS_MODULE};
+  o.args.insert(o.args.end(), extra.begin(), extra.end());
+  return RedisServer::Start(std::move(o));
+}
+
+std::shared_ptr<RedisStore> Open(const std::string& url, bool caller_time = true) {
+  auto s = RedisStore::Create({.url = url, .use_caller_time = caller_time});
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? *s : nullptr;
+}
+
+// calls=N of `command` in INFO commandstats (0 when it never ran).
+long long Calls(const RedisServer& server, const std::string& command) {
+  auto r = server.Command({"INFO", "commandstats"});
+  if (!r.ok()) return -1;
+  const std::string tag = "cmdstat_" + command + ":calls=";
+  const std::size_t at = r->str.find(tag);
+  return at == std::string::npos ? 0 : std::stoll(r->str.substr(at + tag.size()));
+}
+
+Policy RandomPolicy(std::mt19937_64& rng, int index) {
+  static const Algorithm kAlgorithms[] = {Algorithm::kFixedWindow, Algorithm::kSlidingWindowCounter,
+                                          Algorithm::kTokenBucket, Algorithm::kGcra};
+  static const Micros kWindows[] = {1'000, 7'000, 250'000, 1'000'000, 60'000'000, 3'600'000'000};
+  static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 17, 100, 1000};
+  Policy p;
+  p.name = "p" + std::to_string(index);
+  p.algorithm = kAlgorithms[rng() % 4];
+  p.limit = kLimits[rng() % std::size(kLimits)];
+  p.window = kWindows[rng() % std::size(kWindows)];
+  if (p.algorithm == Algorithm::kTokenBucket || p.algorithm == Algorithm::kGcra) {
+    if (rng() % 2) p.burst = p.limit + rng() % (2 * p.limit + 1);
+    if (p.algorithm == Algorithm::kTokenBucket && rng() % 3 == 0) {
+      p.initial_tokens = rng() % (p.Capacity() + 1);
+    }
+  }
+  EXPECT_TRUE(ValidatePolicy(p).ok());
+  return p;
+}
+
+std::string Describe(const Decision& d) {
+  std::ostringstream o;
+  o << "allowed=" << d.allowed << " remaining=" << d.remaining << " reset=" << d.reset_after
+    << " retry=" << d.retry_after << " wait=" << d.wait;
+  return o.str();
+}
+
+bool Same(const Decision& a, const Decision& b) {
+  return a.allowed == b.allowed && a.remaining == b.remaining && a.reset_after == b.reset_after &&
+         a.retry_after == b.retry_after && a.wait == b.wait && a.limit == b.limit;
+}
+
+// One random step: an operation and 1-3 checks on distinct keys of `keys`.
+struct Step {
+  StoreOp op = StoreOp::kDecide;
+  std::vector<StoreCheck> checks;  // keys unset: see `keys`
+  std::vector<int> keys;           // the key of each check: "k<policy * 100 + n>"
+  Micros now = 0;
+};
+
+// `wide`: the clock may also go back a little, and idle for up to an hour; otherwise
+// it only moves forward, by under 0.3 s (against the in-process store, which raises its
+// clock to the latest time it saw, and forgets a state when it is full again, where
+// Redis keeps a key for its TTL padded by an hour of ITS clock in caller-time mode: a
+// fixed window's counter more than 2^19 windows old would read as a later window's).
+Step RandomStep(std::mt19937_64& rng, const std::vector<Policy>& policies, Micros* now, bool wide) {
+  Step s;
+  switch (rng() % 10) {
+    case 0:
+      if (wide) *now -= static_cast<Micros>(rng() % 5'000);
+      break;
+    case 1:
+      if (wide) *now += static_cast<Micros>(rng() % 4'000'000'000ULL);  // a long idle gap
+      break;
+    default:
+      *now += static_cast<Micros>(rng() % 300'000);
+  }
+  s.now = *now;
+  const int kind = static_cast<int>(rng() % 10);
+  s.op = kind == 0 ? StoreOp::kRefund : kind == 1 ? StoreOp::kPenalize : StoreOp::kDecide;
+  const std::size_t n = 1 + rng() % 3;
+  std::vector<int> keys = {0, 1, 2, 3, 4, 5};
+  std::shuffle(keys.begin(), keys.end(), rng);
+  for (std::size_t i = 0; i < n; ++i) {
+    // (a key is one policy's: the Limiter names keys by policy)
+    const std::size_t pi = rng() % policies.size();
+    const Policy& p = policies[pi];
+    StoreCheck c;
+    c.policy = &p;
+    const std::uint64_t cap = p.Capacity();
+    c.cost = rng() % 6 == 0 ? 0 : rng() % 4 == 0 ? 1 + rng() % cap : 1;
+    if (s.op != StoreOp::kDecide && c.cost == 0) c.cost = 1;
+    if (s.op == StoreOp::kDecide && rng() % 5 == 0) c.max_wait = rng() % (p.window + 1);
+    s.keys.push_back(static_cast<int>(pi) * 100 + keys[i]);
+    s.checks.push_back(c);
+  }
+  return s;
+}
+
+// The checks of `s` on keys prefixed with `prefix` (`storage` keeps the keys).
+std::vector<StoreCheck> Prefixed(const Step& s, const std::string& prefix,
+                                 std::vector<std::string>* storage) {
+  storage->clear();
+  storage->reserve(s.checks.size());
+  std::vector<StoreCheck> out = s.checks;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    storage->push_back(prefix + "k" + std::to_string(s.keys[i]));
+    out[i].key = storage->back();
+  }
+  return out;
+}
+
+Status RunOn(Store& store, StoreOp op, std::span<const StoreCheck> checks, Micros now,
+             Decision* out) {
+  const std::size_t n = op == StoreOp::kRefund ? 0 : checks.size();
+  return store.Run({.op = op, .checks = checks, .now = now}, std::span<Decision>(out, n));
+}
+
+// Every key on `server` has a TTL.
+void ExpectEveryKeyHasTtl(const RedisServer& server) {
+  auto keys = server.Command({"KEYS", "*"});
+  ASSERT_TRUE(keys.ok());
+  for (const redis::Reply& k : keys->elements) {
+    auto ttl = server.Command({"PTTL", k.str});
+    ASSERT_TRUE(ttl.ok());
+    EXPECT_GT(ttl->integer, 0) << "key " << k.str << " has no TTL";
+  }
+}
+
+// The same random sequences through the Lua scripts (module=off) and through the
+// module, on keys of their own in one server: identical decisions, field by field.
+TEST(ModuleDifferential, RandomSequencesMatchLua) {
+  auto server = StartWithModule();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto lua = Open((*server)->Url() + "?module=off");
+  auto mod = Open((*server)->Url());
+  ASSERT_TRUE(lua && mod);
+  std::vector<std::string> lk, mk;
+  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<Policy> policies;
+    for (int i = 0; i < 4; ++i) policies.push_back(RandomPolicy(rng, i));
+    Micros now = 1'785'000'000'000'000 + static_cast<Micros>(rng() % 1'000'000'000);
+    const std::string tag = "s" + std::to_string(seed) + ":";
+    for (int step = 0; step < 250; ++step) {
+      const Step s = RandomStep(rng, policies, &now, /*wide=*/true);
+      const auto a = Prefixed(s, "lua:" + tag, &lk);
+      const auto b = Prefixed(s, "mod:" + tag, &mk);
+      Decision da[kMaxBatchChecks], db[kMaxBatchChecks];
+      const Status sa = RunOn(*lua, s.op, a, s.now, da);
+      const Status sb = RunOn(*mod, s.op, b, s.now, db);
+      ASSERT_TRUE(sa.ok() && sb.ok()) << sa.ToString() << " / " << sb.ToString();
+      if (s.op == StoreOp::kRefund) continue;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        ASSERT_TRUE(Same(da[i], db[i]))
+            << "seed " << seed << " step " << step << " op " << static_cast<int>(s.op) << " check "
+            << i << " " << AlgorithmName(a[i].policy->algorithm) << " cost=" << a[i].cost
+            << "\n  lua:    " << Describe(da[i]) << "\n  module: " << Describe(db[i]);
+      }
+    }
+  }
+  // The module decided the second store's calls, the scripts only the first's.
+  EXPECT_GT(Calls(**server, "sluice.decide"), 0);
+  ExpectEveryKeyHasTtl(**server);
+}
+
+// One keyspace, each step decided at random by the scripts or by the module, against
+// the in-process store: the layouts each writes are read exactly by the other.
+TEST(ModuleKeyspace, MovesLiveBetweenLuaAndModule) {
+  auto server = StartWithModule();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto lua = Open((*server)->Url() + "?module=off");
+  auto mod = Open((*server)->Url());
+  ASSERT_TRUE(lua && mod);
+  for (std::uint64_t seed = 21; seed <= 30; ++seed) {
+    std::mt19937_64 rng(seed);
+    MemoryStore memory;
+    std::vector<Policy> policies;
+    for (int i = 0; i < 3; ++i) policies.push_back(RandomPolicy(rng, i));
+    Micros now = 1'785'000'000'000'000;
+    std::vector<std::string> keys;
+    for (int step = 0; step < 300; ++step) {
+      const Step s = RandomStep(rng, policies, &now, /*wide=*/false);
+      const auto c = Prefixed(s, "live:" + std::to_string(seed) + ":", &keys);
+      Store& redis = rng() % 2 ? static_cast<Store&>(*lua) : static_cast<Store&>(*mod);
+      Decision dm[kMaxBatchChecks], dr[kMaxBatchChecks];
+      ASSERT_TRUE(RunOn(memory, s.op, c, s.now, dm).ok());
+      ASSERT_TRUE(RunOn(redis, s.op, c, s.now, dr).ok());
+      if (s.op == StoreOp::kRefund) continue;
+      for (std::size_t i = 0; i < c.size(); ++i) {
+        ASSERT_TRUE(Same(dm[i], dr[i]))
+            << "seed " << seed << " step " << step << " by "
+            << (&redis == lua.get() ? "lua" : "module") << " "
+            << AlgorithmName(c[i].policy->algorithm) << "\n  memory: " << Describe(dm[i])
+            << "\n  redis:  " << Describe(dr[i]);
+      }
+    }
+  }
+  ExpectEveryKeyHasTtl(**server);
+}
+
+// A replica (with the module loaded too, so that it could decide if it were sent the
+// command) gets the module's writes as SET ... PXAT: the same values and TTLs, and it
+// never runs SLUICE.DECIDE itself.
+TEST(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
+  auto primary = StartWithModule();
+  ASSERT_TRUE(primary.ok()) << primary.status().ToString();
+  auto replica = StartWithModule({"--replicaof", "127.0.0.1", std::to_string((*primary)->port())});
+  ASSERT_TRUE(replica.ok()) << replica.status().ToString();
+  ASSERT_TRUE(WaitUntil([&] {
+    auto info = (*replica)->Command({"INFO", "replication"});
+    return info.ok() && info->str.find("master_link_status:up") != std::string::npos;
+  }));
+  auto store = Open((*primary)->Url(), /*caller_time=*/false);
+  ASSERT_TRUE(store);
+  const Policy policies[] = {Policy::FixedWindow("f", 10, std::chrono::minutes(1)),
+                             Policy::Gcra("g", 10, std::chrono::minutes(1), 5),
+                             Policy::TokenBucket("t", 10, 5, std::chrono::minutes(1)),
+                             Policy::SlidingWindowCounter("c", 10, std::chrono::minutes(1))};
+  std::vector<std::string> keys;
+  for (const Policy& p : policies) keys.push_back("repl:" + p.name);
+  for (int round = 0; round < 3; ++round) {
+    StoreCheck checks[4];
+    for (std::size_t i = 0; i < 4; ++i) checks[i] = {.policy = &policies[i], .key = keys[i]};
+    Decision d[4];
+    ASSERT_TRUE(store->Run({.checks = checks, .now = 0}, d).ok());
+    for (const Decision& x : d) EXPECT_TRUE(x.allowed);
+  }
+  // The replica has applied everything the primary wrote (WAIT would count only the
+  // writes of its own connection).
+  auto offset = [](const RedisServer& server, const std::string& field) {
+    auto info = server.Command({"INFO", "replication"});
+    if (!info.ok()) return -1LL;
+    const std::size_t at = info->str.find(field + ":");
+    return at == std::string::npos ? -1LL : std::stoll(info->str.substr(at + field.size() + 1));
+  };
+  const long long written = offset(**primary, "master_repl_offset");
+  ASSERT_GT(written, 0);
+  ASSERT_TRUE(WaitUntil([&] { return offset(**replica, "slave_repl_offset") >= written; }));
+  for (const std::string& k : keys) {
+    auto a = (*primary)->Command({"GET", k});
+    auto b = (*replica)->Command({"GET", k});
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_FALSE(a->str.empty()) << k;
+    EXPECT_EQ(a->str, b->str) << k;
+    auto ttl = (*replica)->Command({"PTTL", k});
+    ASSERT_TRUE(ttl.ok());
+    EXPECT_GT(ttl->integer, 0) << k;
+  }
+  EXPECT_EQ(Calls(**primary, "sluice.decide"), 3);
+  EXPECT_EQ(Calls(**replica, "sluice.decide"), 0);
+  EXPECT_GT(Calls(**replica, "set"), 0);
+}
+
+// Detection at connect: a server with the module decides through it; module=off and a
+// server without it decide through the scripts, with the same answers.
+TEST(ModuleStore, DetectedAtConnectAndModuleOffForcesLua) {
+  auto with = StartWithModule();
+  ASSERT_TRUE(with.ok()) << with.status().ToString();
+  auto without = RedisServer::Start();
+  ASSERT_TRUE(without.ok()) << without.status().ToString();
+  const Policy p = Policy::FixedWindow("api", 3, std::chrono::minutes(1));
+  struct Case {
+    const RedisServer* server;
+    std::string url;
+    bool module;
+  } cases[] = {{with->get(), (*with)->Url(), true},
+               {with->get(), (*with)->Url() + "?module=off", false},
+               {without->get(), (*without)->Url(), false}};
+  int n = 0;
+  for (const Case& c : cases) {
+    auto store = Open(c.url, false);
+    ASSERT_TRUE(store);
+    const std::string key = "detect:" + std::to_string(n++);
+    const long long module0 = Calls(*c.server, "sluice.decide");
+    const long long lua0 = Calls(*c.server, "evalsha");
+    for (int i = 0; i < 4; ++i) {
+      const StoreCheck check{.policy = &p, .key = key};
+      Decision d;
+      ASSERT_TRUE(store->Run({.checks = {&check, 1}, .now = 0}, {&d, 1}).ok());
+      EXPECT_EQ(d.allowed, i < 3) << c.url << " decision " << i;
+    }
+    EXPECT_EQ(Calls(*c.server, "sluice.decide") - module0, c.module ? 4 : 0) << c.url;
+    EXPECT_EQ(Calls(*c.server, "evalsha") - lua0, c.module ? 0 : 4) << c.url;
+  }
+}
+
+// The module goes away under a connected store (MODULE UNLOAD): the next call is
+// answered by the scripts within its deadline, on the state the module wrote, and a
+// reconnect's probe keeps the store on Lua.
+TEST(ModuleStore, ModuleGoneHandsOverToLuaWithinTheCall) {
+  auto server = StartWithModule({"--enable-module-command", "yes"});
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto store = Open((*server)->Url(), false);
+  ASSERT_TRUE(store);
+  const Policy p = Policy::FixedWindow("api", 5, std::chrono::minutes(1));
+  const StoreCheck check{.policy = &p, .key = "gone"};
+  auto decide = [&] {
+    Decision d;
+    const Status s = store->Run({.checks = {&check, 1}, .now = 0}, {&d, 1});
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return d.allowed;
+  };
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(decide());
+  EXPECT_EQ(Calls(**server, "sluice.decide"), 3);
+  auto unload = (*server)->Command({"MODULE", "UNLOAD", "sluice"});
+  ASSERT_TRUE(unload.ok() && !unload->is_error()) << (unload.ok() ? unload->str : "");
+  EXPECT_TRUE(decide());
+  EXPECT_TRUE(decide());
+  EXPECT_FALSE(decide());  // 5 of 5 used: the scripts counted the module's 3
+  // A reconnect probes again: still no module, so the scripts decide.
+  ASSERT_TRUE((*server)->Command({"CLIENT", "KILL", "TYPE", "normal"}).ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    Decision d;
+    const StoreCheck peek{.policy = &p, .key = "gone", .cost = 0};
+    return store->Run({.checks = {&peek, 1}, .now = 0}, {&d, 1}).ok();
+  }));
+  EXPECT_FALSE(decide());
+  EXPECT_GE(Calls(**server, "evalsha"), 4);
+}
+
+// Many callers at once: the connection merges their module calls into one command
+// (coalescing), and the limit is exact.
+TEST(ModuleStore, CoalescedCallsAreExact) {
+  auto server = StartWithModule();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto s = RedisStore::Create({.url = (*server)->Url(), .connections = 1});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto store = *s;
+  const long long lua0 = Calls(**server, "evalsha");  // (Create's EVALSHA permission probe)
+  const Policy p = Policy::Gcra("api", 100, std::chrono::hours(1), 100);
+  constexpr int kCalls = 400;
+  std::atomic<int> allowed{0}, done{0}, failed{0};
+  const StoreCheck check{.policy = &p, .key = "merged"};
+  for (int i = 0; i < kCalls; ++i) {
+    store->RunAsync({.checks = {&check, 1}, .now = 0},
+                    [&](const Status& st, std::span<const Decision> d) {
+                      if (!st.ok()) failed.fetch_add(1);
+                      if (st.ok() && d[0].allowed) allowed.fetch_add(1);
+                      done.fetch_add(1);
+                    });
+  }
+  ASSERT_TRUE(WaitUntil([&] { return done.load() == kCalls; }));
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(allowed.load(), 100);
+  EXPECT_GT(store->Stats().coalesced_calls, 0u);
+  EXPECT_LT(Calls(**server, "sluice.decide"), kCalls);
+  EXPECT_EQ(Calls(**server, "evalsha"), lua0);
+}
+
+// The command itself: a malformed call is an error naming what is wrong, and Redis
+// stays up (PING); COMMAND GETKEYS reports the declared keys.
+TEST(ModuleCommand, RejectsMalformedArgumentsAndDeclaresKeys) {
+  auto server = StartWithModule();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::vector<std::vector<std::string>> bad = {
+      {"SLUICE.DECIDE"},
+      {"SLUICE.DECIDE", "x"},
+      {"SLUICE.DECIDE", "2", "k"},
+      {"SLUICE.DECIDE", "1", "k", "2", "", "0", "1", "0,10,1000000,10,-1", "0,0,1,0,1"},
+      {"SLUICE.DECIDE", "1", "k", "1", "", "0", "1", "1,10,1000000,10,-1", "0,0,1,0,1"},
+      {"SLUICE.DECIDE", "1", "k", "1", "", "0", "1", "0,10,1000000,10,-1", "0,0,11,0,1"},
+      {"SLUICE.DECIDE", "1", "k", "1", "", "0", "1", "0,10,1000000,10,-1", "0,0,1,0,0"},
+      {"SLUICE.DECIDE", "1", "k", "1", "", "0", "1", "0,10,1000000,10,-1", "0,9,1,0,1"},
+      {"SLUICE.DECIDE", "1", "k", "1", "", "0", "1", "0,10,-5,10,-1", "0,0,1,0,1"},
+      {"SLUICE.DECIDE", "1", "k", "1", "", "0", "1", "0,99999999999999999999,1,10,-1", "0,0,1,0,1"},
+  };
+  for (const auto& args : bad) {
+    auto r = (*server)->Command(args);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->is_error()) << args.size();
+    auto ping = (*server)->Command({"PING"});
+    ASSERT_TRUE(ping.ok());
+    EXPECT_EQ(ping->str, "PONG");
+  }
+  auto keys = (*server)->Command({"COMMAND", "GETKEYS", "SLUICE.DECIDE", "2", "a", "b", "1", "",
+                                  "0", "1", "0,10,1000000,10,-1", "0,0,1,0,0", "0,0,1,0,1"});
+  ASSERT_TRUE(keys.ok());
+  ASSERT_EQ(keys->elements.size(), 2u) << keys->str;
+  EXPECT_EQ(keys->elements[0].str, "a");
+  EXPECT_EQ(keys->elements[1].str, "b");
+  // A key of another type: an error, and nothing written.
+  ASSERT_TRUE((*server)->Command({"LPUSH", "list", "x"}).ok());
+  auto wrong = (*server)->Command({"SLUICE.DECIDE", "2", "fresh", "list", "1", "", "0", "1",
+                                   "0,10,1000000,10,-1", "0,0,1,0,0", "0,0,1,0,1"});
+  ASSERT_TRUE(wrong.ok());
+  EXPECT_TRUE(wrong->is_error());
+  auto exists = (*server)->Command({"EXISTS", "fresh"});
+  ASSERT_TRUE(exists.ok());
+  EXPECT_EQ(exists->integer, 0);
+}
+
+// Redis Cluster routes SLUICE.DECIDE by its declared keys, as it does scripts: a call
+// whose keys are in two slots is refused (CROSSSLOT), one for another node's slot is
+// redirected (MOVED), one for the node's own slot is decided.
+TEST(ModuleCluster, KeysAreDeclaredSoClusterRoutesAndRefusesCrossSlot) {
+  RedisClusterOptions o;
+  o.primaries = 3;
+  o.replicas_per_primary = 0;
+  o.args = {"--loadmodule", SLUICE_REDIS_MODULE};
+  auto cluster = RedisCluster::Start(std::move(o));
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  auto call = [&](std::vector<std::string> keys) {
+    std::vector<std::string> args = {"SLUICE.DECIDE", std::to_string(keys.size())};
+    args.insert(args.end(), keys.begin(), keys.end());
+    args.insert(args.end(), {"1", "", "0", "1", "0,10,60000000,10,-1"});
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      args.push_back(i + 1 == keys.size() ? "0,0,1,0,1" : "0,0,1,0,0");
+    }
+    return (*cluster)->Command(0, args);
+  };
+  auto cross = call({"sluice:{a}:x", "sluice:{b}:x"});
+  ASSERT_TRUE(cross.ok());
+  EXPECT_TRUE(cross->is_error());
+  EXPECT_EQ(cross->str.rfind("CROSSSLOT", 0), 0u) << cross->str;
+  int moved = 0, decided = 0;
+  for (int i = 0; i < 30; ++i) {
+    auto r = call({"sluice:{u" + std::to_string(i) + "}:x"});
+    ASSERT_TRUE(r.ok());
+    if (r->is_error()) {
+      EXPECT_EQ(r->str.rfind("MOVED", 0), 0u) << r->str;
+      ++moved;
+    } else {
+      EXPECT_EQ(r->type, REDIS_REPLY_ARRAY);
+      ++decided;
+    }
+  }
+  EXPECT_GT(moved, 0);
+  EXPECT_GT(decided, 0);
+}
+
+// The parser without Redis: each malformed argument list names what is wrong.
+TEST(ModuleRequest, ErrorsNameTheArgument) {
+  struct Case {
+    std::vector<std::string_view> args;
+    std::string_view says;
+  } cases[] = {
+      {{"0"}, "numkeys"},
+      {{"1", "k", "1", "x", "0", "1", "0,1,1,1,-1", "0,0,1,0,1"}, "clock"},
+      {{"1", "k", "1", "", "0", "0", "0,1,1,1,-1", "0,0,1,0,1"}, "number of policies"},
+      {{"1", "k", "1", "", "0", "1", "0,1,1", "0,0,1,0,1"}, "policy 0"},
+      {{"1", "k", "1", "", "0", "1", "0,1,1000,1,-1", "1,0,1,0,1"}, "not in the list"},
+      {{"1", "k", "1", "", "0", "1", "0,1,1000,1,-1", "0,0,1,5,1"}, "max_wait is for op 1"},
+      {{"1", "k", "1", "", "0", "1", "0,1,1000,1,5", "0,0,1,0,1"}, "initial tokens"},
+      {{"1", "k", "1", "c", "0", "1", "0,1,1000,1,-1", "0,0,1,0,1"}, "6 comma-separated"},
+      {{"1", "", "1", "", "0", "1", "0,1,1000,1,-1", "0,0,1,0,1"}, "empty key"},
+  };
+  for (const Case& c : cases) {
+    redis_module::ModuleRequest r;
+    std::string error;
+    EXPECT_FALSE(redis_module::ParseModuleRequest(c.args, &r, &error)) << c.says;
+    EXPECT_NE(error.find(c.says), std::string::npos) << error;
+  }
+  redis_module::ModuleRequest r;
+  std::string error;
+  const std::vector<std::string_view> good = {
+      "2", "a", "b", "1", "c", "3600000", "1", "3,10,1000000,20,5", "0,1,2,500,0,7", "0,1,1,0,1,7"};
+  ASSERT_TRUE(redis_module::ParseModuleRequest(good, &r, &error)) << error;
+  ASSERT_EQ(r.groups.size(), 1u);
+  EXPECT_EQ(r.checks[0].max_wait, 500);
+  EXPECT_EQ(r.checks[1].now, 7);
+  EXPECT_EQ(r.policies[0].Capacity(), 20u);
+}
+
+}  // namespace
+}  // namespace sluice::testing

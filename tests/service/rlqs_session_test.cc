@@ -1,0 +1,340 @@
+// The Rate Limit Quota Service's stream logic in process (service/rlqs_session.h): bucket
+// ids onto descriptors, slices taken from the shared store, deny-all when the limit is
+// used up, abandon after a reload removes the rule, bounds on a stream, and the gRPC
+// service answering a malformed stream with INVALID_ARGUMENT. Engine on the embedded
+// store and a manual clock: every decision is inline.
+#include "service/rlqs_session.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "envoy/service/rate_limit_quota/v3/rlqs.grpc.pb.h"
+#include "service/grpc_service.h"
+#include "sluice/memory_store.h"
+
+namespace sluice::service {
+namespace {
+
+constexpr Micros kSec = 1'000'000;
+// On a minute boundary, so a minute window ends 60 s later.
+constexpr Micros kNoon = 1785412800LL * kSec;
+
+using Reports = rlqs_pb::RateLimitQuotaUsageReports;
+using Response = rlqs_pb::RateLimitQuotaResponse;
+
+std::string Yaml(const std::string& rlqs, int limit = 100, const std::string& unit = "minute") {
+  return "sluiced:\n"
+         "  rlqs: {" +
+         rlqs +
+         "}\n"
+         "domain: edge\n"
+         "descriptors:\n"
+         "  - key: name\n"
+         "    value: api\n"
+         "    rate_limit: {unit: " +
+         unit + ", requests_per_unit: " + std::to_string(limit) + "}\n";
+}
+
+class RlqsTest : public ::testing::Test {
+ protected:
+  void Load(const std::string& yaml) {
+    auto c = ParseConfig(yaml, "rlqs.yaml");
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    auto e = Engine::Create(*c, Engine::Options{std::make_shared<MemoryStore>(), clock});
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    engine = std::move(*e);
+  }
+  static Reports Report(std::vector<std::pair<std::map<std::string, std::string>, int>> usages,
+                        const std::string& domain = "edge") {
+    Reports r;
+    r.set_domain(domain);
+    for (const auto& [id, allowed] : usages) {
+      auto* u = r.add_bucket_quota_usages();
+      for (const auto& [k, v] : id) (*u->mutable_bucket_id()->mutable_bucket())[k] = v;
+      u->set_num_requests_allowed(allowed);
+      u->mutable_time_elapsed()->set_seconds(1);
+    }
+    return r;
+  }
+  // Handles `r` on `s`; the decisions are inline on the embedded store.
+  static Status Send(RlqsSession& s, const Reports& r, Response* out) {
+    bool called = false;
+    Status status = Status::Ok();
+    s.Handle(r, [&](const Status& st, Response& resp) {
+      called = true;
+      status = st;
+      *out = resp;
+    });
+    EXPECT_TRUE(called) << "done did not run inline on the embedded store";
+    return status;
+  }
+  // The token bucket size of action `i`, or -1 when it is not one.
+  static long Tokens(const Response& r, int i = 0) {
+    if (i >= r.bucket_action_size()) return -1;
+    const auto& a = r.bucket_action(i);
+    if (!a.quota_assignment_action().rate_limit_strategy().has_token_bucket()) return -1;
+    return a.quota_assignment_action().rate_limit_strategy().token_bucket().max_tokens();
+  }
+  // Units an assignment (action `i`) can admit in one TTL: max_tokens + tokens_per_fill
+  // (a refill over 1000 TTLs, for a 1-unit slice, counts nothing).
+  static long Units(const Response& r, int i = 0) {
+    const auto& tb =
+        r.bucket_action(i).quota_assignment_action().rate_limit_strategy().token_bucket();
+    const long ttl =
+        r.bucket_action(i).quota_assignment_action().assignment_time_to_live().seconds();
+    return tb.max_tokens() +
+           (tb.fill_interval().seconds() <= ttl * 100 ? tb.tokens_per_fill().value() : 0);
+  }
+  static bool Blanket(const Response& r, envoy::type::v3::RateLimitStrategy::BlanketRule rule,
+                      int i = 0) {
+    if (i >= r.bucket_action_size()) return false;
+    const auto& s = r.bucket_action(i).quota_assignment_action().rate_limit_strategy();
+    return s.strategy_case() == envoy::type::v3::RateLimitStrategy::kBlanketRule &&
+           s.blanket_rule() == rule;
+  }
+
+  std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>(kNoon);
+  std::unique_ptr<Engine> engine;
+};
+
+TEST(RlqsBucketDescriptor, AllKeysSortedByNameWhenNoKeysAreConfigured) {
+  envoy::service::rate_limit_quota::v3::BucketId id;
+  (*id.mutable_bucket())["zone"] = "eu";
+  (*id.mutable_bucket())["name"] = "api";
+  (*id.mutable_bucket())["env"] = "prod";
+  const auto e = BucketDescriptor(RlqsSettings{}, id.bucket());
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_EQ(e[0].key, "env");
+  EXPECT_EQ(e[1].key, "name");
+  EXPECT_EQ(e[1].value, "api");
+  EXPECT_EQ(e[2].key, "zone");
+}
+
+TEST(RlqsBucketDescriptor, ConfiguredKeysInTheirOrderMissingOnesLeftOutOthersIgnored) {
+  envoy::service::rate_limit_quota::v3::BucketId id;
+  (*id.mutable_bucket())["name"] = "api";
+  (*id.mutable_bucket())["user"] = "alice";
+  (*id.mutable_bucket())["trace"] = "x";
+  RlqsSettings s;
+  s.descriptor_keys = {"user", "tenant", "name"};
+  const auto e = BucketDescriptor(s, id.bucket());
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].key, "user");
+  EXPECT_EQ(e[0].value, "alice");
+  EXPECT_EQ(e[1].key, "name");
+  s.descriptor_keys = {"tenant"};
+  EXPECT_TRUE(BucketDescriptor(s, id.bucket()).empty());
+}
+
+TEST(RlqsConfig, SettingsErrorsNameTheLine) {
+  auto bad = ParseConfig("sluiced:\n  rlqs:\n    slice: 2\ndomain: d\n", "r.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("r.yaml:3: rlqs.slice must be a number in (0, 1]"),
+            std::string::npos)
+      << bad.status().message();
+  bad = ParseConfig("sluiced:\n  rlqs:\n    slices: 1\ndomain: d\n", "r.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("r.yaml:3: unknown field 'slices' in rlqs settings"),
+            std::string::npos)
+      << bad.status().message();
+  bad = ParseConfig("sluiced:\n  rlqs:\n    descriptor_keys: [a, a]\ndomain: d\n", "r.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("lists 'a' twice"), std::string::npos);
+  auto ok = ParseConfig(
+      "sluiced:\n  rlqs: {descriptor_keys: [name], slice: 0.25, assignment_ttl: 3s, "
+      "max_buckets_per_stream: 7}\ndomain: d\n",
+      "r.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->settings.rlqs.descriptor_keys, std::vector<std::string>{"name"});
+  EXPECT_EQ(ok->settings.rlqs.slice, 0.25);
+  EXPECT_EQ(ok->settings.rlqs.assignment_ttl, 3 * kSec);
+  EXPECT_EQ(ok->settings.rlqs.max_buckets_per_stream, 7u);
+}
+
+// A bucket's first report takes a slice (slice * capacity) from the store and assigns it
+// as a token bucket that admits at most the slice in one TTL: half at once, half refilled
+// over the TTL; the TTL is no longer than the window left.
+TEST_F(RlqsTest, FirstReportAssignsASliceOfTheLimitAsATokenBucket) {
+  Load(Yaml("slice: 0.2, assignment_ttl: 30s"));
+  clock->Set(kNoon + 45 * kSec);  // 15 s left in the minute
+  RlqsSession s(*engine);
+  Response out;
+  ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 1}}), &out).ok());
+  ASSERT_EQ(out.bucket_action_size(), 1);
+  EXPECT_EQ(Tokens(out), 10);
+  const auto& q = out.bucket_action(0).quota_assignment_action();
+  EXPECT_EQ(q.assignment_time_to_live().seconds(), 15);
+  const auto& tb = q.rate_limit_strategy().token_bucket();
+  EXPECT_EQ(tb.tokens_per_fill().value(), 10u);
+  EXPECT_EQ(tb.fill_interval().seconds(), 30);
+  EXPECT_EQ(out.bucket_action(0).bucket_id().bucket().at("name"), "api");
+  EXPECT_EQ(engine->metrics().rlqs().granted_units.load(), 20u);
+}
+
+// Two streams (two Envoys) share the limit through the store: fresh slices each TTL until
+// it is used up (smaller ones at the end), then DENY_ALL; never more units assigned than
+// the limit, and every unit of it assigned.
+TEST_F(RlqsTest, StreamsShareTheLimitAndGetDenyAllWhenItIsUsedUp) {
+  Load(Yaml("slice: 0.3, assignment_ttl: 5s"));  // slices of 30 of 100 a minute
+  RlqsSession a(*engine), b(*engine);
+  RlqsSession* streams[2] = {&a, &b};
+  bool denied[2] = {false, false};
+  long assigned = 0;
+  Response out;
+  for (int round = 0; round < 10 && !(denied[0] && denied[1]); ++round) {
+    for (int i = 0; i < 2; ++i) {
+      if (denied[i]) continue;
+      ASSERT_TRUE(Send(*streams[i], Report({{{{"name", "api"}}, 5}}), &out).ok());
+      ASSERT_EQ(out.bucket_action_size(), 1) << "round " << round;
+      if (Blanket(out, envoy::type::v3::RateLimitStrategy::DENY_ALL)) {
+        denied[i] = true;
+        continue;
+      }
+      ASSERT_GT(Tokens(out), 0);
+      ASSERT_LE(Units(out), 30);
+      assigned += Units(out);
+    }
+    clock->Advance(5 * kSec);  // every assignment expired: the next report takes a fresh one
+  }
+  EXPECT_TRUE(denied[0] && denied[1]);
+  EXPECT_EQ(assigned, 100);
+  EXPECT_EQ(engine->metrics().rlqs().granted_units.load(), 100u);
+  // The next window: a slice again.
+  clock->Set(kNoon + 61 * kSec);
+  ASSERT_TRUE(Send(a, Report({{{{"name", "api"}}, 0}}), &out).ok());
+  EXPECT_EQ(Units(out), 30);
+}
+
+// A token bucket is renewed (its refill taken from the store, the same strategy resent so
+// Envoy keeps its tokens) only when it would expire before the report after next; a
+// renewal the store denies becomes DENY_ALL.
+TEST_F(RlqsTest, RenewsBeforeTheTtlEndsAndDeniesWhenTheRefillIsRefused) {
+  Load(Yaml("slice: 0.2, assignment_ttl: 10s", 50, "hour"));  // slices of 10: 5 + 5 refilled
+  RlqsSession s(*engine);
+  Response first, out;
+  ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 0}}), &first).ok());
+  ASSERT_EQ(Units(first), 10);
+  clock->Advance(5 * kSec);  // 5 s left, reports every 1 s: nothing to do
+  ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 3}}), &out).ok());
+  EXPECT_EQ(out.bucket_action_size(), 0) << out.DebugString();
+  clock->Advance(3500'000);  // 1.5 s left
+  ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 3}}), &out).ok());
+  ASSERT_EQ(out.bucket_action_size(), 1);
+  EXPECT_EQ(out.bucket_action(0).quota_assignment_action().rate_limit_strategy().DebugString(),
+            first.bucket_action(0).quota_assignment_action().rate_limit_strategy().DebugString());
+  EXPECT_EQ(out.bucket_action(0).quota_assignment_action().assignment_time_to_live().seconds(), 10);
+  EXPECT_EQ(engine->metrics().rlqs().granted_units.load(), 15u);
+  // Renewals until the limit (50) is used: 15 + 7 * 5 = 50; the next one is refused.
+  for (int i = 0; i < 7; ++i) {
+    clock->Advance(9 * kSec);
+    ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 5}}), &out).ok());
+    ASSERT_EQ(Tokens(out), 5) << "renewal " << i;
+  }
+  EXPECT_EQ(engine->metrics().rlqs().granted_units.load(), 50u);
+  clock->Advance(9 * kSec);
+  ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 5}}), &out).ok());
+  EXPECT_TRUE(Blanket(out, envoy::type::v3::RateLimitStrategy::DENY_ALL)) << out.DebugString();
+}
+
+TEST_F(RlqsTest, UnlimitedBucketIsAllowedAndAReloadThatRemovesTheRuleAbandonsIt) {
+  Load(Yaml(""));
+  RlqsSession s(*engine);
+  Response out;
+  ASSERT_TRUE(Send(s, Report({{{{"name", "other"}}, 1}, {{{"name", "api"}}, 1}}), &out).ok());
+  ASSERT_EQ(out.bucket_action_size(), 2);
+  int allow = 0, tokens = 0;
+  for (int i = 0; i < 2; ++i) {
+    allow += Blanket(out, envoy::type::v3::RateLimitStrategy::ALLOW_ALL, i);
+    tokens += Tokens(out, i) == 5;
+  }
+  EXPECT_EQ(allow, 1);
+  EXPECT_EQ(tokens, 1);
+  auto c = ParseConfig(
+      "domain: edge\ndescriptors:\n  - key: name\n    value: web\n"
+      "    rate_limit: {unit: minute, requests_per_unit: 5}\n",
+      "rlqs.yaml");
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(engine->Reload(*c).ok());
+  ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 1}}), &out).ok());
+  ASSERT_EQ(out.bucket_action_size(), 1);
+  EXPECT_TRUE(out.bucket_action(0).has_abandon_action());
+  EXPECT_EQ(s.buckets(), 1u);  // "other" stays, "api" is forgotten
+}
+
+TEST_F(RlqsTest, MalformedMessagesAreRefusedNamingWhatIsWrong) {
+  Load(Yaml(""));
+  Response out;
+  {
+    RlqsSession s(*engine);
+    Status st = Send(s, Report({{{{"name", "api"}}, 1}}, ""), &out);
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("no domain"), std::string::npos) << st.message();
+  }
+  {
+    RlqsSession s(*engine);
+    ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 1}}), &out).ok());
+    // Later messages may leave the domain out, never change it.
+    EXPECT_TRUE(Send(s, Report({{{{"name", "api"}}, 1}}, ""), &out).ok());
+    Status st = Send(s, Report({{{{"name", "api"}}, 1}}, "other"), &out);
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("domain changed from 'edge' to 'other'"), std::string::npos);
+  }
+  {
+    RlqsSession s(*engine);
+    Status st = Send(s, Report({{{{"name", "api"}}, 1}, {{}, 1}}), &out);
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(st.message(), "bucket_quota_usages[1].bucket_id is empty");
+    st = Send(s, Report({{{{"name", ""}}, 1}}), &out);
+    EXPECT_EQ(st.message(), "bucket_quota_usages[0].bucket_id has an empty key or value");
+    st = Send(s, Report({{{{"name", "\xff"}}, 1}}), &out);
+    EXPECT_NE(st.message().find("not valid UTF-8"), std::string::npos);
+  }
+}
+
+TEST_F(RlqsTest, AStreamHoldsAtMostMaxBucketsPerStream) {
+  Load(Yaml("max_buckets_per_stream: 3"));
+  RlqsSession s(*engine);
+  Response out;
+  ASSERT_TRUE(
+      Send(s, Report({{{{"u", "1"}}, 1}, {{{"u", "2"}}, 1}, {{{"u", "3"}}, 1}}), &out).ok());
+  EXPECT_TRUE(Send(s, Report({{{{"u", "1"}}, 1}}), &out).ok());  // known buckets: fine
+  Status st = Send(s, Report({{{{"u", "4"}}, 1}}), &out);
+  EXPECT_EQ(st.code(), ErrorCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("more than 3 buckets on one stream"), std::string::npos);
+  EXPECT_EQ(s.buckets(), 3u);
+}
+
+// Through gRPC: a malformed stream ends with INVALID_ARGUMENT and the reason.
+TEST_F(RlqsTest, GrpcStreamWithoutDomainEndsWithInvalidArgument) {
+  Load(Yaml(""));
+  auto server = GrpcServer::Start(*engine, "127.0.0.1:0", 1 << 20);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = rlqs_pb::RateLimitQuotaService::NewStub(channel);
+  // A good stream first: its assignment comes back.
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto stream = stub->StreamRateLimitQuotas(&ctx);
+    ASSERT_TRUE(stream->Write(Report({{{{"name", "api"}}, 1}})));
+    Response r;
+    ASSERT_TRUE(stream->Read(&r));
+    EXPECT_EQ(Tokens(r), 5);
+    stream->WritesDone();
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = stub->StreamRateLimitQuotas(&ctx);
+  ASSERT_TRUE(stream->Write(Report({{{{"name", "api"}}, 1}}, "")));
+  Response r;
+  EXPECT_FALSE(stream->Read(&r));
+  grpc::Status st = stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("no domain"), std::string::npos) << st.error_message();
+  EXPECT_EQ(engine->metrics().rlqs().stream_errors.load(), 1u);
+}
+
+}  // namespace
+}  // namespace sluice::service
