@@ -3,7 +3,7 @@
 // from 4 threads) and the asynchronous one (RedisStore::RunAsync, 32 calls in
 // flight). Faults: kill -9 then restart, SIGSTOP then SIGCONT, SCRIPT FLUSH, CLIENT
 // KILL, and OOM (noeviction with a 1-byte maxmemory, then lifted). Each drill asserts:
-//  - no call returns past its deadline (call_timeout + kMargin for scheduling);
+//  - no call returns past its deadline (call_timeout + kDrillMargin for scheduling);
 //  - no error reaches a Limiter caller (the failure policy decides instead), and every
 //    async call completes exactly once;
 //  - recovery: a decision comes from Redis again within kRecoveryBound of the fault
@@ -30,10 +30,10 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-constexpr Micros kCallTimeout = 200'000;
+constexpr Micros kDrillCallTimeout = 200'000;
 // Scheduling slack on a loaded 2-core machine (the flakiness step runs these with CPU
 // hogs on both cores): the bound is about hangs, not speed.
-constexpr auto kMargin = milliseconds(1500);
+constexpr auto kDrillMargin = milliseconds(1500);
 // From the end of a fault to the first decision by Redis: the reconnect backoff is at
 // most 1 s, then a handshake (AUTH, SCRIPT LOAD); the rest is scheduling slack.
 constexpr auto kRecoveryBound = milliseconds(5000);
@@ -92,7 +92,8 @@ Policy DrillPolicy() {
   return p;
 }
 
-std::shared_ptr<RedisStore> Connect(const std::string& url, Micros call_timeout = kCallTimeout) {
+std::shared_ptr<RedisStore> ConnectDrill(const std::string& url,
+                                         Micros call_timeout = kDrillCallTimeout) {
   RedisStoreOptions o;
   o.url = url;
   o.call_timeout = call_timeout;
@@ -125,7 +126,7 @@ struct Tally {
   std::atomic<int> worst_ms{0};
   void Latency(steady_clock::duration d) {
     const int ms = static_cast<int>(std::chrono::duration_cast<milliseconds>(d).count());
-    if (d > std::chrono::microseconds(kCallTimeout) + kMargin) ++late;
+    if (d > std::chrono::microseconds(kDrillCallTimeout) + kDrillMargin) ++late;
     int w = worst_ms.load();
     while (ms > w && !worst_ms.compare_exchange_weak(w, ms)) {
     }
@@ -228,7 +229,7 @@ class AsyncLoad : public Load {
     driver_.join();
     std::unique_lock<std::mutex> lock(mu_);
     // Every call completes by its deadline: wait for the last ones (bounded).
-    EXPECT_TRUE(cv_.wait_for(lock, std::chrono::microseconds(kCallTimeout) + kMargin,
+    EXPECT_TRUE(cv_.wait_for(lock, std::chrono::microseconds(kDrillCallTimeout) + kDrillMargin,
                              [&] { return in_flight_ == 0; }))
         << in_flight_ << " async calls never completed";
     EXPECT_EQ(completed_, submitted_) << "every async call completes exactly once";
@@ -254,7 +255,7 @@ void RunDrill(const Fault& fault, Api api) {
   auto server = RedisServer::Start({.args = fault.server_args});
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   RedisServer& redis = **server;
-  auto store = Connect(redis.Url());
+  auto store = ConnectDrill(redis.Url());
   ASSERT_NE(store, nullptr);
   auto limiter = MakeLimiter(store);
   ASSERT_NE(limiter, nullptr);
@@ -281,8 +282,8 @@ void RunDrill(const Fault& fault, Api api) {
   if (fault.heal) fault.heal(redis);
   const auto healed = steady_clock::now();
   const int store_at_heal = t.from_store.load();
-  const bool recovered =
-      WaitUntil([&] { return t.from_store.load() > store_at_heal + 20; }, kRecoveryBound + kMargin);
+  const bool recovered = WaitUntil([&] { return t.from_store.load() > store_at_heal + 20; },
+                                   kRecoveryBound + kDrillMargin);
   const auto recovery = steady_clock::now() - healed;
   load->Stop();
 
@@ -296,11 +297,11 @@ void RunDrill(const Fault& fault, Api api) {
                               << " ms";
   EXPECT_EQ(t.errors.load(), 0) << "no error may reach a Limiter caller";
   EXPECT_TRUE(recovered) << "no decision from Redis within " << kRecoveryBound.count() << " ms ("
-                         << kMargin.count() << " ms margin) of the fault ending";
+                         << kDrillMargin.count() << " ms margin) of the fault ending";
 
   // Exactness on the drill keys, read through a store with a long deadline: the
   // check itself must not turn into a timeout test on a loaded machine.
-  auto check_store = Connect(redis.Url(), 10'000'000);
+  auto check_store = ConnectDrill(redis.Url(), 10'000'000);
   ASSERT_NE(check_store, nullptr);
   auto checker = MakeLimiter(check_store);
   ASSERT_NE(checker, nullptr);

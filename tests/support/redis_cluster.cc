@@ -18,6 +18,8 @@
 #include <sstream>
 #include <thread>
 
+#include "wait.h"
+
 namespace sluice::testing {
 namespace {
 
@@ -25,7 +27,6 @@ using Clock = std::chrono::steady_clock;
 
 // Polling interval while waiting for the cluster to converge: the cluster has no
 // event to subscribe to, so the waits poll its state, always under a bound.
-constexpr std::chrono::milliseconds kPoll{50};
 
 std::vector<std::string> Split(std::string_view s, char sep) {
   std::vector<std::string> out;
@@ -410,7 +411,7 @@ Status RedisCluster::WaitHealthy(std::chrono::milliseconds bound) const {
       return Status::DeadlineExceeded("cluster not healthy within " +
                                       std::to_string(bound.count()) + " ms: " + why);
     }
-    std::this_thread::sleep_for(kPoll);  // polling the cluster's state, bounded above
+    std::this_thread::sleep_for(kServerPoll);  // polling the cluster's state, bounded above
   }
 }
 
@@ -479,7 +480,7 @@ Status RedisCluster::Failover(std::size_t i, std::chrono::milliseconds bound) {
       return Status::DeadlineExceeded("CLUSTER FAILOVER did not switch roles within " +
                                       std::to_string(bound.count()) + " ms");
     }
-    std::this_thread::sleep_for(kPoll);  // polling the roles, bounded above
+    std::this_thread::sleep_for(kServerPoll);  // polling the roles, bounded above
   }
   return WaitHealthy(std::chrono::duration_cast<std::chrono::milliseconds>(
       std::max(deadline - Clock::now(), Clock::duration(std::chrono::seconds(1)))));

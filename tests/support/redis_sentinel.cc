@@ -18,6 +18,8 @@
 #include <random>
 #include <thread>
 
+#include "wait.h"
+
 namespace sluice::testing {
 namespace {
 
@@ -25,7 +27,6 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 // Polling a real process for a state change, not waiting for time to pass.
-constexpr auto kPoll = milliseconds(50);
 
 // One command on a fresh connection to 127.0.0.1:port (AUTH first when `password`).
 Result<redis::Reply> CommandAt(int port, const std::string& password,
@@ -138,7 +139,7 @@ Result<std::unique_ptr<RedisSentinelGroup>> RedisSentinelGroup::Start(
       return Status::Unavailable("the replica did not attach to the primary within " +
                                  std::to_string(g->options_.start_timeout_ms) + " ms: " + why);
     }
-    std::this_thread::sleep_for(kPoll);
+    std::this_thread::sleep_for(kServerPoll);
   }
 
   // Each sentinel's configuration names its own run id, the replica and the two other
@@ -376,7 +377,7 @@ Status RedisSentinelGroup::WaitPrimaryReported(int node, int timeout_ms) {
           "port " + std::to_string(want) + " was not reported as the primary within " +
           std::to_string(timeout_ms) + " ms: " + why + " (logs kept in " + dir_ + ")");
     }
-    std::this_thread::sleep_for(kPoll);
+    std::this_thread::sleep_for(kServerPoll);
   }
 }
 
@@ -454,7 +455,7 @@ Status RedisSentinelGroup::WaitHealthy(int timeout_ms) {
                                       std::to_string(timeout_ms) + " ms: " + why +
                                       " (logs kept in " + dir_ + ")");
     }
-    std::this_thread::sleep_for(kPoll);
+    std::this_thread::sleep_for(kServerPoll);
   }
 }
 
@@ -469,7 +470,7 @@ Status RedisSentinelGroup::Failover(int timeout_ms) {
     if (Clock::now() > deadline) {
       return Status::DeadlineExceeded("SENTINEL FAILOVER was refused until the bound: " + why);
     }
-    std::this_thread::sleep_for(kPoll);
+    std::this_thread::sleep_for(kServerPoll);
   }
   const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
   return WaitPrimaryReported(1 - primary_, static_cast<int>(std::max<long long>(left, 1)));

@@ -8,6 +8,10 @@
 
 namespace sluice::testing {
 
+// How often the support library's own start-up waits (Sentinel groups, Clusters) ask the
+// servers again.
+inline constexpr std::chrono::milliseconds kServerPoll{50};
+
 // Polls `done` every `poll` until it returns true (then true) or `bound` has passed
 // (then false, after one last look). The bound is for a loaded 2-core CI machine.
 bool WaitUntil(const std::function<bool()>& done,
