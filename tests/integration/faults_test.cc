@@ -373,12 +373,16 @@ TEST(BadInput, ANonRedisServerIsNamedAsSuch) {
 }
 
 TEST(BadInput, AServerHangingUpMidHandshakeIsAClearError) {
-  // Answers PING like Redis, then resets the connection before the script upload.
+  // Answers PING like Redis, then resets the connection: the error names the step the
+  // handshake was at (the module probe, or with module=off the script upload).
   FakeServer rude("+PONG\r\n", /*silent=*/false, /*reset=*/true);
   for (int i = 0; i < 5; ++i) {
     const Status s = CreateError(rude.Url());
     EXPECT_EQ(s.code(), ErrorCode::kUnavailable) << s.ToString();
-    EXPECT_NE(s.message().find("SCRIPT LOAD"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("SLUICE.VERSION"), std::string::npos) << s.ToString();
+    const Status lua = CreateError(rude.Url() + "?module=off");
+    EXPECT_EQ(lua.code(), ErrorCode::kUnavailable) << lua.ToString();
+    EXPECT_NE(lua.message().find("SCRIPT LOAD"), std::string::npos) << lua.ToString();
   }
 }
 

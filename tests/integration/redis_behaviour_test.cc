@@ -38,7 +38,7 @@ std::unique_ptr<Limiter> MakeLimiter(std::shared_ptr<Store> store, std::vector<P
 }
 
 // The group runner's layout (lua/runner.lua, docs/redis.md "Wire layout"): a check's
-// extra argument (a reservation's max_wait; a cost from 2^36 on) is read where it is,
+// extra argument (a reservation's max_wait; a cost from 2^35 on) is read where it is,
 // so the checks after it keep their fields (a wrong stride would misread the second
 // check), and each decision comes back packed (allowed) or as four integers (denied).
 TEST(RedisScripts, ExtraArgumentsKeepTheRunnerLayout) {
@@ -49,8 +49,9 @@ TEST(RedisScripts, ExtraArgumentsKeepTheRunnerLayout) {
   // window, 2^40 per hour.
   const long long ws = 3'600'000'000, now = ws + 10'000'000, reset = ws + ws - now;
   auto number = [](long long cost, bool big, long long kind, long long policy, bool last) {
-    return std::to_string(
-        ((((big ? 0 : cost) * 2 + (big ? 1 : 0)) * 8 + kind) * 4096 + policy) * 2 + (last ? 1 : 0));
+    return std::to_string(((((big ? 0 : cost) * 2 + (big ? 1 : 0)) * 16 + kind) * 4096 + policy) *
+                              2 +
+                          (last ? 1 : 0));
   };
   const std::string w = std::to_string(ws), t = std::to_string(now);
   auto call = [&](std::vector<std::string> checks) {
