@@ -58,7 +58,8 @@ if command -v redis-server >/dev/null; then
   module_pid=$!
   for _ in $(seq 100); do redis-cli -s "$work/redis.sock" ping >/dev/null 2>&1 && break; sleep 0.1; done
   answer=$(redis-cli -s "$work/redis.sock" sluice.version 2>&1 || true)
-  kill "$module_pid"; wait "$module_pid" 2>/dev/null || true
+  kill "$module_pid" 2>/dev/null || true  # (a server that refused the module has exited)
+  wait "$module_pid" 2>/dev/null || true
   [[ $answer == 1 ]] || { cat "$work/redis-module.log" >&2; fail "SLUICE.VERSION answered '$answer'"; }
 fi
 
