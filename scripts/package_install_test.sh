@@ -34,13 +34,18 @@ deb=$(realpath "$deb")
 [[ -f $deb ]] || fail "no package at $deb"
 work=$(mktemp -d /tmp/sluice-pkg-test.XXXXXX)
 pid=""
+installed=""
 cleanup() {
   [[ -n $pid ]] && kill -KILL "$pid" 2>/dev/null || true
+  # A failed run purges what it installed: the headers it leaves in /usr/include would
+  # otherwise be found by the later builds of the same CI run (tests/layers fails then).
+  if [[ -n $installed ]]; then apt-get purge -y -q sluice >/dev/null 2>&1 || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
 
 step "apt-get install $deb"
+installed=1
 apt-get install "${apt_opts[@]}" "$deb"
 [[ $(dpkg-query -W -f='${Status}' sluice) == "install ok installed" ]] || fail "not installed"
 version=$(dpkg-deb -f "$deb" Version)
@@ -149,6 +154,7 @@ done
 
 step "apt-get purge sluice: nothing left"
 apt-get purge "${apt_opts[@]}" sluice
+installed=""
 for f in "${conffiles[@]}" /etc/sluice; do
   [[ ! -e $f ]] || fail "$f is left after purge"
 done
