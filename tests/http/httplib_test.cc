@@ -12,6 +12,7 @@
 
 #include "http/http_test_util.h"
 #include "sluice/key.h"
+#include "support/wait.h"
 
 namespace sluice::http {
 namespace {
@@ -278,18 +279,6 @@ TEST(Httplib, DelayedRequestWaitsThroughTheInjectedSleeper) {
   EXPECT_EQ(s.middleware->Stats().delayed, 1u);
 }
 
-// Polls `done` (every millisecond, at most `bound`): waits for an event of the server's
-// threads, never for time to pass. False when the bound ran out.
-template <class Pred>
-bool WaitFor(Pred done, std::chrono::milliseconds bound) {
-  const auto until = std::chrono::steady_clock::now() + bound;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
-
 // Issue #21, Route::after through cpp-httplib: the check only looks, and the server's
 // logger charges the written response's X-Tokens-Used (or nothing for a status the
 // route does not count). The test waits for each charge (Stats().charged), which the
@@ -309,14 +298,14 @@ TEST(Httplib, RouteChargedAfterTheResponseTakesTheReportedCost) {
     return res ? res->status : -1;
   };
   auto wait_charged = [&](std::uint64_t n) {
-    EXPECT_TRUE(
-        WaitFor([&] { return s.middleware->Stats().charged >= n; }, std::chrono::seconds(10)));
+    EXPECT_TRUE(sluice::testing::WaitUntil([&] { return s.middleware->Stats().charged >= n; },
+                                           std::chrono::seconds(10)));
   };
   EXPECT_EQ(post("4", "200"), 200);
   wait_charged(++charged);
   EXPECT_EQ(post("9", "500"), 500);  // not a counted status: charges nothing
-  EXPECT_TRUE(
-      WaitFor([&] { return s.middleware->Stats().not_counted >= 1; }, std::chrono::seconds(10)));
+  EXPECT_TRUE(sluice::testing::WaitUntil([&] { return s.middleware->Stats().not_counted >= 1; },
+                                         std::chrono::seconds(10)));
   EXPECT_EQ(post("6", "200"), 200);  // 6 left: the look passes, the 6 are taken
   wait_charged(++charged);
   EXPECT_EQ(post("1", "200"), 429);  // all 10 used
