@@ -44,6 +44,8 @@ struct DrillFigures {
   std::uint64_t failure_mode = 0;  // decisions the failure mode made
   double outage_ms = 0;            // fault to the last failure-mode decision
   double recovered_ms = 0;         // fault to decisions from the new primary
+  double switched_ms = 0;          // fault to the sentinels reporting the new primary
+  double lag_ms = 0;               // the sentinels' switch to the store's (0 if earlier)
   std::int64_t lost_writes = 0;    // allowed by the store, then lost with the old primary
   double lost_ms = 0;              // the same, as milliseconds of the drill's traffic
   std::int64_t over_admitted = 0;  // allowed beyond kTightLimit on the tight keys
@@ -138,11 +140,22 @@ DrillFigures RunDrill(RedisSentinelGroup& group, const std::function<Status()>& 
   RedisServer& next = group.replica();
   RedisServer& old = group.primary();
   Status s;
-  std::thread faulting([&] { s = fault(); });
-  // Recovered: a decision on a fresh key lands on the new primary.
-  const auto recover_by = steady_clock::now() + std::chrono::seconds(30);
+  std::atomic<std::int64_t> switched_ns{0};
+  std::thread faulting([&] {
+    s = fault();
+    switched_ns.store(since_epoch_ns(steady_clock::now()));
+  });
+  // Recovered: a decision on a fresh key lands on the new primary. How long Sentinel
+  // takes to fail over is Sentinel's (on a loaded machine an election can fail and be
+  // retried after failover-timeout), so the bound on the store runs from the moment the
+  // sentinels report the new primary (fault() returned, itself bounded), not from the
+  // fault.
+  auto past_bound = [&] {
+    const std::int64_t at = switched_ns.load();
+    return at != 0 && since_epoch_ns(steady_clock::now()) - at > 30'000'000'000LL;
+  };
   bool recovered = false;
-  for (int probe = 0; !recovered && steady_clock::now() < recover_by; ++probe) {
+  for (int probe = 0; !recovered && !past_bound(); ++probe) {
     const std::string key = "probe" + std::to_string(probe);
     auto d = wide_limiter->Acquire(key);
     if (d.ok() && d->source == DecisionSource::kStore) {
@@ -155,9 +168,11 @@ DrillFigures RunDrill(RedisSentinelGroup& group, const std::function<Status()>& 
     }
     if (!recovered) std::this_thread::sleep_for(milliseconds(5));  // polling, not timing
   }
-  f.recovered_ms =
-      std::chrono::duration<double, std::milli>(steady_clock::now() - fault_at).count();
+  const auto recovered_at = steady_clock::now();
+  f.recovered_ms = std::chrono::duration<double, std::milli>(recovered_at - fault_at).count();
   faulting.join();
+  f.switched_ms = (switched_ns.load() - since_epoch_ns(fault_at)) / 1e6;
+  f.lag_ms = std::max(0.0, (since_epoch_ns(recovered_at) - switched_ns.load()) / 1e6);
   EXPECT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(group.primary().port(), next.port());
   EXPECT_TRUE(recovered) << name << ": decisions never reached the new primary (port "
@@ -203,12 +218,14 @@ DrillFigures RunDrill(RedisSentinelGroup& group, const std::function<Status()>& 
   EXPECT_EQ(errors.load(), 0u) << name << ": an error reached a Limiter caller";
   std::printf(
       "[drill] %s: calls=%llu failure_mode=%llu outage=%.0f ms recovered=%.0f ms "
-      "lost_writes=%lld (~%.0f ms of traffic) over_admitted=%lld worst_call=%lld us "
+      "sentinels_switched=%.0f ms store_lag=%.0f ms lost_writes=%lld (~%.0f ms of traffic) "
+      "over_admitted=%lld worst_call=%lld us "
       "rate=%.1f/ms\n",
       name, static_cast<unsigned long long>(f.calls),
-      static_cast<unsigned long long>(f.failure_mode), f.outage_ms, f.recovered_ms,
-      static_cast<long long>(f.lost_writes), f.lost_ms, static_cast<long long>(f.over_admitted),
-      static_cast<long long>(worst_us.load()), rate_per_ms);
+      static_cast<unsigned long long>(f.failure_mode), f.outage_ms, f.recovered_ms, f.switched_ms,
+      f.lag_ms, static_cast<long long>(f.lost_writes), f.lost_ms,
+      static_cast<long long>(f.over_admitted), static_cast<long long>(worst_us.load()),
+      rate_per_ms);
   ::testing::Test::RecordProperty("outage_ms", static_cast<int>(f.outage_ms));
   ::testing::Test::RecordProperty("recovered_ms", static_cast<int>(f.recovered_ms));
   ::testing::Test::RecordProperty("lost_writes", static_cast<int>(f.lost_writes));
@@ -236,8 +253,10 @@ TEST(SentinelDrill, KilledPrimaryUnderLoad) {
   DrillFigures f = RunDrill(
       g, [&] { return g.KillPrimary(); }, "kill -9 primary");
   EXPECT_GT(f.failure_mode, 0u) << "a dead primary cannot decide: the failure mode must";
-  // down-after-milliseconds (1 s) + agreement + election + promotion: measured 1.3-1.6 s.
-  EXPECT_LT(f.recovered_ms, 10'000);
+  // down-after-milliseconds (1 s) + agreement + election + promotion took 1.3-1.6 s
+  // here, but on a loaded machine an election can fail and wait failover-timeout: that
+  // is Sentinel's time. The store's part: following the switch once it is reported.
+  EXPECT_LT(f.lag_ms, 5'000) << "the store followed the sentinels' switch too late";
   EXPECT_LT(f.lost_ms, 1'000) << "lost more than 1 s of writes";
 }
 
