@@ -40,21 +40,14 @@ MemoryStore::~MemoryStore() = default;
 
 namespace memory_internal {
 
-std::uint64_t Access::Prepare(MemoryStore& store, std::string_view key) {
-  const std::uint64_t hash = HashKey(key);
-  const std::vector<Shard>& shards = store.impl_->shards;
-  shards[ShardIndex(hash, shards.size())].table.Prefetch(hash);
-  return hash;
-}
-
-Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, std::uint64_t hash, Micros now,
-                           Decision* out) {
+Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, Micros now, Decision* out) {
   const Policy& p = *c.policy;
   if (p.algorithm != Algorithm::kSlidingWindowLog && p.algorithm != Algorithm::kConcurrency &&
       p.block_for == 0 && p.overage == Overage::kReject) {
     // The common case, a word state that is live (not back to full): decided and
     // committed under the shard lock with nothing else to do. It is exactly what the
     // batch path below does for such a check (no reservation, insert or sweep).
+    const std::uint64_t hash = HashKey(c.key);
     Shard& shard = store.impl_->shards[ShardIndex(hash, store.impl_->shards.size())];
     std::lock_guard<ShardLock> lock(shard.mu);
     Micros t = now;
@@ -110,10 +103,9 @@ Status MemoryStore::Run(const StoreBatch& batch, std::span<Decision> out) {
   using memory_internal::Access;
   switch (batch.op) {
     case StoreOp::kDecide: {
-      const Status s =
-          checks.size() == 1
-              ? Access::EvaluateOne(*this, checks[0], HashKey(checks[0].key), batch.now, &out[0])
-              : Access::EvaluateBatch(*this, checks, batch.now, out);
+      const Status s = checks.size() == 1
+                           ? Access::EvaluateOne(*this, checks[0], batch.now, &out[0])
+                           : Access::EvaluateBatch(*this, checks, batch.now, out);
       bool usage = false;  // (usage reservations: StoreCheck::usage_id)
       for (const StoreCheck& c : checks) usage = usage || !c.usage_id.empty();
       if (!s.ok() || !usage) return s;

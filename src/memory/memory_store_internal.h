@@ -11,15 +11,12 @@
 
 namespace sluice::memory_internal {
 
-// The one-check fast path the Decider takes for a MemoryStore (decider.cc): the key
-// is hashed and its home slot prefetched first, so that the memory load overlaps the
-// clock read and the bookkeeping that follow; then one check is decided with that hash.
+// MemoryStore::Run's paths into the store's internals.
 struct Access {
-  // HashKey(key), after starting to load the key's home slot.
-  static std::uint64_t Prepare(MemoryStore& store, std::string_view key);
-  // A one-check kDecide batch (validated) for a key whose HashKey is `hash`.
-  static Status EvaluateOne(MemoryStore& store, const StoreCheck& check, std::uint64_t hash,
-                            Micros now, Decision* out);
+  // A one-check kDecide batch (validated). A live word state is decided in place under
+  // its shard lock (the key hashed there); anything else (the sliding log, permits,
+  // blocks, overage, a new or expired key) takes EvaluateBatch, which hashes it itself.
+  static Status EvaluateOne(MemoryStore& store, const StoreCheck& check, Micros now, Decision* out);
   // The general path of a kDecide batch (validated arguments).
   static Status EvaluateBatch(MemoryStore& store, std::span<const StoreCheck> checks, Micros now,
                               std::span<Decision> out);
