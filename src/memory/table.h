@@ -3,7 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -25,18 +24,6 @@ class Table {
   }
 
   std::size_t size() const { return size_; }
-
-  // Starts loading the home slot of `hash` into the cache. Called without the lock:
-  // it reads the array's address and size from copies kept for it (they may be stale
-  // by a concurrent Grow; a prefetch of a stale address loads nothing useful but
-  // never faults).
-  void Prefetch(std::uint64_t hash) const {
-    const std::size_t n = prefetch_size_.load(std::memory_order_relaxed);
-    if (n != 0) {
-      __builtin_prefetch(prefetch_base_.load(std::memory_order_relaxed) +
-                         memory_internal::HomeSlot(hash, n));
-    }
-  }
 
   Slot* Find(std::uint64_t hash, std::string_view key) {
     if (slots_.empty()) return nullptr;
@@ -90,8 +77,6 @@ class Table {
   void Grow();
 
   SlotArray slots_;
-  std::atomic<Slot*> prefetch_base_{nullptr};
-  std::atomic<std::size_t> prefetch_size_{0};
   std::size_t size_ = 0;
   std::size_t hand_ = 0;
   Micros next_expiry_ = std::numeric_limits<Micros>::max();
