@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cassert>
+#include <memory>
 #include <string>
 #include <utility>
 #include <variant>
@@ -44,8 +45,17 @@ class Status {
  public:
   // Constructs a success.
   Status() = default;
-  // Constructs an error; `code` must not be kOk.
-  Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  // Constructs an error; `code` must not be kOk (a kOk code constructs a success).
+  Status(ErrorCode code, std::string message)
+      : rep_(code == ErrorCode::kOk ? nullptr : new Rep{code, std::move(message)}) {}
+  Status(const Status& other) : rep_(other.rep_ ? new Rep(*other.rep_) : nullptr) {}
+  Status& operator=(const Status& other) {
+    if (this != &other) rep_.reset(other.rep_ ? new Rep(*other.rep_) : nullptr);
+    return *this;
+  }
+  // A moved-from Status is a success.
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
 
   static Status Ok() { return Status(); }
   static Status InvalidArgument(std::string m) {
@@ -63,15 +73,21 @@ class Status {
   static Status Unimplemented(std::string m) { return {ErrorCode::kUnimplemented, std::move(m)}; }
   static Status Cancelled(std::string m) { return {ErrorCode::kCancelled, std::move(m)}; }
 
-  bool ok() const { return code_ == ErrorCode::kOk; }
-  ErrorCode code() const { return code_; }
-  const std::string& message() const { return message_; }
+  bool ok() const { return rep_ == nullptr; }
+  ErrorCode code() const { return rep_ ? rep_->code : ErrorCode::kOk; }
+  // The message; empty for a success.
+  const std::string& message() const;
   // "invalid_argument: policy 'api': limit must be > 0"
   std::string ToString() const;
 
  private:
-  ErrorCode code_ = ErrorCode::kOk;
-  std::string message_;
+  // A success is a null pointer: made, tested, moved and destroyed at the cost of a
+  // pointer on the decision path, where every layer returns one.
+  struct Rep {
+    ErrorCode code;
+    std::string message;
+  };
+  std::unique_ptr<Rep> rep_;
 };
 
 // Either a T or an error Status. Accessing value() of an error is a bug (asserts).

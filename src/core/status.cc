@@ -28,9 +28,14 @@ const char* ErrorCodeName(ErrorCode code) {
   return "unknown";
 }
 
+const std::string& Status::message() const {
+  static const std::string* const kNone = new std::string();
+  return rep_ ? rep_->message : *kNone;
+}
+
 std::string Status::ToString() const {
   if (ok()) return "ok";
-  return std::string(ErrorCodeName(code_)) + ": " + message_;
+  return std::string(ErrorCodeName(rep_->code)) + ": " + rep_->message;
 }
 
 const char* DecisionSourceName(DecisionSource s) {
