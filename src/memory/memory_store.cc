@@ -29,6 +29,7 @@
 namespace sluice {
 
 using memory_internal::HashKey;
+using memory_internal::RingLog;
 using memory_internal::Slot;
 using memory_internal::State;
 using memory_internal::TagOf;
@@ -42,11 +43,13 @@ namespace memory_internal {
 
 Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, Micros now, Decision* out) {
   const Policy& p = *c.policy;
-  if (p.algorithm != Algorithm::kSlidingWindowLog && p.algorithm != Algorithm::kConcurrency &&
-      p.block_for == 0 && p.overage == Overage::kReject) {
-    // The common case, a word state that is live (not back to full): decided and
-    // committed under the shard lock with nothing else to do. It is exactly what the
-    // batch path below does for such a check (no reservation, insert or sweep).
+  if (p.algorithm != Algorithm::kConcurrency && p.block_for == 0 && p.overage == Overage::kReject &&
+      p.on_change == OnChange::kAsIs) {
+    // The common case, a live state (not back to full) of a word algorithm or a
+    // sliding log: decided and committed under the shard lock with nothing else to do.
+    // It is exactly what the batch path below does for such a check (no reservation,
+    // insert or sweep). (A policy with a carry-over mode records its parameters: the
+    // batch path.)
     const std::uint64_t hash = HashKey(c.key);
     Shard& shard = store.impl_->shards[ShardIndex(hash, store.impl_->shards.size())];
     std::lock_guard<ShardLock> lock(shard.mu);
@@ -57,11 +60,18 @@ Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, Micros now, 
       shard.latest = t;
     }
     Slot* s = shard.table.Find(hash, c.key);
-    // (A policy with a carry-over mode records its parameters: the batch path.)
-    if (s != nullptr && s->tag == TagOf(p.algorithm) && s->expires > t &&
-        p.on_change == OnChange::kAsIs) {
-      State next;
+    if (s != nullptr && s->tag == TagOf(p.algorithm) && s->expires > t) {
       Micros expires;
+      if (p.algorithm == Algorithm::kSlidingWindowLog) {
+        RingLog log(&s->state.log, p.limit);
+        *out = core::SlidingWindowLog(p, log, t, c.cost, /*commit=*/true, &expires);
+        if (out->allowed && c.cost > 0) {
+          s->expires = expires;
+          shard.table.NoteExpiry(expires);
+        }
+        return Status::Ok();
+      }
+      State next;
       *out = core::WordOpsOf(p.algorithm)
                  ->decide(p, s->state.word, /*fresh=*/false, t, c.cost, &next.word, &expires,
                           c.max_wait);
@@ -103,9 +113,8 @@ Status MemoryStore::Run(const StoreBatch& batch, std::span<Decision> out) {
   using memory_internal::Access;
   switch (batch.op) {
     case StoreOp::kDecide: {
-      const Status s = checks.size() == 1
-                           ? Access::EvaluateOne(*this, checks[0], batch.now, &out[0])
-                           : Access::EvaluateBatch(*this, checks, batch.now, out);
+      Status s = checks.size() == 1 ? Access::EvaluateOne(*this, checks[0], batch.now, &out[0])
+                                    : Access::EvaluateBatch(*this, checks, batch.now, out);
       bool usage = false;  // (usage reservations: StoreCheck::usage_id)
       for (const StoreCheck& c : checks) usage = usage || !c.usage_id.empty();
       if (!s.ok() || !usage) return s;

@@ -156,5 +156,43 @@ TEST(MemoryStore, ConcurrentCallersOnOneKeyStayExact) {
   }
 }
 
+// A one-check decision on a live key is decided in place (memory_store.cc, EvaluateOne);
+// the same check in a batch of two takes the general path. Both must agree exactly: the
+// same random sequence of costs and time steps runs against two stores, one asked one
+// check at a time, the other with a peek of an untouched key beside each check (a peek
+// of an empty key is allowed, so the batch commits exactly when the check is allowed).
+TEST(MemoryStore, OneCheckPathDecidesAsTheBatchPath) {
+  const Algorithm all[] = {Algorithm::kFixedWindow, Algorithm::kSlidingWindowLog,
+                           Algorithm::kSlidingWindowCounter, Algorithm::kTokenBucket,
+                           Algorithm::kGcra};
+  for (Algorithm a : all) {
+    const Policy p = Make(a, 20, kSec);
+    MemoryStore one, batched;
+    std::uint64_t seed = 42;
+    auto next = [&seed](std::uint64_t n) {
+      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+      return (seed >> 33) % n;
+    };
+    const std::string keys[] = {"sluice:{a}:p", "sluice:{b}:p", "sluice:{c}:p"};
+    Micros now = kNoon;
+    for (int i = 0; i < 3000; ++i) {
+      now += static_cast<Micros>(next(4) == 0 ? next(kSec) : next(20'000));
+      const StoreCheck c{.policy = &p, .key = keys[next(3)], .cost = next(4)};
+      Decision d1, d2[2];
+      ASSERT_TRUE(one.Run({.checks = std::span<const StoreCheck>(&c, 1), .now = now},
+                          std::span<Decision>(&d1, 1))
+                      .ok());
+      const StoreCheck pair[] = {c, {.policy = &p, .key = "sluice:{peek}:p", .cost = 0}};
+      ASSERT_TRUE(batched.Run({.checks = pair, .now = now}, d2).ok());
+      SCOPED_TRACE(std::string(AlgorithmName(a)) + " step " + std::to_string(i));
+      EXPECT_EQ(d1.allowed, d2[0].allowed);
+      EXPECT_EQ(d1.remaining, d2[0].remaining);
+      EXPECT_EQ(d1.reset_after, d2[0].reset_after);
+      EXPECT_EQ(d1.retry_after, d2[0].retry_after);
+      EXPECT_EQ(d1.limit, d2[0].limit);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sluice::testing
