@@ -40,11 +40,11 @@ Status ValidatePermit(const StoreCheck& c) {
                                  std::to_string(kPermitIdLength) + " lower-case hex characters");
 }
 
-// The cost of a kDecide or kSettle check: up to the capacity, or under an overage up
-// to Policy::MaxCost().
-Status ValidateCost(const StoreCheck& c) {
+// The errors below are built out of line and marked cold: a valid check, the decision
+// path's case, then costs a few compares, with the validators inlined into
+// ValidateBatch.
+[[gnu::cold, gnu::noinline]] Status CostError(const StoreCheck& c) {
   const Policy& p = *c.policy;
-  if (c.cost <= p.MaxCost()) return Status::Ok();
   if (p.overage == Overage::kReject) {
     return Status::InvalidArgument("cost " + std::to_string(c.cost) + " exceeds the capacity " +
                                    std::to_string(p.Capacity()) + " of " + Quoted(p) +
@@ -55,10 +55,17 @@ Status ValidateCost(const StoreCheck& c) {
                                  std::to_string(p.MaxCost()) + ", the most one check may charge");
 }
 
+// The cost of a kDecide or kSettle check: up to the capacity, or under an overage up
+// to Policy::MaxCost().
+Status ValidateCost(const StoreCheck& c) {
+  if (c.cost <= c.policy->MaxCost()) [[likely]]
+    return Status::Ok();
+  return CostError(c);
+}
+
 // A usage reservation's id and record lifetime (kDecide with an id, kSettle).
-Status ValidateUsage(StoreOp op, const StoreCheck& c) {
+[[gnu::cold, gnu::noinline]] Status UsageError(StoreOp op, const StoreCheck& c) {
   const Policy& p = *c.policy;
-  if (c.usage_id.empty() && op == StoreOp::kDecide) return Status::Ok();
   if (!IsPermitId(c.usage_id)) {
     return Status::InvalidArgument(
         "usage reservation id '" + std::string(c.usage_id.substr(0, 64)) + "' of " + Quoted(p) +
@@ -81,10 +88,15 @@ Status ValidateUsage(StoreOp op, const StoreCheck& c) {
   return Status::Ok();
 }
 
-Status ValidateDecide(const StoreCheck& c) {
+Status ValidateUsage(StoreOp op, const StoreCheck& c) {
+  if (c.usage_id.empty() && op == StoreOp::kDecide) [[likely]]
+    return Status::Ok();
+  return UsageError(op, c);
+}
+
+// A kDecide check's max_wait and permit (ValidateDecide, past its common case).
+[[gnu::noinline]] Status ValidateWaitAndPermit(const StoreCheck& c) {
   const Policy& p = *c.policy;
-  if (Status s = ValidateCost(c); !s.ok()) return s;
-  if (Status s = ValidateUsage(StoreOp::kDecide, c); !s.ok()) return s;
   if (c.max_wait < 0 || c.max_wait > p.window) {
     return Status::InvalidArgument("max_wait " + std::to_string(c.max_wait) + "us of " + Quoted(p) +
                                    " must be 0 to its window (" + std::to_string(p.window) + "us)");
@@ -102,13 +114,29 @@ Status ValidateDecide(const StoreCheck& c) {
   return ValidatePermit(c);
 }
 
-Status ValidateCheck(StoreOp op, const StoreCheck& c) {
+Status ValidateDecide(const StoreCheck& c) {
+  if (Status s = ValidateCost(c); !s.ok()) return s;
+  if (Status s = ValidateUsage(StoreOp::kDecide, c); !s.ok()) return s;
+  // A plain decision: no wait, and no permit (not a concurrency limit, or a peek).
+  if (c.max_wait == 0 && (c.policy->algorithm != Algorithm::kConcurrency || c.cost == 0))
+      [[likely]] {
+    return Status::Ok();
+  }
+  return ValidateWaitAndPermit(c);
+}
+
+// A check without a policy or a key.
+[[gnu::cold, gnu::noinline]] Status MissingError(StoreOp op, const StoreCheck& c) {
   if (c.policy == nullptr) {
     return Status::InvalidArgument(std::string("a check of a ") + OpName(op) + " has no policy");
   }
+  return Status::InvalidArgument("a check of " + Quoted(*c.policy) + " has an empty key");
+}
+
+Status ValidateCheck(StoreOp op, const StoreCheck& c) {
+  if (c.policy == nullptr || c.key.empty()) [[unlikely]]
+    return MissingError(op, c);
   const Policy& p = *c.policy;
-  if (c.key.empty())
-    return Status::InvalidArgument("a check of " + Quoted(p) + " has an empty key");
   const bool concurrency = p.algorithm == Algorithm::kConcurrency;
   switch (op) {
     case StoreOp::kDecide:
