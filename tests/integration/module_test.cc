@@ -9,9 +9,11 @@
 #include <atomic>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "redis/module/request.h"
 #include "redis_cluster.h"
+#include "redis_sentinel.h"
 #include "redis_server.h"
 #include "sluice/memory_store.h"
 #include "sluice/redis_store.h"
@@ -472,6 +474,101 @@ TEST(ModuleCluster, KeysAreDeclaredSoClusterRoutesAndRefusesCrossSlot) {
     }
   }
   EXPECT_EQ(module_calls() - before, 18);
+}
+
+// Sentinel fails over from a primary with the module to a replica without it (issue
+// #18 item 4): the replica got the module's effects as plain SETs, so the promoted
+// node's scripts go on from exactly the counts the module wrote, every call within its
+// deadline, against the in-process store that saw the whole sequence.
+TEST(ModuleSentinel, FailoverToAPrimaryWithoutTheModuleGoesOnWithLua) {
+  RedisSentinelGroupOptions go;
+  go.primary_args = {"--loadmodule", SLUICE_REDIS_MODULE};
+  auto group = RedisSentinelGroup::Start(go);
+  ASSERT_TRUE(group.ok()) << group.status().ToString();
+  RedisSentinelGroup& g = **group;
+  RedisServer& next = g.replica();
+  auto probe = next.Command({"SLUICE.VERSION"});
+  ASSERT_TRUE(probe.ok() && probe->is_error()) << "the replica must not have the module";
+  constexpr Micros kCallTimeout = 500'000;
+  constexpr auto kMargin = std::chrono::milliseconds(1000);  // a loaded 2-core machine
+  RedisStoreOptions so;
+  so.url = g.Url();
+  so.call_timeout = kCallTimeout;
+  so.connect_timeout = 500'000;
+  so.use_caller_time = true;
+  so.on_warning = [](std::string_view) {};
+  auto opened = RedisStore::Create(std::move(so));
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  RedisStore& store = **opened;
+  const long long lua0 = Calls(g.primary(), "evalsha");  // (Create's EVALSHA probe)
+  MemoryStore memory;
+  std::mt19937_64 rng(77);
+  std::vector<Policy> policies;
+  for (int i = 0; i < 4; ++i) policies.push_back(RandomPolicy(rng, i));
+  Micros now = 1'785'000'000'000'000;
+  std::vector<std::string> keys;
+  int late = 0;
+  // One step on both stores; false when the Redis call failed (nothing compared then).
+  auto step = [&](int n, bool* failed) {
+    const Step s = RandomStep(rng, policies, &now, /*wide=*/false);
+    const auto c = Prefixed(s, "fo:", &keys);
+    Decision dm[kMaxBatchChecks], dr[kMaxBatchChecks];
+    const auto start = std::chrono::steady_clock::now();
+    const Status rs = RunOn(store, s.op, c, s.now, dr);
+    if (std::chrono::steady_clock::now() - start >
+        std::chrono::microseconds(kCallTimeout) + kMargin) {
+      ++late;
+    }
+    *failed = !rs.ok();
+    if (!rs.ok()) {
+      // The old primary is dead and the new one answers every call it gets: a failed
+      // call wrote nowhere, so the reference skips it too.
+      EXPECT_EQ(rs.code(), ErrorCode::kUnavailable) << rs.ToString();
+      return;
+    }
+    ASSERT_TRUE(RunOn(memory, s.op, c, s.now, dm).ok());
+    if (s.op == StoreOp::kRefund) return;
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      ASSERT_TRUE(Same(dm[i], dr[i]))
+          << "step " << n << " " << AlgorithmName(c[i].policy->algorithm)
+          << "\n  memory: " << Describe(dm[i]) << "\n  redis:  " << Describe(dr[i]);
+    }
+  };
+  bool failed = false;
+  for (int n = 0; n < 300; ++n) {
+    step(n, &failed);
+    ASSERT_FALSE(failed) << "step " << n << " before the failover";
+    if (HasFatalFailure()) return;
+  }
+  RedisServer& old = g.primary();
+  EXPECT_EQ(Calls(old, "sluice.decide"), 300);
+  EXPECT_EQ(Calls(old, "evalsha"), lua0);
+  // Every write has reached the replica before the primary dies (nothing in flight).
+  auto wait = old.Command({"WAIT", "1", "30000"});
+  ASSERT_TRUE(wait.ok() && wait->integer == 1);
+  ASSERT_TRUE(g.KillPrimary().ok());
+  ASSERT_EQ(g.primary().port(), next.port());
+  // The store finds the new primary (bounded: once it has, calls stop failing), probes
+  // it, and decides with the scripts from the state the module wrote.
+  int failures = 0, n = 300;
+  const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int ok = 0; ok < 300 && std::chrono::steady_clock::now() < bound; ++n) {
+    step(n, &failed);
+    if (HasFatalFailure()) return;
+    if (failed) {
+      ++failures;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling, not timing
+    } else {
+      ++ok;
+    }
+  }
+  EXPECT_EQ(n - failures, 600) << "the store never decided on the new primary";
+  EXPECT_EQ(late, 0) << "a call waited past its deadline";
+  EXPECT_GE(Calls(next, "evalsha"), 300 - failures);
+  EXPECT_EQ(Calls(next, "sluice.decide"), 0);
+  std::printf("[module failover] calls that failed after the kill: %d\n", failures);
+  ::testing::Test::RecordProperty("failed_after_kill", failures);
+  ExpectEveryKeyHasTtl(next);
 }
 
 // The parser without Redis: each malformed argument list names what is wrong.
