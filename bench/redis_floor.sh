@@ -10,7 +10,10 @@
 #     call per decision);
 #   - sluice with the native module (src/redis/module, loaded into the same server with
 #     --loadmodule; --module PATH, or none to leave it out): each O(1) algorithm, and the
-#     fixed window uncoalesced.
+#     fixed window uncoalesced;
+#   - with --module-before PATH (an older build of the module, e.g. of another commit):
+#     the same module rows with it, in the same server (MODULE UNLOAD, then MODULE LOAD
+#     of the other one), so that the module's before and after run in one run.
 # Each row: FLUSHALL, CONFIG RESETSTAT, then --decisions decisions from --callers
 # callers over --keys random keys; Redis CPU per decision is the growth of INFO cpu
 # (used_cpu_user + used_cpu_sys of the server) over the row divided by its decisions.
@@ -22,12 +25,13 @@
 # decisions each script call carried (issue #18 item 2), as shares of all decisions.
 #
 # Usage: bench/redis_floor.sh [--sluice PATH] [--before PATH] [--module PATH|none]
-#          [--decisions N] [--keys K] [--callers C] [--rounds R] [--algorithms a,b,...]
+#          [--module-before PATH] [--decisions N] [--keys K] [--callers C] [--rounds R] [--algorithms a,b,...]
 #          [--distribution]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sluice=build/release/src/cli/sluice
 before=""
+module_before=""
 module=build/release/src/redis/module/sluice_redis_module.so
 decisions=300000
 keys=100000
@@ -40,13 +44,14 @@ while [[ $# -gt 0 ]]; do
     --sluice) sluice=$2; shift 2 ;;
     --before) before=$2; shift 2 ;;
     --module) module=$2; shift 2 ;;
+    --module-before) module_before=$2; shift 2 ;;
     --decisions) decisions=$2; shift 2 ;;
     --keys) keys=$2; shift 2 ;;
     --callers) callers=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --algorithms) algorithms=$2; shift 2 ;;
     --distribution) distribution=1; shift ;;
-    -h|--help) sed -n 2,26p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,29p "$0"; exit 0 ;;
     *) echo "redis_floor.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -56,8 +61,11 @@ for tool in redis-server redis-cli python3 "$sluice" ${before:+"$before"}; do
   command -v "$tool" >/dev/null || { echo "redis_floor.sh: '$tool' is missing" >&2; exit 1; }
 done
 [[ $module == none || -f $module ]] || { echo "redis_floor.sh: no module at '$module' (--module none leaves it out)" >&2; exit 1; }
+[[ -z $module_before || ($module != none && -f $module_before) ]] || { echo "redis_floor.sh: --module-before needs a module at '$module_before' and --module" >&2; exit 1; }
 loadmodule=()
 [[ $module != none ]] && loadmodule=(--loadmodule "$(realpath "$module")")
+# (MODULE LOAD and UNLOAD swap the two modules: Redis 7 refuses them unless enabled)
+[[ -n $module_before ]] && loadmodule+=(--enable-module-command yes)
 
 tmp=$(mktemp -d /tmp/sluice-floor.XXXXXX)
 redis_pid=""
@@ -166,6 +174,10 @@ row() {
   echo "$name|$c0|$c1|${scalls:-0}|${usec:-0}|$calls" >> "$results"
   echo "== round $round: $name done" >&2
 }
+swap_module() {  # PATH: the loaded sluice module becomes the one at PATH
+  rcli module unload sluice | grep -qx OK || { echo "redis_floor.sh: MODULE UNLOAD sluice failed" >&2; exit 1; }
+  rcli module load "$(realpath "$1")" | grep -qx OK || { echo "redis_floor.sh: MODULE LOAD $1 failed" >&2; exit 1; }
+}
 bench_args() {  # ALGORITHM [URL QUERY]: the flags of one sluice row
   echo bench --store "redis://127.0.0.1:$port${2:-}" --algorithm "$1" --requests "$decisions" \
     -c "$callers" --keys "$keys" --quiet --json
@@ -181,6 +193,17 @@ for round in $(seq "$rounds"); do
     [[ -n "$before" ]] && row "sluice $a (before)" "$before" $(bench_args "$a")
     row "sluice $a" "$sluice" $(bench_args "$a" "?module=off")
   done
+  if [[ -n $module_before ]]; then
+    swap_module "$module_before"
+    for a in ${algorithms//,/ }; do
+      [[ $a == sliding_window_log ]] && continue  # (Lua only)
+      # shellcheck disable=SC2046
+      row "sluice $a, module (before)" "$sluice" $(bench_args "$a")
+    done
+    # shellcheck disable=SC2046
+    row "sluice fixed_window, module, uncoalesced (before)" "$sluice" $(bench_args fixed_window) --coalesce 1
+    swap_module "$module"
+  fi
   if [[ $module != none ]]; then
     for a in ${algorithms//,/ }; do
       [[ $a == sliding_window_log ]] && continue  # (Lua only)
