@@ -278,6 +278,52 @@ TEST(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
   EXPECT_GT(Calls(**replica, "set"), 0);
 }
 
+// The AOF gets the same effects as the replicas: reloading it (DEBUG LOADAOF: the
+// dataset emptied and rebuilt from the file) gives back every value and its absolute
+// expiry, those whose TTL a write kept (SET ... KEEPTTL) included.
+TEST(ModuleReplication, AofReplaysTheEffects) {
+  auto server = StartWithModule(
+      {"--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes"});
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto store = Open((*server)->Url(), /*caller_time=*/false);
+  ASSERT_TRUE(store);
+  const Policy policies[] = {Policy::FixedWindow("f", 10, std::chrono::minutes(1)),
+                             Policy::Gcra("g", 10, std::chrono::minutes(1), 5),
+                             Policy::TokenBucket("t", 10, 5, std::chrono::minutes(1)),
+                             Policy::SlidingWindowCounter("c", 10, std::chrono::minutes(1))};
+  std::vector<std::string> keys;
+  for (const Policy& p : policies) keys.push_back("aof:" + p.name);
+  for (int round = 0; round < 3; ++round) {
+    StoreCheck checks[4];
+    for (std::size_t i = 0; i < 4; ++i) checks[i] = {.policy = &policies[i], .key = keys[i]};
+    Decision d[4];
+    ASSERT_TRUE(store->Run({.checks = checks, .now = 0}, d).ok());
+  }
+  ASSERT_EQ(Calls(**server, "sluice.decide"), 3);
+  auto snapshot = [&] {
+    std::vector<std::pair<std::string, long long>> out;
+    for (const std::string& k : keys) {
+      auto v = (*server)->Command({"GET", k});
+      auto at = (*server)->Command({"PEXPIRETIME", k});
+      EXPECT_TRUE(v.ok() && at.ok()) << k;
+      out.emplace_back(v.ok() ? v->str : "", at.ok() ? at->integer : 0);
+    }
+    return out;
+  };
+  const auto before = snapshot();
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_FALSE(before[i].first.empty()) << keys[i];
+    EXPECT_GT(before[i].second, 0) << keys[i] << " has no expiry";
+  }
+  auto reload = (*server)->Command({"DEBUG", "LOADAOF"});
+  ASSERT_TRUE(reload.ok() && !reload->is_error()) << (reload.ok() ? reload->str : "");
+  const auto after = snapshot();
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(after[i].first, before[i].first) << keys[i];
+    EXPECT_EQ(after[i].second, before[i].second) << keys[i];
+  }
+}
+
 // Detection at connect: a server with the module decides through it; module=off and a
 // server without it decide through the scripts, with the same answers.
 TEST(ModuleStore, DetectedAtConnectAndModuleOffForcesLua) {
