@@ -153,6 +153,21 @@ void ExpectEveryKeyHasTtl(const RedisServer& server) {
   }
 }
 
+// Waits until `replica` has applied everything `primary` has written so far (WAIT would
+// count only the writes of its own connection).
+void WaitReplicated(const RedisServer& primary, const RedisServer& replica) {
+  auto offset = [](const RedisServer& server, const std::string& field) {
+    auto info = server.Command({"INFO", "replication"});
+    if (!info.ok()) return -1LL;
+    const std::size_t at = info->str.find(field + ":");
+    return at == std::string::npos ? -1LL : std::stoll(info->str.substr(at + field.size() + 1));
+  };
+  const long long written = offset(primary, "master_repl_offset");
+  ASSERT_GT(written, 0);
+  ASSERT_TRUE(WaitUntil([&] { return offset(replica, "slave_repl_offset") >= written; },
+                        std::chrono::seconds(60)));
+}
+
 // The same random sequences through the Lua scripts (module=off) and through the
 // module, on keys of their own in one server: identical decisions, field by field.
 TEST(ModuleDifferential, RandomSequencesMatchLua) {
@@ -252,17 +267,7 @@ TEST(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
     ASSERT_TRUE(store->Run({.checks = checks, .now = 0}, d).ok());
     for (const Decision& x : d) EXPECT_TRUE(x.allowed);
   }
-  // The replica has applied everything the primary wrote (WAIT would count only the
-  // writes of its own connection).
-  auto offset = [](const RedisServer& server, const std::string& field) {
-    auto info = server.Command({"INFO", "replication"});
-    if (!info.ok()) return -1LL;
-    const std::size_t at = info->str.find(field + ":");
-    return at == std::string::npos ? -1LL : std::stoll(info->str.substr(at + field.size() + 1));
-  };
-  const long long written = offset(**primary, "master_repl_offset");
-  ASSERT_GT(written, 0);
-  ASSERT_TRUE(WaitUntil([&] { return offset(**replica, "slave_repl_offset") >= written; }));
+  ASSERT_NO_FATAL_FAILURE(WaitReplicated(**primary, **replica));
   for (const std::string& k : keys) {
     auto a = (*primary)->Command({"GET", k});
     auto b = (*replica)->Command({"GET", k});
@@ -522,99 +527,164 @@ TEST(ModuleCluster, KeysAreDeclaredSoClusterRoutesAndRefusesCrossSlot) {
   EXPECT_EQ(module_calls() - before, 18);
 }
 
-// Sentinel fails over from a primary with the module to a replica without it (issue
-// #18 item 4): the replica got the module's effects as plain SETs, so the promoted
-// node's scripts go on from exactly the counts the module wrote, every call within its
-// deadline, against the in-process store that saw the whole sequence.
-TEST(ModuleSentinel, FailoverToAPrimaryWithoutTheModuleGoesOnWithLua) {
-  RedisSentinelGroupOptions go;
-  go.primary_args = {"--loadmodule", SLUICE_REDIS_MODULE};
-  auto group = RedisSentinelGroup::Start(go);
-  ASSERT_TRUE(group.ok()) << group.status().ToString();
-  RedisSentinelGroup& g = **group;
-  RedisServer& next = g.replica();
-  auto probe = next.Command({"SLUICE.VERSION"});
-  ASSERT_TRUE(probe.ok() && probe->is_error()) << "the replica must not have the module";
-  constexpr Micros kCallTimeout = 500'000;
-  constexpr auto kMargin = std::chrono::milliseconds(1000);  // a loaded 2-core machine
-  RedisStoreOptions so;
-  so.url = g.Url();
-  so.call_timeout = kCallTimeout;
-  so.connect_timeout = 500'000;
-  so.use_caller_time = true;
-  so.on_warning = [](std::string_view) {};
-  auto opened = RedisStore::Create(std::move(so));
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  RedisStore& store = **opened;
-  const long long lua0 = Calls(g.primary(), "evalsha");  // (Create's EVALSHA probe)
-  MemoryStore memory;
-  std::mt19937_64 rng(77);
-  std::vector<Policy> policies;
-  for (int i = 0; i < 4; ++i) policies.push_back(RandomPolicy(rng, i));
-  Micros now = 1'785'000'000'000'000;
-  std::vector<std::string> keys;
-  int late = 0;
-  // One step on both stores; false when the Redis call failed (nothing compared then).
-  auto step = [&](int n, bool* failed) {
-    const Step s = RandomStep(rng, policies, &now, /*wide=*/false);
-    const auto c = Prefixed(s, "fo:", &keys);
+// A Sentinel group whose first primary has the module and whose replica has not, a
+// store on it (caller time), and random steps decided by it and by the in-process store
+// that sees the same sequence (issue #18 item 4).
+class ModuleFailover {
+ public:
+  static constexpr Micros kCallTimeout = 500'000;
+
+  void Start() {
+    RedisSentinelGroupOptions go;
+    go.primary_args = {"--loadmodule", SLUICE_REDIS_MODULE};
+    auto group = RedisSentinelGroup::Start(go);
+    ASSERT_TRUE(group.ok()) << group.status().ToString();
+    group_ = std::move(*group);
+    auto probe = group_->replica().Command({"SLUICE.VERSION"});
+    ASSERT_TRUE(probe.ok() && probe->is_error()) << "the replica must not have the module";
+    RedisStoreOptions so;
+    so.url = group_->Url();
+    so.call_timeout = kCallTimeout;
+    so.connect_timeout = 500'000;
+    so.use_caller_time = true;
+    so.on_warning = [](std::string_view) {};
+    auto opened = RedisStore::Create(std::move(so));
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    store_ = std::move(*opened);
+    for (int i = 0; i < 4; ++i) policies_.push_back(RandomPolicy(rng_, i));
+  }
+  RedisSentinelGroup& group() { return *group_; }
+
+  // Runs steps until `want` succeeded (bounded in time: once the store has found the
+  // primary, calls stop failing) and returns how many failed. A failed call wrote
+  // nowhere (a dead or demoted primary writes nothing; the one the sentinels report
+  // answers every call), so the in-process store skips it too.
+  int Decide(int want) {
+    int failures = 0;
+    const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (int ok = 0; ok < want && std::chrono::steady_clock::now() < bound;) {
+      bool failed = false;
+      RunStep(&failed);
+      if (::testing::Test::HasFatalFailure()) return failures;
+      if (failed) {
+        ++failures;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling, not timing
+      } else {
+        ++ok;
+        ++decided_;
+      }
+    }
+    return failures;
+  }
+  int decided() const { return decided_; }
+  int late() const { return late_; }
+
+ private:
+  void RunStep(bool* failed) {
+    const Step s = RandomStep(rng_, policies_, &now_, /*wide=*/false);
+    const auto c = Prefixed(s, "fo:", &keys_);
     Decision dm[kMaxBatchChecks], dr[kMaxBatchChecks];
     const auto start = std::chrono::steady_clock::now();
-    const Status rs = RunOn(store, s.op, c, s.now, dr);
+    const Status rs = RunOn(*store_, s.op, c, s.now, dr);
+    // (scheduling slack on a loaded 2-core machine)
     if (std::chrono::steady_clock::now() - start >
-        std::chrono::microseconds(kCallTimeout) + kMargin) {
-      ++late;
+        std::chrono::microseconds(kCallTimeout) + std::chrono::seconds(1)) {
+      ++late_;
     }
     *failed = !rs.ok();
     if (!rs.ok()) {
-      // The old primary is dead and the new one answers every call it gets: a failed
-      // call wrote nowhere, so the reference skips it too.
       EXPECT_EQ(rs.code(), ErrorCode::kUnavailable) << rs.ToString();
       return;
     }
-    ASSERT_TRUE(RunOn(memory, s.op, c, s.now, dm).ok());
+    ASSERT_TRUE(RunOn(memory_, s.op, c, s.now, dm).ok());
     if (s.op == StoreOp::kRefund) return;
     for (std::size_t i = 0; i < c.size(); ++i) {
       ASSERT_TRUE(Same(dm[i], dr[i]))
-          << "step " << n << " " << AlgorithmName(c[i].policy->algorithm)
+          << "step " << decided_ << " " << AlgorithmName(c[i].policy->algorithm)
           << "\n  memory: " << Describe(dm[i]) << "\n  redis:  " << Describe(dr[i]);
     }
-  };
-  bool failed = false;
-  for (int n = 0; n < 300; ++n) {
-    step(n, &failed);
-    ASSERT_FALSE(failed) << "step " << n << " before the failover";
-    if (HasFatalFailure()) return;
   }
-  RedisServer& old = g.primary();
+
+  std::unique_ptr<RedisSentinelGroup> group_;
+  std::shared_ptr<RedisStore> store_;
+  MemoryStore memory_;
+  std::mt19937_64 rng_{77};
+  std::vector<Policy> policies_;
+  Micros now_ = 1'785'000'000'000'000;
+  std::vector<std::string> keys_;
+  int decided_ = 0, late_ = 0;
+};
+
+// Sentinel fails over from a primary with the module to a replica without it (the
+// primary killed): the replica got the module's effects as plain SETs, so the promoted
+// node's scripts go on from exactly the counts the module wrote, every call within its
+// deadline, against the in-process store that saw the whole sequence.
+TEST(ModuleSentinel, FailoverToAPrimaryWithoutTheModuleGoesOnWithLua) {
+  ModuleFailover f;
+  ASSERT_NO_FATAL_FAILURE(f.Start());
+  RedisServer& old = f.group().primary();
+  RedisServer& next = f.group().replica();
+  const long long lua0 = Calls(old, "evalsha");  // (Create's EVALSHA probe)
+  ASSERT_EQ(f.Decide(300), 0) << "calls failed before the failover";
+  if (HasFatalFailure()) return;
   EXPECT_EQ(Calls(old, "sluice.decide"), 300);
   EXPECT_EQ(Calls(old, "evalsha"), lua0);
-  // Every write has reached the replica before the primary dies (nothing in flight).
-  auto wait = old.Command({"WAIT", "1", "30000"});
-  ASSERT_TRUE(wait.ok() && wait->integer == 1);
-  ASSERT_TRUE(g.KillPrimary().ok());
-  ASSERT_EQ(g.primary().port(), next.port());
-  // The store finds the new primary (bounded: once it has, calls stop failing), probes
-  // it, and decides with the scripts from the state the module wrote.
-  int failures = 0, n = 300;
-  const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (int ok = 0; ok < 300 && std::chrono::steady_clock::now() < bound; ++n) {
-    step(n, &failed);
-    if (HasFatalFailure()) return;
-    if (failed) {
-      ++failures;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling, not timing
-    } else {
-      ++ok;
-    }
-  }
-  EXPECT_EQ(n - failures, 600) << "the store never decided on the new primary";
-  EXPECT_EQ(late, 0) << "a call waited past its deadline";
-  EXPECT_GE(Calls(next, "evalsha"), 300 - failures);
+  // Every write of the primary has reached the replica (nothing in flight).
+  ASSERT_NO_FATAL_FAILURE(WaitReplicated(old, next));
+  ASSERT_TRUE(f.group().KillPrimary().ok());
+  ASSERT_EQ(f.group().primary().port(), next.port());
+  const int failures = f.Decide(300);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(f.decided(), 600) << "the store never decided on the new primary";
+  EXPECT_EQ(f.late(), 0) << "a call waited past its deadline";
+  EXPECT_GE(Calls(next, "evalsha"), 300);
   EXPECT_EQ(Calls(next, "sluice.decide"), 0);
   std::printf("[module failover] calls that failed after the kill: %d\n", failures);
   ::testing::Test::RecordProperty("failed_after_kill", failures);
   ExpectEveryKeyHasTtl(next);
+}
+
+// There and back by SENTINEL FAILOVER: to the node without the module (the scripts go
+// on from the module's counts), then back to the one with it, whose new connections
+// probe it again and decide with the module from the scripts' counts. Steps resume once
+// the old primary is a replica (it then writes nothing: no call can land on it).
+TEST(ModuleSentinel, FailoverBackToTheModuleIsDetectedAgain) {
+  ModuleFailover f;
+  ASSERT_NO_FATAL_FAILURE(f.Start());
+  RedisServer& with = f.group().primary();
+  RedisServer& without = f.group().replica();
+  auto demoted = [](RedisServer& node) {
+    return WaitUntil(
+        [&] {
+          auto role = node.Command({"ROLE"});
+          return role.ok() && !role->elements.empty() && role->elements[0].str == "slave";
+        },
+        std::chrono::seconds(60));
+  };
+  ASSERT_EQ(f.Decide(200), 0);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(Calls(with, "sluice.decide"), 200);
+  ASSERT_NO_FATAL_FAILURE(WaitReplicated(with, without));
+  ASSERT_TRUE(f.group().Failover().ok());
+  ASSERT_EQ(f.group().primary().port(), without.port());
+  ASSERT_TRUE(demoted(with));
+  const int there = f.Decide(200);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(f.decided(), 400);
+  EXPECT_GE(Calls(without, "evalsha"), 200);
+  ASSERT_NO_FATAL_FAILURE(WaitReplicated(without, with));
+  ASSERT_TRUE(f.group().WaitHealthy().ok());
+  ASSERT_TRUE(f.group().Failover().ok());
+  ASSERT_EQ(f.group().primary().port(), with.port());
+  ASSERT_TRUE(demoted(without));
+  const long long module_before = Calls(with, "sluice.decide");
+  const int back = f.Decide(200);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(f.decided(), 600);
+  EXPECT_GE(Calls(with, "sluice.decide") - module_before, 200) << "the module was not found again";
+  EXPECT_EQ(f.late(), 0) << "a call waited past its deadline";
+  std::printf("[module failover] failed calls: %d there, %d back\n", there, back);
+  ExpectEveryKeyHasTtl(with);
 }
 
 // The parser without Redis: each malformed argument list names what is wrong.
