@@ -240,6 +240,25 @@ TEST(ModuleKeyspace, MovesLiveBetweenLuaAndModule) {
   ExpectEveryKeyHasTtl(**server);
 }
 
+// One call of four checks, one per algorithm the module decides, on keys `prefix` +
+// the policy's name (kept in `keys`), three times on the server's clock: each allowed.
+void DecideEachAlgorithmThrice(RedisStore& store, const std::string& prefix,
+                               std::vector<std::string>* keys) {
+  static const Policy policies[] = {Policy::FixedWindow("f", 10, std::chrono::minutes(1)),
+                                    Policy::Gcra("g", 10, std::chrono::minutes(1), 5),
+                                    Policy::TokenBucket("t", 10, 5, std::chrono::minutes(1)),
+                                    Policy::SlidingWindowCounter("c", 10, std::chrono::minutes(1))};
+  keys->clear();
+  for (const Policy& p : policies) keys->push_back(prefix + p.name);
+  for (int round = 0; round < 3; ++round) {
+    StoreCheck checks[4];
+    for (std::size_t i = 0; i < 4; ++i) checks[i] = {.policy = &policies[i], .key = (*keys)[i]};
+    Decision d[4];
+    ASSERT_TRUE(store.Run({.checks = checks, .now = 0}, d).ok());
+    for (const Decision& x : d) EXPECT_TRUE(x.allowed);
+  }
+}
+
 // A replica (with the module loaded too, so that it could decide if it were sent the
 // command) gets the module's writes as SET ... PXAT: the same values and TTLs, and it
 // never runs SLUICE.DECIDE itself.
@@ -254,19 +273,8 @@ TEST(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
   }));
   auto store = Open((*primary)->Url(), /*caller_time=*/false);
   ASSERT_TRUE(store);
-  const Policy policies[] = {Policy::FixedWindow("f", 10, std::chrono::minutes(1)),
-                             Policy::Gcra("g", 10, std::chrono::minutes(1), 5),
-                             Policy::TokenBucket("t", 10, 5, std::chrono::minutes(1)),
-                             Policy::SlidingWindowCounter("c", 10, std::chrono::minutes(1))};
   std::vector<std::string> keys;
-  for (const Policy& p : policies) keys.push_back("repl:" + p.name);
-  for (int round = 0; round < 3; ++round) {
-    StoreCheck checks[4];
-    for (std::size_t i = 0; i < 4; ++i) checks[i] = {.policy = &policies[i], .key = keys[i]};
-    Decision d[4];
-    ASSERT_TRUE(store->Run({.checks = checks, .now = 0}, d).ok());
-    for (const Decision& x : d) EXPECT_TRUE(x.allowed);
-  }
+  ASSERT_NO_FATAL_FAILURE(DecideEachAlgorithmThrice(*store, "repl:", &keys));
   ASSERT_NO_FATAL_FAILURE(WaitReplicated(**primary, **replica));
   for (const std::string& k : keys) {
     auto a = (*primary)->Command({"GET", k});
@@ -292,18 +300,8 @@ TEST(ModuleReplication, AofReplaysTheEffects) {
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   auto store = Open((*server)->Url(), /*caller_time=*/false);
   ASSERT_TRUE(store);
-  const Policy policies[] = {Policy::FixedWindow("f", 10, std::chrono::minutes(1)),
-                             Policy::Gcra("g", 10, std::chrono::minutes(1), 5),
-                             Policy::TokenBucket("t", 10, 5, std::chrono::minutes(1)),
-                             Policy::SlidingWindowCounter("c", 10, std::chrono::minutes(1))};
   std::vector<std::string> keys;
-  for (const Policy& p : policies) keys.push_back("aof:" + p.name);
-  for (int round = 0; round < 3; ++round) {
-    StoreCheck checks[4];
-    for (std::size_t i = 0; i < 4; ++i) checks[i] = {.policy = &policies[i], .key = keys[i]};
-    Decision d[4];
-    ASSERT_TRUE(store->Run({.checks = checks, .now = 0}, d).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(DecideEachAlgorithmThrice(*store, "aof:", &keys));
   ASSERT_EQ(Calls(**server, "sluice.decide"), 3);
   auto snapshot = [&] {
     std::vector<std::pair<std::string, long long>> out;
