@@ -2,7 +2,6 @@
 // names the Lua it mirrors (src/redis/lua/<algorithm>.lua, word_state.lua).
 #include "redis/module/state.h"
 
-#include <algorithm>
 #include <bit>
 #include <cctype>
 #include <charconv>
@@ -30,13 +29,13 @@ double LuaMod(double a, double b) {
 // Lua 5.1's tonumber of a string (luaO_str2d): strtod, a hexadecimal constant, then
 // only white space. `bytes` of a state are short; a longer value is not a number here.
 bool LuaNumber(std::string_view bytes, double* out) {
-  // The common case first: a counter's digits (up to 18, so they fit an int64), which
-  // the conversion rounds exactly as strtod does, without strtod's multi-precision path.
-  if (!bytes.empty() && bytes.size() <= 18 &&
-      std::all_of(bytes.begin(), bytes.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    long long v = 0;
-    std::from_chars(bytes.data(), bytes.data() + bytes.size(), v);
-    *out = static_cast<double>(v);
+  // The common case first: a plain decimal number (a counter, a TAT), which from_chars
+  // rounds correctly, as strtod does, without strtod's multi-precision path.
+  double fast = 0;
+  const char* last = bytes.data() + bytes.size();
+  const auto r = std::from_chars(bytes.data(), last, fast);
+  if (r.ec == std::errc() && r.ptr == last && std::isfinite(fast)) {
+    *out = fast;
     return true;
   }
   char buf[72];
