@@ -10,7 +10,11 @@
 #     call per decision);
 #   - sluice with the native module (src/redis/module, loaded into the same server with
 #     --loadmodule; --module PATH, or none to leave it out): each O(1) algorithm, and the
-#     fixed window uncoalesced.
+#     fixed window uncoalesced; and each O(1) algorithm sent straight to the module at
+#     16 decisions per call (below), which no client coalescing varies;
+#   - with --module-before PATH (an older build of the module, e.g. of another commit):
+#     the same module rows with it, in the same server (MODULE UNLOAD, then MODULE LOAD
+#     of the other one), so that the module's before and after run in one run.
 # Each row: FLUSHALL, CONFIG RESETSTAT, then --decisions decisions from --callers
 # callers over --keys random keys; Redis CPU per decision is the growth of INFO cpu
 # (used_cpu_user + used_cpu_sys of the server) over the row divided by its decisions.
@@ -22,12 +26,13 @@
 # decisions each script call carried (issue #18 item 2), as shares of all decisions.
 #
 # Usage: bench/redis_floor.sh [--sluice PATH] [--before PATH] [--module PATH|none]
-#          [--decisions N] [--keys K] [--callers C] [--rounds R] [--algorithms a,b,...]
+#          [--module-before PATH] [--decisions N] [--keys K] [--callers C] [--rounds R] [--algorithms a,b,...]
 #          [--distribution]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sluice=build/release/src/cli/sluice
 before=""
+module_before=""
 module=build/release/src/redis/module/sluice_redis_module.so
 decisions=300000
 keys=100000
@@ -40,13 +45,14 @@ while [[ $# -gt 0 ]]; do
     --sluice) sluice=$2; shift 2 ;;
     --before) before=$2; shift 2 ;;
     --module) module=$2; shift 2 ;;
+    --module-before) module_before=$2; shift 2 ;;
     --decisions) decisions=$2; shift 2 ;;
     --keys) keys=$2; shift 2 ;;
     --callers) callers=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --algorithms) algorithms=$2; shift 2 ;;
     --distribution) distribution=1; shift ;;
-    -h|--help) sed -n 2,26p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,29p "$0"; exit 0 ;;
     *) echo "redis_floor.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -56,8 +62,11 @@ for tool in redis-server redis-cli python3 "$sluice" ${before:+"$before"}; do
   command -v "$tool" >/dev/null || { echo "redis_floor.sh: '$tool' is missing" >&2; exit 1; }
 done
 [[ $module == none || -f $module ]] || { echo "redis_floor.sh: no module at '$module' (--module none leaves it out)" >&2; exit 1; }
+[[ -z $module_before || ($module != none && -f $module_before) ]] || { echo "redis_floor.sh: --module-before needs a module at '$module_before' and --module" >&2; exit 1; }
 loadmodule=()
 [[ $module != none ]] && loadmodule=(--loadmodule "$(realpath "$module")")
+# (MODULE LOAD and UNLOAD swap the two modules: Redis 7 refuses them unless enabled)
+[[ -n $module_before ]] && loadmodule+=(--enable-module-command yes)
 
 tmp=$(mktemp -d /tmp/sluice-floor.XXXXXX)
 redis_pid=""
@@ -80,48 +89,10 @@ article_sha=$(rcli script load "local c = redis.call('INCR', KEYS[1])
 if c == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
 return c")
 
-# A pipelining client for the rows that are not sluice: CALLERS connections, each
-# sending 16 decisions' commands at a time and reading their replies (every reply here
-# is one RESP line: an integer, or an error that fails the row).
-cat > "$tmp/pipe.py" <<'EOF'
-import asyncio, random, sys
-mode, port, decisions, keys, callers, sha = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
-def cmd(*a):
-    out = [b"*%d\r\n" % len(a)]
-    for x in a:
-        x = x if isinstance(x, bytes) else str(x).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(x), x))
-    return b"".join(out)
-def decision(rng):
-    k = b"floor:{%d}:x" % rng.randrange(keys)
-    if mode == "incr":
-        return cmd(b"INCR", k), 1
-    if mode == "envoy":
-        return cmd(b"INCRBY", k, 1) + cmd(b"EXPIRE", k, 60), 2
-    return cmd(b"EVALSHA", sha, 1, k, 60), 1
-left = decisions
-async def caller(i):
-    global left
-    rng = random.Random(i)
-    r, w = await asyncio.open_connection("127.0.0.1", port)
-    while left > 0:
-        n = min(16, left)
-        left -= n
-        wire, replies = [], 0
-        for _ in range(n):
-            c, k = decision(rng)
-            wire.append(c)
-            replies += k
-        w.write(b"".join(wire))
-        for _ in range(replies):
-            line = await r.readline()
-            if not line.startswith(b":"):
-                sys.exit("redis_floor.sh: %s: unexpected reply %r" % (mode, line))
-    w.close()
-async def main():
-    await asyncio.gather(*(caller(i) for i in range(callers)))
-asyncio.run(main())
-EOF
+# The rows that are not sluice's client run bench/redis_pipe.py (16 decisions per
+# pipeline; its module mode sends them as ONE SLUICE.DECIDE of 16 one-check groups, a
+# coalesced call's shape: the module's cost at 16 decisions per call, whatever the
+# client's coalescing does).
 
 cpu() { rcli info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'; }
 results="$tmp/results.txt"
@@ -166,6 +137,18 @@ row() {
   echo "$name|$c0|$c1|${scalls:-0}|${usec:-0}|$calls" >> "$results"
   echo "== round $round: $name done" >&2
 }
+module_policy() {  # ALGORITHM: `sluice bench`'s default policy (1000/s) as the module's argument
+  case "$1" in
+    fixed_window) echo 0,1000,1000000,1000,-1 ;;
+    sliding_window_counter) echo 2,1000,1000000,1000,-1 ;;
+    token_bucket) echo 3,1000,1000000,1000,-1 ;;
+    gcra) echo 4,1000,1000000,1000,-1 ;;
+  esac
+}
+swap_module() {  # PATH: the loaded sluice module becomes the one at PATH
+  rcli module unload sluice | grep -qx OK || { echo "redis_floor.sh: MODULE UNLOAD sluice failed" >&2; exit 1; }
+  rcli module load "$(realpath "$1")" | grep -qx OK || { echo "redis_floor.sh: MODULE LOAD $1 failed" >&2; exit 1; }
+}
 bench_args() {  # ALGORITHM [URL QUERY]: the flags of one sluice row
   echo bench --store "redis://127.0.0.1:$port${2:-}" --algorithm "$1" --requests "$decisions" \
     -c "$callers" --keys "$keys" --quiet --json
@@ -173,19 +156,32 @@ bench_args() {  # ALGORITHM [URL QUERY]: the flags of one sluice row
 
 echo "== redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for round in $(seq "$rounds"); do
-  row "plain INCR, pipeline 16 (floor)" python3 "$tmp/pipe.py" incr "$port" "$decisions" "$keys" "$callers" -
-  row "envoyproxy/ratelimit: INCRBY + EXPIRE, pipelined" python3 "$tmp/pipe.py" envoy "$port" "$decisions" "$keys" "$callers" -
-  row "article: INCR+EXPIRE script, pipeline 16" python3 "$tmp/pipe.py" script "$port" "$decisions" "$keys" "$callers" "$article_sha"
+  row "plain INCR, pipeline 16 (floor)" python3 bench/redis_pipe.py incr "$port" "$decisions" "$keys" "$callers" -
+  row "envoyproxy/ratelimit: INCRBY + EXPIRE, pipelined" python3 bench/redis_pipe.py envoy "$port" "$decisions" "$keys" "$callers" -
+  row "article: INCR+EXPIRE script, pipeline 16" python3 bench/redis_pipe.py script "$port" "$decisions" "$keys" "$callers" "$article_sha"
   for a in ${algorithms//,/ }; do
     # shellcheck disable=SC2046 # (bench_args prints plain words)
     [[ -n "$before" ]] && row "sluice $a (before)" "$before" $(bench_args "$a")
     row "sluice $a" "$sluice" $(bench_args "$a" "?module=off")
   done
+  if [[ -n $module_before ]]; then
+    swap_module "$module_before"
+    for a in ${algorithms//,/ }; do
+      [[ $a == sliding_window_log ]] && continue  # (Lua only)
+      # shellcheck disable=SC2046
+      row "sluice $a, module (before)" "$sluice" $(bench_args "$a")
+      row "module $a, 16 per call (before)" python3 bench/redis_pipe.py "module:$(module_policy "$a")" "$port" "$decisions" "$keys" "$callers" -
+    done
+    # shellcheck disable=SC2046
+    row "sluice fixed_window, module, uncoalesced (before)" "$sluice" $(bench_args fixed_window) --coalesce 1
+    swap_module "$module"
+  fi
   if [[ $module != none ]]; then
     for a in ${algorithms//,/ }; do
       [[ $a == sliding_window_log ]] && continue  # (Lua only)
       # shellcheck disable=SC2046
       row "sluice $a, module" "$sluice" $(bench_args "$a")
+      row "module $a, 16 per call" python3 bench/redis_pipe.py "module:$(module_policy "$a")" "$port" "$decisions" "$keys" "$callers" -
     done
     # shellcheck disable=SC2046
     row "sluice fixed_window, module, uncoalesced" "$sluice" $(bench_args fixed_window) --coalesce 1

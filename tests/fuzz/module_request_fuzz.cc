@@ -21,7 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     text.remove_prefix(nl + 1);
   }
   using namespace sluice::redis_module;
-  ModuleRequest r;
+  // (kept across inputs, as the module keeps its request across calls)
+  static ModuleRequest r;
   std::string error;
   if (!ParseModuleRequest(args, &r, &error)) {
     FUZZ_CHECK(!error.empty());

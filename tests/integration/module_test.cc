@@ -9,9 +9,11 @@
 #include <atomic>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "redis/module/request.h"
 #include "redis_cluster.h"
+#include "redis_sentinel.h"
 #include "redis_server.h"
 #include "sluice/memory_store.h"
 #include "sluice/redis_store.h"
@@ -151,6 +153,21 @@ void ExpectEveryKeyHasTtl(const RedisServer& server) {
   }
 }
 
+// Waits until `replica` has applied everything `primary` has written so far (WAIT would
+// count only the writes of its own connection).
+void WaitReplicated(const RedisServer& primary, const RedisServer& replica) {
+  auto offset = [](const RedisServer& server, const std::string& field) {
+    auto info = server.Command({"INFO", "replication"});
+    if (!info.ok()) return -1LL;
+    const std::size_t at = info->str.find(field + ":");
+    return at == std::string::npos ? -1LL : std::stoll(info->str.substr(at + field.size() + 1));
+  };
+  const long long written = offset(primary, "master_repl_offset");
+  ASSERT_GT(written, 0);
+  ASSERT_TRUE(WaitUntil([&] { return offset(replica, "slave_repl_offset") >= written; },
+                        std::chrono::seconds(60)));
+}
+
 // The same random sequences through the Lua scripts (module=off) and through the
 // module, on keys of their own in one server: identical decisions, field by field.
 TEST(ModuleDifferential, RandomSequencesMatchLua) {
@@ -223,6 +240,25 @@ TEST(ModuleKeyspace, MovesLiveBetweenLuaAndModule) {
   ExpectEveryKeyHasTtl(**server);
 }
 
+// One call of four checks, one per algorithm the module decides, on keys `prefix` +
+// the policy's name (kept in `keys`), three times on the server's clock: each allowed.
+void DecideEachAlgorithmThrice(RedisStore& store, const std::string& prefix,
+                               std::vector<std::string>* keys) {
+  static const Policy policies[] = {Policy::FixedWindow("f", 10, std::chrono::minutes(1)),
+                                    Policy::Gcra("g", 10, std::chrono::minutes(1), 5),
+                                    Policy::TokenBucket("t", 10, 5, std::chrono::minutes(1)),
+                                    Policy::SlidingWindowCounter("c", 10, std::chrono::minutes(1))};
+  keys->clear();
+  for (const Policy& p : policies) keys->push_back(prefix + p.name);
+  for (int round = 0; round < 3; ++round) {
+    StoreCheck checks[4];
+    for (std::size_t i = 0; i < 4; ++i) checks[i] = {.policy = &policies[i], .key = (*keys)[i]};
+    Decision d[4];
+    ASSERT_TRUE(store.Run({.checks = checks, .now = 0}, d).ok());
+    for (const Decision& x : d) EXPECT_TRUE(x.allowed);
+  }
+}
+
 // A replica (with the module loaded too, so that it could decide if it were sent the
 // command) gets the module's writes as SET ... PXAT: the same values and TTLs, and it
 // never runs SLUICE.DECIDE itself.
@@ -237,30 +273,9 @@ TEST(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
   }));
   auto store = Open((*primary)->Url(), /*caller_time=*/false);
   ASSERT_TRUE(store);
-  const Policy policies[] = {Policy::FixedWindow("f", 10, std::chrono::minutes(1)),
-                             Policy::Gcra("g", 10, std::chrono::minutes(1), 5),
-                             Policy::TokenBucket("t", 10, 5, std::chrono::minutes(1)),
-                             Policy::SlidingWindowCounter("c", 10, std::chrono::minutes(1))};
   std::vector<std::string> keys;
-  for (const Policy& p : policies) keys.push_back("repl:" + p.name);
-  for (int round = 0; round < 3; ++round) {
-    StoreCheck checks[4];
-    for (std::size_t i = 0; i < 4; ++i) checks[i] = {.policy = &policies[i], .key = keys[i]};
-    Decision d[4];
-    ASSERT_TRUE(store->Run({.checks = checks, .now = 0}, d).ok());
-    for (const Decision& x : d) EXPECT_TRUE(x.allowed);
-  }
-  // The replica has applied everything the primary wrote (WAIT would count only the
-  // writes of its own connection).
-  auto offset = [](const RedisServer& server, const std::string& field) {
-    auto info = server.Command({"INFO", "replication"});
-    if (!info.ok()) return -1LL;
-    const std::size_t at = info->str.find(field + ":");
-    return at == std::string::npos ? -1LL : std::stoll(info->str.substr(at + field.size() + 1));
-  };
-  const long long written = offset(**primary, "master_repl_offset");
-  ASSERT_GT(written, 0);
-  ASSERT_TRUE(WaitUntil([&] { return offset(**replica, "slave_repl_offset") >= written; }));
+  ASSERT_NO_FATAL_FAILURE(DecideEachAlgorithmThrice(*store, "repl:", &keys));
+  ASSERT_NO_FATAL_FAILURE(WaitReplicated(**primary, **replica));
   for (const std::string& k : keys) {
     auto a = (*primary)->Command({"GET", k});
     auto b = (*replica)->Command({"GET", k});
@@ -274,6 +289,42 @@ TEST(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
   EXPECT_EQ(Calls(**primary, "sluice.decide"), 3);
   EXPECT_EQ(Calls(**replica, "sluice.decide"), 0);
   EXPECT_GT(Calls(**replica, "set"), 0);
+}
+
+// The AOF gets the same effects as the replicas: reloading it (DEBUG LOADAOF: the
+// dataset emptied and rebuilt from the file) gives back every value and its absolute
+// expiry, those whose TTL a write kept (SET ... KEEPTTL) included.
+TEST(ModuleReplication, AofReplaysTheEffects) {
+  auto server = StartWithModule(
+      {"--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes"});
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto store = Open((*server)->Url(), /*caller_time=*/false);
+  ASSERT_TRUE(store);
+  std::vector<std::string> keys;
+  ASSERT_NO_FATAL_FAILURE(DecideEachAlgorithmThrice(*store, "aof:", &keys));
+  ASSERT_EQ(Calls(**server, "sluice.decide"), 3);
+  auto snapshot = [&] {
+    std::vector<std::pair<std::string, long long>> out;
+    for (const std::string& k : keys) {
+      auto v = (*server)->Command({"GET", k});
+      auto at = (*server)->Command({"PEXPIRETIME", k});
+      EXPECT_TRUE(v.ok() && at.ok()) << k;
+      out.emplace_back(v.ok() ? v->str : "", at.ok() ? at->integer : 0);
+    }
+    return out;
+  };
+  const auto before = snapshot();
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_FALSE(before[i].first.empty()) << keys[i];
+    EXPECT_GT(before[i].second, 0) << keys[i] << " has no expiry";
+  }
+  auto reload = (*server)->Command({"DEBUG", "LOADAOF"});
+  ASSERT_TRUE(reload.ok() && !reload->is_error()) << (reload.ok() ? reload->str : "");
+  const auto after = snapshot();
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(after[i].first, before[i].first) << keys[i];
+    EXPECT_EQ(after[i].second, before[i].second) << keys[i];
+  }
 }
 
 // Detection at connect: a server with the module decides through it; module=off and a
@@ -472,6 +523,166 @@ TEST(ModuleCluster, KeysAreDeclaredSoClusterRoutesAndRefusesCrossSlot) {
     }
   }
   EXPECT_EQ(module_calls() - before, 18);
+}
+
+// A Sentinel group whose first primary has the module and whose replica has not, a
+// store on it (caller time), and random steps decided by it and by the in-process store
+// that sees the same sequence (issue #18 item 4).
+class ModuleFailover {
+ public:
+  static constexpr Micros kCallTimeout = 500'000;
+
+  void Start() {
+    RedisSentinelGroupOptions go;
+    go.primary_args = {"--loadmodule", SLUICE_REDIS_MODULE};
+    auto group = RedisSentinelGroup::Start(go);
+    ASSERT_TRUE(group.ok()) << group.status().ToString();
+    group_ = std::move(*group);
+    auto probe = group_->replica().Command({"SLUICE.VERSION"});
+    ASSERT_TRUE(probe.ok() && probe->is_error()) << "the replica must not have the module";
+    RedisStoreOptions so;
+    so.url = group_->Url();
+    so.call_timeout = kCallTimeout;
+    so.connect_timeout = 500'000;
+    so.use_caller_time = true;
+    so.on_warning = [](std::string_view) {};
+    auto opened = RedisStore::Create(std::move(so));
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    store_ = std::move(*opened);
+    for (int i = 0; i < 4; ++i) policies_.push_back(RandomPolicy(rng_, i));
+  }
+  RedisSentinelGroup& group() { return *group_; }
+
+  // Runs steps until `want` succeeded (bounded in time: once the store has found the
+  // primary, calls stop failing) and returns how many failed. A failed call wrote
+  // nowhere (a dead or demoted primary writes nothing; the one the sentinels report
+  // answers every call), so the in-process store skips it too.
+  int Decide(int want) {
+    int failures = 0;
+    const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (int ok = 0; ok < want && std::chrono::steady_clock::now() < bound;) {
+      bool failed = false;
+      RunStep(&failed);
+      if (::testing::Test::HasFatalFailure()) return failures;
+      if (failed) {
+        ++failures;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling, not timing
+      } else {
+        ++ok;
+        ++decided_;
+      }
+    }
+    return failures;
+  }
+  int decided() const { return decided_; }
+  int late() const { return late_; }
+
+ private:
+  void RunStep(bool* failed) {
+    const Step s = RandomStep(rng_, policies_, &now_, /*wide=*/false);
+    const auto c = Prefixed(s, "fo:", &keys_);
+    Decision dm[kMaxBatchChecks], dr[kMaxBatchChecks];
+    const auto start = std::chrono::steady_clock::now();
+    const Status rs = RunOn(*store_, s.op, c, s.now, dr);
+    // (scheduling slack on a loaded 2-core machine)
+    if (std::chrono::steady_clock::now() - start >
+        std::chrono::microseconds(kCallTimeout) + std::chrono::seconds(1)) {
+      ++late_;
+    }
+    *failed = !rs.ok();
+    if (!rs.ok()) {
+      EXPECT_EQ(rs.code(), ErrorCode::kUnavailable) << rs.ToString();
+      return;
+    }
+    ASSERT_TRUE(RunOn(memory_, s.op, c, s.now, dm).ok());
+    if (s.op == StoreOp::kRefund) return;
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      ASSERT_TRUE(Same(dm[i], dr[i]))
+          << "step " << decided_ << " " << AlgorithmName(c[i].policy->algorithm)
+          << "\n  memory: " << Describe(dm[i]) << "\n  redis:  " << Describe(dr[i]);
+    }
+  }
+
+  std::unique_ptr<RedisSentinelGroup> group_;
+  std::shared_ptr<RedisStore> store_;
+  MemoryStore memory_;
+  std::mt19937_64 rng_{77};
+  std::vector<Policy> policies_;
+  Micros now_ = 1'785'000'000'000'000;
+  std::vector<std::string> keys_;
+  int decided_ = 0, late_ = 0;
+};
+
+// Sentinel fails over from a primary with the module to a replica without it (the
+// primary killed): the replica got the module's effects as plain SETs, so the promoted
+// node's scripts go on from exactly the counts the module wrote, every call within its
+// deadline, against the in-process store that saw the whole sequence.
+TEST(ModuleSentinel, FailoverToAPrimaryWithoutTheModuleGoesOnWithLua) {
+  ModuleFailover f;
+  ASSERT_NO_FATAL_FAILURE(f.Start());
+  RedisServer& old = f.group().primary();
+  RedisServer& next = f.group().replica();
+  const long long lua0 = Calls(old, "evalsha");  // (Create's EVALSHA probe)
+  ASSERT_EQ(f.Decide(300), 0) << "calls failed before the failover";
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(Calls(old, "sluice.decide"), 300);
+  EXPECT_EQ(Calls(old, "evalsha"), lua0);
+  // Every write of the primary has reached the replica (nothing in flight).
+  ASSERT_NO_FATAL_FAILURE(WaitReplicated(old, next));
+  ASSERT_TRUE(f.group().KillPrimary().ok());
+  ASSERT_EQ(f.group().primary().port(), next.port());
+  const int failures = f.Decide(300);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(f.decided(), 600) << "the store never decided on the new primary";
+  EXPECT_EQ(f.late(), 0) << "a call waited past its deadline";
+  EXPECT_GE(Calls(next, "evalsha"), 300);
+  EXPECT_EQ(Calls(next, "sluice.decide"), 0);
+  std::printf("[module failover] calls that failed after the kill: %d\n", failures);
+  ::testing::Test::RecordProperty("failed_after_kill", failures);
+  ExpectEveryKeyHasTtl(next);
+}
+
+// There and back by SENTINEL FAILOVER: to the node without the module (the scripts go
+// on from the module's counts), then back to the one with it, whose new connections
+// probe it again and decide with the module from the scripts' counts. Steps resume once
+// the old primary is a replica (it then writes nothing: no call can land on it).
+TEST(ModuleSentinel, FailoverBackToTheModuleIsDetectedAgain) {
+  ModuleFailover f;
+  ASSERT_NO_FATAL_FAILURE(f.Start());
+  RedisServer& with = f.group().primary();
+  RedisServer& without = f.group().replica();
+  auto demoted = [](RedisServer& node) {
+    return WaitUntil(
+        [&] {
+          auto role = node.Command({"ROLE"});
+          return role.ok() && !role->elements.empty() && role->elements[0].str == "slave";
+        },
+        std::chrono::seconds(60));
+  };
+  ASSERT_EQ(f.Decide(200), 0);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(Calls(with, "sluice.decide"), 200);
+  ASSERT_NO_FATAL_FAILURE(WaitReplicated(with, without));
+  ASSERT_TRUE(f.group().Failover().ok());
+  ASSERT_EQ(f.group().primary().port(), without.port());
+  ASSERT_TRUE(demoted(with));
+  const int there = f.Decide(200);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(f.decided(), 400);
+  EXPECT_GE(Calls(without, "evalsha"), 200);
+  ASSERT_NO_FATAL_FAILURE(WaitReplicated(without, with));
+  ASSERT_TRUE(f.group().WaitHealthy().ok());
+  ASSERT_TRUE(f.group().Failover().ok());
+  ASSERT_EQ(f.group().primary().port(), with.port());
+  ASSERT_TRUE(demoted(without));
+  const long long module_before = Calls(with, "sluice.decide");
+  const int back = f.Decide(200);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(f.decided(), 600);
+  EXPECT_GE(Calls(with, "sluice.decide") - module_before, 200) << "the module was not found again";
+  EXPECT_EQ(f.late(), 0) << "a call waited past its deadline";
+  std::printf("[module failover] failed calls: %d there, %d back\n", there, back);
+  ExpectEveryKeyHasTtl(with);
 }
 
 // The parser without Redis: each malformed argument list names what is wrong.

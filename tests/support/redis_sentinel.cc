@@ -118,6 +118,7 @@ Result<std::unique_ptr<RedisSentinelGroup>> RedisSentinelGroup::Start(
   };
   auto primary_options = with_tls(0);
   if (!primary_options.ok()) return primary_options.status();
+  for (const std::string& a : g->options_.primary_args) primary_options->args.push_back(a);
   auto primary = RedisServer::Start(*primary_options);
   if (!primary.ok()) return primary.status();
   g->nodes_[0] = std::move(*primary);

@@ -47,6 +47,9 @@ struct RedisSentinelGroupOptions {
   int start_timeout_ms = 60'000;
   // Extra arguments for both data nodes.
   std::vector<std::string> node_args;
+  // Extra arguments for the first primary only (after node_args), so that the node a
+  // failover promotes can differ from it: e.g. --loadmodule on the primary alone.
+  std::vector<std::string> primary_args;
   // When set (it must outlive the group): the data nodes and the sentinels also serve
   // TLS (server.crt, no client certificate needed) on ports of their own, with
   // `tls-replication yes` everywhere, so replication, the sentinels' monitoring and

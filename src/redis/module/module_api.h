@@ -48,6 +48,9 @@ struct ModuleApi {
   int (*StringTruncate)(RedisModuleKey* key, std::size_t len) = nullptr;
   int (*SetAbsExpire)(RedisModuleKey* key, long long unix_ms) = nullptr;  // 6.2.2
   int (*Replicate)(RedisModuleCtx* ctx, const char* cmd, const char* fmt, ...) = nullptr;
+  RedisModuleString* (*CreateString)(RedisModuleCtx* ctx, const char* ptr,
+                                     std::size_t len) = nullptr;
+  void (*FreeString)(RedisModuleCtx* ctx, RedisModuleString* str) = nullptr;
   long long (*Milliseconds)() = nullptr;
   long long (*Microseconds)() = nullptr;  // optional (7.2): else gettimeofday, as TIME
 };

@@ -46,17 +46,18 @@ bool Fail(std::string* error, std::string what) {
 // One policy argument: "algorithm,limit,window_us,capacity,initial".
 bool ParsePolicy(std::string_view arg, std::size_t index, Policy* p, std::string* error) {
   long long f[5];
-  const std::string where = "policy " + std::to_string(index);
+  // (named only on failure: a valid call builds no strings)
+  const auto where = [index] { return "policy " + std::to_string(index); };
   if (ParseFields(arg, f, 5) != 5) {
-    return Fail(error, where + " is not 5 comma-separated integers (algorithm,limit,window," +
+    return Fail(error, where() + " is not 5 comma-separated integers (algorithm,limit,window," +
                            "capacity,initial)");
   }
   if (!Supported(f[0])) {
-    return Fail(error, where + ": algorithm " + std::to_string(f[0]) +
+    return Fail(error, where() + ": algorithm " + std::to_string(f[0]) +
                            " is not one the module decides (0, 2, 3, 4)");
   }
   if (f[1] < 1 || f[2] < 1 || f[3] < 1) {
-    return Fail(error, where + ": limit, window and capacity must be positive");
+    return Fail(error, where() + ": limit, window and capacity must be positive");
   }
   p->name = "module";
   p->algorithm = static_cast<Algorithm>(f[0]);
@@ -66,15 +67,15 @@ bool ParsePolicy(std::string_view arg, std::size_t index, Policy* p, std::string
   if (bucket) {
     p->burst = static_cast<std::uint64_t>(f[3]);
   } else if (f[3] != f[1]) {
-    return Fail(error, where + ": a window algorithm's capacity is its limit");
+    return Fail(error, where() + ": a window algorithm's capacity is its limit");
   }
   if (f[4] != -1) {
     if (p->algorithm != Algorithm::kTokenBucket || f[4] < 0) {
-      return Fail(error, where + ": initial tokens are a token bucket's (-1: none)");
+      return Fail(error, where() + ": initial tokens are a token bucket's (-1: none)");
     }
     p->initial_tokens = static_cast<std::uint64_t>(f[4]);
   }
-  if (Status s = ValidatePolicy(*p); !s.ok()) return Fail(error, where + ": " + s.message());
+  if (Status s = ValidatePolicy(*p); !s.ok()) return Fail(error, where() + ": " + s.message());
   return true;
 }
 
@@ -82,25 +83,25 @@ bool ParsePolicy(std::string_view arg, std::size_t index, Policy* p, std::string
 bool ParseCheck(std::string_view arg, std::size_t index, const ModuleRequest& r, ModuleCheck* c,
                 bool* last, std::string* error) {
   long long f[6];
-  const std::string where = "check " + std::to_string(index);
+  const auto where = [index] { return "check " + std::to_string(index); };
   const std::size_t want = r.caller_time ? 6 : 5;
   if (ParseFields(arg, f, 6) != want) {
-    return Fail(error, where + " is not " + std::to_string(want) +
+    return Fail(error, where() + " is not " + std::to_string(want) +
                            " comma-separated integers (policy,op,cost,max_wait,last" +
                            (r.caller_time ? ",now)" : ")"));
   }
   if (f[0] < 0 || static_cast<std::size_t>(f[0]) >= r.policies.size()) {
-    return Fail(error, where + ": policy " + std::to_string(f[0]) + " is not in the list");
+    return Fail(error, where() + ": policy " + std::to_string(f[0]) + " is not in the list");
   }
   if (f[1] < 0 || f[1] > 3) {
-    return Fail(error, where + ": op " + std::to_string(f[1]) +
+    return Fail(error, where() + ": op " + std::to_string(f[1]) +
                            " is not 0 (decide), 1 (reserve), 2 (refund) or 3 (penalty)");
   }
   if (f[2] < 0 || f[3] < 0 || (f[4] != 0 && f[4] != 1)) {
-    return Fail(error, where + ": cost and max_wait must be >= 0 and last 0 or 1");
+    return Fail(error, where() + ": cost and max_wait must be >= 0 and last 0 or 1");
   }
   if (r.caller_time && (f[5] < -kMaxAbsNow || f[5] > kMaxAbsNow)) {
-    return Fail(error, where + ": now must be within +-2^53 us");
+    return Fail(error, where() + ": now must be within +-2^53 us");
   }
   c->policy = static_cast<std::uint32_t>(f[0]);
   c->op = static_cast<std::uint8_t>(f[1]);
@@ -161,7 +162,12 @@ std::size_t ModuleKeyCount(std::span<const std::string_view> args) {
 bool ParseModuleRequest(std::span<const std::string_view> args, ModuleRequest* out,
                         std::string* error) {
   ModuleRequest& r = *out;
-  r = ModuleRequest{};
+  // (cleared, not replaced: a request the caller keeps across calls keeps its capacity)
+  r.caller_time = false;
+  r.pad_ms = 0;
+  r.policies.clear();
+  r.checks.clear();
+  r.groups.clear();
   const std::size_t nkeys = ModuleKeyCount(args);
   if (nkeys == 0) {
     return Fail(error, "numkeys must be 1-" + std::to_string(redis::kModuleMaxChecks) +

@@ -77,6 +77,12 @@ bool Repeats(RedisModuleString** names, std::size_t n) {
   return false;
 }
 
+// The constant words of the replicated SETs, made once at load: a write passes them
+// (and the key's own argument) to Replicate as strings it only references, so that each
+// write builds just its value and its expiry.
+RedisModuleString* word_pxat = nullptr;
+RedisModuleString* word_keepttl = nullptr;
+
 // Reads key i of the group into g (kept open when `keep`); false when it holds another
 // type than a string (a script's GET fails there too).
 bool ReadKey(RedisModuleCtx* ctx, RedisModuleString* name, std::size_t i, bool keep, GroupKeys* g) {
@@ -116,25 +122,28 @@ void Write(RedisModuleCtx* ctx, RedisModuleString* name, RedisModuleKey* key, co
     if (!w.keep_ttl) api.SetAbsExpire(key, at);
   }
   if (own) api.CloseKey(key);
-  std::size_t klen = 0;
-  const char* k = api.StringPtrLen(name, &klen);
   const auto size = static_cast<std::size_t>(w.value.size);
   if (w.keep_ttl) {
-    api.Replicate(ctx, "SET", "bbc", k, klen, w.value.data, size, "KEEPTTL");
+    api.Replicate(ctx, "SET", "sbs", name, w.value.data, size, word_keepttl);
   } else {
-    api.Replicate(ctx, "SET", "bbcl", k, klen, w.value.data, size, "PXAT", at);
+    api.Replicate(ctx, "SET", "sbsl", name, w.value.data, size, word_pxat, at);
   }
 }
 
+// A call's working storage, kept from one call to the next (Redis runs one command at a
+// time, on one thread): a call allocates nothing once the sizes it needs have been seen.
+struct CallStorage {
+  std::vector<std::string_view> args;
+  ModuleRequest req;
+  std::vector<long long> reply;
+  std::vector<ModuleWrite> writes;
+};
+
 int Decide(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
-  std::string_view small[64];
-  std::vector<std::string_view> large;
-  std::string_view* args = small;
+  static CallStorage storage;
   const std::size_t nargs = argc > 1 ? static_cast<std::size_t>(argc - 1) : 0;
-  if (nargs > std::size(small)) {
-    large.resize(nargs);
-    args = large.data();
-  }
+  if (storage.args.size() < nargs) storage.args.resize(nargs);
+  std::string_view* args = storage.args.data();
   for (std::size_t i = 0; i < nargs; ++i) {
     std::size_t len = 0;
     const char* p = api.StringPtrLen(argv[i + 1], &len);
@@ -146,7 +155,7 @@ int Decide(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
     return kOk;
   }
   if (argc < 2) return api.WrongArity(ctx);
-  ModuleRequest req;
+  ModuleRequest& req = storage.req;
   std::string error;
   if (!ParseModuleRequest({args, nargs}, &req, &error)) {
     for (char& ch : error) {
@@ -157,10 +166,9 @@ int Decide(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
   RedisModuleString** names = argv + 2;
   const Micros server_now = ServerNowMicros();
   const long long now_ms = api.Milliseconds();
-  std::vector<long long> reply;
-  reply.reserve(2 * req.checks.size());
-  std::vector<ModuleWrite> writes;
-  writes.reserve(kMaxBatchChecks);
+  std::vector<long long>& reply = storage.reply;
+  reply.clear();
+  std::vector<ModuleWrite>& writes = storage.writes;
   GroupKeys g;
   for (const ModuleGroup& group : req.groups) {
     // Groups run one after the other, as the script's: a key of another type fails the
@@ -225,6 +233,8 @@ int ModuleApiInit(RedisModuleCtx* ctx, const char* name, int version) {
                   Resolve("RedisModule_StringTruncate", &api.StringTruncate) &&
                   Resolve("RedisModule_SetAbsExpire", &api.SetAbsExpire) &&
                   Resolve("RedisModule_Replicate", &api.Replicate) &&
+                  Resolve("RedisModule_CreateString", &api.CreateString) &&
+                  Resolve("RedisModule_FreeString", &api.FreeString) &&
                   Resolve("RedisModule_Milliseconds", &api.Milliseconds);
   if (!ok) return kErr;
   if (!Resolve("RedisModule_Microseconds", &api.Microseconds)) api.Microseconds = nullptr;
@@ -242,6 +252,8 @@ extern "C" __attribute__((visibility("default"))) int RedisModule_OnLoad(
     RedisModuleCtx* ctx, RedisModuleString** /*argv*/, int /*argc*/) {
   using namespace sluice::redis_module;
   if (ModuleApiInit(ctx, "sluice", 1) != kOk) return kErr;
+  word_pxat = api.CreateString(ctx, "PXAT", 4);
+  word_keepttl = api.CreateString(ctx, "KEEPTTL", 7);
   // getkeys-api: the keys are argv[2 .. 2 + numkeys) (Decide reports them).
   if (api.CreateCommand(ctx, "sluice.decide", DecideCommand, "write deny-oom getkeys-api", 0, 0,
                         0) != kOk) {
@@ -250,5 +262,14 @@ extern "C" __attribute__((visibility("default"))) int RedisModule_OnLoad(
   if (api.CreateCommand(ctx, "sluice.version", VersionCommand, "readonly fast", 0, 0, 0) != kOk) {
     return kErr;
   }
+  return kOk;
+}
+
+// MODULE UNLOAD: the words made at load go with the module.
+extern "C" __attribute__((visibility("default"))) int RedisModule_OnUnload(RedisModuleCtx* ctx) {
+  using namespace sluice::redis_module;
+  api.FreeString(ctx, word_pxat);
+  api.FreeString(ctx, word_keepttl);
+  word_pxat = word_keepttl = nullptr;
   return kOk;
 }

@@ -6,7 +6,6 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -30,6 +29,15 @@ double LuaMod(double a, double b) {
 // Lua 5.1's tonumber of a string (luaO_str2d): strtod, a hexadecimal constant, then
 // only white space. `bytes` of a state are short; a longer value is not a number here.
 bool LuaNumber(std::string_view bytes, double* out) {
+  // The common case first: a plain decimal number (a counter, a TAT), which from_chars
+  // rounds correctly, as strtod does, without strtod's multi-precision path.
+  double fast = 0;
+  const char* last = bytes.data() + bytes.size();
+  const auto r = std::from_chars(bytes.data(), last, fast);
+  if (r.ec == std::errc() && r.ptr == last && std::isfinite(fast)) {
+    *out = fast;
+    return true;
+  }
   char buf[72];
   if (bytes.empty() || bytes.size() >= sizeof(buf)) return false;
   std::memcpy(buf, bytes.data(), bytes.size());
@@ -177,9 +185,10 @@ StateBytes Encode(const Policy& p, const core::WordState& s, Micros expires, Lay
     return out;
   }
   if (a == Algorithm::kGcra && layout != Layout::kRecorded) {
-    // A Lua number given to redis.call is sent as "%.17g", which reads back exactly.
-    const int len = std::snprintf(out.data, sizeof(out.data), "%.17g", s.gcra.tat);
-    out.size = static_cast<std::uint8_t>(len);
+    // The shortest digits that read back exactly (tonumber and strtod give the same
+    // double as from the scripts' "%.17g"), without snprintf's cost.
+    const auto r = std::to_chars(out.data, out.data + sizeof(out.data), s.gcra.tat);
+    out.size = static_cast<std::uint8_t>(r.ptr - out.data);
     return out;
   }
   double f[8];

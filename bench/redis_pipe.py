@@ -1,0 +1,54 @@
+# The pipelining load client of bench/redis_floor.sh and bench/module_instructions.sh:
+#   python3 bench/redis_pipe.py MODE PORT DECISIONS KEYS CALLERS SHA
+# CALLERS connections to 127.0.0.1:PORT, each sending 16 decisions' commands at a time
+# over KEYS random keys ("floor:{N}:x") and reading their replies, until DECISIONS in all.
+# MODE: incr (INCR), envoy (INCRBY + EXPIRE 60), script (EVALSHA SHA of a one-key
+# script), or module:POLICY (ONE SLUICE.DECIDE of 16 one-check groups, POLICY in the
+# module's argument layout, e.g. 0,1000,1000000,1000,-1). Any reply that is not an
+# integer (or the module's array of integers) fails the run.
+import asyncio, random, sys
+mode, port, decisions, keys, callers, sha = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+def cmd(*a):
+    out = [b"*%d\r\n" % len(a)]
+    for x in a:
+        x = x if isinstance(x, bytes) else str(x).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(x), x))
+    return b"".join(out)
+def decision(rng):
+    k = b"floor:{%d}:x" % rng.randrange(keys)
+    if mode == "incr":
+        return cmd(b"INCR", k), 1
+    if mode == "envoy":
+        return cmd(b"INCRBY", k, 1) + cmd(b"EXPIRE", k, 60), 2
+    return cmd(b"EVALSHA", sha, 1, k, 60), 1
+left = decisions
+async def caller(i):
+    global left
+    rng = random.Random(i)
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    while left > 0:
+        n = min(16, left)
+        left -= n
+        wire, replies = [], 0
+        if mode.startswith("module:"):
+            ks = [b"floor:{%d}:x" % rng.randrange(keys) for _ in range(n)]
+            wire.append(cmd(b"SLUICE.DECIDE", n, *ks, 1, b"", 0, 1, mode[7:], *([b"0,0,1,0,1"] * n)))
+            header = None
+        for _ in range(0 if wire else n):
+            c, k = decision(rng)
+            wire.append(c)
+            replies += k
+        w.write(b"".join(wire))
+        if not replies:
+            header = await r.readline()
+            if not header.startswith(b"*"):
+                sys.exit("redis_floor.sh: %s: unexpected reply %r" % (mode, header))
+            replies = int(header[1:])
+        for _ in range(replies):
+            line = await r.readline()
+            if not line.startswith(b":"):
+                sys.exit("redis_floor.sh: %s: unexpected reply %r" % (mode, line))
+    w.close()
+async def main():
+    await asyncio.gather(*(caller(i) for i in range(callers)))
+asyncio.run(main())
