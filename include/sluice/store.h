@@ -151,6 +151,12 @@ class Store {
   // itself, wrappers return their inner store's, remote stores null. The decision
   // layer takes its in-process fast path through it.
   virtual Store* InProcess() { return nullptr; }
+
+  // A hint that a decision on `key` is about to be asked of Run: an in-process store
+  // may start loading the key's state into the CPU cache, so that the load overlaps
+  // the caller's work before Run (reading the clock, validating). It changes no state
+  // and may be ignored (the default does nothing); wrappers forward it. Thread-safe.
+  virtual void Prefetch(std::string_view key) { (void)key; }
 };
 
 }  // namespace sluice

@@ -250,6 +250,7 @@ Result<std::size_t> Decider::Decide(std::span<const Check> checks, std::span<Dec
     // error takes the general path's handling.
     const Check& c = checks[0];
     const StoreCheck sc = Impl::ToStoreCheck(c, c.cost);
+    im.options.store->Prefetch(sc.key);  // loads while the clock is read
     const Micros now = im.options.clock->Now();
     const std::uint16_t idx = out[0].policy_index;
     const Status s = im.options.store->Run(

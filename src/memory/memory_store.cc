@@ -137,6 +137,11 @@ Store* MemoryStore::InProcess() {
   return this;
 }
 
+void MemoryStore::Prefetch(std::string_view key) {
+  const std::uint64_t h = HashKey(key);
+  impl_->shards[impl_->ShardOf(h)].table.Prefetch(h);
+}
+
 Status MemoryStore::Reset(const Policy& policy, std::string_view key) {
   (void)policy;
   const std::uint64_t h = HashKey(key);

@@ -65,6 +65,8 @@ void Table::Grow() {
   SlotArray old;
   old.swap(slots_);
   slots_.swap(bigger);
+  prefetch_base_.store(slots_.data(), std::memory_order_relaxed);
+  prefetch_size_.store(slots_.size(), std::memory_order_relaxed);
   for (Slot& s : old) {
     if (s.empty()) continue;
     std::size_t i = Home(s.Hash());

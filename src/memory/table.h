@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -24,6 +25,18 @@ class Table {
   }
 
   std::size_t size() const { return size_; }
+
+  // Starts loading the home slot of `hash` into the cache. Called without the lock:
+  // it reads the array's address and size from copies kept for it (a concurrent Grow
+  // may leave them stale; a prefetch of a stale address loads nothing useful but
+  // never faults).
+  void Prefetch(std::uint64_t hash) const {
+    const std::size_t n = prefetch_size_.load(std::memory_order_relaxed);
+    if (n != 0) {
+      __builtin_prefetch(prefetch_base_.load(std::memory_order_relaxed) +
+                         memory_internal::HomeSlot(hash, n));
+    }
+  }
 
   Slot* Find(std::uint64_t hash, std::string_view key) {
     if (slots_.empty()) return nullptr;
@@ -77,6 +90,9 @@ class Table {
   void Grow();
 
   SlotArray slots_;
+  // Prefetch's copies of slots_'s address and size, written by Grow.
+  std::atomic<const Slot*> prefetch_base_{nullptr};
+  std::atomic<std::size_t> prefetch_size_{0};
   std::size_t size_ = 0;
   std::size_t hand_ = 0;
   Micros next_expiry_ = std::numeric_limits<Micros>::max();

@@ -45,6 +45,7 @@ class ForwardingStore : public Store {
   }
   bool IsRemote() const override { return inner_->IsRemote(); }
   Store* InProcess() override { return inner_->InProcess(); }
+  void Prefetch(std::string_view key) override { inner_->Prefetch(key); }
 
   Store& inner() const { return *inner_; }
 

@@ -156,6 +156,44 @@ TEST(MemoryStore, ConcurrentCallersOnOneKeyStayExact) {
   }
 }
 
+// Store::Prefetch reads a table's address without its shard lock while other threads
+// grow that table (under TSan, a plain read there is a reported race): it changes no
+// decision, and every key inserted meanwhile is kept and decided exactly.
+TEST(MemoryStore, PrefetchWhileTablesGrowChangesNothing) {
+  auto store = std::make_shared<MemoryStore>(MemoryStoreOptions{.shards = 1});
+  const Policy p = Make(Algorithm::kFixedWindow, 1, kMin);
+  std::atomic<bool> done{false};
+  std::thread prefetcher([&] {
+    std::uint64_t i = 0;
+    while (!done.load(std::memory_order_relaxed)) {
+      store->Prefetch("sluice:{k" + std::to_string(i++ % 5000) + "}:p");
+    }
+  });
+  for (int i = 0; i < 5000; ++i) {
+    const std::string key = "sluice:{k" + std::to_string(i) + "}:p";
+    const StoreCheck c{.policy = &p, .key = key};
+    Decision d;
+    ASSERT_TRUE(store
+                    ->Run({.checks = std::span<const StoreCheck>(&c, 1), .now = kNoon},
+                          std::span<Decision>(&d, 1))
+                    .ok());
+    EXPECT_TRUE(d.allowed) << key;
+  }
+  done = true;
+  prefetcher.join();
+  EXPECT_EQ(store->Stats().keys, 5000u);
+  for (int i = 0; i < 5000; i += 97) {  // each key took its one unit
+    const std::string key = "sluice:{k" + std::to_string(i) + "}:p";
+    const StoreCheck c{.policy = &p, .key = key};
+    Decision d;
+    ASSERT_TRUE(store
+                    ->Run({.checks = std::span<const StoreCheck>(&c, 1), .now = kNoon},
+                          std::span<Decision>(&d, 1))
+                    .ok());
+    EXPECT_FALSE(d.allowed) << key;
+  }
+}
+
 // A one-check decision on a live key is decided in place (memory_store.cc, EvaluateOne);
 // the same check in a batch of two takes the general path. Both must agree exactly: the
 // same random sequence of costs and time steps runs against two stores, one asked one
