@@ -120,7 +120,7 @@ StoreOp OpOf(std::uint8_t op) {
 bool CloseGroup(std::span<const std::string_view> keys, std::size_t begin, std::size_t end,
                 ModuleRequest* r, std::string* error) {
   ModuleGroup g{begin, end, OpOf(r->checks[begin].op)};
-  StoreCheck checks[kMaxBatchChecks];
+  StoreCheck* checks = r->store_checks.data() + begin;
   if (end - begin > kMaxBatchChecks) {
     return Fail(error, "group at check " + std::to_string(begin) + " has more than " +
                            std::to_string(kMaxBatchChecks) + " checks");
@@ -168,6 +168,7 @@ bool ParseModuleRequest(std::span<const std::string_view> args, ModuleRequest* o
   r.policies.clear();
   r.checks.clear();
   r.groups.clear();
+  r.store_checks.clear();
   const std::size_t nkeys = ModuleKeyCount(args);
   if (nkeys == 0) {
     return Fail(error, "numkeys must be 1-" + std::to_string(redis::kModuleMaxChecks) +
@@ -202,6 +203,7 @@ bool ParseModuleRequest(std::span<const std::string_view> args, ModuleRequest* o
   }
   rest = rest.subspan(r.policies.size());
   r.checks.resize(nkeys);
+  r.store_checks.resize(nkeys);
   std::size_t begin = 0;
   for (std::size_t i = 0; i < nkeys; ++i) {
     bool last = false;
