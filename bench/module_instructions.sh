@@ -3,13 +3,16 @@
 # callgrind, for two builds of the module side by side in one run (issue #18): CPU time
 # on a shared machine moves by more than a small change saves, an instruction count
 # does not. For each module (--module-before, then --module) a redis-server runs under
-# `valgrind --tool=callgrind --toggle-collect=RedisModuleCommandDispatcher`, so only the
-# module's commands are counted, with everything they call inside Redis (key lookups,
-# writes, expiries, replication's argument objects); the parsing of the request off the
-# socket and the reply's write are not. Each algorithm: FLUSHALL, counters zeroed, then
-# --decisions decisions from bench/redis_pipe.py's module mode (ONE SLUICE.DECIDE of 16
-# one-check groups per call, over --keys random keys, --callers connections), then the
-# counters are dumped: the instructions (Ir) over the decisions. The keys each caller
+# `valgrind --tool=callgrind --toggle-collect=call`, so only the execution of commands is
+# counted (Redis's call(): the command with everything it calls inside Redis, key
+# lookups, writes, expiries, replication's argument objects, and the call's own
+# bookkeeping); reading and parsing the request off the socket and writing the reply
+# are not. Each algorithm: FLUSHALL, counters zeroed, then --decisions decisions from
+# bench/redis_pipe.py's module mode (ONE SLUICE.DECIDE of 16 one-check groups per call,
+# over --keys random keys, --callers connections), then the counters are dumped: the
+# instructions (Ir) over the decisions. The server of --module also runs the same
+# decisions as plain INCR and as envoyproxy/ratelimit's INCRBY + EXPIRE (16 pipelined),
+# counted the same way, as the reference. The keys each caller
 # draws are seeded, but the callers' interleaving is the scheduler's, so two runs differ
 # by a little (the table gives the spread over --rounds).
 #
@@ -76,7 +79,7 @@ measure() {  # NAME MODULE: one server under callgrind, every algorithm once
   path=$(realpath "$2")
   local port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  valgrind --tool=callgrind --toggle-collect=RedisModuleCommandDispatcher \
+  valgrind --tool=callgrind --toggle-collect=call \
     --callgrind-out-file="$tmp/cg.$name.%p" \
     redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
     --dir "$tmp" --logfile "$tmp/redis.$name.log" --loadmodule "$path" \
@@ -85,12 +88,15 @@ measure() {  # NAME MODULE: one server under callgrind, every algorithm once
   local rcli=(redis-cli -h 127.0.0.1 -p "$port")
   for _ in $(seq 600); do "${rcli[@]}" ping >/dev/null 2>&1 && break; sleep 0.1; done
   "${rcli[@]}" ping >/dev/null || { echo "module_instructions.sh: redis-server under valgrind did not start" >&2; cat "$tmp/valgrind.$name.log" >&2; exit 1; }
-  for a in ${algorithms//,/ }; do
-    local policy
-    policy=$(module_policy "$a")
+  local loads=""
+  for a in ${algorithms//,/ }; do loads+=" module:$a"; done
+  [[ $name == after ]] && loads+=" incr envoy"
+  for load in $loads; do
+    local a=${load#module:} mode=$load
+    [[ $load == module:* ]] && mode="module:$(module_policy "$a")"
     "${rcli[@]}" flushall >/dev/null
     callgrind_control -z "$redis_pid" >/dev/null 2>&1
-    nice -n 5 python3 bench/redis_pipe.py "module:$policy" "$port" "$decisions" "$keys" "$callers" - \
+    nice -n 5 python3 bench/redis_pipe.py "$mode" "$port" "$decisions" "$keys" "$callers" - \
       || { echo "module_instructions.sh: the load failed ($name, $a)" >&2; exit 1; }
     local before_dump
     before_dump=$(ls "$tmp"/cg."$name".* 2>/dev/null | wc -l)
@@ -125,14 +131,19 @@ runs = collections.OrderedDict()
 for line in open(path):
     a, name, ir = line.rstrip("\n").split("|")
     runs.setdefault(a, {}).setdefault(name, []).append(int(ir) / decisions)
+incr = runs.pop("incr", {}).get("after", [])
+envoy = runs.pop("envoy", {}).get("after", [])
 print(f"{decisions} decisions per algorithm, 16 per SLUICE.DECIDE, {callers} callers, {keys} random keys; "
       f"{rounds} round(s): median (min-max)\n")
-print("| algorithm | instructions per decision, before | after | after / before |")
-print("|---|---|---|---|")
+print("| algorithm | instructions per decision, before | after | after / before | after / envoy's way |")
+print("|---|---|---|---|---|")
 def cell(v):
     return f"{statistics.median(v):,.0f} ({min(v):,.0f}-{max(v):,.0f})"
 for a, r in runs.items():
     b, f = r.get("before", []), r.get("after", [])
     ratio = f"{statistics.median(f) / statistics.median(b):.2f}" if b and f else "-"
-    print(f"| {a} | {cell(b)} | {cell(f)} | {ratio} |")
+    vs = f"{statistics.median(f) / statistics.median(envoy):.2f}x" if f and envoy else "-"
+    print(f"| {a} | {cell(b)} | {cell(f)} | {ratio} | {vs} |")
+print()
+print(f"plain INCR: {cell(incr)}; envoyproxy/ratelimit's INCRBY + EXPIRE: {cell(envoy)} instructions per decision")
 EOF
