@@ -29,13 +29,13 @@ rounds=2
 algorithms=fixed_window,gcra,token_bucket,sliding_window_counter
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --module) module=$2; shift 2 ;;
-    --module-before) module_before=$2; shift 2 ;;
+    --algorithms) algorithms=$2; shift 2 ;;
+    --callers) callers=$2; shift 2 ;;
     --decisions) decisions=$2; shift 2 ;;
     --keys) keys=$2; shift 2 ;;
-    --callers) callers=$2; shift 2 ;;
+    --module) module=$2; shift 2 ;;
+    --module-before) module_before=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    --algorithms) algorithms=$2; shift 2 ;;
     -h|--help) sed -n 2,17p "$0"; exit 0 ;;
     *) echo "module_instructions.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -62,16 +62,6 @@ stop_server() {
 }
 trap 'stop_server; rm -rf "$tmp"' EXIT
 
-module_policy() {  # ALGORITHM: `sluice bench`'s default policy (1000/s) as the module's argument
-  case "$1" in
-    fixed_window) echo 0,1000,1000000,1000,-1 ;;
-    sliding_window_counter) echo 2,1000,1000000,1000,-1 ;;
-    token_bucket) echo 3,1000,1000000,1000,-1 ;;
-    gcra) echo 4,1000,1000000,1000,-1 ;;
-    *) echo "module_instructions.sh: the module does not decide '$1'" >&2; exit 2 ;;
-  esac
-}
-
 results="$tmp/results.txt"
 : > "$results"
 measure() {  # NAME MODULE: one server under callgrind, every algorithm once
@@ -93,7 +83,6 @@ measure() {  # NAME MODULE: one server under callgrind, every algorithm once
   [[ $name == after ]] && loads+=" incr envoy"
   for load in $loads; do
     local a=${load#module:} mode=$load
-    [[ $load == module:* ]] && mode="module:$(module_policy "$a")"
     "${rcli[@]}" flushall >/dev/null
     callgrind_control -z "$redis_pid" >/dev/null 2>&1
     nice -n 5 python3 bench/redis_pipe.py "$mode" "$port" "$decisions" "$keys" "$callers" - \
