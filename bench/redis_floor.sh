@@ -137,13 +137,16 @@ row() {
   echo "$name|$c0|$c1|${scalls:-0}|${usec:-0}|$calls" >> "$results"
   echo "== round $round: $name done" >&2
 }
-module_policy() {  # ALGORITHM: `sluice bench`'s default policy (1000/s) as the module's argument
-  case "$1" in
-    fixed_window) echo 0,1000,1000000,1000,-1 ;;
-    sliding_window_counter) echo 2,1000,1000000,1000,-1 ;;
-    token_bucket) echo 3,1000,1000000,1000,-1 ;;
-    gcra) echo 4,1000,1000000,1000,-1 ;;
-  esac
+module_rows() {  # SUFFIX: the rows of the module loaded now, named "... SUFFIX"
+  local a
+  for a in ${algorithms//,/ }; do
+    [[ $a == sliding_window_log ]] && continue  # (Lua only)
+    # shellcheck disable=SC2046 # (bench_args prints plain words)
+    row "sluice $a, module$1" "$sluice" $(bench_args "$a")
+    row "module $a, 16 per call$1" python3 bench/redis_pipe.py "module:$a" "$port" "$decisions" "$keys" "$callers" -
+  done
+  # shellcheck disable=SC2046
+  row "sluice fixed_window, module, uncoalesced$1" "$sluice" $(bench_args fixed_window) --coalesce 1
 }
 swap_module() {  # PATH: the loaded sluice module becomes the one at PATH
   rcli module unload sluice | grep -qx OK || { echo "redis_floor.sh: MODULE UNLOAD sluice failed" >&2; exit 1; }
@@ -166,26 +169,10 @@ for round in $(seq "$rounds"); do
   done
   if [[ -n $module_before ]]; then
     swap_module "$module_before"
-    for a in ${algorithms//,/ }; do
-      [[ $a == sliding_window_log ]] && continue  # (Lua only)
-      # shellcheck disable=SC2046
-      row "sluice $a, module (before)" "$sluice" $(bench_args "$a")
-      row "module $a, 16 per call (before)" python3 bench/redis_pipe.py "module:$(module_policy "$a")" "$port" "$decisions" "$keys" "$callers" -
-    done
-    # shellcheck disable=SC2046
-    row "sluice fixed_window, module, uncoalesced (before)" "$sluice" $(bench_args fixed_window) --coalesce 1
+    module_rows " (before)"
     swap_module "$module"
   fi
-  if [[ $module != none ]]; then
-    for a in ${algorithms//,/ }; do
-      [[ $a == sliding_window_log ]] && continue  # (Lua only)
-      # shellcheck disable=SC2046
-      row "sluice $a, module" "$sluice" $(bench_args "$a")
-      row "module $a, 16 per call" python3 bench/redis_pipe.py "module:$(module_policy "$a")" "$port" "$decisions" "$keys" "$callers" -
-    done
-    # shellcheck disable=SC2046
-    row "sluice fixed_window, module, uncoalesced" "$sluice" $(bench_args fixed_window) --coalesce 1
-  fi
+  [[ $module != none ]] && module_rows ""
   # A single uncoalesced decision (one script call each), beside the article's script.
   # shellcheck disable=SC2046
   [[ -n "$before" ]] && row "sluice fixed_window, uncoalesced (before)" "$before" \

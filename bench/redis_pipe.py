@@ -3,11 +3,17 @@
 # CALLERS connections to 127.0.0.1:PORT, each sending 16 decisions' commands at a time
 # over KEYS random keys ("floor:{N}:x") and reading their replies, until DECISIONS in all.
 # MODE: incr (INCR), envoy (INCRBY + EXPIRE 60), script (EVALSHA SHA of a one-key
-# script), or module:POLICY (ONE SLUICE.DECIDE of 16 one-check groups, POLICY in the
-# module's argument layout, e.g. 0,1000,1000000,1000,-1). Any reply that is not an
-# integer (or the module's array of integers) fails the run.
+# script), or module:ALGORITHM (ONE SLUICE.DECIDE of 16 one-check groups of
+# `sluice bench`'s default policy, 1000/s, with ALGORITHM fixed_window, gcra,
+# token_bucket or sliding_window_counter). Any reply that is not an integer (or the
+# module's array of integers) fails the run.
 import asyncio, random, sys
 mode, port, decisions, keys, callers, sha = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+# the module's policy argument: algorithm id, limit, window (us), capacity, initial tokens
+POLICIES = {"fixed_window": b"0,1000,1000000,1000,-1", "sliding_window_counter": b"2,1000,1000000,1000,-1",
+            "token_bucket": b"3,1000,1000000,1000,-1", "gcra": b"4,1000,1000000,1000,-1"}
+if mode.startswith("module:") and mode[7:] not in POLICIES:
+    sys.exit("redis_pipe.py: the module does not decide '%s'" % mode[7:])
 def cmd(*a):
     out = [b"*%d\r\n" % len(a)]
     for x in a:
@@ -32,7 +38,7 @@ async def caller(i):
         wire, replies = [], 0
         if mode.startswith("module:"):
             ks = [b"floor:{%d}:x" % rng.randrange(keys) for _ in range(n)]
-            wire.append(cmd(b"SLUICE.DECIDE", n, *ks, 1, b"", 0, 1, mode[7:], *([b"0,0,1,0,1"] * n)))
+            wire.append(cmd(b"SLUICE.DECIDE", n, *ks, 1, b"", 0, 1, POLICIES[mode[7:]], *([b"0,0,1,0,1"] * n)))
             header = None
         for _ in range(0 if wire else n):
             c, k = decision(rng)

@@ -700,6 +700,13 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
       {{"1", "k", "1", "", "0", "1", "0,1,1000,1,5", "0,0,1,0,1"}, "initial tokens"},
       {{"1", "k", "1", "c", "0", "1", "0,1,1000,1,-1", "0,0,1,0,1"}, "6 comma-separated"},
       {{"1", "", "1", "", "0", "1", "0,1,1000,1,-1", "0,0,1,0,1"}, "empty key"},
+      {{"1", "k", "1", "", "0", "1", "0,1,1000,1,-1,", "0,0,1,0,1"}, "policy 0 is not 5"},
+      {{"1", "k", "1", "", "0", "1", "0,+1,1000,1,-1", "0,0,1,0,1"}, "policy 0 is not 5"},
+      {{"1", "k", "1", "", "0", "1", "0,1,1000,1,-1", "0,0, 1,0,1"}, "check 0 is not 5"},
+      {{"1", "k", "1", "", "0", "1", "0,1,1000,1,-1", "0,0,1,0,1,0"}, "check 0 is not 5"},
+      {{"1", "k", "1", "", "0", "1", "0,1,1000,1,-1", "0,0,9223372036854775808,0,1"},
+       "check 0 is not 5"},
+      {{"1", "k", "1", "", "0", "1", "0,1,1000,1,-1", "0,0,-,0,1"}, "check 0 is not 5"},
   };
   for (const Case& c : cases) {
     redis_module::ModuleRequest r;
@@ -716,6 +723,18 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
   EXPECT_EQ(r.checks[0].max_wait, 500);
   EXPECT_EQ(r.checks[1].now, 7);
   EXPECT_EQ(r.policies[0].Capacity(), 20u);
+  // The extremes of a field: -2^63 and 2^63 - 1 are integers (out of range as a now).
+  const std::vector<std::string_view> extremes = {
+      "1",
+      "k",
+      "1",
+      "c",
+      "0",
+      "1",
+      "3,10,1000000,20,5",
+      "0,0,9223372036854775807,0,1,-9223372036854775808"};
+  EXPECT_FALSE(redis_module::ParseModuleRequest(extremes, &r, &error));
+  EXPECT_NE(error.find("now must be within"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -79,13 +79,15 @@ void Emit(const Policy& p, const core::WordState& s, Micros expires, Layout layo
 void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
                  std::span<const StoredValue> values, std::vector<ModuleWrite>* writes,
                  std::vector<long long>* reply) {
-  ReadState read[kMaxBatchChecks];
-  bool allowed[kMaxBatchChecks] = {};
-  core::WordState next[kMaxBatchChecks];
-  Micros expires[kMaxBatchChecks];
+  // (per thread, made once: a group of one check then initialises one entry, not 16)
+  thread_local ReadState read[kMaxBatchChecks];
+  thread_local bool allowed[kMaxBatchChecks];
+  thread_local core::WordState next[kMaxBatchChecks];
+  thread_local Micros expires[kMaxBatchChecks];
   bool all = true, consumes = false;
   const std::size_t n = g.end - g.begin;
   for (std::size_t i = 0; i < n; ++i) {
+    allowed[i] = false;
     const ModuleCheck& c = r.checks[g.begin + i];
     const Policy& p = r.policies[c.policy];
     const core::WordOps& ops = *core::WordOpsOf(p.algorithm);

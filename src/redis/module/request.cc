@@ -27,15 +27,28 @@ bool ParseInt(std::string_view s, long long* v) {
 }
 
 // Splits `s` at commas into at most `max` integers; returns how many (0: malformed).
+// Each field is what ParseInt accepts (an optional '-', then digits, in range), read in
+// one pass: every check of every call comes through here.
 std::size_t ParseFields(std::string_view s, long long* out, std::size_t max) {
-  std::size_t n = 0;
-  for (;;) {
-    const std::size_t comma = s.find(',');
-    if (n == max || !ParseInt(s.substr(0, comma), &out[n])) return 0;
-    ++n;
-    if (comma == std::string_view::npos) return n;
-    s.remove_prefix(comma + 1);
+  const char* p = s.data();
+  const char* const end = p + s.size();
+  for (std::size_t n = 0; n < max;) {
+    const bool negative = p != end && *p == '-';
+    if (negative) ++p;
+    const unsigned long long limit = negative ? 9223372036854775808ULL : 9223372036854775807ULL;
+    const char* const digits = p;
+    unsigned long long v = 0;
+    for (; p != end && *p >= '0' && *p <= '9'; ++p) {
+      const unsigned d = static_cast<unsigned>(*p - '0');
+      if (v > (limit - d) / 10) return 0;  // out of range
+      v = v * 10 + d;
+    }
+    if (p == digits) return 0;  // no digits
+    out[n++] = negative ? static_cast<long long>(0 - v) : static_cast<long long>(v);
+    if (p == end) return n;
+    if (*p++ != ',') return 0;
   }
+  return 0;  // more than max fields
 }
 
 bool Fail(std::string* error, std::string what) {
@@ -120,7 +133,7 @@ StoreOp OpOf(std::uint8_t op) {
 bool CloseGroup(std::span<const std::string_view> keys, std::size_t begin, std::size_t end,
                 ModuleRequest* r, std::string* error) {
   ModuleGroup g{begin, end, OpOf(r->checks[begin].op)};
-  StoreCheck checks[kMaxBatchChecks];
+  StoreCheck* checks = r->store_checks.data() + begin;
   if (end - begin > kMaxBatchChecks) {
     return Fail(error, "group at check " + std::to_string(begin) + " has more than " +
                            std::to_string(kMaxBatchChecks) + " checks");
@@ -168,6 +181,7 @@ bool ParseModuleRequest(std::span<const std::string_view> args, ModuleRequest* o
   r.policies.clear();
   r.checks.clear();
   r.groups.clear();
+  r.store_checks.clear();
   const std::size_t nkeys = ModuleKeyCount(args);
   if (nkeys == 0) {
     return Fail(error, "numkeys must be 1-" + std::to_string(redis::kModuleMaxChecks) +
@@ -202,6 +216,7 @@ bool ParseModuleRequest(std::span<const std::string_view> args, ModuleRequest* o
   }
   rest = rest.subspan(r.policies.size());
   r.checks.resize(nkeys);
+  r.store_checks.resize(nkeys);
   std::size_t begin = 0;
   for (std::size_t i = 0; i < nkeys; ++i) {
     bool last = false;

@@ -37,6 +37,8 @@ struct ModuleRequest {
   std::vector<Policy> policies;
   std::vector<ModuleCheck> checks;
   std::vector<ModuleGroup> groups;
+  // The checks as the stores' ValidateBatch takes them (the parser's own scratch).
+  std::vector<StoreCheck> store_checks;
 };
 
 // The number of keys of a call whose arguments after the command name are `args`

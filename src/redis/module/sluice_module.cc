@@ -10,6 +10,7 @@
 // command and refuses a cross-slot one, as it does for scripts.
 #include <sys/time.h>
 
+#include <charconv>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -126,7 +127,11 @@ void Write(RedisModuleCtx* ctx, RedisModuleString* name, RedisModuleKey* key, co
   if (w.keep_ttl) {
     api.Replicate(ctx, "SET", "sbs", name, w.value.data, size, word_keepttl);
   } else {
-    api.Replicate(ctx, "SET", "sbsl", name, w.value.data, size, word_pxat, at);
+    // (digits given as a buffer: Redis makes an 'l' argument with one allocation more)
+    char digits[24];
+    const auto end = std::to_chars(digits, digits + sizeof(digits), at).ptr;
+    api.Replicate(ctx, "SET", "sbsb", name, w.value.data, size, word_pxat, digits,
+                  static_cast<std::size_t>(end - digits));
   }
 }
 
