@@ -256,13 +256,12 @@ Result<std::size_t> Decider::Decide(std::span<const Check> checks, std::span<Dec
     const Status s = im.options.store->Run(
         StoreBatch{.checks = std::span<const StoreCheck>(&sc, 1), .now = now}, out.first(1));
     out[0].policy_index = idx;
-    im.Counters().in_process.fetch_add(1, std::memory_order_relaxed);
     if (!s.ok()) {
       Impl::Group g;
       Impl::MakeGroup(checks, g);
       if (Status st = im.AfterStore(g, s, now, out); !st.ok()) return st;
     }
-    return im.Finish(checks, out);
+    return im.Finish(checks, out, /*in_process=*/true);
   }
   if (Status s = Impl::Validate(checks, out.size(), StoreOp::kDecide); !s.ok()) return s;
   Flow f;
@@ -364,7 +363,8 @@ void Decider::ForgetDenial(std::string_view key) {
 LimiterStats Decider::Stats() const {
   LimiterStats s;
   for (const CounterStripe& c : impl_->stripes) {
-    s.decisions += c.decisions.load(std::memory_order_relaxed);
+    s.decisions +=
+        c.decisions.load(std::memory_order_relaxed) + c.in_process.load(std::memory_order_relaxed);
     s.denied += c.denied.load(std::memory_order_relaxed);
     s.shadow_denied += c.shadow_denied.load(std::memory_order_relaxed);
     s.deny_cache_hits += c.deny_cache_hits.load(std::memory_order_relaxed);

@@ -18,7 +18,8 @@
 namespace sluice::decide {
 
 // Counters of one stripe: threads add to their own stripe (one cache line), so that
-// counting decisions does not bounce a shared line between cores.
+// counting decisions does not bounce a shared line between cores. A decision is counted
+// in `decisions`, or in `in_process` when the one-check fast path took it.
 struct alignas(64) CounterStripe {
   std::atomic<std::uint64_t> decisions{0}, denied{0}, shadow_denied{0}, deny_cache_hits{0},
       store_errors{0}, fail_open{0}, fail_closed{0}, local_fallback{0}, lease_hits{0},
@@ -131,7 +132,10 @@ struct Decider::Impl {
                   std::span<Decision> out);
 
   // Shadow rewrite, binding index and counters, once every group is decided.
-  std::size_t Finish(std::span<const Check> checks, std::span<Decision> out);
+  // `in_process`: decided by the one-check fast path, counted in in_process instead of
+  // decisions (Stats adds both), so that the fast path pays one atomic increment.
+  std::size_t Finish(std::span<const Check> checks, std::span<Decision> out,
+                     bool in_process = false);
 };
 
 }  // namespace sluice::decide

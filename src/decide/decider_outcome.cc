@@ -278,7 +278,8 @@ bool Decider::Impl::AfterLease(const Group& gc, std::uint64_t grant, Micros now,
   return true;
 }
 
-std::size_t Decider::Impl::Finish(std::span<const Check> checks, std::span<Decision> out) {
+std::size_t Decider::Impl::Finish(std::span<const Check> checks, std::span<Decision> out,
+                                  bool in_process) {
   bool shadowed = false;
   for (std::size_t i = 0; i < checks.size(); ++i) {
     if (!out[i].allowed && checks[i].policy->shadow) {
@@ -290,9 +291,10 @@ std::size_t Decider::Impl::Finish(std::span<const Check> checks, std::span<Decis
     if (checks[i].policy->shadow) out[i].wait = 0;  // shadow never delays a request
   }
   const std::size_t bind = BindingIndex(out.first(checks.size()));
-  Counters().decisions.fetch_add(1, std::memory_order_relaxed);
-  if (!out[bind].allowed) Counters().denied.fetch_add(1, std::memory_order_relaxed);
-  if (shadowed) Counters().shadow_denied.fetch_add(1, std::memory_order_relaxed);
+  CounterStripe& c = Counters();
+  (in_process ? c.in_process : c.decisions).fetch_add(1, std::memory_order_relaxed);
+  if (!out[bind].allowed) c.denied.fetch_add(1, std::memory_order_relaxed);
+  if (shadowed) c.shadow_denied.fetch_add(1, std::memory_order_relaxed);
   return bind;
 }
 
