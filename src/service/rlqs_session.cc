@@ -258,18 +258,20 @@ void RlqsSession::Plan(Bucket& b, Micros now, const std::shared_ptr<Pending>& p)
 }
 
 std::uint64_t RlqsSession::Sized(Bucket& b) {
-  // Twice the demand of one TTL at the rate reported since the last sizing, between 1
-  // and the configured slice.
+  // Four times the demand of one TTL at the rate reported since the last sizing (Envoy
+  // may report only every few seconds: room for the demand to double before the next
+  // sizing), between half the current slice (a bucket idle for a while shrinks in steps,
+  // so a short pause does not leave it too small for the next burst) and the configured
+  // slice.
   const std::uint64_t demand = std::exchange(b.demand, 0);
   const Micros time = std::exchange(b.demand_time, 0);
   if (time <= 0) return b.slice;
   const double per_ttl = static_cast<double>(demand) *
                          static_cast<double>(settings_->rlqs.assignment_ttl) /
                          static_cast<double>(time);
-  const double want = std::ceil(2 * per_ttl);
-  return want >= static_cast<double>(b.slice)
-             ? b.slice
-             : std::max<std::uint64_t>(1, static_cast<std::uint64_t>(want));
+  const double want = std::ceil(4 * per_ttl);
+  if (want >= static_cast<double>(b.slice)) return b.slice;
+  return std::max<std::uint64_t>({1, b.units / 2, static_cast<std::uint64_t>(want)});
 }
 
 void RlqsSession::Take(Bucket& b, std::uint64_t want, std::uint64_t got, bool renew,

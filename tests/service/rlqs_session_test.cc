@@ -313,28 +313,37 @@ TEST_F(RlqsTest, AnEndedStreamGivesBackWhatEnvoyCanNoLongerSpend) {
   EXPECT_EQ(StoreLeft(*engine, 100), 100 - 30 + 7);
 }
 
-// Assignments follow the reported demand: a quiet bucket's slice shrinks to 1 unit at its
-// renewal (the rest of the old one goes back once it ended), a bucket whose reports show
-// denials gets the configured slice again.
+// Assignments follow the reported demand: a quiet bucket's slice shrinks at its renewals,
+// by half at a time, down to 1 unit (the rest of an old one goes back once it ended); a
+// bucket whose reports show denials gets the configured slice again.
 TEST_F(RlqsTest, AssignmentsShrinkForAQuietBucketAndGrowWithDemand) {
   LoadSlicesOf20();
   RlqsSession s(*engine);
   ASSERT_EQ(FirstSlice(s), 20);
   Response out;
-  for (int i = 0; i < 8; ++i) {  // quiet: nothing used for 8 s
+  // Quiet (nothing used) until the renewal 2 s before the TTL (10 s): replaced by 10.
+  for (int i = 0; i < 8; ++i) {
     clock->Advance(kSec);
     ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 0}}), &out).ok());
   }
   ASSERT_EQ(out.bucket_action_size(), 1) << "no renewal at 2 s before the TTL";
-  EXPECT_EQ(Tokens(out), 1);
-  EXPECT_EQ(Granted(), 21u);
+  EXPECT_EQ(Units(out), 10);
+  EXPECT_EQ(Granted(), 30u);
   // One report later (1 s after the old slice ended) its 20 unused units are back;
-  // Envoy may still spend the 1-unit bucket's token and a refill of it.
+  // Envoy may still spend the new bucket's 5 tokens and 5 of refill.
   clock->Advance(kSec);
   ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 0}}), &out).ok());
-  EXPECT_EQ(Refunded(), 19u);
-  // Demand: 10 denied a second until the renewal of the 1-unit bucket (TTL at 18 s).
+  EXPECT_EQ(Refunded(), 20u);
+  // Still quiet at its renewal (TTL at 18 s): 5 units.
   for (int i = 0; i < 7 && out.bucket_action_size() == 0; ++i) {
+    clock->Advance(kSec);
+    ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 0}}), &out).ok());
+  }
+  ASSERT_EQ(out.bucket_action_size(), 1);
+  EXPECT_EQ(Units(out), 5);
+  // Demand: 10 denied a second until the renewal of that bucket (TTL at 26 s).
+  out.Clear();
+  for (int i = 0; i < 8 && out.bucket_action_size() == 0; ++i) {
     clock->Advance(kSec);
     Reports r = Report({{{{"name", "api"}}, 0}});
     r.mutable_bucket_quota_usages(0)->set_num_requests_denied(10);
