@@ -88,6 +88,10 @@ struct RlqsSession::Bucket {
   // the store, requests Envoy reported allowed and units given back, since the last
   // time Envoy held no token bucket; the token buckets it may still spend from.
   std::uint64_t charged = 0, allowed = 0, refunded = 0;
+  // The rules generation of the ledger's charges; `mixed`: charged under several (a
+  // reload may have moved the limit to another key: nothing is refunded until it closes).
+  std::uint64_t charged_generation = 0;
+  bool mixed = false;
   Micros last_report = 0;  // when the last report arrived (engine clock)
   std::vector<Spend> spends;
   // Demand (allowed + denied) reported since the last sizing, and the time it covers.
@@ -147,7 +151,11 @@ void RlqsSession::Settle(Bucket& b, bool ending) {
   // Nothing left that Envoy may spend: the ledger closes (and starts over with the next
   // charge). While it may, refunds wait for a refill's worth (one store call per refill).
   const bool closed = b.spends.empty();
-  if (back > 0 && (ending || closed || back >= std::max<std::uint64_t>(1, b.tokens_per_fill))) {
+  std::uint64_t generation = 0;
+  engine_.rules(&generation);
+  const bool same_rules = !b.mixed && generation == b.charged_generation;
+  if (back > 0 && same_rules &&
+      (ending || closed || back >= std::max<std::uint64_t>(1, b.tokens_per_fill))) {
     b.refunded += back;
     RlqsCounters* c = &engine_.metrics().rlqs();
     DescriptorRequest d;
@@ -156,7 +164,10 @@ void RlqsSession::Settle(Bucket& b, bool ending) {
       c->refunded_units.fetch_add(n, std::memory_order_relaxed);
     });
   }
-  if (closed) b.charged = b.allowed = b.refunded = 0;
+  if (closed) {
+    b.charged = b.allowed = b.refunded = 0;
+    b.mixed = false;
+  }
 }
 
 void RlqsSession::EndTokens(Bucket& b, Micros now) {
@@ -330,6 +341,8 @@ void RlqsSession::Decided(Bucket& b, std::uint64_t want, std::uint64_t got, bool
     engine_.metrics().rlqs().granted_units.fetch_add(want, std::memory_order_relaxed);
     // Units charged to the shared store (not those a failure mode granted).
     if (st.source == DecisionSource::kStore || st.source == DecisionSource::kLease) {
+      if (b.charged == 0) b.charged_generation = b.rules_generation;
+      b.mixed = b.mixed || b.charged_generation != b.rules_generation;
       b.charged += want;
     }
     const Micros horizon = now + (st.duration_until_reset > 0 ? st.duration_until_reset : ttl);

@@ -293,6 +293,22 @@ TEST_F(RlqsTest, UnusedQuotaGoesBackOnceAReportShowsTheAssignmentEndedUnspent) {
   EXPECT_EQ(StoreLeft(*engine, 100), 100 - 40 + 16);
 }
 
+// A reload may move a limit to another store key (new parameters): what was charged
+// under the old rules is not refunded under the new ones.
+TEST_F(RlqsTest, NoRefundAcrossAReloadOfTheRules) {
+  LoadSlicesOf20();
+  RlqsSession s(*engine);
+  ASSERT_EQ(FirstSlice(s), 20);
+  auto c = ParseConfig(Yaml("slice: 0.2, assignment_ttl: 10s", 200, "hour"), "rlqs.yaml");
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(engine->Reload(*c).ok());
+  clock->Advance(11 * kSec);  // the assignment ended unspent: refundable but for the reload
+  Response out;
+  ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 0}}), &out).ok());
+  EXPECT_EQ(Refunded(), 0u);
+  EXPECT_GT(Units(out), 0);  // a fresh slice, under the new rules
+}
+
 // A stream that ends (Envoy gone, or its connection): Envoy may still spend, until its
 // TTL, what it held at its last report; everything it was charged beyond that goes back.
 TEST_F(RlqsTest, AnEndedStreamGivesBackWhatEnvoyCanNoLongerSpend) {
