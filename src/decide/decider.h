@@ -52,6 +52,10 @@ struct Check {
   // check under. Never decided from a lease or the deny cache.
   std::string_view usage_id;
   Micros usage_ttl = 0;
+  // Never denied from the deny cache, and its denial not put there: a caller that gives
+  // units back (refunds) and asks again right after, whose stale cached denial would
+  // outlive the refund.
+  bool skip_deny_cache = false;
 };
 
 struct Options {

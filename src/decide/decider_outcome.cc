@@ -50,6 +50,7 @@ bool Decider::Impl::FromDenyCache(const Group& g, Micros now, std::span<Decision
   for (std::size_t i = 0; i < g.n; ++i) {
     const StoreCheck& c = g.sc[i];
     if ((c.cost > 0 && c.policy->overage != Overage::kReject) || !c.usage_id.empty()) return false;
+    if (g.checks[i].skip_deny_cache) return false;
   }
   for (std::size_t i = 0; i < g.n; ++i) {
     Decision d;
@@ -90,7 +91,8 @@ Status Decider::Impl::AfterStore(const Group& g, const Status& s, Micros now,
     for (std::size_t i = 0; i < g.n; ++i) {
       if (!out[i].allowed) {
         // (A concurrency slot may be released before its retry time: not cached.)
-        if (use_deny_cache && g.sc[i].policy->algorithm != Algorithm::kConcurrency) {
+        if (use_deny_cache && g.sc[i].policy->algorithm != Algorithm::kConcurrency &&
+            !g.checks[i].skip_deny_cache) {
           deny_cache.Insert(g.sc[i].key, g.sc[i].cost, now, out[i]);
         }
       } else if (denied) {

@@ -48,7 +48,10 @@ struct Engine::Prepared {
   Plan plan;
 };
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  std::unique_lock<std::mutex> lock(refunds_mu_);
+  refunds_cv_.wait(lock, [this] { return refunds_in_flight_ == 0; });
+}
 
 Result<std::shared_ptr<Engine::Snapshot>> Engine::Compile(const Config& config) {
   auto rules = RuleSet::Compile(config, *metrics_);
@@ -233,6 +236,7 @@ void Engine::Finish(const Prepared& prepared, std::span<const Decision> decision
       st.concurrency = r->policy.algorithm == Algorithm::kConcurrency;
       st.duration_until_reset = d.reset_after;
       st.retry_after = d.retry_after;
+      st.source = d.source;
       st.code = d.allowed ? Code::kOk : Code::kOverLimit;
       st.above_capacity = !r->banned && !d.allowed && p.checks[p.check[a]].cost > st.capacity;
       // The embedded store fails only at its key cap: the failure mode decided, and that
@@ -345,6 +349,45 @@ void Engine::ShouldRateLimitAsync(const RateLimitRequest& req, AsyncDone done) {
                           if (st.ok()) Finish(*p, d, resp.get());
                           done(st, *resp);
                         });
+}
+
+void Engine::RefundAsync(std::string_view domain, const DescriptorRequest& d, std::uint64_t units,
+                         std::function<void(std::uint64_t refunded)> done) {
+  auto snap = std::atomic_load(&snapshot_);
+  auto plan = std::make_shared<Plan>();
+  RateLimitRequest req;
+  req.domain = domain;
+  req.descriptors.push_back(d);
+  req.descriptors[0].has_hits_addend = true;
+  req.descriptors[0].hits_addend = units;
+  if (units == 0 || !BuildPlan(*snap->rules, *metrics_, req, PlanOp{}, *plan).ok()) return done(0);
+  StoreCheck checks[kMaxChecks];
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < plan->nchecks; ++i) {
+    const decide::Check& c = plan->checks[i];
+    if (c.policy->shadow || c.policy->algorithm == Algorithm::kConcurrency) continue;
+    units = std::min(units, c.policy->Capacity());
+    checks[n++] = StoreCheck{.policy = c.policy, .key = c.key};
+  }
+  if (n == 0 || units == 0) return done(0);
+  for (std::size_t i = 0; i < n; ++i) checks[i].cost = units;
+  const StoreBatch batch{.op = StoreOp::kRefund,
+                         .checks = std::span<const StoreCheck>(checks, n),
+                         .now = clock_->Now()};
+  {
+    std::lock_guard<std::mutex> lock(refunds_mu_);
+    ++refunds_in_flight_;
+  }
+  // The plan (and the snapshot its policies and keys live in) is kept until the answer.
+  store_->RunAsync(batch, [this, snap, plan, units, done = std::move(done)](
+                              const Status& s, std::span<const Decision>) {
+    if (s.ok()) {
+      for (std::size_t i = 0; i < plan->nchecks; ++i) decider_->ForgetDenial(plan->checks[i].key);
+    }
+    done(s.ok() ? units : 0);
+    std::lock_guard<std::mutex> lock(refunds_mu_);
+    if (--refunds_in_flight_ == 0) refunds_cv_.notify_all();
+  });
 }
 
 // --- concurrency limits (issue #12): /v1/acquire, /v1/release, /v1/extend ---------

@@ -10,9 +10,11 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -76,6 +78,15 @@ class Engine {
   // exactly once, inline (bad input, no store call needed, deny cache) or on the
   // store's I/O thread. `request` needs to live only during this call.
   void ShouldRateLimitAsync(const RateLimitRequest& request, AsyncDone done);
+
+  // Gives back `units` (1..) that ShouldRateLimitAsync charged for descriptor `d` of
+  // `domain` (the RLQS's unused quota, docs/rlqs.md): StoreOp::kRefund of the units, at
+  // most each limit's capacity, to every enforced limit the descriptor matches now, and
+  // their cached denials dropped. `done` runs once with the units given back (0 when
+  // nothing matches or the refund failed: the units then stay taken), inline or on the
+  // store's thread.
+  void RefundAsync(std::string_view domain, const DescriptorRequest& d, std::uint64_t units,
+                   std::function<void(std::uint64_t refunded)> done);
 
   // --- concurrency limits (issue #12) ---
   using PermitDone = std::function<void(const Status& status, PermitResponse& response)>;
@@ -149,6 +160,11 @@ class Engine {
   std::shared_ptr<Snapshot> snapshot_;  // accessed with std::atomic_load/store
   std::atomic<std::uint64_t> generation_{0};
   bool top_keys_ = true;
+  // RefundAsync calls the store has not answered yet: the destructor waits for them
+  // (their answers use the decider and the metrics).
+  std::mutex refunds_mu_;
+  std::condition_variable refunds_cv_;
+  int refunds_in_flight_ = 0;
 };
 
 }  // namespace sluice::service

@@ -108,6 +108,11 @@ void Metrics::RenderRlqs(std::string& out) const {
       "# HELP sluiced_rlqs_granted_units_total Units taken from the store for assignments.\n");
   out.append("# TYPE sluiced_rlqs_granted_units_total counter\n");
   AppendMetricLine(out, "sluiced_rlqs_granted_units_total", "", load(r.granted_units));
+  out.append(
+      "# HELP sluiced_rlqs_refunded_units_total Units of assignments given back to the store "
+      "unused.\n");
+  out.append("# TYPE sluiced_rlqs_refunded_units_total counter\n");
+  AppendMetricLine(out, "sluiced_rlqs_refunded_units_total", "", load(r.refunded_units));
   out.append("# HELP sluiced_rlqs_assignments_total Bucket actions sent, by action.\n");
   out.append("# TYPE sluiced_rlqs_assignments_total counter\n");
   static constexpr const char* kActions[4] = {"token_bucket", "deny_all", "allow_all", "abandon"};

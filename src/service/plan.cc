@@ -277,7 +277,10 @@ Status BuildPlan(const RuleSet& rules, Metrics& metrics, const RateLimitRequest&
   }
   // Keys are views into p.keys, which the loop above may still have grown: set them
   // once every key is final.
-  for (std::size_t c = 0; c < p.nchecks; ++c) p.checks[c].key = p.keys[c];
+  for (std::size_t c = 0; c < p.nchecks; ++c) {
+    p.checks[c].key = p.keys[c];
+    p.checks[c].skip_deny_cache = req.skip_deny_cache;
+  }
   // A request an enforced ban denies takes nothing from its other rate limits (denied
   // requests do not consume): they only look, and report what remains.
   bool banned = false;

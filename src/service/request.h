@@ -12,6 +12,7 @@
 #include "service/config.h"
 #include "service/rules.h"
 #include "sluice/clock.h"
+#include "sluice/decision.h"
 #include "sluice/policy.h"
 
 namespace sluice::service {
@@ -38,6 +39,9 @@ struct RateLimitRequest {
   std::vector<DescriptorRequest> descriptors;
   // Cost for every descriptor; 0 means 1.
   std::uint32_t hits_addend = 0;
+  // Decided by the store, never from (nor into) the deny cache: for the RLQS's slices,
+  // which refunds may make fit again at any time (decide::Check::skip_deny_cache).
+  bool skip_deny_cache = false;
 };
 
 enum class Code : int { kUnknown = 0, kOk = 1, kOverLimit = 2 };
@@ -56,6 +60,8 @@ struct DescriptorStatus {
   Micros window = 0;
   Micros duration_until_reset = 0;
   Micros retry_after = 0;
+  // Who decided: the store (or this process's lease of it), or a failure mode.
+  DecisionSource source = DecisionSource::kStore;
   // Denied because the request's cost is above the capacity: no wait lets it pass (no
   // Retry-After; /v1/check says so in "reason").
   bool above_capacity = false;

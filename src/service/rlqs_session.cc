@@ -1,6 +1,7 @@
 #include "service/rlqs_session.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <mutex>
 #include <utility>
@@ -44,7 +45,30 @@ std::string CanonicalId(const rlqs_pb::BucketId& id) {
 // The largest token bucket Envoy takes (max_tokens is a uint32).
 constexpr std::uint64_t kMaxTokens = std::numeric_limits<std::uint32_t>::max();
 
+// What the refunds assume of the network: an assignment reaches Envoy, and a report
+// reaches sluiced, within this much time together (docs/rlqs.md, "Unused quota").
+constexpr Micros kDeliveryBound = 1'000'000;
+
 }  // namespace
+
+// A token bucket assigned to Envoy, while Envoy may still spend from it unreported.
+struct RlqsSession::Spend {
+  std::uint64_t max_tokens = 0;
+  std::uint64_t tokens_per_fill = 0;
+  Micros fill = 1;  // fill_interval
+  Micros end = 0;   // its TTL's end, or when sluiced sent what replaced it (engine clock)
+};
+
+// The most Envoy may admit from `s` after a report that reached sluiced at `t`: the
+// tokens it held then (at most max_tokens) and the refill until the bucket's end in
+// Envoy, which is at most kDeliveryBound after `s.end` counted from the report's making.
+// 0 once the report was made after that end.
+std::uint64_t RlqsSession::MaySpend(const Spend& s, Micros t) {
+  if (s.end + kDeliveryBound <= t) return 0;
+  const auto left = static_cast<unsigned __int128>(s.end + kDeliveryBound - t);
+  const unsigned __int128 refill = (s.tokens_per_fill * left + s.fill - 1) / s.fill;
+  return s.max_tokens + static_cast<std::uint64_t>(std::min<unsigned __int128>(refill, kMaxTokens));
+}
 
 struct RlqsSession::Bucket {
   rlqs_pb::BucketId id;
@@ -59,6 +83,20 @@ struct RlqsSession::Bucket {
   Micros interval = 1'000'000;         // Envoy's reporting interval, from time_elapsed
   std::uint64_t rules_generation = 0;  // the engine's config when last decided
   bool abandon = false;                // drop after this message
+  std::uint64_t units = 0;             // units of the current token bucket's fresh slice
+  // The ledger of unused quota (Settle): units the stream's assignments were charged in
+  // the store, requests Envoy reported allowed and units given back, since the last
+  // time Envoy held no token bucket; the token buckets it may still spend from.
+  std::uint64_t charged = 0, allowed = 0, refunded = 0;
+  // The rules generation of the ledger's charges; `mixed`: charged under several (a
+  // reload may have moved the limit to another key: nothing is refunded until it closes).
+  std::uint64_t charged_generation = 0;
+  bool mixed = false;
+  Micros last_report = 0;  // when the last report arrived (engine clock)
+  std::vector<Spend> spends;
+  // Demand (allowed + denied) reported since the last sizing, and the time it covers.
+  std::uint64_t demand = 0;
+  Micros demand_time = 0;
 };
 
 // One message's decisions in flight, and the response they fill.
@@ -97,7 +135,45 @@ RlqsSession::RlqsSession(Engine& engine) : engine_(engine) {
 }
 
 RlqsSession::~RlqsSession() {
+  // The stream ended: Envoy may still spend what it held at its last report (it keeps its
+  // assignments until their TTL), the rest goes back now.
+  for (auto& [key, b] : buckets_) Settle(*b, /*ending=*/true);
   engine_.metrics().rlqs().streams_closed.fetch_add(1, std::memory_order_relaxed);
+}
+
+void RlqsSession::Settle(Bucket& b, bool ending) {
+  if (settings_ == nullptr) return;
+  const Micros t = b.last_report;
+  std::erase_if(b.spends, [t](const Spend& s) { return s.end + kDeliveryBound <= t; });
+  std::uint64_t held = b.allowed + b.refunded;
+  for (const Spend& s : b.spends) held += MaySpend(s, t);
+  const std::uint64_t back = b.charged > held ? b.charged - held : 0;
+  // Nothing left that Envoy may spend: the ledger closes (and starts over with the next
+  // charge). While it may, refunds wait for a refill's worth (one store call per refill).
+  const bool closed = b.spends.empty();
+  std::uint64_t generation = 0;
+  engine_.rules(&generation);
+  const bool same_rules = !b.mixed && generation == b.charged_generation;
+  if (back > 0 && same_rules &&
+      (ending || closed || back >= std::max<std::uint64_t>(1, b.tokens_per_fill))) {
+    b.refunded += back;
+    RlqsCounters* c = &engine_.metrics().rlqs();
+    DescriptorRequest d;
+    d.entries = BucketDescriptor(settings_->rlqs, b.id.bucket());
+    engine_.RefundAsync(domain_, d, back, [c](std::uint64_t n) {
+      c->refunded_units.fetch_add(n, std::memory_order_relaxed);
+    });
+  }
+  if (closed) {
+    b.charged = b.allowed = b.refunded = 0;
+    b.mixed = false;
+  }
+}
+
+void RlqsSession::EndTokens(Bucket& b, Micros now) {
+  if (b.kind == Bucket::Kind::kTokens && !b.spends.empty()) {
+    b.spends.back().end = std::min(b.spends.back().end, now);
+  }
 }
 
 Status RlqsSession::Validate(const rlqs_pb::RateLimitQuotaUsageReports& msg) {
@@ -161,9 +237,16 @@ void RlqsSession::Handle(const rlqs_pb::RateLimitQuotaUsageReports& msg, Done do
     c.reported_denied.fetch_add(u.num_requests_denied(), std::memory_order_relaxed);
     const Micros elapsed = u.time_elapsed().seconds() * 1'000'000 + u.time_elapsed().nanos() / 1000;
     if (elapsed > 0) b.interval = std::min<Micros>(elapsed, 60'000'000);
+    b.allowed += u.num_requests_allowed();
+    b.demand += u.num_requests_allowed() + u.num_requests_denied();
+    b.demand_time += std::max<Micros>(elapsed, 0);
+    b.last_report = now;
     if (std::find(touched.begin(), touched.end(), &b) == touched.end()) touched.push_back(&b);
   }
-  for (Bucket* b : touched) Plan(*b, now, p);
+  for (Bucket* b : touched) {
+    Settle(*b, /*ending=*/false);
+    Plan(*b, now, p);
+  }
   p->Release();
 }
 
@@ -172,13 +255,34 @@ void RlqsSession::Plan(Bucket& b, Micros now, const std::shared_ptr<Pending>& p)
   engine_.rules(&generation);
   const bool reloaded = b.kind != Bucket::Kind::kNone && generation != b.rules_generation;
   if (reloaded || now >= b.expires || b.kind == Bucket::Kind::kNone) {
-    return Take(b, b.slice == 0 ? 1 : b.slice, 0, /*renew=*/false, p);
+    return Take(b, b.slice == 0 ? 1 : Sized(b), 0, /*renew=*/false, p);
   }
   // A live token bucket is renewed (its next refill charged) when it would otherwise
-  // expire before the report after next; DENY_ALL / ALLOW_ALL wait for their end.
+  // expire before the report after next; DENY_ALL / ALLOW_ALL wait for their end. When
+  // the demand calls for at most half its slice or more than twice it, a fresh slice of
+  // that size replaces it.
   if (b.kind == Bucket::Kind::kTokens && b.expires - now <= 2 * b.interval) {
+    const std::uint64_t want = Sized(b);
+    if (want * 2 <= b.units || want > b.units * 2) return Take(b, want, 0, /*renew=*/false, p);
     Take(b, b.tokens_per_fill, 0, /*renew=*/true, p);
   }
+}
+
+std::uint64_t RlqsSession::Sized(Bucket& b) {
+  // Four times the demand of one TTL at the rate reported since the last sizing (Envoy
+  // may report only every few seconds: room for the demand to double before the next
+  // sizing), between half the current slice (a bucket idle for a while shrinks in steps,
+  // so a short pause does not leave it too small for the next burst) and the configured
+  // slice.
+  const std::uint64_t demand = std::exchange(b.demand, 0);
+  const Micros time = std::exchange(b.demand_time, 0);
+  if (time <= 0) return b.slice;
+  const double per_ttl = static_cast<double>(demand) *
+                         static_cast<double>(settings_->rlqs.assignment_ttl) /
+                         static_cast<double>(time);
+  const double want = std::ceil(4 * per_ttl);
+  if (want >= static_cast<double>(b.slice)) return b.slice;
+  return std::max<std::uint64_t>({1, b.units / 2, static_cast<std::uint64_t>(want)});
 }
 
 void RlqsSession::Take(Bucket& b, std::uint64_t want, std::uint64_t got, bool renew,
@@ -189,6 +293,7 @@ void RlqsSession::Take(Bucket& b, std::uint64_t want, std::uint64_t got, bool re
   req.descriptors[0].entries = BucketDescriptor(settings_->rlqs, b.id.bucket());
   req.descriptors[0].has_hits_addend = true;
   req.descriptors[0].hits_addend = want;
+  req.skip_deny_cache = true;
   {
     std::lock_guard<std::mutex> lock(p->mu);
     ++p->outstanding;
@@ -222,6 +327,7 @@ void RlqsSession::Decided(Bucket& b, std::uint64_t want, std::uint64_t got, bool
       Action a;
       *a.mutable_bucket_id() = b.id;
       a.mutable_abandon_action();
+      EndTokens(b, now);
       p->Add(std::move(a));
       engine_.metrics().rlqs().assignments[RlqsCounters::kAbandon].fetch_add(1);
       b.abandon = true;
@@ -233,6 +339,12 @@ void RlqsSession::Decided(Bucket& b, std::uint64_t want, std::uint64_t got, bool
   b.had_rule = true;
   if (st.code != Code::kOverLimit) {
     engine_.metrics().rlqs().granted_units.fetch_add(want, std::memory_order_relaxed);
+    // Units charged to the shared store (not those a failure mode granted).
+    if (st.source == DecisionSource::kStore || st.source == DecisionSource::kLease) {
+      if (b.charged == 0) b.charged_generation = b.rules_generation;
+      b.mixed = b.mixed || b.charged_generation != b.rules_generation;
+      b.charged += want;
+    }
     const Micros horizon = now + (st.duration_until_reset > 0 ? st.duration_until_reset : ttl);
     if (renew) {
       b.horizon = std::min(b.horizon, horizon);
@@ -274,10 +386,13 @@ void RlqsSession::AssignTokens(Bucket& b, std::uint64_t units, Micros now, Pendi
   if (units > 0) {
     // A fresh token bucket of `units`: half of them at once, the rest refilled over one
     // TTL (1 unit: no refill worth having, one token per 1000 TTLs).
+    EndTokens(b, now);
+    b.units = units;
     b.max_tokens = static_cast<std::uint32_t>((std::min(units, kMaxTokens) + 1) / 2);
     b.tokens_per_fill =
         static_cast<std::uint32_t>(std::max<std::uint64_t>(units - b.max_tokens, 1));
     b.fill_seconds = units > 1 ? period : period * 1000;
+    b.spends.push_back(Spend{b.max_tokens, b.tokens_per_fill, b.fill_seconds * 1'000'000, now});
   }
   b.kind = Bucket::Kind::kTokens;
   // Envoy reads whole seconds of the TTL: at least 1, never past the store's reset but
@@ -286,6 +401,7 @@ void RlqsSession::AssignTokens(Bucket& b, std::uint64_t units, Micros now, Pendi
   const std::int64_t ttl_s =
       std::max<std::int64_t>(1, std::min<Micros>(settings_->rlqs.assignment_ttl, left) / 1'000'000);
   b.expires = now + ttl_s * 1'000'000;
+  if (!b.spends.empty()) b.spends.back().end = b.expires;
   Action a;
   *a.mutable_bucket_id() = b.id;
   auto* q = a.mutable_quota_assignment_action();
@@ -299,6 +415,7 @@ void RlqsSession::AssignTokens(Bucket& b, std::uint64_t units, Micros now, Pendi
 }
 
 void RlqsSession::AssignBlanket(Bucket& b, bool deny, Micros ttl, Micros now, Pending& p) {
+  EndTokens(b, now);
   b.kind = deny ? Bucket::Kind::kDenyAll : Bucket::Kind::kAllowAll;
   const std::int64_t ttl_s = std::max<std::int64_t>(1, ttl / 1'000'000);
   b.expires = now + ttl_s * 1'000'000;

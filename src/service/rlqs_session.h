@@ -8,11 +8,13 @@
 // one's fill ratio, and a resent identical one keeps its tokens and gets a new TTL. So an
 // assignment of N units is the token bucket {max_tokens: ceil(N/2), tokens_per_fill:
 // floor(N/2), fill_interval: the TTL}, which admits at most N during one TTL, and:
-//  - no assignment yet, or the last one expired (or a reload): take a fresh slice, N =
-//    slice * capacity (a bucket's first decision takes 1 unit, to learn the capacity);
-//    when the store denies N, halves of it, down to 1;
+//  - no assignment yet, or the last one expired (or a reload): take a fresh slice of N
+//    units, N from the bucket's reported demand (Sized), at most slice * capacity (the
+//    first one; a bucket's first decision takes 1 unit, to learn the capacity); when the
+//    store denies N, halves of it, down to 1;
 //  - a token bucket that would expire before the report after next: take its refill
-//    (tokens_per_fill units) and resend it with a new TTL (Envoy keeps its tokens);
+//    (tokens_per_fill units) and resend it with a new TTL (Envoy keeps its tokens), or a
+//    fresh slice when the demand calls for at most half or more than twice its size;
 //  - the store denies: DENY_ALL until the store's reset (or the TTL);
 //  - no rule matches: ALLOW_ALL, or abandon_action when the bucket had a rule before (a
 //    reload removed it: Envoy forgets the bucket).
@@ -21,10 +23,12 @@
 //
 // The bound: Envoy admits from a token bucket at most max_tokens + tokens_per_fill per
 // TTL it lives, and each of them was charged first, so what Envoys admit from assignments
-// never exceeds what the store allowed. What is charged and not used (an idle Envoy's
-// refills, a bucket's tokens when it ends) is not given back: the cost is under-admission,
-// at most one slice per Envoy and bucket per TTL. Requests admitted by Envoy's own
-// no_assignment / expired_assignment behaviour are outside the bound (docs/rlqs.md).
+// never exceeds what the store allowed. What is charged and not used goes back to the
+// store (Settle) once the reports show that Envoy can no longer spend it: a refund never
+// exceeds what was charged less what Envoy reported allowed and what it may still spend
+// after its last report (each token bucket it may use: max_tokens and the refill until
+// 1 s past the bucket's end). Requests admitted by Envoy's own no_assignment /
+// expired_assignment behaviour are outside the bound (docs/rlqs.md).
 #pragma once
 
 #include <cstddef>
@@ -73,8 +77,17 @@ class RlqsSession {
 
   struct Bucket;
   struct Pending;
+  struct Spend;
 
  private:
+  static std::uint64_t MaySpend(const Spend& s, Micros t);
+  // Gives back what `b` was charged and Envoy can no longer spend (`ending`: the stream
+  // ended, nothing waits for a larger amount).
+  void Settle(Bucket& b, bool ending);
+  // The current token bucket of `b`, if any, is replaced at `now`.
+  static void EndTokens(Bucket& b, Micros now);
+  // The next fresh slice of `b` from its reported demand (resets the demand).
+  std::uint64_t Sized(Bucket& b);
   Status Validate(const rlqs_pb::RateLimitQuotaUsageReports& msg);
   // What `b` needs at `now` after its report; may start decisions (counted in `p`).
   void Plan(Bucket& b, Micros now, const std::shared_ptr<Pending>& p);

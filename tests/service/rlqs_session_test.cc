@@ -93,6 +93,19 @@ class RlqsTest : public ::testing::Test {
            s.blanket_rule() == rule;
   }
 
+  // 100 an hour in slices of 20 (10 tokens at once, 10 refilled over the 10 s TTL).
+  void LoadSlicesOf20() { Load(Yaml("slice: 0.2, assignment_ttl: 10s", 100, "hour")); }
+  // Units taken from the store for assignments, and given back.
+  std::uint64_t Granted() const { return engine->metrics().rlqs().granted_units.load(); }
+  std::uint64_t Refunded() const { return engine->metrics().rlqs().refunded_units.load(); }
+
+  // The first report of {name: api} on `s`, with nothing used: its assignment's units.
+  long FirstSlice(RlqsSession& s) {
+    Response out;
+    EXPECT_TRUE(Send(s, Report({{{{"name", "api"}}, 0}}), &out).ok());
+    return out.bucket_action_size() == 1 ? Units(out) : -1;
+  }
+
   std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>(kNoon);
   std::unique_ptr<Engine> engine;
 };
@@ -173,18 +186,20 @@ TEST_F(RlqsTest, FirstReportAssignsASliceOfTheLimitAsATokenBucket) {
 
 // Two streams (two Envoys) share the limit through the store: fresh slices each TTL until
 // it is used up (smaller ones at the end), then DENY_ALL; never more units assigned than
-// the limit, and every unit of it assigned.
+// the limit, and every unit of it assigned. Each stream reports its last slice used up
+// (nothing to give back) and a demand above the slice.
 TEST_F(RlqsTest, StreamsShareTheLimitAndGetDenyAllWhenItIsUsedUp) {
   Load(Yaml("slice: 0.3, assignment_ttl: 5s"));  // slices of 30 of 100 a minute
   RlqsSession a(*engine), b(*engine);
   RlqsSession* streams[2] = {&a, &b};
   bool denied[2] = {false, false};
+  int used[2] = {30, 30};
   long assigned = 0;
   Response out;
   for (int round = 0; round < 10 && !(denied[0] && denied[1]); ++round) {
     for (int i = 0; i < 2; ++i) {
       if (denied[i]) continue;
-      ASSERT_TRUE(Send(*streams[i], Report({{{{"name", "api"}}, 5}}), &out).ok());
+      ASSERT_TRUE(Send(*streams[i], Report({{{{"name", "api"}}, used[i]}}), &out).ok());
       ASSERT_EQ(out.bucket_action_size(), 1) << "round " << round;
       if (Blanket(out, envoy::type::v3::RateLimitStrategy::DENY_ALL)) {
         denied[i] = true;
@@ -193,6 +208,7 @@ TEST_F(RlqsTest, StreamsShareTheLimitAndGetDenyAllWhenItIsUsedUp) {
       ASSERT_GT(Tokens(out), 0);
       ASSERT_LE(Units(out), 30);
       assigned += Units(out);
+      used[i] = static_cast<int>(Units(out));
     }
     clock->Advance(5 * kSec);  // every assignment expired: the next report takes a fresh one
   }
@@ -200,8 +216,9 @@ TEST_F(RlqsTest, StreamsShareTheLimitAndGetDenyAllWhenItIsUsedUp) {
   EXPECT_EQ(assigned, 100);
   EXPECT_EQ(engine->metrics().rlqs().granted_units.load(), 100u);
   // The next window: a slice again.
+  EXPECT_EQ(engine->metrics().rlqs().refunded_units.load(), 0u);
   clock->Set(kNoon + 61 * kSec);
-  ASSERT_TRUE(Send(a, Report({{{{"name", "api"}}, 0}}), &out).ok());
+  ASSERT_TRUE(Send(a, Report({{{{"name", "api"}}, 30}}), &out).ok());
   EXPECT_EQ(Units(out), 30);
 }
 
@@ -234,6 +251,122 @@ TEST_F(RlqsTest, RenewsBeforeTheTtlEndsAndDeniesWhenTheRefillIsRefused) {
   clock->Advance(9 * kSec);
   ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 5}}), &out).ok());
   EXPECT_TRUE(Blanket(out, envoy::type::v3::RateLimitStrategy::DENY_ALL)) << out.DebugString();
+}
+
+// Units left in the store for the bucket {name: api}: the largest cost it allows now
+// (found by taking it, so the store is then empty).
+long StoreLeft(Engine& engine, long most) {
+  for (long n = most; n > 0; --n) {
+    RateLimitRequest req;
+    req.domain = "edge";
+    req.descriptors.resize(1);
+    req.descriptors[0].entries = {Entry{"name", "api"}};
+    req.descriptors[0].has_hits_addend = true;
+    req.descriptors[0].hits_addend = static_cast<std::uint64_t>(n);
+    RateLimitResponse r;
+    EXPECT_TRUE(engine.ShouldRateLimit(req, &r).ok());
+    if (r.overall_code == Code::kOk) return n;
+  }
+  return 0;
+}
+
+// What an assignment was charged and Envoy did not spend goes back to the store once a
+// report made after the assignment's end (its TTL + the 1 s delivery bound) shows it;
+// before that, only what Envoy could not spend even with its tokens and their refill.
+TEST_F(RlqsTest, UnusedQuotaGoesBackOnceAReportShowsTheAssignmentEndedUnspent) {
+  LoadSlicesOf20();
+  RlqsSession s(*engine);
+  ASSERT_EQ(FirstSlice(s), 20);
+  Response out;
+  // 4 used, 5 s left: Envoy may still spend its 10 tokens and 6 of refill: nothing back.
+  clock->Advance(5 * kSec);
+  ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 4}}), &out).ok());
+  EXPECT_EQ(out.bucket_action_size(), 0);
+  EXPECT_EQ(Refunded(), 0u);
+  // No report until 1 s after the TTL: the assignment ended with 16 units unspent. They
+  // go back, and a fresh slice is taken.
+  clock->Advance(6 * kSec);
+  ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 0}}), &out).ok());
+  EXPECT_EQ(Refunded(), 16u);
+  ASSERT_EQ(Units(out), 20);
+  EXPECT_EQ(Granted(), 40u);
+  EXPECT_EQ(StoreLeft(*engine, 100), 100 - 40 + 16);
+}
+
+// A reload may move a limit to another store key (new parameters): what was charged
+// under the old rules is not refunded under the new ones.
+TEST_F(RlqsTest, NoRefundAcrossAReloadOfTheRules) {
+  LoadSlicesOf20();
+  RlqsSession s(*engine);
+  ASSERT_EQ(FirstSlice(s), 20);
+  auto c = ParseConfig(Yaml("slice: 0.2, assignment_ttl: 10s", 200, "hour"), "rlqs.yaml");
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(engine->Reload(*c).ok());
+  clock->Advance(11 * kSec);  // the assignment ended unspent: refundable but for the reload
+  Response out;
+  ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 0}}), &out).ok());
+  EXPECT_EQ(Refunded(), 0u);
+  EXPECT_GT(Units(out), 0);  // a fresh slice, under the new rules
+}
+
+// A stream that ends (Envoy gone, or its connection): Envoy may still spend, until its
+// TTL, what it held at its last report; everything it was charged beyond that goes back.
+TEST_F(RlqsTest, AnEndedStreamGivesBackWhatEnvoyCanNoLongerSpend) {
+  LoadSlicesOf20();
+  {
+    RlqsSession s(*engine);
+    ASSERT_EQ(FirstSlice(s), 20);
+    Response out;
+    clock->Advance(8500'000);  // 1.5 s left: renewed, 10 more units charged
+    ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 2}}), &out).ok());
+    ASSERT_EQ(Tokens(out), 10);
+    EXPECT_EQ(Granted() - Refunded(), 30u);
+    clock->Advance(kSec);
+  }
+  // Charged 30, reported 2; after its last report Envoy may spend its 10 tokens and the
+  // refill of 11 s (10 s of TTL + the delivery bound): 21. 7 go back.
+  EXPECT_EQ(Refunded(), 7u);
+  EXPECT_EQ(StoreLeft(*engine, 100), 100 - 30 + 7);
+}
+
+// Assignments follow the reported demand: a quiet bucket's slice shrinks at its renewals,
+// by half at a time, down to 1 unit (the rest of an old one goes back once it ended); a
+// bucket whose reports show denials gets the configured slice again.
+TEST_F(RlqsTest, AssignmentsShrinkForAQuietBucketAndGrowWithDemand) {
+  LoadSlicesOf20();
+  RlqsSession s(*engine);
+  ASSERT_EQ(FirstSlice(s), 20);
+  Response out;
+  // Quiet (nothing used) until the renewal 2 s before the TTL (10 s): replaced by 10.
+  for (int i = 0; i < 8; ++i) {
+    clock->Advance(kSec);
+    ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 0}}), &out).ok());
+  }
+  ASSERT_EQ(out.bucket_action_size(), 1) << "no renewal at 2 s before the TTL";
+  EXPECT_EQ(Units(out), 10);
+  EXPECT_EQ(Granted(), 30u);
+  // One report later (1 s after the old slice ended) its 20 unused units are back;
+  // Envoy may still spend the new bucket's 5 tokens and 5 of refill.
+  clock->Advance(kSec);
+  ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 0}}), &out).ok());
+  EXPECT_EQ(Refunded(), 20u);
+  // Still quiet at its renewal (TTL at 18 s): 5 units.
+  for (int i = 0; i < 7 && out.bucket_action_size() == 0; ++i) {
+    clock->Advance(kSec);
+    ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 0}}), &out).ok());
+  }
+  ASSERT_EQ(out.bucket_action_size(), 1);
+  EXPECT_EQ(Units(out), 5);
+  // Demand: 10 denied a second until the renewal of that bucket (TTL at 26 s).
+  out.Clear();
+  for (int i = 0; i < 8 && out.bucket_action_size() == 0; ++i) {
+    clock->Advance(kSec);
+    Reports r = Report({{{{"name", "api"}}, 0}});
+    r.mutable_bucket_quota_usages(0)->set_num_requests_denied(10);
+    ASSERT_TRUE(Send(s, r, &out).ok());
+  }
+  ASSERT_EQ(out.bucket_action_size(), 1);
+  EXPECT_EQ(Units(out), 20);
 }
 
 TEST_F(RlqsTest, UnlimitedBucketIsAllowedAndAReloadThatRemovesTheRuleAbandonsIt) {

@@ -18,6 +18,10 @@ json RlqsFilter(const RlqsFilterOptions& o) {
   }
   if (!o.expired.is_null()) {
     settings["expired_assignment_behavior"] = {{"fallback_rate_limit", o.expired}};
+    if (!o.expired_timeout.empty()) {
+      settings["expired_assignment_behavior"]["expired_assignment_behavior_timeout"] =
+          o.expired_timeout;
+    }
   }
   // Every request (its :path starts with "/") goes into the one bucket.
   json predicate = {

@@ -29,6 +29,9 @@ struct RlqsFilterOptions {
   // all) and after an assignment expired (null: Envoy's default).
   nlohmann::json no_assignment = {{"blanket_rule", "DENY_ALL"}};
   nlohmann::json expired = {{"blanket_rule", "DENY_ALL"}};
+  // How long Envoy applies `expired` before it falls back to `no_assignment` (a JSON
+  // Duration; empty: Envoy's default, which 1.40 takes as no time at all).
+  std::string expired_timeout;
 };
 
 // The rate_limit_quota filter as an HTTP filter entry (name + typed_config).

@@ -135,6 +135,43 @@ TEST(Decider, DenyCacheIsAByteBudgetWhateverTheKeysAndPolicies) {
   EXPECT_EQ(store->calls, calls);
 }
 
+// A check with skip_deny_cache always asks the store, and its denial is not cached: units
+// given back to the store (a refund the cache did not hear of) are seen at once. A plain
+// check of the same key still gets the cached denial of a plain one.
+TEST(Decider, SkipDenyCacheAsksTheStoreAndCachesNothing) {
+  auto clock = std::make_shared<ManualClock>(kNoon);
+  auto store = std::make_shared<DeferredStore>();
+  decide::Decider d = MakeDecider(store, clock);
+  const Policy p = Policy::FixedWindow("p", 3, std::chrono::hours(24));
+  const std::string key = "x:{k}:p";
+  decide::Check skip{&p, nullptr, key, 3};
+  skip.skip_deny_cache = true;
+  Decision out[1];
+  ASSERT_TRUE(d.Decide({&skip, 1}, out).ok());
+  ASSERT_TRUE(out[0].allowed);
+  skip.cost = 1;
+  ASSERT_TRUE(d.Decide({&skip, 1}, out).ok());  // the store denies: nothing cached
+  EXPECT_FALSE(out[0].allowed);
+  const StoreCheck back{.policy = &p, .key = key, .cost = 2};
+  ASSERT_TRUE(
+      store->inner.Run(StoreBatch{.op = StoreOp::kRefund, .checks = {&back, 1}, .now = kNoon}, {})
+          .ok());
+  ASSERT_TRUE(d.Decide({&skip, 1}, out).ok());
+  EXPECT_TRUE(out[0].allowed);
+  EXPECT_EQ(out[0].source, DecisionSource::kStore);
+  // A plain check's denial is cached as before.
+  decide::Check plain{&p, nullptr, key, 2};
+  ASSERT_TRUE(d.Decide({&plain, 1}, out).ok());
+  EXPECT_FALSE(out[0].allowed);
+  ASSERT_TRUE(d.Decide({&plain, 1}, out).ok());
+  EXPECT_EQ(out[0].source, DecisionSource::kDenyCache);
+  // ... but a skip_deny_cache check of the same key is not denied from it.
+  skip.cost = 1;
+  ASSERT_TRUE(d.Decide({&skip, 1}, out).ok());
+  EXPECT_TRUE(out[0].allowed);
+  EXPECT_EQ(out[0].source, DecisionSource::kStore);
+}
+
 TEST(Decider, StoreFailureFollowsEachChecksOwnMode) {
   auto clock = std::make_shared<ManualClock>(kNoon);
   auto store = std::make_shared<DeferredStore>();
