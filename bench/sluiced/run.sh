@@ -16,15 +16,9 @@ conns=${CONNECTIONS:-32}
 threads=${THREADS:-2}
 cmake --preset release >/dev/null
 cmake --build --preset release -j2 --target sluiced sluiced_grpc_load >/dev/null
-work=$(mktemp -d /tmp/sluiced-bench-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+bench_init sluiced-bench
 
 redis_flag=()
 if [[ $store == redis ]]; then
@@ -60,26 +54,7 @@ if [[ -n ${SLUICED_BEFORE:-} ]]; then
   for _ in $(seq 200); do curl -sf "http://127.0.0.1:$bport/readyz" >/dev/null 2>&1 && break; sleep 0.05; done
 fi
 
-nport=$(free_port)
-mkdir -p "$work/nginx/tmp"
-cat >"$work/nginx/nginx.conf" <<NGINX
-daemon off;
-worker_processes 2;
-error_log $work/nginx/error.log warn;
-pid $work/nginx/nginx.pid;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $work/nginx/tmp/body;
-  proxy_temp_path $work/nginx/tmp/proxy;
-  fastcgi_temp_path $work/nginx/tmp/fastcgi;
-  uwsgi_temp_path $work/nginx/tmp/uwsgi;
-  scgi_temp_path $work/nginx/tmp/scgi;
-  server { listen 127.0.0.1:$nport; location / { return 200 "ok\n"; } }
-}
-NGINX
-/usr/sbin/nginx -p "$work/nginx/" -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
-pids+=($!)
+start_nginx_200 2
 for _ in $(seq 200); do
   curl -sf "http://127.0.0.1:$hport/readyz" >/dev/null 2>&1 &&
     curl -sf "http://127.0.0.1:$nport/" >/dev/null 2>&1 && break

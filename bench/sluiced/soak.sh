@@ -15,15 +15,9 @@ conns=${CONNECTIONS:-32}
 threads=${THREADS:-2}
 cmake --preset release >/dev/null
 cmake --build --preset release -j2 --target sluiced >/dev/null
-work=$(mktemp -d /tmp/sluiced-soak-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+bench_init sluiced-soak
 
 redis_flag=()
 if [[ $store == redis ]]; then
