@@ -58,6 +58,25 @@ Status MemoryStore::Impl::Decide(std::span<const StoreCheck> checks, Micros now,
   return Commit(locks, checks, now, pending);
 }
 
+bool MemoryStore::Impl::NormaliseWord(const Policy& p, const Slot* s, Micros now,
+                                      std::uint32_t carry_id, State* in) {
+  if (s == nullptr || s->expires <= now) {
+    *in = State{};
+    return true;
+  }
+  *in = s->state;
+  if ((s->tag & kCarryTag) == 0) return false;
+  // Written with its parameters: carried over when they are not p's.
+  *in = CleanState(p.algorithm, s->state);
+  const std::uint32_t was = CarryId(p.algorithm, s->state);
+  // Fresh when carried over as a reset, across a window change, or to a bucket new again
+  // under p: a token bucket then starts like a new one (core/token_bucket.cc).
+  return was != carry_id &&
+         (!CarryOver(p, carry_params, was, now, in) ||
+          (p.algorithm == Algorithm::kTokenBucket && p.on_change != OnChange::kAsIs &&
+           core::TokenBucketIsNew(p, in->word.bucket, now)));
+}
+
 void MemoryStore::Impl::DecideChecks(LockedShards& locks, std::span<const StoreCheck> checks,
                                      Micros now, Pending& pending, std::span<Decision> out) {
   for (std::size_t i = 0; i < checks.size(); ++i) {
@@ -88,22 +107,9 @@ void MemoryStore::Impl::DecideChecks(LockedShards& locks, std::span<const StoreC
         out[i] = core::SlidingWindowLog(p, log, now, c.cost, /*commit=*/false, &pending.expires[i]);
       }
     } else {
-      bool fresh = s == nullptr || s->expires <= now;
-      State in = s != nullptr ? s->state : State{};
-      if (!fresh && (s->tag & kCarryTag) != 0) {
-        // Written with its parameters: carried over when they are not p's.
-        in = CleanState(p.algorithm, in);
-        const std::uint32_t was = CarryId(p.algorithm, s->state);
-        if (was != pending.carry_id[i] &&
-            (!CarryOver(p, carry_params, was, now, &in) ||
-             (p.algorithm == Algorithm::kTokenBucket && p.on_change != OnChange::kAsIs &&
-              core::TokenBucketIsNew(p, in.word.bucket, now)))) {
-          // Fresh (reset, a window change, or a bucket new again under p): a token
-          // bucket then starts like a new one (core/token_bucket.cc).
-          fresh = true;
-          pending.carried_fresh[i] = true;
-        }
-      }
+      State in;
+      bool fresh = NormaliseWord(p, s, now, pending.carry_id[i], &in);
+      pending.carried_fresh[i] = fresh && s != nullptr && s->expires > now;
       out[i] = core::WordOpsOf(p.algorithm)
                    ->decide(p, in.word, fresh, now, c.cost, &pending.next[i].word,
                             &pending.expires[i], c.max_wait);

@@ -1,14 +1,10 @@
 // MemoryStore's kPenalize batches and overage charges (forced consumption, bounded).
 #include <algorithm>
 
-#include "memory/carry.h"
 #include "memory/store_impl.h"
 
 namespace sluice {
 
-using memory_internal::CarryId;
-using memory_internal::CleanState;
-using memory_internal::kCarryTag;
 using memory_internal::LogBuffer;
 using memory_internal::RingLog;
 using memory_internal::Slot;
@@ -25,14 +21,12 @@ bool MemoryStore::Impl::Force(LockedShards& locks, std::size_t i, const StoreChe
   const Policy& p = *c.policy;
   Table& table = locks.table_of(i);
   Slot* s = table.Find(locks.hash[i], c.key);
-  bool fresh = s == nullptr || s->expires <= now;
-  State in = s != nullptr ? s->state : State{};
-  if (!fresh && (s->tag & kCarryTag) != 0) {
-    // Written with the parameters it was written under (on_change): its usage counts
-    // when they are p's own, else the state is fresh, as Lua's load() reads it.
-    fresh = CarryId(p.algorithm, s->state) != carry_params.Id(p);
-    in = CleanState(p.algorithm, s->state);
-  }
+  // Normalised as a decision reads it (a state written under other parameters is
+  // carried over per on_change, as Lua's FORCE does through DECIDE), then forced.
+  State in;
+  const bool fresh =
+      p.algorithm == Algorithm::kSlidingWindowLog ||
+      NormaliseWord(p, s, now, p.on_change != OnChange::kAsIs ? carry_params.Id(p) : 0, &in);
   const bool inserted = s == nullptr;
   if (inserted) {
     s = table.Insert(locks.hash[i], c.key, p.algorithm);

@@ -78,6 +78,13 @@ struct MemoryStore::Impl {
   Status ChargeOverage(LockedShards& locks, std::span<const StoreCheck> checks, Micros now,
                        std::span<Decision> out);
 
+  // The state a check of word algorithm p decides on, from slot `s` (null: none), as a
+  // decision reads it: into *in, and true when it is fresh (absent, back to full, or
+  // carried over from other parameters as fresh). `carry_id`: p's parameters' id when
+  // p records them (Policy::on_change), else 0. Decisions and penalties both use it.
+  bool NormaliseWord(const Policy& p, const memory_internal::Slot* s, Micros now,
+                     std::uint32_t carry_id, memory_internal::State* in);
+
   // decide.cc's steps: what a batch decided before it commits, the decisions, the
   // token buckets a denied batch starts, and the commit.
   struct Pending;

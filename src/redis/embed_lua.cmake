@@ -23,6 +23,9 @@
 # The runner decides the O(1) algorithms' plain decisions inline (their bodies in an
 # if-chain at its "--@INLINE@" line: no table or closure per check); the DECIDE[id]
 # wrappers serve the batch script's penalties, blocks and refunds.
+# A body's "--@NORMALISED@ <locals>" line names the locals that hold the state it
+# decided on (after carry-over, before the cost): the DECIDE wrapper hands them back in
+# c.n1.. so that a penalty normalises the state through the decision itself.
 # A part named "decide:<file>:<id>" is <file>.lua's decision body wrapped as DECIDE[<id>],
 # followed by the file's operations (REFUND, FORCE: what follows its "--@OPERATIONS@"
 # line); a part named "all:<file>" is the whole file (the sliding log's decision and its
@@ -51,6 +54,10 @@ function(concat out_var)
     if(part MATCHES "^decide:([a-z_]+):([0-9])$")
       set(id ${CMAKE_MATCH_2})
       read_lua(${CMAKE_MATCH_1} content ops)
+      # The body's "--@NORMALISED@ <locals>" line (a comment in every other script)
+      # hands the state it decided on to FORCE (word_state.lua, normalised).
+      string(REGEX REPLACE "\n--@NORMALISED@ ([^\n]*)" "\n  c.n1, c.n2, c.n3 = \\1"
+             content "${content}")
       string(APPEND body "DECIDE[${id}] = function(c, now)\n"
              "  local key, limit, w, cap, init, cost = c.key, c.limit, c.window, c.cap, c.init, c.cost\n"
              "  local need, mode, mw, solo = max(cost, 1), c.mode, c.mw, false\n"

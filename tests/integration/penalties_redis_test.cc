@@ -196,5 +196,34 @@ TEST(RedisPenalties, AGcraPenaltyKeepsTheUsageOfACarryOverState) {
   EXPECT_EQ(d->remaining, 3u) << "6 used + 1 penalty of 10";
 }
 
+// The same on Redis (the scripts' FORCE normalises through DECIDE, lua/word_state.lua):
+// after a limit change under on_change proportional, a penalty adds to the carried
+// usage instead of reading the state as fresh. Every word algorithm.
+TEST(RedisPenalties, AfterAProportionalLimitChangeAddsToTheCarriedUsage) {
+  RedisServer* server = SharedRedis();
+  ASSERT_NE(server, nullptr);
+  const Policy before[] = {Policy::FixedWindow("api", 10, std::chrono::minutes(1)),
+                           Policy::SlidingWindowCounter("api", 10, std::chrono::minutes(1)),
+                           Policy::TokenBucket("api", 10, 10, std::chrono::minutes(1)),
+                           Policy::Gcra("api", 10, std::chrono::minutes(1), 10)};
+  for (Policy p : before) {
+    ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+    p.on_change = OnChange::kProportional;
+    RedisLimiter first = Make(*server, {p}, /*deny_cache=*/false);
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(first.limiter->Acquire("k")->allowed) << i;
+    Policy bigger = p;
+    bigger.limit = 20;
+    if (bigger.burst != 0) bigger.burst = 20;
+    RedisLimiter second = Make(*server, {bigger}, /*deny_cache=*/false);
+    const auto peek = second.limiter->Peek("k");
+    ASSERT_TRUE(peek.ok()) << peek.status().ToString();
+    EXPECT_EQ(peek->remaining, 10u) << AlgorithmName(p.algorithm) << ": 5 of 10 is 10 of 20";
+    const auto d = second.limiter->Penalize("k", 1);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_EQ(d->remaining, 9u) << AlgorithmName(p.algorithm);
+    EXPECT_EQ(second.limiter->Peek("k")->remaining, 9u) << AlgorithmName(p.algorithm);
+  }
+}
+
 }  // namespace
 }  // namespace sluice::testing

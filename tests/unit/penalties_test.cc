@@ -369,5 +369,42 @@ TEST(BlockFor, DenyCacheHonoursTheBlock) {
   EXPECT_EQ(store->calls, 6);
 }
 
+// A penalty reads a state written under other parameters as a decision does: after a
+// limit change under on_change proportional, the carried usage stays and the penalty
+// adds to it. (It was read as fresh: a penalty of 1 then left 19 of 20 where a peek
+// had just said 10.) Every word algorithm, on one store, through two limiters.
+TEST(Penalize, AfterAProportionalLimitChangeAddsToTheCarriedUsage) {
+  const Policy before[] = {Policy::FixedWindow("api", 10, minutes(1)),
+                           Policy::SlidingWindowCounter("api", 10, minutes(1)),
+                           Policy::TokenBucket("api", 10, 10, minutes(1)),
+                           Policy::Gcra("api", 10, minutes(1), 10)};
+  for (Policy p : before) {
+    auto clock = std::make_shared<ManualClock>(kNoon);
+    auto store = std::make_shared<MemoryStore>();
+    auto make = [&](const Policy& q) {
+      LimiterOptions o;
+      o.policies = {q};
+      o.store = store;
+      o.clock = clock;
+      o.deny_cache = false;
+      return std::move(Limiter::Create(std::move(o))).value();
+    };
+    p.on_change = OnChange::kProportional;
+    auto first = make(p);
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(first->Acquire("k")->allowed) << i;
+    Policy bigger = p;
+    bigger.limit = 20;
+    if (bigger.burst != 0) bigger.burst = 20;
+    auto second = make(bigger);
+    const auto peek = second->Peek("k");
+    ASSERT_TRUE(peek.ok());
+    EXPECT_EQ(peek->remaining, 10u) << AlgorithmName(p.algorithm) << ": 5 of 10 is 10 of 20";
+    const auto d = second->Penalize("k", 1);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_EQ(d->remaining, 9u) << AlgorithmName(p.algorithm);
+    EXPECT_EQ(second->Peek("k")->remaining, 9u) << AlgorithmName(p.algorithm);
+  }
+}
+
 }  // namespace
 }  // namespace sluice::testing

@@ -119,6 +119,7 @@ if allowed and cost > 0 then
   -- length changed under the same policy name moves it)
   if same and e == expires then patch, patch_at = struct.pack('<d', count), 17 end
 end
+--@NORMALISED@ ws, count, packed
 --@OPERATIONS@ (the batch script only, after DECIDE[0]: embed_lua.cmake)
 
 -- Refund: the current window's count goes down by cost (not below 0); a state of an
@@ -144,25 +145,17 @@ REFUND[0] = function(c, now, cost)
   store_word(c, now)
 end
 
--- Penalty or overage charge (FORCE, prelude.lua): the state normalised as a decision
--- would, then the cost added up to the bound c.bound; returns the units taken.
+-- Penalty or overage charge (FORCE, prelude.lua): the state normalised by the decision
+-- itself (word_state.lua, normalised), then the cost added up to the bound c.bound;
+-- returns the units taken. Written as the counter where a decision would write one (no
+-- on_change mode, a lean window, no live packed state), else the packed layout without
+-- parameters.
 FORCE[0] = function(c, now)
-  local raw = redis.call('GET', c.key)
-  local n = raw and tonumber(raw)
-  local ws = floor_to(now, c.window)
-  local count = 0
-  local counter = n and n >= 4503599627370496 -- fixed_window.lua's counter
-  if counter then
-    local cc, cws = counter_count(n, ws, c.window)
-    if cc then ws, count = cws, cc end
-  else
-    local found, sws, scount = load(c, now, raw or false)
-    if found and sws >= ws then ws, count = sws, scount end
-  end
+  local ws, count, packed = normalised(c, now)
   local was = count
   count = max(count, min(count + c.cost, c.bound))
   c.expires = ws + c.window
-  if (counter or not raw) and not c.mode and c.limit < 2147483648 and
+  if not packed and not c.mode and c.limit < 2147483648 and
       c.window * 524288 > (PAD + 1) * 1000 then -- (fixed_window.lua's `lean`)
     c.state = counter_value(ws, c.window, count)
   else

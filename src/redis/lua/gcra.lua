@@ -88,6 +88,7 @@ elseif guess then
     redis.call('DEL', key)
   end
 end
+--@NORMALISED@ tat
 --@OPERATIONS@ (the batch script only, after DECIDE[4]: embed_lua.cmake)
 
 -- Refund: the TAT moves back by cost emission intervals, never below now
@@ -111,21 +112,10 @@ REFUND[4] = function(c, now, cost)
   store_word(c, now)
 end
 
--- Penalty (FORCE, prelude.lua): the state normalised as a decision would, then the
--- cost added up to the bound.
+-- Penalty (FORCE, prelude.lua): the state normalised by the decision itself
+-- (word_state.lua, normalised), then the cost added up to the bound.
 FORCE[4] = function(c, now)
-  local raw = redis.call('GET', c.key)
-  local tat = now
-  local stat = raw and tonumber(raw)
-  if stat then
-    if ceil(stat) > now then tat = max(stat, now) end
-  elseif raw and #raw == 17 and string.byte(raw) == 4 then -- gcra.lua's previous layout
-    local _, e, otat = struct.unpack('<Bdd', raw)
-    if e > now then tat = max(otat, now) end
-  elseif raw and #raw == 41 and string.byte(raw) == 4 then -- carry-over (gcra.lua), as load()
-    local _, e, otat, ol, ow, oc = struct.unpack('<Bddddd', raw)
-    if e > now and ol == c.limit and ow == c.window and oc == c.cap then tat = max(otat, now) end
-  end
+  local tat = normalised(c, now)
   local interval = c.window / c.limit
   local was = tat
   tat = max(tat, min(tat + c.cost * interval, now + c.bound * interval))

@@ -82,6 +82,7 @@ if allowed and cost > 0 then
   -- length changed under the same policy name moves it)
   if same and e == expires then patch, patch_at = struct.pack('<d', curr), 17 end
 end
+--@NORMALISED@ ws, curr, prev
 --@OPERATIONS@ (the batch script only, after DECIDE[2]: embed_lua.cmake)
 
 -- Refund: the current window's count goes down by cost (not below 0); once the
@@ -95,20 +96,11 @@ REFUND[2] = function(c, now, cost)
   store_word(c, now)
 end
 
--- Penalty (FORCE, prelude.lua): the state normalised as a decision would, then the
--- cost added up to the bound.
+-- Penalty (FORCE, prelude.lua): the state normalised by the decision itself
+-- (word_state.lua, normalised), then the cost added up to the bound.
 FORCE[2] = function(c, now)
-  local found, sws, scurr, sprev = load(c, now)
+  local ws, curr, prev = normalised(c, now)
   local w = c.window
-  local ws = floor_to(now, w)
-  local curr, prev = 0, 0
-  if found then
-    if sws >= ws then
-      ws, curr, prev = sws, scurr, sprev
-    elseif sws == ws - w then
-      prev = scurr
-    end
-  end
   local was = curr
   if c.est then
     -- an overage charge: bounded on the estimate, the weighted previous window included

@@ -106,6 +106,7 @@ elseif guess then
     redis.call('DEL', key)
   end
 end
+--@NORMALISED@ tokens, t
 --@OPERATIONS@ (the batch script only, after DECIDE[3]: embed_lua.cmake)
 
 -- Refund: refill as a decision does, then add cost tokens, capped at the capacity
@@ -125,18 +126,11 @@ REFUND[3] = function(c, now, cost)
   store_word(c, now)
 end
 
--- Penalty (FORCE, prelude.lua): the state normalised as a decision would, then the
--- cost added up to the bound.
+-- Penalty (FORCE, prelude.lua): the state normalised by the decision itself
+-- (word_state.lua, normalised), then the cost added up to the bound.
 FORCE[3] = function(c, now)
-  local found, stokens, slast = load(c, now)
+  local tokens, t = normalised(c, now)
   local cap, rate = c.cap, c.limit / c.window
-  local tokens, t
-  if found then
-    tokens, t = refill(stokens, slast, now, cap, rate)
-  else
-    if c.init >= 0 then tokens = c.init else tokens = cap end
-    t = now
-  end
   local was = tokens
   tokens = max(min(tokens, cap - c.bound), tokens - c.cost)
   local reset = 0

@@ -89,3 +89,14 @@ local function store_word(c, now)
   -- (or SETRANGE was refused: an ACL user set up from an earlier version's line)
   redis.call('SET', c.key, c.state, 'PX', int(ttl_ms(c.expires, now)))
 end
+
+-- The state of check c as a decision reads it (after carry-over, Policy::on_change), by
+-- DECIDE itself at cost 0: the locals its body's "--@NORMALISED@" line names
+-- (embed_lua.cmake). A cost-0 decision only reads (one GET). FORCE builds on it.
+local function normalised(c, now)
+  local cost = c.cost
+  c.cost = 0
+  DECIDE[c.alg](c, now)
+  c.cost = cost
+  return c.n1, c.n2, c.n3
+end
