@@ -205,6 +205,62 @@ TEST(ModuleDifferential, RandomSequencesMatchLua) {
   ExpectEveryKeyHasTtl(**server);
 }
 
+// A penalty under an as_is policy on a state recorded under other parameters (written
+// by a policy with on_change) reads it as a decision does, as it is: the scripts, the
+// module and the in-process store agree on the decision and the scripts and the module
+// write the same bytes.
+TEST(ModulePenalty, ARecordedStateUnderAsIsIsReadAsADecisionReadsIt) {
+  auto server = StartWithModule();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto lua = Open((*server)->Url() + "?module=off");
+  auto mod = Open((*server)->Url());
+  ASSERT_TRUE(lua && mod);
+  const Algorithm all[] = {Algorithm::kFixedWindow, Algorithm::kSlidingWindowCounter,
+                           Algorithm::kTokenBucket, Algorithm::kGcra};
+  const Micros now = 1'785'000'000'000'000;
+  const long long before = Calls(**server, "sluice.decide");
+  for (Algorithm a : all) {
+    Policy recorded;
+    recorded.name = "p";
+    recorded.algorithm = a;
+    recorded.limit = 10;
+    recorded.window = 60'000'000;
+    recorded.on_change = OnChange::kProportional;
+    Policy plain = recorded;
+    plain.on_change = OnChange::kAsIs;
+    plain.limit = 20;
+    ASSERT_TRUE(ValidatePolicy(recorded).ok() && ValidatePolicy(plain).ok());
+    MemoryStore memory;
+    const std::string name = AlgorithmName(a);
+    const std::string kl = "rec:{" + name + "}:lua", km = "rec:{" + name + "}:mod";
+    for (const std::string* k : {&kl, &km}) {
+      const StoreCheck take{.policy = &recorded, .key = *k, .cost = 5};
+      Decision d;
+      ASSERT_TRUE(RunOn(*lua, StoreOp::kDecide, {&take, 1}, now, &d).ok());
+      ASSERT_TRUE(d.allowed);
+      if (k == &kl) ASSERT_TRUE(RunOn(memory, StoreOp::kDecide, {&take, 1}, now, &d).ok());
+    }
+    const StoreCheck pl{.policy = &plain, .key = kl, .cost = 1};
+    const StoreCheck pm{.policy = &plain, .key = km, .cost = 1};
+    Decision dl, dm, dmem;
+    ASSERT_TRUE(RunOn(*lua, StoreOp::kPenalize, {&pl, 1}, now + 1000, &dl).ok());
+    ASSERT_TRUE(RunOn(*mod, StoreOp::kPenalize, {&pm, 1}, now + 1000, &dm).ok());
+    ASSERT_TRUE(RunOn(memory, StoreOp::kPenalize, {&pl, 1}, now + 1000, &dmem).ok());
+    EXPECT_TRUE(Same(dl, dmem)) << name << "\n  lua:    " << Describe(dl)
+                                << "\n  memory: " << Describe(dmem);
+    EXPECT_TRUE(Same(dm, dmem)) << name << "\n  module: " << Describe(dm)
+                                << "\n  memory: " << Describe(dmem);
+    const std::string sl = (*server)->Command({"GET", kl})->str;
+    const std::string sm = (*server)->Command({"GET", km})->str;
+    if (a == Algorithm::kGcra) {  // the TAT as a number, which the module may spell shorter
+      EXPECT_EQ(std::stod(sl), std::stod(sm)) << sl << " / " << sm;
+    } else {
+      EXPECT_EQ(sl, sm) << name;
+    }
+  }
+  EXPECT_GE(Calls(**server, "sluice.decide") - before, 4) << "the module took the penalties";
+}
+
 // One keyspace, each step decided at random by the scripts or by the module, against
 // the in-process store: the layouts each writes are read exactly by the other.
 TEST(ModuleKeyspace, MovesLiveBetweenLuaAndModule) {

@@ -44,15 +44,6 @@ Layout DecisionLayout(const Policy& p, const ReadState& s, Micros now, long long
   return FixedWindowLean(p, pad_ms) && !packed ? Layout::kCounter : Layout::kPacked;
 }
 
-// The layout a penalty writes (FORCE[id] in lua/<algorithm>.lua): the fixed window's
-// counter when the key held one or nothing, else the plain layouts.
-Layout ForceLayout(const Policy& p, const ReadState& s, const StoredValue& v, long long pad_ms) {
-  if (p.algorithm == Algorithm::kGcra) return Layout::kNumber;
-  if (p.algorithm != Algorithm::kFixedWindow) return Layout::kPacked;
-  const bool counter = s.layout == Layout::kCounter || !v.present;
-  return counter && FixedWindowLean(p, pad_ms) ? Layout::kCounter : Layout::kPacked;
-}
-
 // True when a fixed window's decision that is not committed still leaves this window's
 // counter at 0 in the script (its INCRBY met no counter of this window, or none at all).
 bool StartsCounter(const Policy& p, const ReadState& s, const StoredValue& v, Micros now,
@@ -94,7 +85,9 @@ void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
     const std::size_t at = g.begin + i;
     ReadState& s = read[i];
     s = Read(p, values[i], now);
-    // Refunds and penalties use a recorded state only when it records p's parameters.
+    // Refunds use a recorded state only when it records p's parameters; a penalty reads
+    // the state as the decision does (FORCE[id] normalises through DECIDE) and writes
+    // the layout a decision writes.
     const bool usable = s.live && (s.layout != Layout::kRecorded || s.same_params);
     if (c.op == 2) {  // refund: no reply
       if (!usable) continue;
@@ -106,9 +99,8 @@ void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
       continue;
     }
     if (c.op == 3) {  // penalty: applied now, answered with a peek at the state after it
-      const Decision d = ops.penalize(p, s.word, !usable, now, c.cost, &next[i], &expires[i]);
-      Emit(p, next[i], expires[i], ForceLayout(p, s, values[i], r.pad_ms), at, now, r.pad_ms,
-           writes);
+      const Decision d = ops.penalize(p, s.word, !s.live, now, c.cost, &next[i], &expires[i]);
+      Emit(p, next[i], expires[i], DecisionLayout(p, s, now, r.pad_ms), at, now, r.pad_ms, writes);
       AppendDecision(d, p.Capacity(), reply);
       continue;
     }
