@@ -9,7 +9,6 @@
 #include <atomic>
 #include <random>
 #include <sstream>
-#include <thread>
 
 #include "redis/module/request.h"
 #include "redis_cluster.h"
@@ -614,20 +613,24 @@ class ModuleFailover {
   // nowhere (a dead or demoted primary writes nothing; the one the sentinels report
   // answers every call), so the in-process store skips it too.
   int Decide(int want) {
-    int failures = 0;
-    const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    for (int ok = 0; ok < want && std::chrono::steady_clock::now() < bound;) {
-      bool failed = false;
-      RunStep(&failed);
-      if (::testing::Test::HasFatalFailure()) return failures;
-      if (failed) {
-        ++failures;
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling, not timing
-      } else {
-        ++ok;
-        ++decided_;
-      }
-    }
+    int failures = 0, ok = 0;
+    // WaitUntil retries after a failed step, at its poll, until the steps all succeed.
+    (void)WaitUntil(
+        [&] {
+          while (ok < want) {
+            bool failed = false;
+            RunStep(&failed);
+            if (::testing::Test::HasFatalFailure()) return true;
+            if (failed) {
+              ++failures;
+              return false;
+            }
+            ++ok;
+            ++decided_;
+          }
+          return true;
+        },
+        std::chrono::seconds(60));
     return failures;
   }
   int decided() const { return decided_; }
