@@ -46,3 +46,64 @@ NGINX
   /usr/sbin/nginx -p "$work/nginx/" -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
   pids+=($!)
 }
+
+# One STATIC cluster of an Envoy bootstrap at 127.0.0.1:port, HTTP/2 when http2 is 1
+# (a gRPC service), as a YAML list entry under `clusters:`.
+envoy_cluster() {  # name, port, http2
+  local h2=
+  [[ $3 == 1 ]] && h2='
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {http2_protocol_options: {}}'
+  printf '  - name: %s\n    type: STATIC%s\n    load_assignment:\n      cluster_name: %s\n      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %s}}}}]}]\n' \
+    "$1" "$h2" "$1" "$2"
+}
+
+# An Envoy bootstrap on stdout: one listener on 127.0.0.1:port routing everything to the
+# cluster "upstream", with `route_extra` appended to its route (e.g. rate_limits),
+# `filters` before the router (YAML list entries, each starting with a newline) and
+# `clusters` (envoy_cluster entries).
+envoy_yaml() {  # port, route_extra, filters, clusters
+  cat <<YAML
+admin: {address: {socket_address: {address: 127.0.0.1, port_value: 0}}}
+static_resources:
+  listeners:
+  - name: ingress
+    address: {socket_address: {address: 127.0.0.1, port_value: $1}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                route:
+                  cluster: upstream$2
+          http_filters:$3
+          - name: envoy.filters.http.router
+            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
+  clusters:
+$4
+YAML
+}
+
+# Envoy's ratelimit filter (RLS, domain "bench", failing closed) asking the gRPC cluster
+# `cluster`, as an http_filters entry for envoy_yaml.
+envoy_ratelimit_filter() {  # cluster
+  printf '%s' '
+          - name: envoy.filters.http.ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: bench
+              timeout: 5s
+              failure_mode_deny: true
+              rate_limit_service:
+                transport_api_version: V3
+                grpc_service: {envoy_grpc: {cluster_name: '"$1"'}}'
+}

@@ -246,62 +246,18 @@ envoy_leg=${ENVOY:-1}
 declare -A eport
 if [[ $envoy_leg == 1 ]]; then
   start_nginx_200 1
-  cluster() {  # name, port, http2
-    local h2=
-    [[ $3 == 1 ]] && h2='
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {http2_protocol_options: {}}'
-    printf '  - name: %s\n    type: STATIC%s\n    load_assignment:\n      cluster_name: %s\n      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %s}}}}]}]\n' \
-      "$1" "$h2" "$1" "$2"
-  }
   envoy_start() {  # name, rls port (empty: no ratelimit filter)
     local name=$1 rls=$2 dir="$work/envoy-$1" filter='' rlimits='' rcluster=''
     mkdir -p "$dir"
     eport[$name]=$(free_port)
     if [[ -n $rls ]]; then
-      filter='
-          - name: envoy.filters.http.ratelimit
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
-              domain: bench
-              timeout: 5s
-              failure_mode_deny: true
-              rate_limit_service:
-                transport_api_version: V3
-                grpc_service: {envoy_grpc: {cluster_name: rls}}'
+      filter=$(envoy_ratelimit_filter rls)
       rlimits='
                   rate_limits: [{actions: [{request_headers: {header_name: x-key, descriptor_key: remote_address}}]}]'
-      rcluster=$(cluster rls "$rls" 1)
+      rcluster=$(envoy_cluster rls "$rls" 1)
     fi
-    cat >"$dir/envoy.yaml" <<YAML
-admin: {address: {socket_address: {address: 127.0.0.1, port_value: 0}}}
-static_resources:
-  listeners:
-  - name: ingress
-    address: {socket_address: {address: 127.0.0.1, port_value: ${eport[$name]}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {prefix: "/"}
-                route:
-                  cluster: upstream$rlimits
-          http_filters:$filter
-          - name: envoy.filters.http.router
-            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
-  clusters:
-$(cluster upstream "$nport" 0)
-$rcluster
-YAML
+    envoy_yaml "${eport[$name]}" "$rlimits" "$filter" "$(envoy_cluster upstream "$nport" 0)
+$rcluster" >"$dir/envoy.yaml"
     "$envoy_bin" -c "$dir/envoy.yaml" --disable-hot-restart --concurrency 1 --base-id "$RANDOM" \
       --log-level warn >"$dir/log" 2>&1 &
     pids+=($!)

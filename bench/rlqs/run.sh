@@ -70,16 +70,7 @@ envoy_start() {  # name: none | rls | rlqs
   eport[$name]=$(free_port)
   case $name in
     rls)
-      filter='
-          - name: envoy.filters.http.ratelimit
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
-              domain: bench
-              timeout: 5s
-              failure_mode_deny: true
-              rate_limit_service:
-                transport_api_version: V3
-                grpc_service: {envoy_grpc: {cluster_name: sluiced}}'
+      filter=$(envoy_ratelimit_filter sluiced)
       limits='
                   rate_limits: [{actions: [{generic_key: {descriptor_key: name, descriptor_value: api}}]}]' ;;
     rlqs)
@@ -108,45 +99,8 @@ envoy_start() {  # name: none | rls | rlqs
                           no_assignment_behavior: {fallback_rate_limit: {blanket_rule: DENY_ALL}}
                           expired_assignment_behavior: {fallback_rate_limit: {blanket_rule: DENY_ALL}}' ;;
   esac
-  cat >"$dir/envoy.yaml" <<YAML
-admin: {address: {socket_address: {address: 127.0.0.1, port_value: 0}}}
-static_resources:
-  listeners:
-  - name: ingress
-    address: {socket_address: {address: 127.0.0.1, port_value: ${eport[$name]}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {prefix: "/"}
-                route:
-                  cluster: upstream$limits
-          http_filters:$filter
-          - name: envoy.filters.http.router
-            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
-  clusters:
-  - name: upstream
-    type: STATIC
-    load_assignment:
-      cluster_name: upstream
-      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $nport}}}}]}]
-  - name: sluiced
-    type: STATIC
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {http2_protocol_options: {}}
-    load_assignment:
-      cluster_name: sluiced
-      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $gport}}}}]}]
-YAML
+  envoy_yaml "${eport[$name]}" "$limits" "$filter" "$(envoy_cluster upstream "$nport" 0)
+$(envoy_cluster sluiced "$gport" 1)" >"$dir/envoy.yaml"
   "$envoy_bin" -c "$dir/envoy.yaml" --disable-hot-restart --concurrency 1 --base-id "$RANDOM" \
     --log-level warn >"$dir/log" 2>&1 &
   epid[$name]=$!
