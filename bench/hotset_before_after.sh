@@ -5,8 +5,9 @@
 # in alternation, ROUNDS times each, and the median ns per decision of each is printed
 # per algorithm, with its ratio to the first commit named.
 #
-# Usage: [ROUNDS=5] bench/hotset_before_after.sh [--instructions] [COMMIT ...]
-#   (default bbc139b)
+# Usage: [ROUNDS=5] [FILTER=BM_Acquire1M/] bench/hotset_before_after.sh [--instructions]
+#   [COMMIT ...]   (default bbc139b; FILTER, timing only, picks other benchmarks of
+#   core_bench, e.g. BM_Acquire1M/ for random keys of the 1M)
 # --instructions: instead of timing, counts the instructions of one decision under
 #   callgrind, which no load on the machine changes: collection is on inside
 #   BM_Acquire1MHotSet and off inside its setup (Populated), and the instructions of
@@ -68,7 +69,7 @@ fi
 echo "after: $(git rev-parse --short HEAD); before: $*; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$rounds"); do
   for i in "${!sides[@]}"; do
-    "${bins[$i]}" --benchmark_filter='BM_Acquire1MHotSet' --benchmark_format=csv 2>/dev/null |
+    "${bins[$i]}" --benchmark_filter="${FILTER:-BM_Acquire1MHotSet}" --benchmark_format=csv 2>/dev/null |
       grep '^"BM_' | sed "s/^/${sides[$i]},/" >>"$out/rows.csv"
   done
 done
