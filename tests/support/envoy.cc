@@ -89,10 +89,18 @@ json Bootstrap(const EnvoyOptions& o) {
       {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
        {{"@type", "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"},
         {"explicit_http_config", {{"http2_protocol_options", json::object()}}}}}};
+  // HttpUpstream (httplib) closes a keep-alive connection after 5 s idle; Envoy would keep
+  // it for an hour and could send the next request on it as it closes (a 503). Closing
+  // it after 1 s idle itself, Envoy never reuses one the upstream is about to close.
+  json upstream = StaticCluster("upstream", o.upstream_port);
+  upstream["typed_extension_protocol_options"] = {
+      {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+       {{"@type", "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"},
+        {"common_http_protocol_options", {{"idle_timeout", "1s"}}},
+        {"explicit_http_config", {{"http_protocol_options", json::object()}}}}}};
   return {{"admin", {{"address", SocketAddress(0)}}},
           {"static_resources",
-           {{"listeners", json::array({listener})},
-            {"clusters", json::array({StaticCluster("upstream", o.upstream_port), rls})}}}};
+           {{"listeners", json::array({listener})}, {"clusters", json::array({upstream, rls})}}}};
 }
 
 // "127.0.0.1:PORT" -> PORT; 0 if not that form.
