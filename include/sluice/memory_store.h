@@ -55,7 +55,7 @@ class MemoryStore final : public Store {
   Status Reset(const Policy& policy, std::string_view key) override;
   // Itself: the decision layer's in-process fast path.
   Store* InProcess() override;
-  void Prefetch(std::string_view key) override;
+  Status RunOne(const StoreCheck& check, const Clock& clock, Decision* out) override;
 
   MemoryStoreStats Stats() const;
 

@@ -152,11 +152,12 @@ class Store {
   // layer takes its in-process fast path through it.
   virtual Store* InProcess() { return nullptr; }
 
-  // A hint that a decision on `key` is about to be asked of Run: an in-process store
-  // may start loading the key's state into the CPU cache, so that the load overlaps
-  // the caller's work before Run (reading the clock, validating). It changes no state
-  // and may be ignored (the default does nothing); wrappers forward it. Thread-safe.
-  virtual void Prefetch(std::string_view key) { (void)key; }
+  // Decides one check (StoreOp::kDecide) at the time `clock` reads: the same as
+  // Run(StoreBatch{.checks = {check}, .now = clock.Now()}, {out, 1}), which is what the
+  // default does. An in-process store reads the clock as late as it can: it starts
+  // loading the key's state into the CPU cache first, so that the load overlaps the
+  // clock read. Wrappers forward it (ForwardingStore). Thread-safe.
+  virtual Status RunOne(const StoreCheck& check, const Clock& clock, Decision* out);
 };
 
 }  // namespace sluice

@@ -250,13 +250,12 @@ Result<std::size_t> Decider::Decide(std::span<const Check> checks, std::span<Dec
     // error takes the general path's handling.
     const Check& c = checks[0];
     const StoreCheck sc = Impl::ToStoreCheck(c, c.cost);
-    im.options.store->Prefetch(sc.key);  // loads while the clock is read
-    const Micros now = im.options.clock->Now();
     const std::uint16_t idx = out[0].policy_index;
-    const Status s = im.options.store->Run(
-        StoreBatch{.checks = std::span<const StoreCheck>(&sc, 1), .now = now}, out.first(1));
+    // (RunOne reads the clock after it starts loading the key's state.)
+    const Status s = im.options.store->RunOne(sc, *im.options.clock, &out[0]);
     out[0].policy_index = idx;
     if (!s.ok()) {
+      const Micros now = im.options.clock->Now();
       Impl::Group g;
       Impl::MakeGroup(checks, g);
       if (Status st = im.AfterStore(g, s, now, out); !st.ok()) return st;

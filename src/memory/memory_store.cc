@@ -41,7 +41,8 @@ MemoryStore::~MemoryStore() = default;
 
 namespace memory_internal {
 
-Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, Micros now, Decision* out) {
+Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, std::uint64_t hash, Micros now,
+                           Decision* out) {
   const Policy& p = *c.policy;
   if (p.algorithm != Algorithm::kConcurrency && p.block_for == 0 && p.overage == Overage::kReject &&
       p.on_change == OnChange::kAsIs) {
@@ -50,7 +51,6 @@ Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, Micros now, 
     // It is exactly what the batch path below does for such a check (no reservation,
     // insert or sweep). (A policy with a carry-over mode records its parameters: the
     // batch path.)
-    const std::uint64_t hash = HashKey(c.key);
     Shard& shard = store.impl_->shards[ShardIndex(hash, store.impl_->shards.size())];
     std::lock_guard<ShardLock> lock(shard.mu);
     Micros t = now;
@@ -113,7 +113,8 @@ Status MemoryStore::Run(const StoreBatch& batch, std::span<Decision> out) {
   using memory_internal::Access;
   switch (batch.op) {
     case StoreOp::kDecide: {
-      Status s = checks.size() == 1 ? Access::EvaluateOne(*this, checks[0], batch.now, &out[0])
+      Status s = checks.size() == 1 ? Access::EvaluateOne(*this, checks[0], HashKey(checks[0].key),
+                                                          batch.now, &out[0])
                                     : Access::EvaluateBatch(*this, checks, batch.now, out);
       bool usage = false;  // (usage reservations: StoreCheck::usage_id)
       for (const StoreCheck& c : checks) usage = usage || !c.usage_id.empty();
@@ -137,9 +138,17 @@ Store* MemoryStore::InProcess() {
   return this;
 }
 
-void MemoryStore::Prefetch(std::string_view key) {
-  const std::uint64_t h = HashKey(key);
+Status MemoryStore::RunOne(const StoreCheck& check, const Clock& clock, Decision* out) {
+  if (!check.usage_id.empty()) return Store::RunOne(check, clock, out);  // recorded: Run's path
+  // The key is hashed once, and its home slot starts loading before the clock is read.
+  const std::uint64_t h = HashKey(check.key);
   impl_->shards[impl_->ShardOf(h)].table.Prefetch(h);
+  const Micros now = clock.Now();
+  if (Status v = ValidateBatch(StoreBatch{.checks = std::span<const StoreCheck>(&check, 1)});
+      !v.ok()) {
+    return v;
+  }
+  return memory_internal::Access::EvaluateOne(*this, check, h, now, out);
 }
 
 Status MemoryStore::Reset(const Policy& policy, std::string_view key) {

@@ -14,10 +14,12 @@ namespace sluice::memory_internal {
 // MemoryStore::Run's paths into the store's internals.
 struct Access {
   // A one-check kDecide batch (validated). A live word state or sliding log is decided
-  // in place under its shard lock (the key hashed there); anything else (permits,
+  // in place under its shard lock; anything else (permits,
   // blocks, overage, carry-over, a new or expired key) takes EvaluateBatch, which
   // hashes it itself.
-  static Status EvaluateOne(MemoryStore& store, const StoreCheck& check, Micros now, Decision* out);
+  // `hash` is HashKey(check.key).
+  static Status EvaluateOne(MemoryStore& store, const StoreCheck& check, std::uint64_t hash,
+                            Micros now, Decision* out);
   // The general path of a kDecide batch (validated arguments).
   static Status EvaluateBatch(MemoryStore& store, std::span<const StoreCheck> checks, Micros now,
                               std::span<Decision> out);

@@ -1,4 +1,4 @@
-// A Store that passes every call (Run, RunAsync, Reset, IsRemote, InProcess) through
+// A Store that passes every call (Run, RunOne, RunAsync, Reset, IsRemote, InProcess) through
 // to another, for wrappers that watch a store's calls: a subclass overrides Done()
 // only, so a call added to Store cannot be silently left to the base class's default
 // (a wrapper that did not forward refunds once answered "not supported" for a store
@@ -28,6 +28,12 @@ class ForwardingStore : public Store {
     Done(Call::kRun, s, t0);
     return s;
   }
+  Status RunOne(const StoreCheck& check, const Clock& clock, Decision* out) override {
+    const TimePoint t0 = std::chrono::steady_clock::now();
+    Status s = inner_->RunOne(check, clock, out);
+    Done(Call::kRun, s, t0);
+    return s;
+  }
   // The wrapper must outlive the call (Done runs on completion).
   void RunAsync(const StoreBatch& batch, RunCallback done) override {
     const TimePoint t0 = std::chrono::steady_clock::now();
@@ -45,7 +51,6 @@ class ForwardingStore : public Store {
   }
   bool IsRemote() const override { return inner_->IsRemote(); }
   Store* InProcess() override { return inner_->InProcess(); }
-  void Prefetch(std::string_view key) override { inner_->Prefetch(key); }
 
   Store& inner() const { return *inner_; }
 

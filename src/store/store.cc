@@ -181,6 +181,11 @@ Status ValidateBatch(const StoreBatch& batch) {
   return Status::Ok();
 }
 
+Status Store::RunOne(const StoreCheck& check, const Clock& clock, Decision* out) {
+  return Run(StoreBatch{.checks = std::span<const StoreCheck>(&check, 1), .now = clock.Now()},
+             std::span<Decision>(out, 1));
+}
+
 void Store::RunAsync(const StoreBatch& batch, RunCallback done) {
   Decision out[kMaxBatchChecks];
   if (batch.checks.size() > kMaxBatchChecks) {

@@ -156,35 +156,61 @@ TEST(MemoryStore, ConcurrentCallersOnOneKeyStayExact) {
   }
 }
 
-// Store::Prefetch reads a table's address without its shard lock while other threads
-// grow that table (under TSan, a plain read there is a reported race): it changes no
-// decision, and every key inserted meanwhile is kept and decided exactly.
-TEST(MemoryStore, PrefetchWhileTablesGrowChangesNothing) {
+// MemoryStore::RunOne starts loading a key's slot before it takes the shard lock: it
+// reads the table's address without the lock while other threads grow that table
+// (under TSan, a plain read there is a reported race). That changes no decision: every
+// key inserted meanwhile is kept and decided exactly, and the racing peeks (cost 0)
+// store nothing.
+TEST(MemoryStore, RunOneWhileTablesGrowChangesNothing) {
   auto store = std::make_shared<MemoryStore>(MemoryStoreOptions{.shards = 1});
   const Policy p = Make(Algorithm::kFixedWindow, 1, kMin);
+  ManualClock clock(kNoon);
   std::atomic<bool> done{false};
-  std::thread prefetcher([&] {
+  std::thread peeker([&] {
     std::uint64_t i = 0;
     while (!done.load(std::memory_order_relaxed)) {
-      store->Prefetch("sluice:{k" + std::to_string(i++ % 5000) + "}:p");
+      const std::string key = "sluice:{peek" + std::to_string(i++ % 5000) + "}:p";
+      const StoreCheck c{.policy = &p, .key = key, .cost = 0};
+      Decision d;
+      EXPECT_TRUE(store->RunOne(c, clock, &d).ok());
+      EXPECT_TRUE(d.allowed);
     }
   });
-  // One unit of key i at kNoon, one check alone.
+  // One unit of key i at kNoon, one check alone; odd keys through RunOne, even through Run.
   auto take = [&](int i) {
     const std::string key = "sluice:{k" + std::to_string(i) + "}:p";
     const StoreCheck c{.policy = &p, .key = key};
     Decision d;
-    EXPECT_TRUE(store
-                    ->Run({.checks = std::span<const StoreCheck>(&c, 1), .now = kNoon},
-                          std::span<Decision>(&d, 1))
-                    .ok());
+    if (i % 2 == 1) {
+      EXPECT_TRUE(store->RunOne(c, clock, &d).ok());
+    } else {
+      EXPECT_TRUE(store
+                      ->Run({.checks = std::span<const StoreCheck>(&c, 1), .now = kNoon},
+                            std::span<Decision>(&d, 1))
+                      .ok());
+    }
     return d.allowed;
   };
   for (int i = 0; i < 5000; ++i) EXPECT_TRUE(take(i)) << i;
   done = true;
-  prefetcher.join();
+  peeker.join();
   EXPECT_EQ(store->Stats().keys, 5000u);
   for (int i = 0; i < 5000; i += 97) EXPECT_FALSE(take(i)) << i;  // each took its one unit
+}
+
+// RunOne validates its check as Run does.
+TEST(MemoryStore, RunOneValidatesAndRecordsAsRun) {
+  MemoryStore store;
+  const Policy p = Make(Algorithm::kFixedWindow, 2, kMin);
+  ManualClock clock(kNoon);
+  Decision d;
+  EXPECT_EQ(store.RunOne(StoreCheck{.policy = &p, .key = ""}, clock, &d).code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(store.RunOne(StoreCheck{.policy = &p, .key = "k", .cost = 3}, clock, &d).code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(store.RunOne(StoreCheck{.policy = &p, .key = "k"}, clock, &d).ok());
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.remaining, 1u);
 }
 
 // A one-check decision on a live key is decided in place (memory_store.cc, EvaluateOne);
