@@ -13,11 +13,10 @@ namespace sluice::memory_internal {
 
 // MemoryStore::Run's paths into the store's internals.
 struct Access {
-  // A one-check kDecide batch (validated). A live word state or sliding log is decided
-  // in place under its shard lock; anything else (permits,
-  // blocks, overage, carry-over, a new or expired key) takes EvaluateBatch, which
-  // hashes it itself.
-  // `hash` is HashKey(check.key).
+  // A one-check kDecide batch (validated), `hash` being HashKey(check.key). A live word
+  // state or sliding log is decided in place under its shard lock; anything else
+  // (permits, blocks, overage, carry-over, a new or expired key) takes EvaluateBatch,
+  // which hashes the key itself.
   static Status EvaluateOne(MemoryStore& store, const StoreCheck& check, std::uint64_t hash,
                             Micros now, Decision* out);
   // The general path of a kDecide batch (validated arguments).

@@ -199,7 +199,7 @@ TEST(MemoryStore, RunOneWhileTablesGrowChangesNothing) {
 }
 
 // RunOne validates its check as Run does.
-TEST(MemoryStore, RunOneValidatesAndRecordsAsRun) {
+TEST(MemoryStore, RunOneValidatesAsRun) {
   MemoryStore store;
   const Policy p = Make(Algorithm::kFixedWindow, 2, kMin);
   ManualClock clock(kNoon);
