@@ -113,6 +113,11 @@ void Metrics::RenderRlqs(std::string& out) const {
       "unused.\n");
   out.append("# TYPE sluiced_rlqs_refunded_units_total counter\n");
   AppendMetricLine(out, "sluiced_rlqs_refunded_units_total", "", load(r.refunded_units));
+  out.append(
+      "# HELP sluiced_rlqs_silent_buckets_total Buckets settled because the data plane stopped "
+      "reporting them on an open stream.\n");
+  out.append("# TYPE sluiced_rlqs_silent_buckets_total counter\n");
+  AppendMetricLine(out, "sluiced_rlqs_silent_buckets_total", "", load(r.silent_buckets));
   out.append("# HELP sluiced_rlqs_assignments_total Bucket actions sent, by action.\n");
   out.append("# TYPE sluiced_rlqs_assignments_total counter\n");
   static constexpr const char* kActions[4] = {"token_bucket", "deny_all", "allow_all", "abandon"};

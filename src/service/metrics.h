@@ -49,6 +49,7 @@ struct RlqsCounters {
   std::atomic<std::uint64_t> reported_denied{0};
   std::atomic<std::uint64_t> granted_units{0};
   std::atomic<std::uint64_t> refunded_units{0};  // given back to the store, unused
+  std::atomic<std::uint64_t> silent_buckets{0};  // settled after Envoy stopped reporting
   std::atomic<std::uint64_t> assignments[4] = {};
 };
 

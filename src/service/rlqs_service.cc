@@ -1,11 +1,17 @@
 // Streams on gRPC's callback API: a message is read, handed to its session, and the next
 // one is read only when the session's decisions are done (so a stream holds at most one
-// message and its answers); answers are written in order from a queue.
+// message and its answers); answers are written in order from a queue. Between messages
+// an alarm at the session's next silence (RlqsSession::NextSilence) settles the buckets
+// Envoy stopped reporting on while its stream stays open.
 #include "service/rlqs_service.h"
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <chrono>
 #include <deque>
+#include <memory>
 #include <mutex>
 
 #include "envoy/service/rate_limit_quota/v3/rlqs.grpc.pb.h"
@@ -39,6 +45,10 @@ class Stream final : public grpc::ServerBidiReactor<Reports, Response> {
 
   void OnReadDone(bool ok) override {
     if (!ok) return End(grpc::Status::OK);  // the client closed its side (or went away)
+    {
+      std::lock_guard<std::recursive_mutex> lock(mu_);
+      busy_ = true;
+    }
     session_.Handle(in_, [this](const Status& s, Response& out) {
       if (!s.ok()) {
         engine_.metrics().rlqs().stream_errors.fetch_add(1, std::memory_order_relaxed);
@@ -46,6 +56,11 @@ class Stream final : public grpc::ServerBidiReactor<Reports, Response> {
         return End(ToGrpcStatus(s));
       }
       if (out.bucket_action_size() > 0) Send(std::move(out));
+      {
+        std::lock_guard<std::recursive_mutex> lock(mu_);
+        busy_ = false;
+        ArmSweep();
+      }
       StartRead(&in_);
     });
   }
@@ -59,9 +74,48 @@ class Stream final : public grpc::ServerBidiReactor<Reports, Response> {
     if (ending_) Finish(status_);
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    std::unique_ptr<grpc::Alarm> alarm;
+    bool pending = false;
+    {
+      std::lock_guard<std::recursive_mutex> lock(mu_);
+      done_ = true;
+      pending = alarms_ > 0;
+      if (pending) alarm = std::move(alarm_);
+    }
+    if (!pending) return delete this;
+    // The last alarm callback deletes the stream. Destroying the alarm cancels it: its
+    // callback still runs (ok = false), maybe inline here, so nothing of `this` after.
+    alarm.reset();
+  }
 
  private:
+  // Arms an alarm at the session's next silence unless one fires by then (under mu_).
+  void ArmSweep() {
+    const Micros next = session_.NextSilence();
+    if (next == 0 || ending_ || done_ || (alarm_at_ != 0 && alarm_at_ <= next)) return;
+    const Micros wait = std::max<Micros>(0, next - engine_.clock().Now());
+    ++alarms_;
+    const std::uint64_t id = ++alarm_id_;
+    alarm_at_ = next;
+    alarm_ = std::make_unique<grpc::Alarm>();  // a later one it replaces is cancelled
+    alarm_->Set(std::chrono::system_clock::now() + std::chrono::microseconds(wait),
+                [this, id](bool ok) { OnAlarm(id, ok); });
+  }
+  void OnAlarm(std::uint64_t id, bool ok) {
+    std::unique_lock<std::recursive_mutex> lock(mu_);
+    --alarms_;
+    if (id == alarm_id_) alarm_at_ = 0;
+    if (done_) {
+      if (alarms_ > 0) return;
+      lock.unlock();
+      return delete this;
+    }
+    // While a message is handled the session is not ours to touch; its end arms again.
+    if (!ok || id != alarm_id_ || busy_ || ending_) return;
+    session_.Sweep(engine_.clock().Now());
+    ArmSweep();
+  }
   void Send(Response r) {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     if (ending_) return;
@@ -88,6 +142,15 @@ class Stream final : public grpc::ServerBidiReactor<Reports, Response> {
   bool writing_ = false;
   bool ending_ = false;
   grpc::Status status_;
+  // Sweeps (under mu_): a message is being handled; the alarm, when it fires (engine
+  // clock, 0: none armed), its id, and the callbacks still to come (the stream is
+  // deleted after the last).
+  bool busy_ = false;
+  bool done_ = false;
+  std::unique_ptr<grpc::Alarm> alarm_;
+  Micros alarm_at_ = 0;
+  std::uint64_t alarm_id_ = 0;
+  int alarms_ = 0;
 };
 
 class RlqsService final : public rlqs_pb::RateLimitQuotaService::CallbackService {

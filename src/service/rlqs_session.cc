@@ -93,6 +93,7 @@ struct RlqsSession::Bucket {
   std::uint64_t charged_generation = 0;
   bool mixed = false;
   Micros last_report = 0;  // when the last report arrived (engine clock)
+  bool swept = false;      // settled by Sweep since the last report
   std::vector<Spend> spends;
   // Demand (allowed + denied) reported since the last sizing, and the time it covers.
   std::uint64_t demand = 0;
@@ -170,6 +171,30 @@ void RlqsSession::Settle(Bucket& b, bool ending) {
   }
 }
 
+Micros RlqsSession::SilentAt(const Bucket& b) {
+  if (b.swept || b.charged <= b.allowed + b.refunded) return 0;
+  return b.last_report + 2 * b.interval + kDeliveryBound;
+}
+
+void RlqsSession::Sweep(Micros now) {
+  for (auto& [key, b] : buckets_) {
+    const Micros at = SilentAt(*b);
+    if (at == 0 || now < at) continue;
+    b->swept = true;
+    engine_.metrics().rlqs().silent_buckets.fetch_add(1, std::memory_order_relaxed);
+    Settle(*b, /*ending=*/true);
+  }
+}
+
+Micros RlqsSession::NextSilence() const {
+  Micros next = 0;
+  for (const auto& [key, b] : buckets_) {
+    const Micros at = SilentAt(*b);
+    if (at != 0 && (next == 0 || at < next)) next = at;
+  }
+  return next;
+}
+
 void RlqsSession::EndTokens(Bucket& b, Micros now) {
   if (b.kind == Bucket::Kind::kTokens && !b.spends.empty()) {
     b.spends.back().end = std::min(b.spends.back().end, now);
@@ -241,6 +266,7 @@ void RlqsSession::Handle(const rlqs_pb::RateLimitQuotaUsageReports& msg, Done do
     b.demand += u.num_requests_allowed() + u.num_requests_denied();
     b.demand_time += std::max<Micros>(elapsed, 0);
     b.last_report = now;
+    b.swept = false;
     if (std::find(touched.begin(), touched.end(), &b) == touched.end()) touched.push_back(&b);
   }
   for (Bucket* b : touched) {

@@ -72,6 +72,17 @@ class RlqsSession {
   // ResourceExhausted (more buckets than rlqs.max_buckets_per_stream), or the engine's.
   void Handle(const rlqs_pb::RateLimitQuotaUsageReports& msg, Done done);
 
+  // Settles each bucket Envoy has gone silent on by `now` (engine clock) as if the stream
+  // had ended: a bucket whose assignments were charged and that was not reported for two
+  // of its reporting intervals plus the delivery bound gets back what was charged beyond
+  // what Envoy reported allowed and may still spend after its last report. Once per
+  // silence (a report ends it); the bucket's ledger stays open for its next report. Only
+  // between messages (not while a Handle's decisions run).
+  void Sweep(Micros now);
+  // When the next bucket goes silent (engine clock), or 0 when none can: the time to call
+  // Sweep at, after each message and each Sweep.
+  Micros NextSilence() const;
+
   std::size_t buckets() const { return buckets_.size(); }
   const std::string& domain() const { return domain_; }
 
@@ -81,8 +92,11 @@ class RlqsSession {
 
  private:
   static std::uint64_t MaySpend(const Spend& s, Micros t);
+  // When `b` goes silent, or 0 when it cannot (nothing charged that may come back, or
+  // settled for this silence already).
+  static Micros SilentAt(const Bucket& b);
   // Gives back what `b` was charged and Envoy can no longer spend (`ending`: the stream
-  // ended, nothing waits for a larger amount).
+  // ended or went silent, nothing waits for a larger amount).
   void Settle(Bucket& b, bool ending);
   // The current token bucket of `b`, if any, is replaced at `now`.
   static void EndTokens(Bucket& b, Micros now);

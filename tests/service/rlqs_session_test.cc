@@ -11,6 +11,7 @@
 #include "envoy/service/rate_limit_quota/v3/rlqs.grpc.pb.h"
 #include "service/grpc_service.h"
 #include "sluice/memory_store.h"
+#include "wait.h"
 
 namespace sluice::service {
 namespace {
@@ -329,6 +330,42 @@ TEST_F(RlqsTest, AnEndedStreamGivesBackWhatEnvoyCanNoLongerSpend) {
   EXPECT_EQ(StoreLeft(*engine, 100), 100 - 30 + 7);
 }
 
+// An Envoy that stops reporting with its stream open: once a bucket was not reported for
+// two reporting intervals and the delivery bound, what Envoy can no longer spend goes
+// back as at the stream's end, once per silence; the ledger stays open for its next report.
+TEST_F(RlqsTest, ASilentStreamGivesBackWhatEnvoyCanNoLongerSpend) {
+  LoadSlicesOf20();
+  RlqsSession s(*engine);
+  EXPECT_EQ(s.NextSilence(), 0);  // no bucket yet
+  ASSERT_EQ(FirstSlice(s), 20);
+  Response out;
+  clock->Advance(8500'000);  // 1.5 s left: renewed, 10 more units charged
+  ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 2}}), &out).ok());
+  ASSERT_EQ(Tokens(out), 10);
+  const Micros report = clock->Now();
+  EXPECT_EQ(s.NextSilence(), report + 3 * kSec);  // 2 intervals of 1 s + the bound
+  clock->Advance(kSec);
+  s.Sweep(clock->Now());  // one interval late is not silent yet
+  EXPECT_EQ(Refunded(), 0u);
+  EXPECT_EQ(engine->metrics().rlqs().silent_buckets.load(), 0u);
+  clock->Advance(2 * kSec);
+  s.Sweep(clock->Now());
+  // As AnEndedStreamGivesBackWhatEnvoyCanNoLongerSpend: charged 30, reported 2, Envoy may
+  // still spend 21.
+  EXPECT_EQ(Refunded(), 7u);
+  EXPECT_EQ(engine->metrics().rlqs().silent_buckets.load(), 1u);
+  EXPECT_EQ(s.NextSilence(), 0);  // settled for this silence
+  clock->Advance(kSec);
+  s.Sweep(clock->Now());
+  EXPECT_EQ(Refunded(), 7u);
+  EXPECT_EQ(StoreLeft(*engine, 100), 100 - 30 + 7);
+  // Envoy reports again (3 allowed, within what it could still spend): nothing more goes
+  // back twice, and the bucket can go silent again.
+  ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 3}}), &out).ok());
+  EXPECT_EQ(Refunded(), 7u);
+  EXPECT_EQ(s.NextSilence(), clock->Now() + 3 * kSec);
+}
+
 // Assignments follow the reported demand: a quiet bucket's slice shrinks at its renewals,
 // by half at a time, down to 1 unit (the rest of an old one goes back once it ended); a
 // bucket whose reports show denials gets the configured slice again.
@@ -467,6 +504,40 @@ TEST_F(RlqsTest, GrpcStreamWithoutDomainEndsWithInvalidArgument) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(st.error_message().find("no domain"), std::string::npos) << st.error_message();
   EXPECT_EQ(engine->metrics().rlqs().stream_errors.load(), 1u);
+}
+
+// Through gRPC: a stream that stays open without reporting gets its unused units back
+// from the stream's alarm, without a message or the stream's end.
+TEST_F(RlqsTest, GrpcStreamThatGoesSilentGetsItsUnusedUnitsBack) {
+  LoadSlicesOf20();
+  auto server = GrpcServer::Start(*engine, "127.0.0.1:0", 1 << 20);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = rlqs_pb::RateLimitQuotaService::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto stream = stub->StreamRateLimitQuotas(&ctx);
+  Response r;
+  ASSERT_TRUE(stream->Write(Report({{{{"name", "api"}}, 0}})));
+  ASSERT_TRUE(stream->Read(&r));
+  ASSERT_EQ(Units(r), 20);
+  // As in ASilentStreamGivesBackWhatEnvoyCanNoLongerSpend: renewed, 30 charged, 21 held.
+  clock->Advance(8500'000);
+  ASSERT_TRUE(stream->Write(Report({{{{"name", "api"}}, 2}})));
+  ASSERT_TRUE(stream->Read(&r));
+  ASSERT_EQ(Tokens(r), 10);
+  // Silent from 3 s after that report (the alarm's real wait too: the manual clock does
+  // not move by itself).
+  clock->Advance(3 * kSec);
+  EXPECT_TRUE(sluice::testing::WaitUntil([&] {
+    return engine->metrics().rlqs().silent_buckets.load() == 1;
+  })) << "the silent bucket was not settled while the stream stayed open";
+  EXPECT_EQ(Refunded(), 7u);
+  EXPECT_EQ(engine->metrics().rlqs().streams_closed.load(), 0u);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(Refunded(), 7u);  // the stream's end gives back nothing twice
 }
 
 }  // namespace
