@@ -142,8 +142,11 @@ RlqsSession::~RlqsSession() {
   engine_.metrics().rlqs().streams_closed.fetch_add(1, std::memory_order_relaxed);
 }
 
-void RlqsSession::Settle(Bucket& b, bool ending) {
-  if (settings_ == nullptr) return;
+void RlqsSession::Settle(Bucket& b, bool ending, std::function<void()> then) {
+  if (settings_ == nullptr) {
+    if (then) then();
+    return;
+  }
   const Micros t = b.last_report;
   std::erase_if(b.spends, [t](const Spend& s) { return s.end + kDeliveryBound <= t; });
   std::uint64_t held = b.allowed + b.refunded;
@@ -155,20 +158,26 @@ void RlqsSession::Settle(Bucket& b, bool ending) {
   std::uint64_t generation = 0;
   engine_.rules(&generation);
   const bool same_rules = !b.mixed && generation == b.charged_generation;
-  if (back > 0 && same_rules &&
-      (ending || closed || back >= std::max<std::uint64_t>(1, b.tokens_per_fill))) {
-    b.refunded += back;
-    RlqsCounters* c = &engine_.metrics().rlqs();
-    DescriptorRequest d;
-    d.entries = BucketDescriptor(settings_->rlqs, b.id.bucket());
-    engine_.RefundAsync(domain_, d, back, [c](std::uint64_t n) {
-      c->refunded_units.fetch_add(n, std::memory_order_relaxed);
-    });
-  }
+  const bool refund = back > 0 && same_rules &&
+                      (ending || closed || back >= std::max<std::uint64_t>(1, b.tokens_per_fill));
+  if (refund) b.refunded += back;
   if (closed) {
     b.charged = b.allowed = b.refunded = 0;
     b.mixed = false;
   }
+  if (!refund) {
+    if (then) then();
+    return;
+  }
+  // The ledger is up to date before the refund goes out: `then` may charge the bucket
+  // again, inline or on the store's thread.
+  RlqsCounters* c = &engine_.metrics().rlqs();
+  DescriptorRequest d;
+  d.entries = BucketDescriptor(settings_->rlqs, b.id.bucket());
+  engine_.RefundAsync(domain_, d, back, [c, then = std::move(then)](std::uint64_t n) {
+    c->refunded_units.fetch_add(n, std::memory_order_relaxed);
+    if (then) then();
+  });
 }
 
 Micros RlqsSession::SilentAt(const Bucket& b) {
@@ -270,8 +279,15 @@ void RlqsSession::Handle(const rlqs_pb::RateLimitQuotaUsageReports& msg, Done do
     if (std::find(touched.begin(), touched.end(), &b) == touched.end()) touched.push_back(&b);
   }
   for (Bucket* b : touched) {
-    Settle(*b, /*ending=*/false);
-    Plan(*b, now, p);
+    // Planned once the store has the refund, so that a fresh slice finds its units.
+    {
+      std::lock_guard<std::mutex> lock(p->mu);
+      ++p->outstanding;
+    }
+    Settle(*b, /*ending=*/false, [this, b, now, p] {
+      Plan(*b, now, p);
+      p->Release();
+    });
   }
   p->Release();
 }

@@ -96,8 +96,9 @@ class RlqsSession {
   // settled for this silence already).
   static Micros SilentAt(const Bucket& b);
   // Gives back what `b` was charged and Envoy can no longer spend (`ending`: the stream
-  // ended or went silent, nothing waits for a larger amount).
-  void Settle(Bucket& b, bool ending);
+  // ended or went silent, nothing waits for a larger amount). `then`, when given, runs
+  // once the store answered the refund (inline when there is none).
+  void Settle(Bucket& b, bool ending, std::function<void()> then = nullptr);
   // The current token bucket of `b`, if any, is replaced at `now`.
   static void EndTokens(Bucket& b, Micros now);
   // The next fresh slice of `b` from its reported demand (resets the demand).
