@@ -5,6 +5,8 @@
 // (sluiced's /metrics, responses), request counts are bounded.
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include "e2e.h"
 #include "envoy_rlqs.h"
 #include "redis_server.h"
@@ -22,6 +24,7 @@ struct RlqsStack {
   Sluiced sluiced;
   std::vector<std::unique_ptr<Envoy>> envoys;
 
+  std::string config() const { return dir.File("sluiced.yaml"); }
   double Metric(const std::string& series) const { return SluicedMetric(sluiced, series); }
   // GET / through Envoy `i`: its status (0 when there is no answer).
   int Get(std::size_t i) const {
@@ -36,8 +39,8 @@ struct RlqsStack {
 std::unique_ptr<RlqsStack> Start(const std::string& yaml, const RlqsFilterOptions& filter,
                                  int envoys = 1) {
   auto s = std::make_unique<RlqsStack>();
-  WriteFile(s->dir.File("sluiced.yaml"), yaml);
-  s->sluiced = StartSluiced(s->dir.File("sluiced.yaml"), s->dir.File("sluiced.log"));
+  WriteFile(s->config(), yaml);
+  s->sluiced = StartSluiced(s->config(), s->dir.File("sluiced.log"));
   if (s->sluiced.grpc_port == 0) return nullptr;
   for (int i = 0; i < envoys; ++i) {
     EnvoyOptions o = RlqsEnvoyOptions(filter);
@@ -71,7 +74,36 @@ constexpr const char* kAssignedDeny = R"(sluiced_rlqs_assignments_total{action="
 constexpr const char* kGranted = "sluiced_rlqs_granted_units_total";
 constexpr const char* kRefunded = "sluiced_rlqs_refunded_units_total";
 
-// Rounds of 8 requests to each of `envoys`, each round after as many reports as Envoys,
+// One round of load: 8 requests to each of `envoys`, each answered 200 or 429 by Envoy.
+// Adds what each Envoy admitted to `admitted`; returns what the round admitted.
+int SendRound(const RlqsStack& s, const std::vector<std::size_t>& envoys,
+              std::vector<int>& admitted) {
+  int round_admitted = 0;
+  for (std::size_t e : envoys) {
+    for (int i = 0; i < 8; ++i) {
+      const int code = s.Get(e);
+      EXPECT_TRUE(code == 200 || code == 429) << "envoy " << e << " answered " << code;
+      if (code == 200) {
+        ++admitted[e];
+        ++round_admitted;
+      }
+    }
+  }
+  return round_admitted;
+}
+
+// Waits (30 s at most) until sluiced has counted `n` usage reports more than `before`.
+bool ReportsArrive(const RlqsStack& s, double before, std::size_t n) {
+  const double want = before + static_cast<double>(n);
+  if (WaitUntil([&] { return s.Metric("sluiced_rlqs_reports_total") >= want; },
+                std::chrono::seconds(30))) {
+    return true;
+  }
+  ADD_FAILURE() << "no usage reports from the Envoys";
+  return false;
+}
+
+// Rounds (SendRound) to each of `envoys`, each round after as many reports as Envoys,
 // until a round admits nothing while the store is used up (`limit` units net of refunds)
 // and at most `held` of what the store was charged is not accounted for by the requests
 // admitted; at most `rounds`. Adds what each Envoy admitted to `admitted`; false when
@@ -80,23 +112,8 @@ bool RunRounds(RlqsStack& s, const std::vector<std::size_t>& envoys, int limit, 
                int rounds, std::vector<int>& admitted) {
   for (int round = 0; round < rounds; ++round) {
     const double reports = s.Metric("sluiced_rlqs_reports_total");
-    int round_admitted = 0;
-    for (std::size_t e : envoys) {
-      for (int i = 0; i < 8; ++i) {
-        const int code = s.Get(e);
-        EXPECT_TRUE(code == 200 || code == 429) << "envoy " << e << " answered " << code;
-        if (code == 200) {
-          ++admitted[e];
-          ++round_admitted;
-        }
-      }
-    }
-    const double want = reports + static_cast<double>(envoys.size());
-    if (!WaitUntil([&] { return s.Metric("sluiced_rlqs_reports_total") >= want; },
-                   std::chrono::seconds(30))) {
-      ADD_FAILURE() << "no usage reports from the Envoys";
-      return false;
-    }
+    const int round_admitted = SendRound(s, envoys, admitted);
+    if (!ReportsArrive(s, reports, envoys.size())) return false;
     int total = 0;
     for (int a : admitted) total += a;
     const double net = s.Metric(kGranted) - s.Metric(kRefunded);
@@ -185,6 +202,91 @@ TEST(EnvoyRlqs, AnEnvoyThatGoesAwayLeavesItsShareToTheOthers) {
   EXPECT_LE(admitted[0], 20);
   EXPECT_GE(admitted[0], 18);
   EXPECT_EQ(s->upstream.served(), admitted[0]);
+}
+
+// sluiced killed (SIGKILL) under load and started again, same config, on the same gRPC
+// port (Envoy's cluster points there). During the outage each Envoy answers every
+// request itself: it admits at most what its last assignment held (a slice, 12 of the
+// 60: 6 tokens at once, 6 refilled over the 2 s TTL), denies the rest, and fails to
+// reopen its stream. Once the new sluiced listens, Envoy's reports reach it, it assigns
+// from the counter Redis kept, and admissions resume until the limit is used up: over the
+// whole test at most the limit is admitted. (What the killed sluiced was charged and
+// never gave back stays charged: that only lowers admissions.)
+TEST(EnvoyRlqs, ASluicedRestartUnderLoadKeepsTheGlobalLimit) {
+  auto redis = RedisServer::Start();
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  RlqsFilterOptions f;
+  f.domain = "edge";
+  auto s = Start(
+      Config((*redis)->Url(), "slice: 0.2, assignment_ttl: 2s", "unit: day, requests_per_unit: 60"),
+      f, 2);
+  ASSERT_NE(s, nullptr);
+  const std::vector<std::size_t> both = {0, 1};
+  // Load until both Envoys admit from their assignments.
+  std::vector<int> before = {0, 0};
+  for (int round = 0; round < 30 && (before[0] == 0 || before[1] == 0); ++round) {
+    const double reports = s->Metric("sluiced_rlqs_reports_total");
+    SendRound(*s, both, before);
+    ASSERT_TRUE(ReportsArrive(*s, reports, both.size()));
+  }
+  ASSERT_GT(before[0], 0);
+  ASSERT_GT(before[1], 0);
+
+  const char* connect_fail = "cluster.sluiced.upstream_cx_connect_fail";
+  std::vector<long> failed;
+  for (const auto& e : s->envoys) failed.push_back(e->Counter(connect_fail));
+  const int grpc_port = s->sluiced.grpc_port;
+  s->sluiced.process->Signal(SIGKILL);
+  ASSERT_EQ(s->sluiced.process->Wait(std::chrono::seconds(10)), 128 + SIGKILL);
+  // The outage, under load: rounds until each Envoy has denied a request and failed to
+  // connect to sluiced.
+  std::vector<int> outage = {0, 0};
+  int outage_rounds = 0;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        SendRound(*s, both, outage);
+        ++outage_rounds;
+        for (std::size_t e : both) {
+          if (outage[e] >= 8 * outage_rounds) return false;
+          if (s->envoys[e]->Counter(connect_fail) <= failed[e]) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(100)))
+      << "admitted " << outage[0] << " + " << outage[1] << " in " << outage_rounds
+      << " rounds; connect failures " << s->envoys[0]->Counter(connect_fail) << ", "
+      << s->envoys[1]->Counter(connect_fail);
+  EXPECT_LE(outage[0], 12);
+  EXPECT_LE(outage[1], 12);
+
+  s->sluiced = StartSluiced(s->config(), s->dir.File("restarted.log"),
+                            {"--grpc", "127.0.0.1:" + std::to_string(grpc_port)});
+  ASSERT_EQ(s->sluiced.grpc_port, grpc_port);
+  // The Envoys' reports reach the new sluiced (ReportsArrive fails the test when they do
+  // not), which assigns token buckets again; rounds until its store refuses (DENY_ALL)
+  // and a round admits nothing.
+  std::vector<int> after = {0, 0};
+  bool used_up = false;
+  for (int round = 0; round < 60 && !used_up; ++round) {
+    const double reports = s->Metric("sluiced_rlqs_reports_total");
+    const int round_admitted = SendRound(*s, both, after);
+    ASSERT_TRUE(ReportsArrive(*s, reports, both.size())) << "after the restart; its log:\n"
+                                                         << s->sluiced.LogText();
+    used_up = round_admitted == 0 && s->Metric(kAssignedDeny) >= 1;
+  }
+  const int total = before[0] + before[1] + outage[0] + outage[1] + after[0] + after[1];
+  ::testing::Test::RecordProperty("admitted",
+                                  std::to_string(before[0] + before[1]) + " before, " +
+                                      std::to_string(outage[0] + outage[1]) + " during, " +
+                                      std::to_string(after[0] + after[1]) + " after the restart");
+  EXPECT_GE(s->Metric(kAssignedTokens), 1);
+  EXPECT_GT(after[0] + after[1], 0) << "no admission after the restart";
+  EXPECT_TRUE(used_up) << "the limit was never used up; admitted " << total << "; units "
+                       << s->Metric(kGranted) << " - " << s->Metric(kRefunded) << " refunded";
+  EXPECT_LE(total, 60) << before[0] << " + " << before[1] << " before, " << outage[0] << " + "
+                       << outage[1] << " during, " << after[0] << " + " << after[1]
+                       << " after the restart";
+  EXPECT_EQ(s->upstream.served(), total);
 }
 
 // A limit of 0 (a ban): sluiced assigns DENY_ALL, and Envoy answers 429 itself. With

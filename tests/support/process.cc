@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -159,8 +160,12 @@ Sluiced StartSluiced(const std::string& config_file, const std::string& log_path
                      const std::vector<std::string>& extra) {
   Sluiced s;
   s.log = log_path;
-  std::vector<std::string> argv = {SluicedBinary(), "--config", config_file,  "--http",
-                                   "127.0.0.1:0",   "--grpc",   "127.0.0.1:0"};
+  std::vector<std::string> argv = {SluicedBinary(), "--config", config_file};
+  for (const char* flag : {"--http", "--grpc"}) {
+    if (std::find(extra.begin(), extra.end(), flag) == extra.end()) {
+      argv.insert(argv.end(), {flag, "127.0.0.1:0"});
+    }
+  }
   argv.insert(argv.end(), extra.begin(), extra.end());
   s.process = Process::Spawn(argv, log_path);
   if (!s.process) return s;
