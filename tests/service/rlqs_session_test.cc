@@ -9,19 +9,13 @@
 #include <gtest/gtest.h>
 
 #include "envoy/service/rate_limit_quota/v3/rlqs.grpc.pb.h"
+#include "rlqs_testing.h"
 #include "service/grpc_service.h"
 #include "sluice/memory_store.h"
 #include "wait.h"
 
 namespace sluice::service {
 namespace {
-
-constexpr Micros kSec = 1'000'000;
-// On a minute boundary, so a minute window ends 60 s later.
-constexpr Micros kNoon = 1785412800LL * kSec;
-
-using Reports = rlqs_pb::RateLimitQuotaUsageReports;
-using Response = rlqs_pb::RateLimitQuotaResponse;
 
 std::string Yaml(const std::string& rlqs, int limit = 100, const std::string& unit = "minute") {
   return "sluiced:\n"
@@ -105,6 +99,12 @@ class RlqsTest : public ::testing::Test {
     Response out;
     EXPECT_TRUE(Send(s, Report({{{{"name", "api"}}, 0}}), &out).ok());
     return out.bucket_action_size() == 1 ? Units(out) : -1;
+  }
+
+  // A client of the RLQS service of `server`.
+  static std::unique_ptr<rlqs_pb::RateLimitQuotaService::Stub> Stub(const GrpcServer& server) {
+    return rlqs_pb::RateLimitQuotaService::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(server.port()), grpc::InsecureChannelCredentials()));
   }
 
   std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>(kNoon);
@@ -252,23 +252,6 @@ TEST_F(RlqsTest, RenewsBeforeTheTtlEndsAndDeniesWhenTheRefillIsRefused) {
   clock->Advance(9 * kSec);
   ASSERT_TRUE(Send(s, Report({{{{"name", "api"}}, 5}}), &out).ok());
   EXPECT_TRUE(Blanket(out, envoy::type::v3::RateLimitStrategy::DENY_ALL)) << out.DebugString();
-}
-
-// Units left in the store for the bucket {name: api}: the largest cost it allows now
-// (found by taking it, so the store is then empty).
-long StoreLeft(Engine& engine, long most) {
-  for (long n = most; n > 0; --n) {
-    RateLimitRequest req;
-    req.domain = "edge";
-    req.descriptors.resize(1);
-    req.descriptors[0].entries = {Entry{"name", "api"}};
-    req.descriptors[0].has_hits_addend = true;
-    req.descriptors[0].hits_addend = static_cast<std::uint64_t>(n);
-    RateLimitResponse r;
-    EXPECT_TRUE(engine.ShouldRateLimit(req, &r).ok());
-    if (r.overall_code == Code::kOk) return n;
-  }
-  return 0;
 }
 
 // What an assignment was charged and Envoy did not spend goes back to the store once a
@@ -479,9 +462,7 @@ TEST_F(RlqsTest, GrpcStreamWithoutDomainEndsWithInvalidArgument) {
   Load(Yaml(""));
   auto server = GrpcServer::Start(*engine, "127.0.0.1:0", 1 << 20);
   ASSERT_TRUE(server.ok()) << server.status().message();
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = rlqs_pb::RateLimitQuotaService::NewStub(channel);
+  auto stub = Stub(**server);
   // A good stream first: its assignment comes back.
   {
     grpc::ClientContext ctx;
@@ -512,9 +493,7 @@ TEST_F(RlqsTest, GrpcStreamThatGoesSilentGetsItsUnusedUnitsBack) {
   LoadSlicesOf20();
   auto server = GrpcServer::Start(*engine, "127.0.0.1:0", 1 << 20);
   ASSERT_TRUE(server.ok()) << server.status().message();
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = rlqs_pb::RateLimitQuotaService::NewStub(channel);
+  auto stub = Stub(**server);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
   auto stream = stub->StreamRateLimitQuotas(&ctx);

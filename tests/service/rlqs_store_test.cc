@@ -14,6 +14,7 @@
 
 #include "redis_cluster.h"
 #include "redis_server.h"
+#include "rlqs_testing.h"
 #include "service/config.h"
 #include "service/engine.h"
 #include "service/rlqs_session.h"
@@ -23,12 +24,6 @@
 
 namespace sluice::service {
 namespace {
-
-constexpr Micros kSec = 1'000'000;
-constexpr Micros kNoon = 1785412800LL * kSec;
-
-using Reports = rlqs_pb::RateLimitQuotaUsageReports;
-using Response = rlqs_pb::RateLimitQuotaResponse;
 
 // 40 an hour in slices of 10 (a 10 s TTL).
 constexpr const char* kConfig = R"(sluiced:
@@ -77,23 +72,6 @@ long Units(const Response& r) {
   if (s.has_token_bucket())
     return s.token_bucket().max_tokens() + s.token_bucket().tokens_per_fill().value();
   return s.blanket_rule() == envoy::type::v3::RateLimitStrategy::DENY_ALL ? 0 : -1;
-}
-
-// What the store has left of {name: api}: the largest cost it allows (which it then
-// charges), found from `most` down.
-long StoreLeft(Engine& engine, long most) {
-  for (long n = most; n > 0; --n) {
-    RateLimitRequest req;
-    req.domain = "edge";
-    req.descriptors.resize(1);
-    req.descriptors[0].entries = {Entry{"name", "api"}};
-    req.descriptors[0].has_hits_addend = true;
-    req.descriptors[0].hits_addend = static_cast<std::uint64_t>(n);
-    RateLimitResponse r;
-    EXPECT_TRUE(engine.ShouldRateLimit(req, &r).ok());
-    if (r.overall_code == Code::kOk) return n;
-  }
-  return 0;
 }
 
 // Four streams, alternating between engines `a` and `b`, take 10 units each: the whole
