@@ -190,8 +190,8 @@ void RlqsSession::Sweep(Micros now) {
     const Micros at = SilentAt(*b);
     if (at == 0 || now < at) continue;
     b->swept = true;
-    engine_.metrics().rlqs().silent_buckets.fetch_add(1, std::memory_order_relaxed);
     Settle(*b, /*ending=*/true);
+    engine_.metrics().rlqs().silent_buckets.fetch_add(1, std::memory_order_relaxed);
   }
 }
 

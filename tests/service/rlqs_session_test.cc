@@ -509,10 +509,11 @@ TEST_F(RlqsTest, GrpcStreamThatGoesSilentGetsItsUnusedUnitsBack) {
   // Silent from 3 s after that report (the alarm's real wait too: the manual clock does
   // not move by itself).
   clock->Advance(3 * kSec);
+  // (The alarm's thread settles the bucket, then counts it: wait for both.)
   EXPECT_TRUE(sluice::testing::WaitUntil([&] {
-    return engine->metrics().rlqs().silent_buckets.load() == 1;
-  })) << "the silent bucket was not settled while the stream stayed open";
-  EXPECT_EQ(Refunded(), 7u);
+    return engine->metrics().rlqs().silent_buckets.load() == 1 && Refunded() == 7;
+  })) << "the silent bucket was not settled while the stream stayed open: silent "
+      << engine->metrics().rlqs().silent_buckets.load() << ", refunded " << Refunded();
   EXPECT_EQ(engine->metrics().rlqs().streams_closed.load(), 0u);
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
