@@ -176,8 +176,8 @@ TEST(EnvoyRlqs, AnEnvoyThatGoesAwayLeavesItsShareToTheOthers) {
   ASSERT_NE(s, nullptr);
   // Envoy 1's one request creates its bucket (denied: no assignment yet); it then takes a
   // slice of 10 and, quiet, shrinks by half at each report: 10, 5, 2, 1 (4 token
-  // buckets, 6 to be sure), then holds 3 units at most (its bucket, a refill, the next
-  // slice taken before the last one's refund).
+  // buckets, 6 to be sure), then holds 3 units at most (its bucket and the whole refills
+  // renewals charge ahead of the refunds that give their difference back).
   EXPECT_EQ(s->Get(1), 429);
   ASSERT_TRUE(WaitUntil([&] { return s->Metric(kAssignedTokens) >= 6; }, std::chrono::seconds(120)))
       << "token buckets " << s->Metric(kAssignedTokens);

@@ -102,12 +102,11 @@ TEST(RlqsStores, EmbeddedStore) {
   SharedLimitAndRefunds(*e, *e, *clock);
 }
 
-TEST(RlqsStores, TwoEnginesOnOneRedis) {
-  auto redis = testing::RedisServer::Start();
-  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+// Two engines (two sluiced), each with its own connection to the Redis at `url`.
+void TwoEnginesOn(const std::string& url) {
   auto clock = std::make_shared<ManualClock>(kNoon);
-  auto s1 = OpenStore((*redis)->Url());
-  auto s2 = OpenStore((*redis)->Url());
+  auto s1 = OpenStore(url);
+  auto s2 = OpenStore(url);
   ASSERT_TRUE(s1.ok() && s2.ok()) << s1.status().ToString() << s2.status().ToString();
   auto a = MakeEngine(*s1, clock);
   auto b = MakeEngine(*s2, clock);
@@ -115,17 +114,16 @@ TEST(RlqsStores, TwoEnginesOnOneRedis) {
   SharedLimitAndRefunds(*a, *b, *clock);
 }
 
+TEST(RlqsStores, TwoEnginesOnOneRedis) {
+  auto redis = testing::RedisServer::Start();
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  TwoEnginesOn((*redis)->Url());
+}
+
 TEST(RlqsStores, TwoEnginesOnOneRedisCluster) {
   auto cluster = testing::RedisCluster::Start();
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
-  auto clock = std::make_shared<ManualClock>(kNoon);
-  auto s1 = OpenStore((*cluster)->Url());
-  auto s2 = OpenStore((*cluster)->Url());
-  ASSERT_TRUE(s1.ok() && s2.ok()) << s1.status().ToString() << s2.status().ToString();
-  auto a = MakeEngine(*s1, clock);
-  auto b = MakeEngine(*s2, clock);
-  ASSERT_TRUE(a != nullptr && b != nullptr);
-  SharedLimitAndRefunds(*a, *b, *clock);
+  TwoEnginesOn((*cluster)->Url());
 }
 
 }  // namespace

@@ -161,10 +161,12 @@ Sluiced StartSluiced(const std::string& config_file, const std::string& log_path
   Sluiced s;
   s.log = log_path;
   std::vector<std::string> argv = {SluicedBinary(), "--config", config_file};
-  for (const char* flag : {"--http", "--grpc"}) {
-    if (std::find(extra.begin(), extra.end(), flag) == extra.end()) {
-      argv.insert(argv.end(), {flag, "127.0.0.1:0"});
-    }
+  for (const std::string flag : {"--http", "--grpc"}) {
+    // Given in `extra` as "--grpc ADDR" or "--grpc=ADDR": that one, not the default.
+    const bool given = std::any_of(extra.begin(), extra.end(), [&](const std::string& a) {
+      return a == flag || a.starts_with(flag + "=");
+    });
+    if (!given) argv.insert(argv.end(), {flag, "127.0.0.1:0"});
   }
   argv.insert(argv.end(), extra.begin(), extra.end());
   s.process = Process::Spawn(argv, log_path);

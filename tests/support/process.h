@@ -69,8 +69,8 @@ struct Sluiced {
 };
 // Starts sluiced with `config_file`, HTTP and gRPC on 127.0.0.1:0 and `extra` flags; waits
 // until it has started. Fails the test (returns an empty Sluiced) when it does not.
-// `extra` may give --http or --grpc (on 127.0.0.1), e.g. to start sluiced again on the
-// gRPC port it had: that one then replaces the default.
+// `extra` may give --http or --grpc (as "--grpc ADDR" or "--grpc=ADDR", on 127.0.0.1),
+// e.g. to start sluiced again on the gRPC port it had: that one then replaces the default.
 Sluiced StartSluiced(const std::string& config_file, const std::string& log_path,
                      const std::vector<std::string>& extra = {});
 
