@@ -74,7 +74,10 @@ TEST(Concurrency, ManyProcessesAndThreadsNeverExceedTheLimit) {
     const Counts& c = total[name];
     SCOPED_TRACE(name);
     EXPECT_EQ(c.errors, 0);
-    EXPECT_GT(c.denied, c.allowed) << "the load must exceed the limit for the test to mean much";
+    // The limit must have been reached for the bound to mean anything. How far the load
+    // went past it depends on the machine's speed (under TSan on a loaded CI machine
+    // about 2x the limit, elsewhere far more), so only that it was reached is checked.
+    EXPECT_GT(c.denied, 0) << "the load never reached the limit";
     EXPECT_GT(c.allowed, 0);
     EXPECT_LE(c.allowed, b) << "allowed " << c.allowed << " in " << elapsed << " s";
     std::printf("%-8s allowed %6ld denied %7ld (bound %.0f, %.2f s)\n", name.c_str(), c.allowed,
