@@ -52,19 +52,30 @@ std::string EscapeLabel(std::string_view v) {
   return out;
 }
 
-DescriptorCounters* Metrics::Descriptor(std::string_view domain, std::string_view descriptor) {
-  std::string id =
-      "domain=\"" + EscapeLabel(domain) + "\",descriptor=\"" + EscapeLabel(descriptor) + "\"";
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = series_.find(id);
-  if (it != series_.end()) return it->second.get();
-  if (series_.size() >= kMaxSeries) {
-    id = "domain=\"" + EscapeLabel(domain) + "\",descriptor=\"_overflow_\"";
-    it = series_.find(id);
-    if (it != series_.end()) return it->second.get();
+template <class T>
+T* Metrics::Series(std::unordered_map<std::string, std::unique_ptr<T>>& map, std::string id,
+                   std::string overflow_id) {
+  auto it = map.find(id);
+  if (it != map.end()) return it->second.get();
+  if (map.size() >= kMaxSeries) {
+    id = std::move(overflow_id);
+    it = map.find(id);
+    if (it != map.end()) return it->second.get();
   }
-  auto [pos, _] = series_.emplace(std::move(id), std::make_unique<DescriptorCounters>());
+  auto [pos, _] = map.emplace(std::move(id), std::make_unique<T>());
   return pos->second.get();
+}
+
+DescriptorCounters* Metrics::Descriptor(std::string_view domain, std::string_view descriptor) {
+  const std::string d = "domain=\"" + EscapeLabel(domain) + "\",descriptor=\"";
+  std::lock_guard<std::mutex> lock(mu_);
+  return Series(series_, d + EscapeLabel(descriptor) + "\"", d + "_overflow_\"");
+}
+
+RlqsBucketCounters* Metrics::RlqsBucket(std::string_view domain, std::string_view bucket) {
+  const std::string d = "domain=\"" + EscapeLabel(domain) + "\",bucket=\"";
+  std::lock_guard<std::mutex> lock(mu_);
+  return Series(rlqs_buckets_, d + EscapeLabel(bucket) + "\"", d + "_overflow_\"");
 }
 
 void Metrics::CountRequest(Api api, RequestOutcome outcome) {
@@ -80,50 +91,95 @@ void Metrics::ObserveStoreLatency(Micros us) {
   latency_count_.fetch_add(1, std::memory_order_relaxed);
 }
 
+namespace {
+
+// One sample of an RLQS bucket series: its extra label (or none) and its value.
+struct RlqsSample {
+  const char* label;
+  std::uint64_t (*value)(const RlqsBucketCounters&);
+};
+struct RlqsSeries {
+  const char* name;  // after sluiced_rlqs_ (totals) or sluiced_rlqs_bucket_ (per bucket)
+  const char* help;
+  std::vector<RlqsSample> samples;
+};
+
+std::uint64_t Load(const std::atomic<std::uint64_t>& a) {
+  return a.load(std::memory_order_relaxed);
+}
+
+// Every bucket figure, rendered once summed and once per bucket id.
+const std::vector<RlqsSeries>& RlqsBucketSeries() {
+  using C = RlqsBucketCounters;
+  static const std::vector<RlqsSeries> series = {
+      {"reports_total",
+       "Bucket usage reports received.",
+       {{nullptr, [](const C& c) { return Load(c.reports); }}}},
+      {"reported_requests_total",
+       "Requests the data plane reported, by result.",
+       {{"result=\"allowed\"", [](const C& c) { return Load(c.reported_allowed); }},
+        {"result=\"denied\"", [](const C& c) { return Load(c.reported_denied); }}}},
+      {"granted_units_total",
+       "Units taken from the store for assignments.",
+       {{nullptr, [](const C& c) { return Load(c.granted_units); }}}},
+      {"refunded_units_total",
+       "Units of assignments given back to the store unused.",
+       {{nullptr, [](const C& c) { return Load(c.refunded_units); }}}},
+      {"silences_total",
+       "Times a bucket was settled because the data plane stopped reporting it on an open "
+       "stream.",
+       {{nullptr, [](const C& c) { return Load(c.silences); }}}},
+      {"assignments_total",
+       "Bucket actions sent, by action.",
+       {{"action=\"token_bucket\"",
+         [](const C& c) { return Load(c.assignments[C::kTokenBucket]); }},
+        {"action=\"deny_all\"", [](const C& c) { return Load(c.assignments[C::kDenyAll]); }},
+        {"action=\"allow_all\"", [](const C& c) { return Load(c.assignments[C::kAllowAll]); }},
+        {"action=\"abandon\"", [](const C& c) { return Load(c.assignments[C::kAbandon]); }}}},
+  };
+  return series;
+}
+
+// Appends `s` of `c` under `name`, each sample with `labels` and its own label.
+void AppendRlqsSamples(std::string& out, const std::string& name, const std::string& labels,
+                       const RlqsSeries& s, const RlqsBucketCounters& c) {
+  for (const RlqsSample& x : s.samples) {
+    std::string l = labels;
+    if (x.label != nullptr) l += (l.empty() ? "" : ",") + std::string(x.label);
+    AppendMetricLine(out, name, l, x.value(c));
+  }
+}
+
+}  // namespace
+
 void Metrics::RenderRlqs(std::string& out) const {
   const RlqsCounters& r = rlqs_;
-  const auto load = [](const std::atomic<std::uint64_t>& a) {
-    return a.load(std::memory_order_relaxed);
-  };
   out.append("# HELP sluiced_rlqs_streams Open Rate Limit Quota Service streams.\n");
   out.append("# TYPE sluiced_rlqs_streams gauge\n");
-  const std::uint64_t opened = load(r.streams_opened);
-  const std::uint64_t closed = load(r.streams_closed);
+  const std::uint64_t opened = Load(r.streams_opened);
+  const std::uint64_t closed = Load(r.streams_closed);
   AppendMetricLine(out, "sluiced_rlqs_streams", "", opened > closed ? opened - closed : 0);
   out.append("# HELP sluiced_rlqs_stream_errors_total RLQS streams ended with an error.\n");
   out.append("# TYPE sluiced_rlqs_stream_errors_total counter\n");
-  AppendMetricLine(out, "sluiced_rlqs_stream_errors_total", "", load(r.stream_errors));
-  out.append("# HELP sluiced_rlqs_reports_total Bucket usage reports received.\n");
-  out.append("# TYPE sluiced_rlqs_reports_total counter\n");
-  AppendMetricLine(out, "sluiced_rlqs_reports_total", "", load(r.reports));
-  out.append(
-      "# HELP sluiced_rlqs_reported_requests_total Requests the data plane reported, by "
-      "result.\n");
-  out.append("# TYPE sluiced_rlqs_reported_requests_total counter\n");
-  AppendMetricLine(out, "sluiced_rlqs_reported_requests_total", "result=\"allowed\"",
-                   load(r.reported_allowed));
-  AppendMetricLine(out, "sluiced_rlqs_reported_requests_total", "result=\"denied\"",
-                   load(r.reported_denied));
-  out.append(
-      "# HELP sluiced_rlqs_granted_units_total Units taken from the store for assignments.\n");
-  out.append("# TYPE sluiced_rlqs_granted_units_total counter\n");
-  AppendMetricLine(out, "sluiced_rlqs_granted_units_total", "", load(r.granted_units));
-  out.append(
-      "# HELP sluiced_rlqs_refunded_units_total Units of assignments given back to the store "
-      "unused.\n");
-  out.append("# TYPE sluiced_rlqs_refunded_units_total counter\n");
-  AppendMetricLine(out, "sluiced_rlqs_refunded_units_total", "", load(r.refunded_units));
-  out.append(
-      "# HELP sluiced_rlqs_silent_buckets_total Buckets settled because the data plane stopped "
-      "reporting them on an open stream.\n");
-  out.append("# TYPE sluiced_rlqs_silent_buckets_total counter\n");
-  AppendMetricLine(out, "sluiced_rlqs_silent_buckets_total", "", load(r.silent_buckets));
-  out.append("# HELP sluiced_rlqs_assignments_total Bucket actions sent, by action.\n");
-  out.append("# TYPE sluiced_rlqs_assignments_total counter\n");
-  static constexpr const char* kActions[4] = {"token_bucket", "deny_all", "allow_all", "abandon"};
-  for (int a = 0; a < 4; ++a) {
-    AppendMetricLine(out, "sluiced_rlqs_assignments_total",
-                     std::string("action=\"") + kActions[a] + "\"", load(r.assignments[a]));
+  AppendMetricLine(out, "sluiced_rlqs_stream_errors_total", "", Load(r.stream_errors));
+  std::vector<std::pair<std::string, const RlqsBucketCounters*>> buckets;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    buckets.reserve(rlqs_buckets_.size());
+    for (const auto& [labels, c] : rlqs_buckets_) buckets.emplace_back(labels, c.get());
+  }
+  for (const RlqsSeries& s : RlqsBucketSeries()) {
+    for (const bool per_bucket : {false, true}) {
+      const std::string name =
+          std::string(per_bucket ? "sluiced_rlqs_bucket_" : "sluiced_rlqs_") + s.name;
+      out.append("# HELP " + name + " " + s.help + (per_bucket ? " Per bucket id.\n" : "\n"));
+      out.append("# TYPE " + name + " counter\n");
+      if (!per_bucket) {
+        AppendRlqsSamples(out, name, "", s, r);
+      } else {
+        for (const auto& [labels, c] : buckets) AppendRlqsSamples(out, name, labels, s, *c);
+      }
+    }
   }
 }
 

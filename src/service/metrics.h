@@ -37,20 +37,26 @@ struct DescriptorCounters {
   ~DescriptorCounters();
 };
 
-// The Rate Limit Quota Service's figures (service/rlqs_session.h), over every stream. Per
-// bucket, each slice taken is a decision of the bucket's descriptor (DescriptorCounters).
-struct RlqsCounters {
+// What the Rate Limit Quota Service (service/rlqs_session.h) did for buckets: per bucket
+// id (Metrics::RlqsBucket), and summed over every bucket in RlqsCounters. Each slice taken
+// is also a decision of the bucket's descriptor (DescriptorCounters).
+struct RlqsBucketCounters {
   enum Action : int { kTokenBucket = 0, kDenyAll = 1, kAllowAll = 2, kAbandon = 3 };
-  std::atomic<std::uint64_t> streams_opened{0};
-  std::atomic<std::uint64_t> streams_closed{0};
-  std::atomic<std::uint64_t> stream_errors{0};
-  std::atomic<std::uint64_t> reports{0};  // bucket usage reports
+  std::atomic<std::uint64_t> reports{0};  // usage reports
   std::atomic<std::uint64_t> reported_allowed{0};
   std::atomic<std::uint64_t> reported_denied{0};
   std::atomic<std::uint64_t> granted_units{0};
   std::atomic<std::uint64_t> refunded_units{0};  // given back to the store, unused
-  std::atomic<std::uint64_t> silent_buckets{0};  // settled after Envoy stopped reporting
+  std::atomic<std::uint64_t> silences{0};        // settled after Envoy stopped reporting
   std::atomic<std::uint64_t> assignments[4] = {};
+};
+
+// The Rate Limit Quota Service's figures over every stream: its streams, and every
+// bucket's figures summed.
+struct RlqsCounters : RlqsBucketCounters {
+  std::atomic<std::uint64_t> streams_opened{0};
+  std::atomic<std::uint64_t> streams_closed{0};
+  std::atomic<std::uint64_t> stream_errors{0};
 };
 
 // The engine's figures at one scrape: its Decider's counters, the in-process stores'
@@ -87,6 +93,10 @@ class Metrics {
   void CountUnknownDomain() { unknown_domain_.fetch_add(1, std::memory_order_relaxed); }
   void CountReload(bool ok) { (ok ? reload_ok_ : reload_failed_).fetch_add(1); }
   RlqsCounters& rlqs() { return rlqs_; }
+  // The figures of bucket id `bucket` (its key=value pairs, for reading) in `domain`,
+  // made at first use. Pointers handed out stay valid. Past kMaxSeries bucket ids, later
+  // ones share the series bucket="_overflow_".
+  RlqsBucketCounters* RlqsBucket(std::string_view domain, std::string_view bucket);
   // Records one store call's latency.
   void ObserveStoreLatency(Micros us);
   // Store calls timed so far and their total latency (the admin console's store health).
@@ -103,6 +113,11 @@ class Metrics {
 
  private:
   void RenderRlqs(std::string& out) const;
+  // The series `id` of `map` (under mu_), made at first use; past kMaxSeries series, the
+  // one `overflow_id` names.
+  template <class T>
+  static T* Series(std::unordered_map<std::string, std::unique_ptr<T>>& map, std::string id,
+                   std::string overflow_id);
 
   static constexpr int kBuckets = 14;
   static constexpr Micros kBucketBoundsUs[kBuckets] = {
@@ -117,6 +132,7 @@ class Metrics {
   std::atomic<std::uint64_t> latency_sum_us_{0};
   std::atomic<std::uint64_t> latency_count_{0};
   RlqsCounters rlqs_;
+  std::unordered_map<std::string, std::unique_ptr<RlqsBucketCounters>> rlqs_buckets_;
 };
 
 // Appends one sample line, `name{labels} v` (no braces when `labels` is empty).

@@ -42,6 +42,19 @@ std::string CanonicalId(const rlqs_pb::BucketId& id) {
   return out;
 }
 
+// `id` for reading in a metric label: its key=value pairs sorted by key, comma-separated.
+std::string ReadableId(const rlqs_pb::BucketId& id) {
+  std::vector<std::pair<std::string_view, std::string_view>> kv(id.bucket().begin(),
+                                                                id.bucket().end());
+  std::sort(kv.begin(), kv.end());
+  std::string out;
+  for (const auto& [k, v] : kv) {
+    if (!out.empty()) out += ',';
+    out.append(k).append("=").append(v);
+  }
+  return out;
+}
+
 // The largest token bucket Envoy takes (max_tokens is a uint32).
 constexpr std::uint64_t kMaxTokens = std::numeric_limits<std::uint32_t>::max();
 
@@ -72,6 +85,7 @@ std::uint64_t RlqsSession::MaySpend(const Spend& s, Micros t) {
 
 struct RlqsSession::Bucket {
   rlqs_pb::BucketId id;
+  RlqsBucketCounters* counters = nullptr;  // this bucket id's series (Metrics::RlqsBucket)
   enum class Kind { kNone, kTokens, kDenyAll, kAllowAll } kind = Kind::kNone;
   bool had_rule = false;              // a rule matched this bucket's last decision
   std::uint64_t slice = 0;            // units of a fresh assignment; 0: capacity not known yet
@@ -142,6 +156,17 @@ RlqsSession::~RlqsSession() {
   engine_.metrics().rlqs().streams_closed.fetch_add(1, std::memory_order_relaxed);
 }
 
+void RlqsSession::Count(const Bucket& b, std::atomic<std::uint64_t> RlqsBucketCounters::*field,
+                        std::uint64_t n) {
+  (engine_.metrics().rlqs().*field).fetch_add(n, std::memory_order_relaxed);
+  (b.counters->*field).fetch_add(n, std::memory_order_relaxed);
+}
+
+void RlqsSession::Count(const Bucket& b, RlqsBucketCounters::Action action) {
+  engine_.metrics().rlqs().assignments[action].fetch_add(1, std::memory_order_relaxed);
+  b.counters->assignments[action].fetch_add(1, std::memory_order_relaxed);
+}
+
 void RlqsSession::Settle(Bucket& b, bool ending, std::function<void()> then) {
   if (settings_ == nullptr) {
     if (then) then();
@@ -171,13 +196,15 @@ void RlqsSession::Settle(Bucket& b, bool ending, std::function<void()> then) {
   }
   // The ledger is up to date before the refund goes out: `then` may charge the bucket
   // again, inline or on the store's thread.
-  RlqsCounters* c = &engine_.metrics().rlqs();
   DescriptorRequest d;
   d.entries = BucketDescriptor(settings_->rlqs, b.id.bucket());
-  engine_.RefundAsync(domain_, d, back, [c, then = std::move(then)](std::uint64_t n) {
-    c->refunded_units.fetch_add(n, std::memory_order_relaxed);
-    if (then) then();
-  });
+  engine_.RefundAsync(domain_, d, back,
+                      [total = &engine_.metrics().rlqs(), bucket = b.counters,
+                       then = std::move(then)](std::uint64_t n) {
+                        total->refunded_units.fetch_add(n, std::memory_order_relaxed);
+                        bucket->refunded_units.fetch_add(n, std::memory_order_relaxed);
+                        if (then) then();
+                      });
 }
 
 Micros RlqsSession::SilentAt(const Bucket& b) {
@@ -191,7 +218,7 @@ void RlqsSession::Sweep(Micros now) {
     if (at == 0 || now < at) continue;
     b->swept = true;
     Settle(*b, /*ending=*/true);
-    engine_.metrics().rlqs().silent_buckets.fetch_add(1, std::memory_order_relaxed);
+    Count(*b, &RlqsBucketCounters::silences, 1);
   }
 }
 
@@ -248,7 +275,6 @@ void RlqsSession::Handle(const rlqs_pb::RateLimitQuotaUsageReports& msg, Done do
     p->Fail(s);
     return p->Release();
   }
-  RlqsCounters& c = engine_.metrics().rlqs();
   const Micros now = engine_.clock().Now();
   // Fold every report first, so that a bucket reported twice in one message is planned once.
   std::vector<Bucket*> touched;
@@ -264,11 +290,12 @@ void RlqsSession::Handle(const rlqs_pb::RateLimitQuotaUsageReports& msg, Done do
       }
       it = buckets_.emplace(std::move(key), std::make_unique<Bucket>()).first;
       it->second->id = u.bucket_id();
+      it->second->counters = engine_.metrics().RlqsBucket(domain_, ReadableId(u.bucket_id()));
     }
     Bucket& b = *it->second;
-    c.reports.fetch_add(1, std::memory_order_relaxed);
-    c.reported_allowed.fetch_add(u.num_requests_allowed(), std::memory_order_relaxed);
-    c.reported_denied.fetch_add(u.num_requests_denied(), std::memory_order_relaxed);
+    Count(b, &RlqsBucketCounters::reports, 1);
+    Count(b, &RlqsBucketCounters::reported_allowed, u.num_requests_allowed());
+    Count(b, &RlqsBucketCounters::reported_denied, u.num_requests_denied());
     const Micros elapsed = u.time_elapsed().seconds() * 1'000'000 + u.time_elapsed().nanos() / 1000;
     if (elapsed > 0) b.interval = std::min<Micros>(elapsed, 60'000'000);
     b.allowed += u.num_requests_allowed();
@@ -371,7 +398,7 @@ void RlqsSession::Decided(Bucket& b, std::uint64_t want, std::uint64_t got, bool
       a.mutable_abandon_action();
       EndTokens(b, now);
       p->Add(std::move(a));
-      engine_.metrics().rlqs().assignments[RlqsCounters::kAbandon].fetch_add(1);
+      Count(b, RlqsBucketCounters::kAbandon);
       b.abandon = true;
     } else {
       AssignBlanket(b, false, ttl, now, *p);
@@ -380,7 +407,7 @@ void RlqsSession::Decided(Bucket& b, std::uint64_t want, std::uint64_t got, bool
   }
   b.had_rule = true;
   if (st.code != Code::kOverLimit) {
-    engine_.metrics().rlqs().granted_units.fetch_add(want, std::memory_order_relaxed);
+    Count(b, &RlqsBucketCounters::granted_units, want);
     // Units charged to the shared store (not those a failure mode granted).
     if (st.source == DecisionSource::kStore || st.source == DecisionSource::kLease) {
       if (b.charged == 0) b.charged_generation = b.rules_generation;
@@ -453,7 +480,7 @@ void RlqsSession::AssignTokens(Bucket& b, std::uint64_t units, Micros now, Pendi
   tb->mutable_tokens_per_fill()->set_value(b.tokens_per_fill);
   tb->mutable_fill_interval()->set_seconds(b.fill_seconds);
   p.Add(std::move(a));
-  engine_.metrics().rlqs().assignments[RlqsCounters::kTokenBucket].fetch_add(1);
+  Count(b, RlqsBucketCounters::kTokenBucket);
 }
 
 void RlqsSession::AssignBlanket(Bucket& b, bool deny, Micros ttl, Micros now, Pending& p) {
@@ -469,10 +496,7 @@ void RlqsSession::AssignBlanket(Bucket& b, bool deny, Micros ttl, Micros now, Pe
       deny ? ::envoy::type::v3::RateLimitStrategy::DENY_ALL
            : ::envoy::type::v3::RateLimitStrategy::ALLOW_ALL);
   p.Add(std::move(a));
-  engine_.metrics()
-      .rlqs()
-      .assignments[deny ? RlqsCounters::kDenyAll : RlqsCounters::kAllowAll]
-      .fetch_add(1);
+  Count(b, deny ? RlqsBucketCounters::kDenyAll : RlqsBucketCounters::kAllowAll);
 }
 
 }  // namespace sluice::service

@@ -92,6 +92,10 @@ class RlqsSession {
 
  private:
   static std::uint64_t MaySpend(const Spend& s, Micros t);
+  // Adds `n` to `field`, or one to the action's count, in the totals and in `b`'s series.
+  void Count(const Bucket& b, std::atomic<std::uint64_t> RlqsBucketCounters::*field,
+             std::uint64_t n);
+  void Count(const Bucket& b, RlqsBucketCounters::Action action);
   // When `b` goes silent, or 0 when it cannot (nothing charged that may come back, or
   // settled for this silence already).
   static Micros SilentAt(const Bucket& b);

@@ -330,13 +330,13 @@ TEST_F(RlqsTest, ASilentStreamGivesBackWhatEnvoyCanNoLongerSpend) {
   clock->Advance(kSec);
   s.Sweep(clock->Now());  // one interval late is not silent yet
   EXPECT_EQ(Refunded(), 0u);
-  EXPECT_EQ(engine->metrics().rlqs().silent_buckets.load(), 0u);
+  EXPECT_EQ(engine->metrics().rlqs().silences.load(), 0u);
   clock->Advance(2 * kSec);
   s.Sweep(clock->Now());
   // As AnEndedStreamGivesBackWhatEnvoyCanNoLongerSpend: charged 30, reported 2, Envoy may
   // still spend 21.
   EXPECT_EQ(Refunded(), 7u);
-  EXPECT_EQ(engine->metrics().rlqs().silent_buckets.load(), 1u);
+  EXPECT_EQ(engine->metrics().rlqs().silences.load(), 1u);
   EXPECT_EQ(s.NextSilence(), 0);  // settled for this silence
   clock->Advance(kSec);
   s.Sweep(clock->Now());
@@ -412,6 +412,37 @@ TEST_F(RlqsTest, UnlimitedBucketIsAllowedAndAReloadThatRemovesTheRuleAbandonsIt)
   ASSERT_EQ(out.bucket_action_size(), 1);
   EXPECT_TRUE(out.bucket_action(0).has_abandon_action());
   EXPECT_EQ(s.buckets(), 1u);  // "other" stays, "api" is forgotten
+}
+
+// Every bucket figure comes per bucket id as well as summed: two streams report {name:
+// api} (limited: slices of 20) and one of them {name: other} (no rule: ALLOW_ALL).
+TEST_F(RlqsTest, MetricsCountEachBucketIdApartAndSumThemInTheTotals) {
+  LoadSlicesOf20();
+  RlqsSession a(*engine), b(*engine);
+  Response out;
+  ASSERT_TRUE(Send(a, Report({{{{"name", "api"}}, 3}, {{{"name", "other"}}, 4}}), &out).ok());
+  ASSERT_TRUE(Send(b, Report({{{{"name", "api"}}, 5}}), &out).ok());
+  std::string text;
+  engine->metrics().Render(text);
+  const auto has = [&](const std::string& line) {
+    return text.find("\n" + line + "\n") != std::string::npos;
+  };
+  const std::string api = "{domain=\"edge\",bucket=\"name=api\"";
+  const std::string other = "{domain=\"edge\",bucket=\"name=other\"";
+  EXPECT_TRUE(has("sluiced_rlqs_bucket_reports_total" + api + "} 2"));
+  EXPECT_TRUE(has("sluiced_rlqs_bucket_reports_total" + other + "} 1"));
+  EXPECT_TRUE(has("sluiced_rlqs_reports_total 3"));
+  EXPECT_TRUE(has("sluiced_rlqs_bucket_reported_requests_total" + api + ",result=\"allowed\"} 8"));
+  EXPECT_TRUE(has("sluiced_rlqs_reported_requests_total{result=\"allowed\"} 12"));
+  EXPECT_TRUE(has("sluiced_rlqs_bucket_granted_units_total" + api + "} 40"));
+  EXPECT_TRUE(has("sluiced_rlqs_bucket_granted_units_total" + other + "} 0"));
+  EXPECT_TRUE(has("sluiced_rlqs_granted_units_total 40"));
+  EXPECT_TRUE(has("sluiced_rlqs_bucket_assignments_total" + api + ",action=\"token_bucket\"} 2"));
+  EXPECT_TRUE(has("sluiced_rlqs_bucket_assignments_total" + other + ",action=\"allow_all\"} 1"));
+  EXPECT_TRUE(has("sluiced_rlqs_assignments_total{action=\"allow_all\"} 1"));
+  EXPECT_EQ(text.find("# TYPE sluiced_rlqs_bucket_reports_total counter"),
+            text.rfind("# TYPE sluiced_rlqs_bucket_reports_total counter"))
+      << "one TYPE line per series name";
 }
 
 TEST_F(RlqsTest, MalformedMessagesAreRefusedNamingWhatIsWrong) {
@@ -511,9 +542,9 @@ TEST_F(RlqsTest, GrpcStreamThatGoesSilentGetsItsUnusedUnitsBack) {
   clock->Advance(3 * kSec);
   // (The alarm's thread settles the bucket, then counts it: wait for both.)
   EXPECT_TRUE(sluice::testing::WaitUntil([&] {
-    return engine->metrics().rlqs().silent_buckets.load() == 1 && Refunded() == 7;
+    return engine->metrics().rlqs().silences.load() == 1 && Refunded() == 7;
   })) << "the silent bucket was not settled while the stream stayed open: silent "
-      << engine->metrics().rlqs().silent_buckets.load() << ", refunded " << Refunded();
+      << engine->metrics().rlqs().silences.load() << ", refunded " << Refunded();
   EXPECT_EQ(engine->metrics().rlqs().streams_closed.load(), 0u);
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
