@@ -29,13 +29,19 @@ namespace {
 
 using Action = rlqs_pb::RateLimitQuotaResponse::BucketAction;
 
-// The bucket id as one string: its pairs sorted by key, each "<len>:key<len>:value".
-std::string CanonicalId(const rlqs_pb::BucketId& id) {
+// The pairs of bucket id `id` (viewing into it), sorted by key.
+std::vector<std::pair<std::string_view, std::string_view>> SortedPairs(
+    const rlqs_pb::BucketId& id) {
   std::vector<std::pair<std::string_view, std::string_view>> kv(id.bucket().begin(),
                                                                 id.bucket().end());
   std::sort(kv.begin(), kv.end());
+  return kv;
+}
+
+// The bucket id as one string: its pairs sorted by key, each "<len>:key<len>:value".
+std::string CanonicalId(const rlqs_pb::BucketId& id) {
   std::string out;
-  for (const auto& [k, v] : kv) {
+  for (const auto& [k, v] : SortedPairs(id)) {
     out += std::to_string(k.size()) + ":" + std::string(k) + std::to_string(v.size()) + ":" +
            std::string(v);
   }
@@ -44,11 +50,8 @@ std::string CanonicalId(const rlqs_pb::BucketId& id) {
 
 // `id` for reading in a metric label: its key=value pairs sorted by key, comma-separated.
 std::string ReadableId(const rlqs_pb::BucketId& id) {
-  std::vector<std::pair<std::string_view, std::string_view>> kv(id.bucket().begin(),
-                                                                id.bucket().end());
-  std::sort(kv.begin(), kv.end());
   std::string out;
-  for (const auto& [k, v] : kv) {
+  for (const auto& [k, v] : SortedPairs(id)) {
     if (!out.empty()) out += ',';
     out.append(k).append("=").append(v);
   }
