@@ -4,8 +4,10 @@
 #      (captured with MONITOR from `sluice check`), 64 clients, pipeline 16; plain INCR
 #      (and an empty script) at pipeline 16 for scale;
 #  (b) `sluice bench`: 64 concurrent callers in one process (RedisStore::EvaluateAsync),
-#      with coalesced calls (the default, --coalesce 32) and without (--coalesce 1: one
-#      script call per decision, as before coalescing existed);
+#      on the Lua scripts (module=off in its URL) with coalesced calls (the default,
+#      --coalesce 32) and without (--coalesce 1: one script call per decision, as before
+#      coalescing existed), and on the native module (src/redis/module, loaded into the
+#      same server; --module none leaves it out), coalesced;
 #  (c) rate-limiter-flexible@11 + ioredis@5 (RateLimiterRedis, the same limit, 64 concurrent
 #      callers, the same duration), installed from npm into a temporary folder;
 #  (d) Redis calls saved by the local deny cache: one key flooded at 100x its limit
@@ -15,7 +17,7 @@
 #
 # Usage: bench/redis_bench.sh [--seconds S] [--algorithms "fixed_window token_bucket ..."]
 #                             [--keys K] [--paced-rate R] [--rounds N] [--out FILE.md]
-#                             [--sluice PATH]
+#                             [--sluice PATH] [--module PATH|none]
 # --rounds N repeats (b), (c) and (e) N times, interleaved (a shared machine's load
 # changes during a run); the report shows each case's median round.
 # Needs: redis-server, redis-benchmark, redis-cli, python3; node + npm for (c) (skipped
@@ -31,6 +33,7 @@ paced_rate=20000    # (e): decisions/s offered in all
 rounds=1
 out=""
 sluice="$root/build/release/src/cli/sluice"
+module="$root/build/release/src/redis/module/sluice_redis_module.so"
 rate="1000/s"       # per key: with 10000 keys nearly every decision is allowed
 flood_rate=100      # (d): limit per second of the flooded key ...
 flood_factor=100    # ... and the flood, as a multiple of it
@@ -43,7 +46,8 @@ while [[ $# -gt 0 ]]; do
     --rounds) rounds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --sluice) sluice=$2; shift 2 ;;
-    -h|--help) sed -n 2,25p "$0"; exit 0 ;;
+    --module) module=$2; shift 2 ;;
+    -h|--help) sed -n 2,27p "$0"; exit 0 ;;
     *) echo "redis_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -58,6 +62,12 @@ if [[ "$sluice" == "$root/build/release/src/cli/sluice" ]]; then
   cmake --build --preset release -j2 --target sluice_cli >&2
 fi
 [[ -x "$sluice" ]] || { echo "redis_bench.sh: no sluice binary at $sluice" >&2; exit 1; }
+if [[ "$module" == "$root/build/release/src/redis/module/sluice_redis_module.so" ]]; then
+  cmake --build --preset release -j2 --target sluice_redis_module >&2
+fi
+[[ $module == none || -f $module ]] || { echo "redis_bench.sh: no module at '$module' (--module none leaves it out)" >&2; exit 1; }
+loadmodule=()
+[[ $module != none ]] && loadmodule=(--loadmodule "$(realpath "$module")")
 
 tmp=$(mktemp -d /tmp/sluice-redis-bench.XXXXXX)
 redis_pid=""
@@ -70,9 +80,11 @@ trap cleanup EXIT
 # A free loopback port, and a redis-server of our own on it (no persistence).
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
-  --dir "$tmp" --logfile "$tmp/redis.log" &
+  --dir "$tmp" --logfile "$tmp/redis.log" "${loadmodule[@]}" &
 redis_pid=$!
 url="redis://127.0.0.1:$port"
+# Every case but the module's runs the Lua scripts, with the module loaded or not.
+lua_url="$url?module=off"
 rcli() { redis-cli -h 127.0.0.1 -p "$port" "$@"; }
 for _ in $(seq 100); do rcli ping >/dev/null 2>&1 && break; sleep 0.1; done
 rcli ping >/dev/null || { echo "redis_bench.sh: redis-server did not start" >&2; exit 1; }
@@ -135,7 +147,7 @@ capture_evalsha() {  # capture_evalsha ALG -> prints the arguments, one per line
   redis-cli -h 127.0.0.1 -p "$port" monitor > "$tmp/monitor.txt" &
   local mon=$!
   sleep 0.3
-  "$sluice" check --redis "$url" --key bench:000000000001 -a "$alg" --rate "$rate" \
+  "$sluice" check --redis "$lua_url" --key bench:000000000001 -a "$alg" --rate "$rate" \
     --policy-name bench >/dev/null || true
   sleep 0.3
   kill "$mon"; wait "$mon" 2>/dev/null || true
@@ -188,11 +200,19 @@ for round in $(seq "$rounds"); do
     for co in 32 1; do
       note "(b) round $round: sluice bench -a $alg --coalesce $co"
       begin
-      json=$(timed "$sluice" bench --redis "$url" -a "$alg" --rate "$rate" -c 64 -d "${seconds}s" \
+      json=$(timed "$sluice" bench --redis "$lua_url" -a "$alg" --rate "$rate" -c 64 -d "${seconds}s" \
         --keys "$keys" --timeout 1s --coalesce "$co" --json -q)
       record "sluice$([[ $co == 1 ]] && echo -nc):$alg" "$json" evalsha
       rcli flushall >/dev/null
     done
+    if [[ $module != none && $alg != sliding_window_log ]]; then  # (the log stays with Lua)
+      note "(b) round $round: sluice bench -a $alg on the native module"
+      begin
+      json=$(timed "$sluice" bench --redis "$url" -a "$alg" --rate "$rate" -c 64 -d "${seconds}s" \
+        --keys "$keys" --timeout 1s --json -q)
+      record "sluice-module:$alg" "$json" sluice.decide
+      rcli flushall >/dev/null
+    fi
   done
   if [[ -n "$rlf_ok" ]]; then
     for ap in "" --auto-pipelining; do
@@ -208,7 +228,7 @@ for round in $(seq "$rounds"); do
   for co in 32 1; do
     note "(e) round $round: paced fixed_window, $paced_rate/s offered by 64 threads, --coalesce $co"
     begin
-    json=$("$sluice" bench --redis "$url" --api limiter -a fixed_window --rate "$rate" \
+    json=$("$sluice" bench --redis "$lua_url" --api limiter -a fixed_window --rate "$rate" \
       --keys "$keys" -c 64 --target-rate "$paced_rate" -d "${seconds}s" --timeout 1s \
       --coalesce "$co" --no-deny-cache --json -q)
     record "paced:$co" "$json" evalsha
@@ -223,7 +243,7 @@ for alg in fixed_window token_bucket; do
     note "(d) flood, $alg, deny cache $cache"
     flag=""; [[ $cache == off ]] && flag=--no-deny-cache
     begin
-    json=$("$sluice" bench --redis "$url" --api limiter -a "$alg" --rate "${flood_rate}/s" \
+    json=$("$sluice" bench --redis "$lua_url" --api limiter -a "$alg" --rate "${flood_rate}/s" \
       --hot-key -c 8 --target-rate $((flood_rate * flood_factor)) -d "${seconds}s" \
       --timeout 1s --json -q $flag)
     record "flood:$alg:$cache" "$json" evalsha

@@ -70,6 +70,13 @@ for alg in algs:
           f"{per_decision(s, 'cpu')} | {cpu_per(s, 'client_cpu_s')} | "
           + (f"**{vs_rlf('sluice:' + alg):.2f}x** |" if rlf else "n/a |"))
 print()
+def cells(c):  # one (b) case's columns, from its median round
+    r = by[c]
+    lat = r["latency_us"]
+    errors = f" ({r['error_total']} errors)" if r["error_total"] else ""
+    return (f"{fmt(r['decisions_per_s'])}/s{errors} | {ms(lat['p50'])} / {ms(lat['p99'])} | "
+            f"{per_decision(r, 'calls')} | {per_decision(r, 'cpu')} | "
+            f"{cpu_per(r, 'client_cpu_s')} | " + (f"{vs_rlf(c):.2f}x |" if rlf else "n/a |"))
 if any("sluice-nc:" + a in by for a in algs):
     print("(b) coalesced calls (`--coalesce 32`, the default) against one script call per "
           "decision (`--coalesce 1`, as before coalescing), same run:\n")
@@ -78,14 +85,18 @@ if any("sluice-nc:" + a in by for a in algs):
     print("|---|---|---|---|---|---|---|---|")
     for alg in algs:
         for label, c in (("on", "sluice:" + alg), ("off", "sluice-nc:" + alg)):
-            if c not in by: continue
-            r = by[c]
-            lat = r["latency_us"]
-            errors = f" ({r['error_total']} errors)" if r["error_total"] else ""
-            print(f"| {alg} | {label} | {fmt(r['decisions_per_s'])}/s{errors} | "
-                  f"{ms(lat['p50'])} / {ms(lat['p99'])} | {per_decision(r, 'calls')} | "
-                  f"{per_decision(r, 'cpu')} | {cpu_per(r, 'client_cpu_s')} | "
-                  + (f"{vs_rlf(c):.2f}x |" if rlf else "n/a |"))
+            if c in by:
+                print(f"| {alg} | {label} | " + cells(c))
+    print()
+if any("sluice-module:" + a in by for a in algs):
+    print("(b) on the native module (`SLUICE.DECIDE`, loaded into the same redis-server; "
+          "coalesced as by default), same run; Redis calls are `SLUICE.DECIDE` calls:\n")
+    print("| algorithm | sluice bench | p50 / p99 ms | Redis calls / decision | "
+          "Redis CPU us/decision | client CPU us/decision | / rate-limiter-flexible |")
+    print("|---|---|---|---|---|---|---|")
+    for alg in algs:
+        if "sluice-module:" + alg in by:
+            print(f"| {alg} | " + cells("sluice-module:" + alg))
     print()
 for c in rlf_cases:
     r = by[c]
