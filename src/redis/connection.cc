@@ -198,7 +198,10 @@ void Connection::Emit(std::vector<Queued>& batch, std::string& out, std::deque<P
     const bool module = module_lane(*lane.front());
     for (std::size_t from = 0; from < lane.size(); from += target.max_groups) {
       const std::size_t to = std::min(lane.size(), from + target.max_groups);
-      if (to - from < std::max<std::size_t>(2, target.min_groups)) {  // their own calls
+      // (min_groups is the grouped script's: a merged module command has no fixed cost
+      // that two groups would not already outweigh)
+      const std::size_t min_groups = module ? 2 : std::max<std::size_t>(2, target.min_groups);
+      if (to - from < min_groups) {  // their own calls
         for (std::size_t i = from; i < to; ++i) EmitOne(*lane[i], out, inflight);
         continue;
       }

@@ -102,7 +102,8 @@ struct CoalesceTarget {
   std::string_view source;  // its source, loaded on NOSCRIPT
   std::size_t max_groups;   // at most this many groups in one call (>= 2)
   // Fewer groups than this queued together are sent as they are: the grouped script's
-  // fixed cost per call would outweigh what merging them saves.
+  // fixed cost per call would outweigh what merging them saves. Module commands merge
+  // from two groups on, whatever this says.
   std::size_t min_groups = 2;
   // Appends the merged call's ARGV (RESP bulk strings) for `groups` to `out` and
   // returns how many. Runs on the I/O thread.

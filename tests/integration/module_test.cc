@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "burst.h"
 #include "redis/module/request.h"
 #include "redis_cluster.h"
 #include "redis_sentinel.h"
@@ -476,6 +477,29 @@ TEST(ModuleStore, CoalescedCallsAreExact) {
   EXPECT_GT(store->Stats().coalesced_calls, 0u);
   EXPECT_LT(Calls(**server, "sluice.decide"), kCalls);
   EXPECT_EQ(Calls(**server, "evalsha"), lua0);
+}
+
+// Two module calls queued together already share one command: a merged SLUICE.DECIDE
+// has no fixed cost to outweigh what it saves, unlike the coalesced script (which waits
+// for kMinCoalescedBatches), so sluiced's few callers at a time coalesce too.
+TEST(ModuleStore, TwoQueuedCallsShareOneCommand) {
+  auto server = StartWithModule();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto s = RedisStore::Create({.url = (*server)->Url(), .connections = 1});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const Policy p = Policy::FixedWindow("fw", 5, std::chrono::hours(1));
+  const std::string keys[2] = {"sluice:{two0}:fw", "sluice:{two1}:fw"};
+  std::vector<Group> groups(2);
+  for (int i = 0; i < 2; ++i) groups[i].checks = {StoreCheck{.policy = &p, .key = keys[i]}};
+  const long long before = Calls(**server, "sluice.decide");
+  const std::vector<Outcome> got = Burst(**s, p, groups, 0);
+  for (const Outcome& o : got) {
+    ASSERT_TRUE(o.status.ok()) << o.status.ToString();
+    ASSERT_EQ(o.decisions.size(), 1u);
+    EXPECT_EQ(o.decisions[0].remaining, 4u);
+  }
+  EXPECT_EQ((*s)->Stats().coalesced_calls, 1u);
+  EXPECT_EQ(Calls(**server, "sluice.decide") - before, 2) << "the trigger's and the merged one";
 }
 
 // The command itself: a malformed call is an error naming what is wrong, and Redis
