@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Redis CPU per decision through sluiced (gRPC ShouldRateLimit, sluiced_grpc_load with
+# CONNECTIONS calls in flight) beside `sluice bench` (64 callers in one process) on the
+# same redis-server, in one run (issue #18: through sluiced the Redis CPU per decision
+# should match sluice bench's). Both on the Lua scripts (module=off in the URL) and, when
+# the native module is built, on it (the server loads it). Per row: decisions/s, Redis
+# CPU µs per decision (the server's user + system time from /proc over the decisions),
+# decisions per Redis call (EVALSHA or SLUICE.DECIDE calls from INFO commandstats),
+# p50 / p99; and the library paced to the rate sluiced reached (the same offered load).
+# Usage: bench/sluiced/redis_cpu.sh   (builds the release preset's targets first)
+# Settings: DURATION (s per row, default 5), ROUNDS (default 3), CONNECTIONS (sluiced's
+# calls in flight, default 32), VALUES (distinct keys, default 1000).
+# SLUICED_BEFORE=/path/to/another/sluiced adds its row on the module to the same rounds
+# (e.g. a build of an older commit, for a before/after in one run).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+duration=${DURATION:-5}
+rounds=${ROUNDS:-3}
+conns=${CONNECTIONS:-32}
+values=${VALUES:-1000}
+cmake --preset release >/dev/null
+cmake --build --preset release -j2 --target sluiced sluiced_grpc_load sluice_cli \
+  sluice_redis_module >/dev/null
+module=build/release/src/redis/module/sluice_redis_module.so
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+bench_init sluiced-redis-cpu
+
+rport=$(free_port)
+redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
+  --loadmodule "$(realpath "$module")" >"$work/redis.log" 2>&1 &
+rpid=$!
+pids+=("$rpid")
+for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
+url="redis://127.0.0.1:$rport"
+
+cat >"$work/sluiced.yaml" <<'YAML'
+sluiced:
+  reload_poll: 0
+  log_level: warn
+domain: bench
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 4000000000}
+YAML
+modes=(lua module)
+[[ -n ${SLUICED_BEFORE:-} ]] && modes+=(before)
+declare -A gport hport
+for mode in "${modes[@]}"; do
+  gport[$mode]=$(free_port)
+  hport[$mode]=$(free_port)
+  store=$url
+  [[ $mode == lua ]] && store="$url?module=off"
+  binary=build/release/src/service/sluiced
+  [[ $mode == before ]] && binary=$SLUICED_BEFORE
+  "$binary" --config "$work/sluiced.yaml" --http "127.0.0.1:${hport[$mode]}" \
+    --grpc "127.0.0.1:${gport[$mode]}" --redis "$store" >"$work/sluiced-$mode.log" 2>&1 &
+  pids+=($!)
+done
+for mode in "${modes[@]}"; do
+  for _ in $(seq 200); do
+    curl -sf "http://127.0.0.1:${hport[$mode]}/readyz" >/dev/null 2>&1 && break
+    sleep 0.05
+  done
+done
+
+clk=$(getconf CLK_TCK)
+ticks() { awk '{print $14+$15}' "/proc/$rpid/stat"; }
+calls() {  # EVALSHA + SLUICE.DECIDE calls so far
+  redis-cli -p "$rport" info commandstats |
+    awk -F'[=,:]' '/^cmdstat_(evalsha|sluice.decide):/ {n += $3} END {print n + 0}'
+}
+# One row: runs "$@", which prints "decisions=N ... p50_ms=X p99_ms=Y"; appends
+# "rate cpu_us_per_decision decisions_per_call p50 p99" to $work/<name>.rows.
+row() {  # name, command...
+  local name=$1 t0 c0 out
+  shift
+  redis-cli -p "$rport" flushall >/dev/null
+  t0=$(ticks)
+  c0=$(calls)
+  out=$("$@")
+  python3 - "$out" "$t0" "$(ticks)" "$c0" "$(calls)" "$clk" >>"$work/$name.rows" <<'EOF'
+import re, sys
+out, t0, t1, c0, c1, clk = sys.argv[1:7]
+f = dict(re.findall(r"(\w+)=([0-9.]+)", out))
+n = float(f["decisions"])
+cpu_us = 1e6 * (int(t1) - int(t0)) / int(clk) / n
+per_call = n / max(1, int(c1) - int(c0))
+print(f"{float(f['rate']):.0f} {cpu_us:.2f} {per_call:.1f} {f['p50_ms']} {f['p99_ms']}")
+EOF
+}
+grpc() {  # mode
+  build/release/bench/sluiced/sluiced_grpc_load --target "127.0.0.1:${gport[$1]}" --domain bench \
+    --key remote_address --values "$values" --concurrency "$conns" --threads 2 \
+    --duration "$duration"
+}
+# `sluice bench --json` as "decisions=N rate=R p50_ms=X p99_ms=Y"; with a rate, through
+# sluice::Limiter by CONNECTIONS threads paced to that many decisions/s in all.
+bench() {  # url [rate]
+  local pace=(-c 64)
+  [[ -n ${2:-} ]] && pace=(--api limiter -c "$conns" --target-rate "$2")
+  build/release/src/cli/sluice bench --redis "$1" -a fixed_window --rate 1000000/s "${pace[@]}" \
+    -d "${duration}s" --keys "$values" --timeout 1s --json -q |
+    python3 -c 'import json, sys
+r = json.load(sys.stdin)
+l = r["latency_us"]
+print("decisions=%d rate=%f p50_ms=%.3f p99_ms=%.3f" % (r["decisions"], r["decisions_per_s"], l["p50"] / 1000, l["p99"] / 1000))'
+}
+echo "redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), fixed window," \
+  "$values keys, ${duration} s per row, median of $rounds alternating rounds; $(nproc) cores;" \
+  "load average $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ)"
+for _ in $(seq "$rounds"); do
+  row sluiced-lua grpc lua
+  row bench-lua bench "$url?module=off"
+  row sluiced-module grpc module
+  [[ -z ${SLUICED_BEFORE:-} ]] || row sluiced-before grpc before
+  row bench-module bench "$url"
+  # The library at the rate sluiced just reached: the same offered load.
+  row paced-module bench "$url" "$(tail -1 "$work/sluiced-module.rows" | cut -d' ' -f1)"
+done
+echo
+echo '| path | store | decisions/s | Redis CPU µs/decision | decisions per Redis call | p50 / p99 ms |'
+echo '| --- | --- | ---: | ---: | ---: | ---: |'
+names=(sluiced-lua bench-lua sluiced-module bench-module paced-module)
+[[ -z ${SLUICED_BEFORE:-} ]] || names+=(sluiced-before)
+for name in "${names[@]}"; do
+  path="sluiced, gRPC, $conns in flight"
+  [[ $name == bench-* ]] && path='sluice bench, 64 callers'
+  [[ $name == paced-* ]] && path="sluice bench, $conns threads paced to sluiced's rate"
+  [[ $name == sluiced-before ]] && path="$SLUICED_BEFORE, gRPC, $conns in flight"
+  sort -n -k2 "$work/$name.rows" | awk -v p="$path" -v s="$([[ $name == *lua ]] && echo lua || echo module)" '{ r[NR]=$0 } END {
+    split(r[int((NR+1)/2)], f, " "); printf "| %s | %s | %s | %s | %s | %s / %s |\n", p, s, f[1], f[2], f[3], f[4], f[5] }'
+done
+echo
+echo "every round (rate cpu_us per_call p50 p99):"
+for name in "${names[@]}"; do
+  echo "  $name: $(paste -sd';' "$work/$name.rows")"
+done
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
