@@ -186,7 +186,8 @@ Result<Decision> Limiter::Impl::Decide(std::span<const Check> checks, Micros max
     // Built in place: assigning a temporary (`dchecks[i] = decide::Check{...}`) had GCC
     // fill the temporary with 8-byte stores and copy it with 16-byte loads, which the
     // CPU cannot forward from its store buffer (each waits for the stores to reach the
-    // cache): about 10 % of a hot-set decision (docs/benchmarks.md, "At ae9c011").
+    // cache): about 10 % of a hot-set decision (docs/benchmarks.md, "store-forwarding
+    // stalls").
     new (&dchecks[i])
         decide::Check{.policy = &p,
                       .fallback = &fallback_policies[c.policy],

@@ -76,7 +76,8 @@ Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, std::uint64_
       // The algorithm writes its decision straight into *out (placement new: the call's
       // result initialises it, no temporary). Copied from a temporary, the decision
       // was read back with 16-byte loads right after the algorithm's narrower stores,
-      // loads the CPU cannot forward from its store buffer (docs/benchmarks.md).
+      // loads the CPU cannot forward from its store buffer (docs/benchmarks.md,
+      // "store-forwarding stalls").
       new (out) Decision(core::WordOpsOf(p.algorithm)
                              ->decide(p, s->state.word, /*fresh=*/false, t, c.cost, &next.word,
                                       &expires, c.max_wait));
