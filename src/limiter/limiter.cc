@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -182,12 +183,19 @@ Result<Decision> Limiter::Impl::Decide(std::span<const Check> checks, Micros max
                                      "us of policy '" + p.name +
                                      "': a reservation may wait at most one window");
     }
-    dchecks[i] =
-        decide::Check{&p, &fallback_policies[c.policy],
-                      BuildStoreKeyView(keys[i], options.key_prefix, c.key, p.name), c.cost};
-    dchecks[i].max_wait = max_wait;
-    dchecks[i].usage_id = usage_id;
-    dchecks[i].usage_ttl = usage_ttl;
+    // Built in place: assigning a temporary (`dchecks[i] = decide::Check{...}`) had GCC
+    // fill the temporary with 8-byte stores and copy it with 16-byte loads, which the
+    // CPU cannot forward from its store buffer (each waits for the stores to reach the
+    // cache): about 10 % of a hot-set decision (docs/benchmarks.md, "store-forwarding
+    // stalls").
+    new (&dchecks[i])
+        decide::Check{.policy = &p,
+                      .fallback = &fallback_policies[c.policy],
+                      .key = BuildStoreKeyView(keys[i], options.key_prefix, c.key, p.name),
+                      .cost = c.cost,
+                      .max_wait = max_wait,
+                      .usage_id = usage_id,
+                      .usage_ttl = usage_ttl};
     if (p.algorithm == Algorithm::kConcurrency && c.cost > 0) {
       // --- concurrency limits: a slot is taken only with a permit that can release it ---
       if (permit.empty()) {

@@ -22,6 +22,7 @@
 #include "sluice/memory_store.h"
 
 #include <memory>
+#include <new>
 
 #include "memory/memory_store_internal.h"
 #include "memory/store_impl.h"
@@ -64,7 +65,7 @@ Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, std::uint64_
       Micros expires;
       if (p.algorithm == Algorithm::kSlidingWindowLog) {
         RingLog log(&s->state.log, p.limit);
-        *out = core::SlidingWindowLog(p, log, t, c.cost, /*commit=*/true, &expires);
+        new (out) Decision(core::SlidingWindowLog(p, log, t, c.cost, /*commit=*/true, &expires));
         if (out->allowed && c.cost > 0) {
           s->expires = expires;
           shard.table.NoteExpiry(expires);
@@ -72,9 +73,14 @@ Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, std::uint64_
         return Status::Ok();
       }
       State next;
-      *out = core::WordOpsOf(p.algorithm)
-                 ->decide(p, s->state.word, /*fresh=*/false, t, c.cost, &next.word, &expires,
-                          c.max_wait);
+      // The algorithm writes its decision straight into *out (placement new: the call's
+      // result initialises it, no temporary). Copied from a temporary, the decision
+      // was read back with 16-byte loads right after the algorithm's narrower stores,
+      // loads the CPU cannot forward from its store buffer (docs/benchmarks.md,
+      // "store-forwarding stalls").
+      new (out) Decision(core::WordOpsOf(p.algorithm)
+                             ->decide(p, s->state.word, /*fresh=*/false, t, c.cost, &next.word,
+                                      &expires, c.max_wait));
       if (out->allowed && c.cost > 0) {
         s->state = next;
         s->expires = expires;
