@@ -188,6 +188,7 @@ Result<Decision> Limiter::Impl::Decide(std::span<const Check> checks, Micros max
     // CPU cannot forward from its store buffer (each waits for the stores to reach the
     // cache): about 10 % of a hot-set decision (docs/benchmarks.md, "store-forwarding
     // stalls").
+    static_assert(std::is_trivially_destructible_v<decide::Check>, "built over the old one");
     new (&dchecks[i])
         decide::Check{.policy = &p,
                       .fallback = &fallback_policies[c.policy],

@@ -23,6 +23,7 @@
 
 #include <memory>
 #include <new>
+#include <type_traits>
 
 #include "memory/memory_store_internal.h"
 #include "memory/store_impl.h"
@@ -73,6 +74,7 @@ Status Access::EvaluateOne(MemoryStore& store, const StoreCheck& c, std::uint64_
         return Status::Ok();
       }
       State next;
+      static_assert(std::is_trivially_destructible_v<Decision>, "built over the old one");
       // The algorithm writes its decision straight into *out (placement new: the call's
       // result initialises it, no temporary). Copied from a temporary, the decision
       // was read back with 16-byte loads right after the algorithm's narrower stores,
