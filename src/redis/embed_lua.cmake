@@ -89,16 +89,18 @@ function(concat out_var)
       string(APPEND body "${content}")
     elseif(part STREQUAL "lean_fixed_window")
       # The lean fixed-window script decides a key INCRBY cannot add to, and a peek,
-      # with fixed_window.lua's body itself, wrapped as decide_body at its
-      # "--@DECIDE_BODY@" line (after write_state.lua, which its writes use).
+      # with fixed_window.lua's body itself, wrapped as decide_body and created with
+      # write_state.lua's helpers at its "--@DECIDE_BODY@" line, the first time a check
+      # needs them.
       read_lua(fixed_window fw ops)
       read_lua(write_state ws ops)
-      string(CONCAT fn "${ws}local function decide_body(key, limit, w, cost, now, tried)\n"
+      string(CONCAT fn "if not decide_body then\n${ws}store = write\n"
+             "decide_body = function(key, limit, w, cost, now, tried)\n"
              "  local cap, init, need, mode, mw, solo = limit, -1, max(cost, 1), false, 0, false\n"
              "  local allowed, remaining, reset, retry, state, expires, start, start_expires, patch, patch_at, undo\n"
              "${fw}"
              "  return allowed, remaining, reset, retry, state, expires, patch, patch_at, undo\n"
-             "end\n")
+             "end\nend\n")
       file(READ "${LUA_DIR}/lean_fixed_window.lua" content)
       string(REPLACE "--@DECIDE_BODY@\n" "${fn}" content "${content}")
       string(APPEND body "${content}")

@@ -2,6 +2,7 @@
 #include "redis/script_wire.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 
 #include "core/algorithms.h"
@@ -149,25 +150,24 @@ void AppendHead(const Script& script, std::span<const StoreCheck> checks, std::s
 // their CoalesceInfo::data; returns the number of arguments.
 std::size_t AppendLeanArgv(bool caller_time, std::span<const std::vector<long long>* const> groups,
                            std::string& out) {
-  // (each check's limit and window: its data's second and third numbers)
-  std::vector<const long long*> policies;
+  // (a policy here is each check's limit, window and cost: its data's numbers 1, 2, 8)
+  std::vector<std::array<long long, 3>> policies;
   std::vector<std::uint32_t> index;
   for (const std::vector<long long>* d : groups) {
     for (std::size_t at = 1; at + kWireCheckNumbers <= d->size(); at += kWireCheckNumbers) {
-      const long long* p = d->data() + at + 1;
-      std::size_t i = 0;
-      while (i < policies.size() && !(p[0] == policies[i][0] && p[1] == policies[i][1])) ++i;
+      const std::array<long long, 3> p{(*d)[at + 1], (*d)[at + 2], (*d)[at + kPolicyNumbers + 1]};
+      const auto i = static_cast<std::size_t>(std::find(policies.begin(), policies.end(), p) -
+                                              policies.begin());
       if (i == policies.size()) policies.push_back(p);
       index.push_back(static_cast<std::uint32_t>(i));
     }
   }
   AppendBulk(out, caller_time ? "c" : "");
   AppendNumber(out, static_cast<long long>(policies.size()));
-  for (const long long* p : policies) {
-    AppendNumber(out, p[0]);
-    AppendNumber(out, p[1]);
+  for (const auto& p : policies) {
+    for (const long long v : p) AppendNumber(out, v);
   }
-  std::size_t count = 2 + 2 * policies.size(), check = 0;
+  std::size_t count = 2 + 3 * policies.size(), check = 0;
   for (const std::vector<long long>* d : groups) {
     if (caller_time) {
       AppendNumber(out, (*d)[0]);
@@ -175,8 +175,7 @@ std::size_t AppendLeanArgv(bool caller_time, std::span<const std::vector<long lo
     }
     const std::size_t n = (d->size() - 1) / kWireCheckNumbers;
     for (std::size_t i = 0; i < n; ++i) {
-      const long long cost = (*d)[1 + i * kWireCheckNumbers + kPolicyNumbers + 1];
-      AppendNumber(out, (cost * 4096 + index[check++]) * 2 + (i + 1 == n ? 1 : 0));
+      AppendNumber(out, static_cast<long long>(index[check++]) * 2 + (i + 1 == n ? 1 : 0));
       ++count;
     }
   }
@@ -339,7 +338,9 @@ ScriptCall EncodeCall(std::span<const StoreCheck> checks, std::span<const WireKi
     out.lean_fixed_window =
         out.lean_fixed_window && LeanFixedWindow(checks[i], kinds[i], caller_time);
   }
-  if (out.lean_fixed_window) {
+  // (one such check alone is the one-check script's: it costs Redis less per call than
+  // the lean fixed-window script's layout, which pays off from two checks on)
+  if (out.lean_fixed_window && checks.size() > 1) {
     out.script = &LeanFixedWindowScript();
     out.wire = EncodeLeanFixedWindow(*out.script, checks, now, caller_time, merge);
     return out;

@@ -52,15 +52,17 @@ bool LeanFixedWindow(const StoreCheck& c, WireKind k, bool caller_time);
 struct ScriptCall {
   const Script* script = nullptr;
   std::string wire;
-  bool lean_fixed_window = false;  // the script is LeanFixedWindowScript()
+  // Every check is LeanFixedWindow: coalesced, the call joins the lean fixed-window
+  // script's calls (its CoalesceInfo::data is the same whatever its own script).
+  bool lean_fixed_window = false;
 };
 
-// The call that decides `checks` (doing `kinds`; not refunds): plain fixed-window checks
-// only (LeanFixedWindow: one, or a batch) run the lean fixed-window script (one INCRBY
-// per decision); another check alone (the common call) its algorithm's lean script when
-// it can (LeanSingle), which costs Redis a fraction of the batch script's CPU; a
-// sliding log or a concurrency check alone a one-check script that is the group runner
-// with only its algorithm defined; anything else the batch script. Records the group in
+// The call that decides `checks` (doing `kinds`; not refunds): two or more plain
+// fixed-window checks (LeanFixedWindow) run the lean fixed-window script (one INCRBY per
+// decision); a check alone (the common call) its algorithm's one-check script when it
+// can (LeanSingle), which costs Redis a fraction of the batch script's CPU; a sliding
+// log or a concurrency check alone a one-check script that is the group runner with
+// only its algorithm defined; anything else the batch script. Records the group in
 // `merge` (EncodeGroup).
 ScriptCall EncodeCall(std::span<const StoreCheck> checks, std::span<const WireKind> kinds,
                       Micros now, bool caller_time, CoalesceInfo& merge);

@@ -258,8 +258,8 @@ TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
 // limit, denials, multi-check batches, time moving forward), some keys rewritten between
 // bursts in the layout before issue #18 (a rolling upgrade: the script decides those
 // with fixed_window.lua's body), decided in ONE call of that script per burst (8 or
-// more batches) or one call each, against MemoryStore deciding the same batches one
-// after the other.
+// more batches) or one call each (that script's for two or more checks, the one-check
+// script's for one), against MemoryStore deciding the same batches one after the other.
 TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
   auto redis = MakeStore(/*caller_time=*/true);
   ASSERT_NE(redis, nullptr);
@@ -347,20 +347,28 @@ TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
   EXPECT_GT(denied, 50);           // and the denials were compared too
   EXPECT_GT(downgraded, 50);       // and keys in the previous layout were decided
   EXPECT_GT(compared, 3 * 50 * 3);
-  // The calls were the lean fixed-window script's (SLOWLOG keeps each command's
-  // arguments: EVALSHA <sha> ...), never the coalesced or the batch script's.
+  // The calls were the lean fixed-window script's, or for one check the one-check
+  // script's (SLOWLOG keeps each command's arguments: EVALSHA <sha> ...), never the
+  // coalesced or the batch script's.
   auto log = server->Command({"SLOWLOG", "GET", "-1"});
   ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-log-slower-than", "10000"}).ok());
   ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-max-len", "128"}).ok());
   ASSERT_TRUE(log.ok());
-  int lean = 0, other = 0;
+  int lean = 0, single = 0, other = 0;
   for (const auto& entry : log->elements) {
     if (entry.elements.size() < 4 || entry.elements[3].elements.size() < 2) continue;
     const auto& args = entry.elements[3].elements;
     if (args[0].str != "EVALSHA" && args[0].str != "evalsha") continue;
-    (args[1].str == redis::LeanFixedWindowScript().sha ? lean : other) += 1;
+    if (args[1].str == redis::LeanFixedWindowScript().sha) {
+      ++lean;
+    } else if (args[1].str == redis::SingleCheckScript(Algorithm::kFixedWindow).sha) {
+      ++single;
+    } else {
+      ++other;
+    }
   }
   EXPECT_GT(lean, 100);
+  EXPECT_GT(single, 50);
   EXPECT_EQ(other, 0);
   // Every key written has a TTL.
   auto all = server->Command({"KEYS", "*"});

@@ -1,5 +1,5 @@
--- TTLs and writes of decided states, after prelude.lua (or lean_fixed_window.lua's
--- head): every script but the lean one-check ones (single_tail.lua) has them.
+-- TTLs and writes of decided states, after prelude.lua (lean_fixed_window.lua creates
+-- them in its slow path): every script but the lean one-check ones (single_tail.lua).
 
 -- TTL in ms for state that is back to "full" at `expires` (microseconds), padded by
 -- PAD (caller-time mode).
