@@ -36,6 +36,10 @@ constexpr std::size_t kMaxBatch = kMaxBatchChecks;
 // the lean one-check scripts), and at low load merged calls measured a worse p99
 // (docs/benchmarks.md, "Coalesced calls").
 constexpr std::size_t kMinCoalescedBatches = 8;
+// The lean fixed-window script has no such fixed cost (lua/lean_fixed_window.lua): a
+// call of two checks costs Redis less than two one-check calls, so its calls merge from
+// two on.
+constexpr std::size_t kMinLeanFixedWindowBatches = 2;
 
 struct Batch {
   Status status;
@@ -226,6 +230,7 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
   impl->fixed_window_target = impl->coalesce_target;
   impl->fixed_window_target.sha = redis::LeanFixedWindowScript().sha;
   impl->fixed_window_target.source = redis::LeanFixedWindowScript().source;
+  impl->fixed_window_target.min_groups = kMinLeanFixedWindowBatches;
   impl->fixed_window_target.encode = [caller_time = options.use_caller_time](
                                          const std::vector<const redis::CoalesceInfo*>& groups,
                                          std::string& out) {

@@ -192,12 +192,13 @@ TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
         if (rng() % 3 == 0) now += static_cast<Micros>(rng() % 2000);
         groups[gi].now = now;
       }
-      // Each lane is merged from 8 groups on.
+      // The lean fixed-window script's lane is merged from 2 groups on, the coalesced
+      // script's from 8 (redis_store.cc).
       std::size_t lean = 0;
       for (const Group& g : groups) lean += LeanFixedWindowOnly(g.checks) ? 1 : 0;
       std::size_t calls = 0, merged = 0;
-      for (const std::size_t lane : {lean, ngroups - lean}) {
-        if (lane >= 8) {
+      for (const auto [lane, from] : {std::pair{lean, 2u}, std::pair{ngroups - lean, 8u}}) {
+        if (lane >= from) {
           ++calls;
           merged += lane;
         }
@@ -257,8 +258,8 @@ TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
 // of batches of plain fixed-window checks only (shared keys, peeks, costs up to the
 // limit, denials, multi-check batches, time moving forward), some keys rewritten between
 // bursts in the layout before issue #18 (a rolling upgrade: the script decides those
-// with fixed_window.lua's body), decided in ONE call of that script per burst (8 or
-// more batches) or one call each (that script's for two or more checks, the one-check
+// with fixed_window.lua's body), decided in ONE call of that script per burst (two or
+// more batches; a burst of one: that script's for two or more checks, the one-check
 // script's for one), against MemoryStore deciding the same batches one after the other.
 TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
   auto redis = MakeStore(/*caller_time=*/true);
@@ -315,7 +316,7 @@ TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
       const auto before = redis->Stats();
       const std::vector<Outcome> got = Burst(*redis, trigger, groups, now);
       const auto after = redis->Stats();
-      const bool merged = ngroups >= 8;
+      const bool merged = ngroups >= 2;  // (the lean script's lane: from 2 on)
       expected_calls += merged ? 1 : 0;
       ASSERT_EQ(after.coalesced_calls - before.coalesced_calls, merged ? 1u : 0u)
           << "seed " << seed << " burst " << burst;
@@ -343,9 +344,9 @@ TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
     }
   }
   EXPECT_EQ(redis->Stats().coalesced_calls, expected_calls);
-  EXPECT_GT(expected_calls, 50u);  // about half the bursts were merged
-  EXPECT_GT(denied, 50);           // and the denials were compared too
-  EXPECT_GT(downgraded, 50);       // and keys in the previous layout were decided
+  EXPECT_GT(expected_calls, 100u);  // most bursts were merged
+  EXPECT_GT(denied, 50);            // and the denials were compared too
+  EXPECT_GT(downgraded, 50);        // and keys in the previous layout were decided
   EXPECT_GT(compared, 3 * 50 * 3);
   // The calls were the lean fixed-window script's, or for one check the one-check
   // script's (SLOWLOG keeps each command's arguments: EVALSHA <sha> ...), never the
@@ -441,30 +442,35 @@ TEST(Coalesce, OneBatchDeniesTheOthersAreUnaffected) {
 // NOSCRIPT, which proves nothing ran: the connection loads the grouped script and
 // sends the merged call again, once; every caller is answered.
 TEST(Coalesce, AMergedCallSurvivesAScriptFlush) {
-  auto redis = MakeStore(/*caller_time=*/false);
-  ASSERT_NE(redis, nullptr);
-  const Policy p = Policy::Gcra("g", 10, std::chrono::minutes(1), 10);
-  const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
-  {  // the trigger's own script is loaded again on its first call
-    const StoreCheck t{.policy = &trigger, .key = "sluice:{warm}:t", .cost = 0};
-    Decision d;
-    ASSERT_TRUE(redis->Run({.checks = std::span<const StoreCheck>(&t, 1), .now = 0}, {&d, 1}).ok());
-  }
-  ASSERT_TRUE(SharedRedis()->Command({"SCRIPT", "FLUSH"}).ok());
-  std::vector<std::string> keys;
-  for (int i = 0; i < 8; ++i) keys.push_back("sluice:{flush" + std::to_string(i) + "}:g");
-  std::vector<Group> groups(8);
-  for (int i = 0; i < 8; ++i)
-    groups[i].checks = {StoreCheck{.policy = &p, .key = keys[i], .cost = 1}};
-  const auto before = redis->Stats();
-  const std::vector<Outcome> got = Burst(*redis, trigger, groups, 0);
-  const auto after = redis->Stats();
-  EXPECT_EQ(after.coalesced_calls - before.coalesced_calls, 1u);
-  EXPECT_GE(after.script_reloads - before.script_reloads, 1u);
-  for (const Outcome& o : got) {
-    ASSERT_TRUE(o.status.ok()) << o.status.ToString();
-    EXPECT_TRUE(o.decisions[0].allowed);
-    EXPECT_EQ(o.decisions[0].remaining, 9u);
+  // The coalesced script's calls (GCRA) and the lean fixed-window script's.
+  for (const Policy& p : {Policy::Gcra("g", 10, std::chrono::minutes(1), 10),
+                          Policy::FixedWindow("f", 10, std::chrono::minutes(1))}) {
+    SCOPED_TRACE(p.name);
+    auto redis = MakeStore(/*caller_time=*/false);
+    ASSERT_NE(redis, nullptr);
+    const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
+    {  // the trigger's own script is loaded again on its first call
+      const StoreCheck t{.policy = &trigger, .key = "sluice:{warm}:t", .cost = 0};
+      Decision d;
+      ASSERT_TRUE(
+          redis->Run({.checks = std::span<const StoreCheck>(&t, 1), .now = 0}, {&d, 1}).ok());
+    }
+    ASSERT_TRUE(SharedRedis()->Command({"SCRIPT", "FLUSH"}).ok());
+    std::vector<std::string> keys;
+    for (int i = 0; i < 8; ++i) keys.push_back("sluice:{flush" + std::to_string(i) + "}:" + p.name);
+    std::vector<Group> groups(8);
+    for (int i = 0; i < 8; ++i)
+      groups[i].checks = {StoreCheck{.policy = &p, .key = keys[i], .cost = 1}};
+    const auto before = redis->Stats();
+    const std::vector<Outcome> got = Burst(*redis, trigger, groups, 0);
+    const auto after = redis->Stats();
+    EXPECT_EQ(after.coalesced_calls - before.coalesced_calls, 1u);
+    EXPECT_GE(after.script_reloads - before.script_reloads, 1u);
+    for (const Outcome& o : got) {
+      ASSERT_TRUE(o.status.ok()) << o.status.ToString();
+      EXPECT_TRUE(o.decisions[0].allowed);
+      EXPECT_EQ(o.decisions[0].remaining, 9u);
+    }
   }
 }
 
@@ -486,23 +492,29 @@ TEST(Coalesce, OffSendsOneCallPerCaller) {
 }
 
 // Fewer batches than kMinCoalescedBatches (8) queued together are not worth a coalesced
-// call: each is sent with its own lean script.
+// call: each is sent with its own lean script. Calls of plain fixed-window checks merge
+// from two on (kMinLeanFixedWindowBatches): the lean fixed-window script has no fixed
+// cost to outweigh.
 TEST(Coalesce, FewBatchesAreSentAsTheyAre) {
   auto redis = MakeStore(/*caller_time=*/false);
   ASSERT_NE(redis, nullptr);
-  const Policy p = Policy::FixedWindow("fw", 5, std::chrono::hours(1));
+  const Policy p = Policy::Gcra("g", 5, std::chrono::hours(1), 5);
+  const Policy fw = Policy::FixedWindow("fw", 5, std::chrono::hours(1));
   const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
   std::vector<std::string> keys;
-  for (int i = 0; i < 7; ++i) keys.push_back("sluice:{few" + std::to_string(i) + "}:fw");
-  std::vector<Group> groups(7);
+  for (int i = 0; i < 9; ++i) keys.push_back("sluice:{few" + std::to_string(i) + "}:x");
+  std::vector<Group> groups(9);
   for (int i = 0; i < 7; ++i)
     groups[i].checks = {StoreCheck{.policy = &p, .key = keys[i], .cost = 1}};
+  for (int i = 7; i < 9; ++i)
+    groups[i].checks = {StoreCheck{.policy = &fw, .key = keys[i], .cost = 1}};
   const std::vector<Outcome> got = Burst(*redis, trigger, groups, 0);
   for (const Outcome& o : got) {
     ASSERT_TRUE(o.status.ok()) << o.status.ToString();
     EXPECT_EQ(o.decisions[0].remaining, 4u);
   }
-  EXPECT_EQ(redis->Stats().coalesced_calls, 0u);
+  EXPECT_EQ(redis->Stats().coalesced_calls, 1u);        // the two fixed windows'
+  EXPECT_EQ(redis->Stats().coalesced_evaluations, 2u);  // (the seven GCRA calls: one each)
 }
 
 TEST(Coalesce, BadOptionIsRefused) {
