@@ -92,6 +92,9 @@ struct RedisStore::Impl {
     }
   }
 
+  // The coalesced script's and the lean fixed-window script's CoalesceTargets, from
+  // `o` (coalesce, caller time) and `module`.
+  void SetCoalesceTargets(const RedisStoreOptions& o);
   void CheckMaxmemory(redis::NodeClient& node);
   Status CheckEvalsha(redis::NodeClient& node, const std::string& user) const;
   void CountTimeout(Call& call) {
@@ -116,6 +119,36 @@ struct RedisStore::Impl {
   std::string ModuleWire(std::span<const StoreCheck> checks, const redis::WireKind* kinds,
                          const std::string& wire, const redis::CoalesceInfo& merge) const;
 };
+
+void RedisStore::Impl::SetCoalesceTargets(const RedisStoreOptions& o) {
+  coalesce_target = {redis::CoalescedScript().sha,
+                     redis::CoalescedScript().source,
+                     static_cast<std::size_t>(o.coalesce),
+                     std::min(kMinCoalescedBatches, static_cast<std::size_t>(o.coalesce)),
+                     [caller_time = o.use_caller_time](
+                         const std::vector<const redis::CoalesceInfo*>& groups, std::string& out) {
+                       return redis::EncodeCoalesced(caller_time, groups, out);
+                     },
+                     redis::DecisionSize};
+  fixed_window_target = coalesce_target;
+  fixed_window_target.sha = redis::LeanFixedWindowScript().sha;
+  fixed_window_target.source = redis::LeanFixedWindowScript().source;
+  fixed_window_target.min_groups =
+      std::min(kMinLeanFixedWindowBatches, static_cast<std::size_t>(o.coalesce));
+  fixed_window_target.encode = [caller_time = o.use_caller_time](
+                                   const std::vector<const redis::CoalesceInfo*>& groups,
+                                   std::string& out) {
+    return redis::EncodeLeanFixedWindowCoalesced(caller_time, groups, out);
+  };
+  if (module) {
+    coalesce_target.encode_module = [caller_time = o.use_caller_time](
+                                        const std::vector<const redis::CoalesceInfo*>& groups,
+                                        std::string& out) {
+      return redis::EncodeModuleArgv(caller_time, groups, out);
+    };
+    fixed_window_target.encode_module = coalesce_target.encode_module;
+  }
+}
 
 // A user that may not run EVALSHA cannot decide anything: refuse it at Create rather
 // than fail every call. EVALSHA of an unknown SHA with no keys runs nothing: NOSCRIPT
@@ -217,34 +250,8 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
     router = std::move(*standalone);
   }
   auto impl = std::make_unique<Impl>();
-  impl->coalesce_target = {
-      redis::CoalescedScript().sha,
-      redis::CoalescedScript().source,
-      static_cast<std::size_t>(options.coalesce),
-      std::min(kMinCoalescedBatches, static_cast<std::size_t>(options.coalesce)),
-      [caller_time = options.use_caller_time](const std::vector<const redis::CoalesceInfo*>& groups,
-                                              std::string& out) {
-        return redis::EncodeCoalesced(caller_time, groups, out);
-      },
-      redis::DecisionSize};
-  impl->fixed_window_target = impl->coalesce_target;
-  impl->fixed_window_target.sha = redis::LeanFixedWindowScript().sha;
-  impl->fixed_window_target.source = redis::LeanFixedWindowScript().source;
-  impl->fixed_window_target.min_groups = kMinLeanFixedWindowBatches;
-  impl->fixed_window_target.encode = [caller_time = options.use_caller_time](
-                                         const std::vector<const redis::CoalesceInfo*>& groups,
-                                         std::string& out) {
-    return redis::EncodeLeanFixedWindowCoalesced(caller_time, groups, out);
-  };
   impl->module = url->module;
-  if (url->module) {
-    impl->coalesce_target.encode_module = [caller_time = options.use_caller_time](
-                                              const std::vector<const redis::CoalesceInfo*>& groups,
-                                              std::string& out) {
-      return redis::EncodeModuleArgv(caller_time, groups, out);
-    };
-    impl->fixed_window_target.encode_module = impl->coalesce_target.encode_module;
-  }
+  impl->SetCoalesceTargets(options);
   impl->options = std::move(options);
   impl->router = std::move(router);
   Status usable;
