@@ -5,8 +5,9 @@
 #   - the article's INCR+EXPIRE Lua script, one EVALSHA per decision, 16 pipelined;
 #   - sluice, each algorithm: `sluice bench` (RedisStore::EvaluateAsync, coalesced as
 #     configured by default) of --sluice with the Lua scripts (module=off), and of
-#     --before when given (an older build, so that before and after run against the same
-#     server in the same run), and the fixed window uncoalesced (--coalesce 1: one script
+#     --before when given (an older build, also module=off, so that before and after run
+#     against the same server in the same run; a build older than the module's URL
+#     option refuses it), and the fixed window uncoalesced (--coalesce 1: one script
 #     call per decision);
 #   - sluice with the native module (src/redis/module, loaded into the same server with
 #     --loadmodule; --module PATH, or none to leave it out): each O(1) algorithm, and the
@@ -52,7 +53,7 @@ while [[ $# -gt 0 ]]; do
     --rounds) rounds=$2; shift 2 ;;
     --algorithms) algorithms=$2; shift 2 ;;
     --distribution) distribution=1; shift ;;
-    -h|--help) sed -n 2,29p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,30p "$0"; exit 0 ;;
     *) echo "redis_floor.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -164,7 +165,7 @@ for round in $(seq "$rounds"); do
   row "article: INCR+EXPIRE script, pipeline 16" python3 bench/redis_pipe.py script "$port" "$decisions" "$keys" "$callers" "$article_sha"
   for a in ${algorithms//,/ }; do
     # shellcheck disable=SC2046 # (bench_args prints plain words)
-    [[ -n "$before" ]] && row "sluice $a (before)" "$before" $(bench_args "$a")
+    [[ -n "$before" ]] && row "sluice $a (before)" "$before" $(bench_args "$a" "?module=off")
     row "sluice $a" "$sluice" $(bench_args "$a" "?module=off")
   done
   if [[ -n $module_before ]]; then
@@ -176,7 +177,7 @@ for round in $(seq "$rounds"); do
   # A single uncoalesced decision (one script call each), beside the article's script.
   # shellcheck disable=SC2046
   [[ -n "$before" ]] && row "sluice fixed_window, uncoalesced (before)" "$before" \
-    $(bench_args fixed_window) --coalesce 1
+    $(bench_args fixed_window "?module=off") --coalesce 1
   # shellcheck disable=SC2046
   row "sluice fixed_window, uncoalesced" "$sluice" $(bench_args fixed_window "?module=off") --coalesce 1
 done

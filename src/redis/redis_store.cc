@@ -36,6 +36,10 @@ constexpr std::size_t kMaxBatch = kMaxBatchChecks;
 // the lean one-check scripts), and at low load merged calls measured a worse p99
 // (docs/benchmarks.md, "Coalesced calls").
 constexpr std::size_t kMinCoalescedBatches = 8;
+// The lean fixed-window script has no such fixed cost (lua/lean_fixed_window.lua): a
+// call of two checks costs Redis less than two one-check calls, so its calls merge from
+// two on.
+constexpr std::size_t kMinLeanFixedWindowBatches = 2;
 
 struct Batch {
   Status status;
@@ -72,9 +76,10 @@ struct RedisStore::Impl {
   bool cluster = false;  // keys may live in different hash slots
   // Calls the native module decides carry its command too (the URL's module=off: never).
   bool module = true;
-  // The grouped script that merged calls run (connection.h, "Coalescing"); its
-  // max_groups is options.coalesce (1: off).
-  redis::CoalesceTarget coalesce_target{};
+  // The grouped scripts that merged calls run (connection.h, "Coalescing"): the
+  // coalesced script, and the lean fixed-window script for calls of plain fixed-window
+  // checks only; their max_groups is options.coalesce (1: off).
+  redis::CoalesceTarget coalesce_target{}, fixed_window_target{};
   // Last, so it is destroyed first: its shutdown completes calls in flight, whose
   // callbacks still use the members above.
   std::unique_ptr<redis::Router> router;
@@ -87,6 +92,9 @@ struct RedisStore::Impl {
     }
   }
 
+  // The coalesced script's and the lean fixed-window script's CoalesceTargets, from
+  // `o` (coalesce, caller time) and `module`.
+  void SetCoalesceTargets(const RedisStoreOptions& o);
   void CheckMaxmemory(redis::NodeClient& node);
   Status CheckEvalsha(redis::NodeClient& node, const std::string& user) const;
   void CountTimeout(Call& call) {
@@ -111,6 +119,36 @@ struct RedisStore::Impl {
   std::string ModuleWire(std::span<const StoreCheck> checks, const redis::WireKind* kinds,
                          const std::string& wire, const redis::CoalesceInfo& merge) const;
 };
+
+void RedisStore::Impl::SetCoalesceTargets(const RedisStoreOptions& o) {
+  coalesce_target = {redis::CoalescedScript().sha,
+                     redis::CoalescedScript().source,
+                     static_cast<std::size_t>(o.coalesce),
+                     std::min(kMinCoalescedBatches, static_cast<std::size_t>(o.coalesce)),
+                     [caller_time = o.use_caller_time](
+                         const std::vector<const redis::CoalesceInfo*>& groups, std::string& out) {
+                       return redis::EncodeCoalesced(caller_time, groups, out);
+                     },
+                     redis::DecisionSize};
+  fixed_window_target = coalesce_target;
+  fixed_window_target.sha = redis::LeanFixedWindowScript().sha;
+  fixed_window_target.source = redis::LeanFixedWindowScript().source;
+  fixed_window_target.min_groups =
+      std::min(kMinLeanFixedWindowBatches, static_cast<std::size_t>(o.coalesce));
+  fixed_window_target.encode = [caller_time = o.use_caller_time](
+                                   const std::vector<const redis::CoalesceInfo*>& groups,
+                                   std::string& out) {
+    return redis::EncodeLeanFixedWindowCoalesced(caller_time, groups, out);
+  };
+  if (module) {
+    coalesce_target.encode_module = [caller_time = o.use_caller_time](
+                                        const std::vector<const redis::CoalesceInfo*>& groups,
+                                        std::string& out) {
+      return redis::EncodeModuleArgv(caller_time, groups, out);
+    };
+    fixed_window_target.encode_module = coalesce_target.encode_module;
+  }
+}
 
 // A user that may not run EVALSHA cannot decide anything: refuse it at Create rather
 // than fail every call. EVALSHA of an unknown SHA with no keys runs nothing: NOSCRIPT
@@ -212,24 +250,8 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
     router = std::move(*standalone);
   }
   auto impl = std::make_unique<Impl>();
-  impl->coalesce_target = {
-      redis::CoalescedScript().sha,
-      redis::CoalescedScript().source,
-      static_cast<std::size_t>(options.coalesce),
-      std::min(kMinCoalescedBatches, static_cast<std::size_t>(options.coalesce)),
-      [caller_time = options.use_caller_time](const std::vector<const redis::CoalesceInfo*>& groups,
-                                              std::string& out) {
-        return redis::EncodeCoalesced(caller_time, groups, out);
-      },
-      redis::DecisionSize};
   impl->module = url->module;
-  if (url->module) {
-    impl->coalesce_target.encode_module = [caller_time = options.use_caller_time](
-                                              const std::vector<const redis::CoalesceInfo*>& groups,
-                                              std::string& out) {
-      return redis::EncodeModuleArgv(caller_time, groups, out);
-    };
-  }
+  impl->SetCoalesceTargets(options);
   impl->options = std::move(options);
   impl->router = std::move(router);
   Status usable;
@@ -250,58 +272,6 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
   }
   return std::shared_ptr<RedisStore>(new RedisStore(std::move(impl)));
 }
-
-namespace {
-
-// What each check does on the wire (lua/runner.lua's kinds), from the batch's operation.
-void Kinds(std::span<const StoreCheck> checks, StoreOp op, redis::WireKind* out) {
-  using redis::WireKind;
-  for (std::size_t i = 0; i < checks.size(); ++i) {
-    const StoreCheck& c = checks[i];
-    const Algorithm a = c.policy->algorithm;
-    if (op == StoreOp::kRefund) {
-      out[i] = WireKind::kRefund;
-    } else if (op == StoreOp::kRelease) {
-      out[i] = WireKind::kRelease;
-    } else if (op == StoreOp::kExtend) {
-      out[i] = WireKind::kExtend;
-    } else if (a == Algorithm::kConcurrency) {
-      out[i] = WireKind::kAcquire;
-    } else if (op == StoreOp::kPenalize) {
-      out[i] = WireKind::kForce;
-    } else if (op == StoreOp::kSettle) {
-      out[i] = WireKind::kSettle;
-    } else if (!c.usage_id.empty() || (c.cost > 0 && c.policy->overage != Overage::kReject)) {
-      // Charged if its batch is denied, or recorded under a usage id: the batch script.
-      out[i] = WireKind::kOverage;
-    } else if (c.max_wait > 0 && c.cost > 0 &&
-               (a == Algorithm::kTokenBucket || a == Algorithm::kGcra)) {
-      // Only they take future budget: a window algorithm's reservation is a plain
-      // decision (and stays on the lean script, as does a peek).
-      out[i] = WireKind::kReserve;
-    } else {
-      out[i] = WireKind::kDecide;
-    }
-  }
-}
-
-// A decision that the coalesced script can run (lua/embed_lua.cmake: no penalties,
-// blocks or permits there).
-bool Mergeable(const StoreCheck& c, redis::WireKind k) {
-  return (k == redis::WireKind::kDecide || k == redis::WireKind::kReserve) &&
-         c.policy->block_for == 0;
-}
-
-// A check that the lean one-check script of its algorithm decides: a plain decision of
-// an O(1) algorithm under a policy without on_change or block_for.
-bool Lean(const StoreCheck& c, redis::WireKind k) {
-  const Algorithm a = c.policy->algorithm;
-  return k == redis::WireKind::kDecide && a != Algorithm::kSlidingWindowLog &&
-         a != Algorithm::kConcurrency && c.policy->block_for == 0 &&
-         c.policy->on_change == OnChange::kAsIs;
-}
-
-}  // namespace
 
 RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RedisStore::~RedisStore() = default;
@@ -421,44 +391,29 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(StoreOp op, std::span<const Sto
   }
   impl_->calls.fetch_add(1, std::memory_order_relaxed);
   redis::WireKind kinds[kMaxBatch];
-  Kinds(checks, op, kinds);
-  // One check (the common call) runs its algorithm's lean script when it can, which
-  // costs Redis a fraction of the batch script's CPU (lua/single_head.lua); a sliding
-  // log or a concurrency check alone runs a one-check script that is the group runner
-  // with only its algorithm defined; anything else the batch script.
+  redis::WireKinds(checks, op, kinds);
   auto call = std::make_shared<Call>();
-  const bool single = checks.size() == 1;
-  const bool lean = single && Lean(checks[0], kinds[0]);
-  const Algorithm a0 = checks[0].policy->algorithm;
-  const redis::Script& script =
-      lean || (single && (a0 == Algorithm::kSlidingWindowLog ||
-                          (a0 == Algorithm::kConcurrency && checks[0].policy->block_for == 0 &&
-                           kinds[0] != redis::WireKind::kForce)))
-          ? redis::SingleCheckScript(a0)
-          : redis::BatchScript();
   redis::CoalesceInfo merge;
-  std::string wire =
-      lean ? redis::EncodeSingle(script, checks[0], now, options.use_caller_time, merge)
-           : redis::EncodeGroup(script, checks, {kinds, checks.size()}, now,
-                                options.use_caller_time, merge);
+  redis::ScriptCall sc =
+      redis::EncodeCall(checks, {kinds, checks.size()}, now, options.use_caller_time, merge);
   for (const StoreCheck& c : checks) call->capacity[call->n++] = c.policy->Capacity();
   // Coalescing: the connection may merge this call with others queued with it
   // (connection.h); on a cluster only with calls of the same slot.
   bool coalesce = options.coalesce > 1;
   for (std::size_t i = 0; i < checks.size(); ++i) {
-    coalesce = coalesce && Mergeable(checks[i], kinds[i]);
+    coalesce = coalesce && redis::Mergeable(checks[i], kinds[i]);
   }
   if (coalesce) {
-    merge.target = &coalesce_target;
+    merge.target = sc.lean_fixed_window ? &fixed_window_target : &coalesce_target;
     merge.slot = cluster ? redis::KeySlot(checks[0].key) : 0;
   }
   // (settles and permit operations are the scripts')
   std::string module_wire = op == StoreOp::kDecide || op == StoreOp::kPenalize
-                                ? ModuleWire(checks, kinds, wire, merge)
+                                ? ModuleWire(checks, kinds, sc.wire, merge)
                                 : std::string();
   // Every key of a batch shares the hash tag of the first one (sluice keys carry
   // one), so the first key routes the whole script.
-  impl_->Run(checks[0].key, script, std::move(wire), call, deadline, std::move(done), merge,
+  impl_->Run(checks[0].key, *sc.script, std::move(sc.wire), call, deadline, std::move(done), merge,
              std::move(module_wire));
   return call;
 }
@@ -515,7 +470,7 @@ std::shared_ptr<Call> RedisStore::Impl::Refund(std::span<const StoreCheck> check
   auto call = std::make_shared<Call>();
   const redis::Script& script = redis::BatchScript();
   redis::WireKind kinds[kMaxBatch];
-  Kinds(checks, StoreOp::kRefund, kinds);
+  redis::WireKinds(checks, StoreOp::kRefund, kinds);
   redis::CoalesceInfo group;
   std::string wire = redis::EncodeGroup(script, checks, {kinds, checks.size()}, now,
                                         impl_->options.use_caller_time, group);

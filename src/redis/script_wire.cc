@@ -2,6 +2,7 @@
 #include "redis/script_wire.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 
 #include "core/algorithms.h"
@@ -145,7 +146,94 @@ void AppendHead(const Script& script, std::span<const StoreCheck> checks, std::s
   merge.nkeys = static_cast<std::uint32_t>(nkeys);
 }
 
+// The lean fixed-window layout's ARGV for `groups` (lua/lean_fixed_window.lua), from
+// their CoalesceInfo::data; returns the number of arguments.
+std::size_t AppendLeanArgv(bool caller_time, std::span<const std::vector<long long>* const> groups,
+                           std::string& out) {
+  // (a policy here is each check's limit, window and cost: its data's numbers 1, 2, 8)
+  std::vector<std::array<long long, 3>> policies;
+  std::vector<std::uint32_t> index;
+  for (const std::vector<long long>* d : groups) {
+    for (std::size_t at = 1; at + kWireCheckNumbers <= d->size(); at += kWireCheckNumbers) {
+      const std::array<long long, 3> p{(*d)[at + 1], (*d)[at + 2], (*d)[at + kPolicyNumbers + 1]};
+      const auto i = static_cast<std::size_t>(std::find(policies.begin(), policies.end(), p) -
+                                              policies.begin());
+      if (i == policies.size()) policies.push_back(p);
+      index.push_back(static_cast<std::uint32_t>(i));
+    }
+  }
+  AppendBulk(out, caller_time ? "c" : "");
+  AppendNumber(out, static_cast<long long>(policies.size()));
+  for (const auto& p : policies) {
+    for (const long long v : p) AppendNumber(out, v);
+  }
+  std::size_t count = 2 + 3 * policies.size(), check = 0;
+  for (const std::vector<long long>* d : groups) {
+    if (caller_time) {
+      AppendNumber(out, (*d)[0]);
+      ++count;
+    }
+    const std::size_t n = (d->size() - 1) / kWireCheckNumbers;
+    for (std::size_t i = 0; i < n; ++i) {
+      AppendNumber(out, static_cast<long long>(index[check++]) * 2 + (i + 1 == n ? 1 : 0));
+      ++count;
+    }
+  }
+  return count;
+}
+
 }  // namespace
+
+void WireKinds(std::span<const StoreCheck> checks, StoreOp op, WireKind* out) {
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const StoreCheck& c = checks[i];
+    const Algorithm a = c.policy->algorithm;
+    if (op == StoreOp::kRefund) {
+      out[i] = WireKind::kRefund;
+    } else if (op == StoreOp::kRelease) {
+      out[i] = WireKind::kRelease;
+    } else if (op == StoreOp::kExtend) {
+      out[i] = WireKind::kExtend;
+    } else if (a == Algorithm::kConcurrency) {
+      out[i] = WireKind::kAcquire;
+    } else if (op == StoreOp::kPenalize) {
+      out[i] = WireKind::kForce;
+    } else if (op == StoreOp::kSettle) {
+      out[i] = WireKind::kSettle;
+    } else if (!c.usage_id.empty() || (c.cost > 0 && c.policy->overage != Overage::kReject)) {
+      // Charged if its batch is denied, or recorded under a usage id: the batch script.
+      out[i] = WireKind::kOverage;
+    } else if (c.max_wait > 0 && c.cost > 0 &&
+               (a == Algorithm::kTokenBucket || a == Algorithm::kGcra)) {
+      // Only they take future budget: a window algorithm's reservation is a plain
+      // decision (and stays on the lean script, as does a peek).
+      out[i] = WireKind::kReserve;
+    } else {
+      out[i] = WireKind::kDecide;
+    }
+  }
+}
+
+bool Mergeable(const StoreCheck& c, WireKind k) {
+  return (k == WireKind::kDecide || k == WireKind::kReserve) && c.policy->block_for == 0;
+}
+
+bool LeanSingle(const StoreCheck& c, WireKind k) {
+  const Algorithm a = c.policy->algorithm;
+  return k == WireKind::kDecide && a != Algorithm::kSlidingWindowLog &&
+         a != Algorithm::kConcurrency && c.policy->block_for == 0 &&
+         c.policy->on_change == OnChange::kAsIs;
+}
+
+bool LeanFixedWindow(const StoreCheck& c, WireKind k, bool caller_time) {
+  const Policy& p = *c.policy;
+  // fixed_window.lua's `lean`: limit < 2^31 and window * 2^19 > (PAD + 1) * 1000
+  const long long pad = caller_time ? kCallerTimeTtlPadMs : 0;
+  return k == WireKind::kDecide && p.algorithm == Algorithm::kFixedWindow &&
+         p.on_change == OnChange::kAsIs && p.block_for == 0 && c.usage_id.empty() &&
+         p.limit < (std::uint64_t{1} << 31) && c.cost <= p.limit &&
+         p.window > (pad + 1) * 1000 / 524288;
+}
 
 std::size_t KeyCount(const StoreCheck& c) {
   return 1 + (c.policy->algorithm == Algorithm::kSlidingWindowLog ? 1 : 0) +
@@ -195,6 +283,30 @@ std::string EncodeGroup(const Script& script, std::span<const StoreCheck> checks
   return out;
 }
 
+std::string EncodeLeanFixedWindow(const Script& script, std::span<const StoreCheck> checks,
+                                  Micros now, bool caller_time, CoalesceInfo& merge) {
+  WireKind kinds[kMaxBatchChecks];
+  std::fill(kinds, kinds + checks.size(), WireKind::kDecide);
+  GroupData(checks, {kinds, checks.size()}, now, merge);
+  std::string argv;
+  const std::vector<long long>* data = &merge.data;
+  const std::size_t nargs = AppendLeanArgv(caller_time, {&data, 1}, argv);
+  std::string out;
+  out.reserve(96 + 48 * checks.size() + argv.size());
+  AppendHead(script, checks, nargs, out, merge);
+  out.append(argv);
+  return out;
+}
+
+std::size_t EncodeLeanFixedWindowCoalesced(bool caller_time,
+                                           const std::vector<const CoalesceInfo*>& groups,
+                                           std::string& out) {
+  std::vector<const std::vector<long long>*> data;
+  data.reserve(groups.size());
+  for (const CoalesceInfo* g : groups) data.push_back(&g->data);
+  return AppendLeanArgv(caller_time, data, out);
+}
+
 std::string EncodeSingle(const Script& script, const StoreCheck& c, Micros now, bool caller_time,
                          CoalesceInfo& merge) {
   const WireKind kind = WireKind::kDecide;
@@ -215,6 +327,37 @@ std::string EncodeSingle(const Script& script, const StoreCheck& c, Micros now, 
   AppendNumber(out, static_cast<long long>(c.cost));
   if (bucket) AppendNumber(out, static_cast<long long>(p.Capacity()));
   if (init) AppendNumber(out, p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL);
+  return out;
+}
+
+ScriptCall EncodeCall(std::span<const StoreCheck> checks, std::span<const WireKind> kinds,
+                      Micros now, bool caller_time, CoalesceInfo& merge) {
+  ScriptCall out;
+  out.lean_fixed_window = true;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    out.lean_fixed_window =
+        out.lean_fixed_window && LeanFixedWindow(checks[i], kinds[i], caller_time);
+  }
+  // (one such check alone is the one-check script's: it costs Redis less per call than
+  // the lean fixed-window script's layout, which pays off from two checks on)
+  if (out.lean_fixed_window && checks.size() > 1) {
+    out.script = &LeanFixedWindowScript();
+    out.wire = EncodeLeanFixedWindow(*out.script, checks, now, caller_time, merge);
+    return out;
+  }
+  const StoreCheck& c0 = checks[0];
+  const Algorithm a0 = c0.policy->algorithm;
+  if (checks.size() == 1 && LeanSingle(c0, kinds[0])) {
+    out.script = &SingleCheckScript(a0);
+    out.wire = EncodeSingle(*out.script, c0, now, caller_time, merge);
+    return out;
+  }
+  const bool alone =
+      checks.size() == 1 && (a0 == Algorithm::kSlidingWindowLog ||
+                             (a0 == Algorithm::kConcurrency && c0.policy->block_for == 0 &&
+                              kinds[0] != WireKind::kForce));
+  out.script = alone ? &SingleCheckScript(a0) : &BatchScript();
+  out.wire = EncodeGroup(*out.script, checks, kinds, now, caller_time, merge);
   return out;
 }
 

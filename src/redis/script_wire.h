@@ -31,6 +31,42 @@ enum class WireKind : std::uint8_t {
   kSettle = 8,  // StoreOp::kSettle
 };
 
+// What each check of a batch under `op` does on the wire (lua/runner.lua's kinds).
+void WireKinds(std::span<const StoreCheck> checks, StoreOp op, WireKind* out);
+
+// A decision that a coalesced call can carry (embed_lua.cmake: no penalties, blocks or
+// permits in the coalesced script).
+bool Mergeable(const StoreCheck& c, WireKind k);
+
+// A check that the lean one-check script of its algorithm decides (lua/single_head.lua):
+// a plain decision of an O(1) algorithm under a policy without on_change or block_for.
+bool LeanSingle(const StoreCheck& c, WireKind k);
+
+// A check that the lean fixed-window script decides (lua/lean_fixed_window.lua): a plain
+// fixed-window decision (kind decide, no on_change, no block_for) that its counter
+// layout holds (a limit below 2^31, cost <= limit; in caller-time mode a window of
+// 7 ms or more: fixed_window.lua's `lean`).
+bool LeanFixedWindow(const StoreCheck& c, WireKind k, bool caller_time);
+
+// A decide call's script and its EVALSHA.
+struct ScriptCall {
+  const Script* script = nullptr;
+  std::string wire;
+  // Every check is LeanFixedWindow: coalesced, the call joins the lean fixed-window
+  // script's calls (its CoalesceInfo::data is the same whatever its own script).
+  bool lean_fixed_window = false;
+};
+
+// The call that decides `checks` (doing `kinds`; not refunds): two or more plain
+// fixed-window checks (LeanFixedWindow) run the lean fixed-window script (one INCRBY per
+// decision); a check alone (the common call) its algorithm's one-check script when it
+// can (LeanSingle), which costs Redis a fraction of the batch script's CPU; a sliding
+// log or a concurrency check alone a one-check script that is the group runner with
+// only its algorithm defined; anything else the batch script. Records the group in
+// `merge` (EncodeGroup).
+ScriptCall EncodeCall(std::span<const StoreCheck> checks, std::span<const WireKind> kinds,
+                      Micros now, bool caller_time, CoalesceInfo& merge);
+
 // The numbers the runner layout has per check in CoalesceInfo::data, after the group's
 // now: the policy's 7 (algorithm, limit, window, capacity, initial tokens or -1,
 // on_change, block_for), then the kind, the cost and max_wait.
@@ -58,6 +94,17 @@ std::size_t EncodeCoalesced(bool caller_time, const std::vector<const CoalesceIn
 std::string EncodeGroup(const Script& script, std::span<const StoreCheck> checks,
                         std::span<const WireKind> kinds, Micros now, bool caller_time,
                         CoalesceInfo& merge);
+
+// EVALSHA of the lean fixed-window script (`script`) over one group, `checks`, every
+// one of them LeanFixedWindow; records the group in `merge` as EncodeGroup does (the
+// same data, so that the module's command and a coalesced call read it alike).
+std::string EncodeLeanFixedWindow(const Script& script, std::span<const StoreCheck> checks,
+                                  Micros now, bool caller_time, CoalesceInfo& merge);
+
+// The ARGV of a coalesced call of the lean fixed-window script; returns their number.
+std::size_t EncodeLeanFixedWindowCoalesced(bool caller_time,
+                                           const std::vector<const CoalesceInfo*>& groups,
+                                           std::string& out);
 
 // EVALSHA of the lean one-check script of an O(1) algorithm (lua/single_head.lua): KEYS
 // the check's key, ARGV the clock mode, limit, window and cost, then the capacity for a

@@ -24,6 +24,9 @@ const Script& BatchScript();
 // Decides several callers' independent check groups in one call (lua/runner.lua, one group per
 // caller), each group all or nothing.
 const Script& CoalescedScript();
+// Decides plain fixed-window checks only (lua/lean_fixed_window.lua): one check, a
+// batch, or several callers' groups in one call, one INCRBY per decision.
+const Script& LeanFixedWindowScript();
 // Decides exactly one check of algorithm `a`, at a fraction of the batch script's Redis
 // CPU: the lean layout for the O(1) algorithms, the group runner's for the sliding log
 // and concurrency limits (docs/redis.md, "Wire layout"); the one reply encoding.

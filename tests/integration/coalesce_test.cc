@@ -8,15 +8,18 @@
 // counters (coalesced_calls, coalesced_evaluations) then prove they did share a call.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <random>
 
 #include "burst.h"
+#include "fixed_window_layouts.h"
 #include "redis/node_client.h"
 #include "redis/script_wire.h"
 #include "redis/scripts.h"
 #include "redis/url.h"
+#include "reference_store.h"
 #include "sluice/key.h"
 #include "store_backends.h"
 
@@ -39,6 +42,17 @@ std::shared_ptr<RedisStore> MakeStore(bool caller_time, int coalesce = kCoalesce
   auto store = RedisStore::Create(std::move(o));
   EXPECT_TRUE(store.ok()) << store.status().ToString();
   return store.ok() ? *store : nullptr;
+}
+
+// Whether a batch of `checks` runs the lean fixed-window script (caller-time mode), as
+// the store decides it (redis/script_wire.h).
+bool LeanFixedWindowOnly(std::span<const StoreCheck> checks) {
+  redis::WireKind kinds[kMaxBatchChecks];
+  redis::WireKinds(checks, StoreOp::kDecide, kinds);
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    if (!redis::LeanFixedWindow(checks[i], kinds[i], /*caller_time=*/true)) return false;
+  }
+  return true;
 }
 
 bool SameDecision(const Decision& a, const Decision& b) {
@@ -79,13 +93,14 @@ std::uint64_t RandomCost(std::mt19937_64& rng, const Policy& p) {
 // algorithm, keys shared between batches of one burst, peeks, costs up to the
 // capacity, time moving forward between and within bursts) decided by coalesced calls
 // against MemoryStore (src/core) deciding the same batches one after the other in the
-// order they were queued.
+// order they were sent (queued, lane after lane: calls of plain fixed-window checks only
+// share the lean fixed-window script's calls, the others the coalesced script's).
 TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
   auto redis = MakeStore(/*caller_time=*/true);
   ASSERT_NE(redis, nullptr);
   const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
   int compared = 0, denied = 0;
-  std::uint64_t expected_calls = 0, expected_groups = 0;
+  std::uint64_t expected_calls = 0, expected_groups = 0, lean_groups = 0;
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
     std::mt19937_64 rng(seed);
     MemoryStore memory;
@@ -105,11 +120,8 @@ TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
       // Half the bursts large enough to be merged (kMinCoalescedBatches = 8 in
       // redis_store.cc), half not.
       const std::size_t ngroups = rng() % 2 ? 8 + rng() % 9 : 1 + rng() % 7;
-      const bool merged = ngroups >= 8;
       std::vector<Group> groups(ngroups);
       for (Group& g : groups) {
-        if (rng() % 3 == 0) now += static_cast<Micros>(rng() % 2000);
-        g.now = now;
         const std::size_t n = 1 + rng() % 3;
         for (std::size_t i = 0; i < n; ++i) {
           const std::size_t pi = rng() % policies.size();
@@ -121,17 +133,41 @@ TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
               .policy = &policies[pi], .key = key, .cost = RandomCost(rng, policies[pi])});
         }
       }
+      // The connection sends calls queued together lane after lane (connection.cc,
+      // Emit), each lane in the order it was queued, the lane of the first group first:
+      // groups of plain fixed-window checks only share the lean fixed-window script's
+      // calls, the others the coalesced script's. Time moves forward in that order.
+      std::vector<std::size_t> order(ngroups);
+      for (std::size_t gi = 0; gi < ngroups; ++gi) order[gi] = gi;
+      const bool first_lean = LeanFixedWindowOnly(groups[0].checks);
+      std::stable_partition(order.begin(), order.end(), [&](std::size_t gi) {
+        return LeanFixedWindowOnly(groups[gi].checks) == first_lean;
+      });
+      for (const std::size_t gi : order) {
+        if (rng() % 3 == 0) now += static_cast<Micros>(rng() % 2000);
+        groups[gi].now = now;
+      }
+      // The lean fixed-window script's lane is merged from 2 groups on, the coalesced
+      // script's from 8 (redis_store.cc).
+      std::size_t lean = 0;
+      for (const Group& g : groups) lean += LeanFixedWindowOnly(g.checks) ? 1 : 0;
+      std::size_t calls = 0, merged = 0;
+      for (const auto [lane, from] : {std::pair{lean, 2u}, std::pair{ngroups - lean, 8u}}) {
+        if (lane >= from) {
+          ++calls;
+          merged += lane;
+        }
+      }
+      lean_groups += lean;
       const auto before = redis->Stats();
       const std::vector<Outcome> got = Burst(*redis, trigger, groups, now);
       const auto after = redis->Stats();
-      if (merged) {
-        ++expected_calls;
-        expected_groups += ngroups;
-      }
-      ASSERT_EQ(after.coalesced_calls - before.coalesced_calls, merged ? 1u : 0u)
+      expected_calls += calls;
+      expected_groups += merged;
+      ASSERT_EQ(after.coalesced_calls - before.coalesced_calls, calls)
           << "seed " << seed << " burst " << burst;
-      ASSERT_EQ(after.coalesced_evaluations - before.coalesced_evaluations, merged ? ngroups : 0u);
-      for (std::size_t gi = 0; gi < ngroups; ++gi) {
+      ASSERT_EQ(after.coalesced_evaluations - before.coalesced_evaluations, merged);
+      for (const std::size_t gi : order) {
         const Group& g = groups[gi];
         Decision want[kMaxBatchChecks];
         ASSERT_TRUE(memory.Run({.checks = g.checks, .now = g.now}, want).ok());
@@ -158,10 +194,152 @@ TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
   EXPECT_EQ(s.coalesced_calls, expected_calls);
   EXPECT_EQ(s.coalesced_evaluations, expected_groups);
   EXPECT_GT(expected_calls, 80u);  // about half the bursts were merged
+  EXPECT_GT(lean_groups, 0u);      // some in the lean fixed-window script's calls
   EXPECT_GT(denied, 50);           // and the denials were compared too
   EXPECT_GT(compared, 4 * 60 * 3);
   // Every key written has a TTL.
   RedisServer* server = SharedRedis();
+  auto all = server->Command({"KEYS", "*"});
+  ASSERT_TRUE(all.ok());
+  ASSERT_FALSE(all->elements.empty());
+  for (const auto& k : all->elements) {
+    auto ttl = server->Command({"PTTL", k.str});
+    ASSERT_TRUE(ttl.ok());
+    EXPECT_GT(ttl->integer, 0) << k.str;
+  }
+}
+
+// Differential, the lean fixed-window script (lua/lean_fixed_window.lua): random bursts
+// of batches of plain fixed-window checks only (few to many keys, peeks, costs up to the
+// limit, denials, multi-check batches, time moving forward, and for one-check batches
+// now and then back), some
+// keys rewritten between
+// bursts in the layout before issue #18 (a rolling upgrade: the script decides those
+// with fixed_window.lua's body), decided in ONE call of that script per burst (two or
+// more batches; a burst of one: that script's for two or more checks, the one-check
+// script's for one), against the reference model deciding the same batches one after
+// the other.
+TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
+  auto redis = MakeStore(/*caller_time=*/true);
+  ASSERT_NE(redis, nullptr);
+  RedisServer* server = SharedRedis();
+  ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-log-slower-than", "0"}).ok());
+  ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-max-len", "100000"}).ok());
+  ASSERT_TRUE(server->Command({"SLOWLOG", "RESET"}).ok());
+  const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
+  static const Micros kWindows[] = {250'000, 1'000'000, 3'300'000, 60'000'000};
+  static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 100};
+  int compared = 0, denied = 0, downgraded = 0;
+  std::uint64_t expected_calls = 0;
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    std::mt19937_64 rng(seed);
+    // (MemoryStore never lets its own time go back: the plain reference model of the
+    // algorithms takes every `now` as given, as Redis's states do)
+    ReferenceStore memory;
+    std::vector<Policy> policies;
+    for (int i = 0; i < 4; ++i) {
+      policies.push_back(
+          Policy::FixedWindow("f" + std::to_string(i), kLimits[rng() % std::size(kLimits)],
+                              std::chrono::microseconds(kWindows[rng() % std::size(kWindows)])));
+    }
+    // Few keys (mostly live windows) to many (mostly fresh ones).
+    const int callers = seed == 1 ? 3 : seed == 2 ? 15 : 75;
+    std::vector<std::string> keys;
+    for (int c = 0; c < callers; ++c) {
+      for (const Policy& p : policies)
+        keys.push_back(*StoreKey("lf" + std::to_string(seed), "c" + std::to_string(c), p.name));
+    }
+    Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
+    for (int burst = 0; burst < 50; ++burst) {
+      const Policy& tp = policies[rng() % policies.size()];
+      now += static_cast<Micros>(rng() % (2 * tp.window / tp.limit + 1));
+      // Seed 3: now and then the clock goes back (a later window's count is kept), and
+      // every batch has one check. (A batch denied by another check leaves a fresh
+      // window's counter at 0, docs/redis.md "The native module": read later from an
+      // earlier window, its reset_after is that later window's, where the model, which
+      // wrote nothing, answers with the earlier window's.)
+      const bool singles = seed == 3;
+      if (singles && rng() % 6 == 0) now -= static_cast<Micros>(rng() % (2 * tp.window));
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        const Policy& p = policies[i % policies.size()];
+        if (rng() % 4 == 0)
+          downgraded += DowngradeFixedWindow(*server, keys[i], now - now % p.window, p.window);
+      }
+      const std::size_t ngroups = rng() % 2 ? 8 + rng() % 9 : 1 + rng() % 7;
+      std::vector<Group> groups(ngroups);
+      for (Group& g : groups) {
+        if (rng() % 3 == 0) now += static_cast<Micros>(rng() % 2000);
+        g.now = now;
+        const std::size_t n = singles ? 1 : 1 + rng() % 3;
+        for (std::size_t i = 0; i < n; ++i) {
+          const std::size_t ki = rng() % keys.size();
+          const Policy& p = policies[ki % policies.size()];
+          bool dup = false;
+          for (const StoreCheck& c : g.checks) dup = dup || c.key == keys[ki];
+          if (dup) continue;  // the Limiter never sends one key twice in a batch
+          g.checks.push_back(StoreCheck{.policy = &p, .key = keys[ki], .cost = RandomCost(rng, p)});
+        }
+        ASSERT_TRUE(LeanFixedWindowOnly(g.checks));
+      }
+      const auto before = redis->Stats();
+      const std::vector<Outcome> got = Burst(*redis, trigger, groups, now);
+      const auto after = redis->Stats();
+      const bool merged = ngroups >= 2;  // (the lean script's lane: from 2 on)
+      expected_calls += merged ? 1 : 0;
+      ASSERT_EQ(after.coalesced_calls - before.coalesced_calls, merged ? 1u : 0u)
+          << "seed " << seed << " burst " << burst;
+      for (std::size_t gi = 0; gi < ngroups; ++gi) {
+        const Group& g = groups[gi];
+        Decision want[kMaxBatchChecks];
+        ASSERT_TRUE(memory.Run({.checks = g.checks, .now = g.now}, want).ok());
+        ASSERT_TRUE(got[gi].status.ok()) << got[gi].status.ToString();
+        ASSERT_EQ(got[gi].decisions.size(), g.checks.size());
+        for (std::size_t i = 0; i < g.checks.size(); ++i) {
+          const Decision& a = want[i];
+          const Decision& b = got[gi].decisions[i];
+          ASSERT_TRUE(SameDecision(a, b))
+              << "seed " << seed << " burst " << burst << " group " << gi << " of " << ngroups
+              << " check " << i << " key " << g.checks[i].key << " cost " << g.checks[i].cost
+              << " now " << g.now << "\n  memory: allowed=" << a.allowed
+              << " remaining=" << a.remaining << " reset_after=" << a.reset_after
+              << " retry_after=" << a.retry_after << "\n  redis:  allowed=" << b.allowed
+              << " remaining=" << b.remaining << " reset_after=" << b.reset_after
+              << " retry_after=" << b.retry_after;
+          if (!a.allowed) ++denied;
+        }
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(redis->Stats().coalesced_calls, expected_calls);
+  EXPECT_GT(expected_calls, 100u);  // most bursts were merged
+  EXPECT_GT(denied, 50);            // and the denials were compared too
+  EXPECT_GT(downgraded, 50);        // and keys in the previous layout were decided
+  EXPECT_GT(compared, 3 * 50 * 3);
+  // The calls were the lean fixed-window script's, or for one check the one-check
+  // script's (SLOWLOG keeps each command's arguments: EVALSHA <sha> ...), never the
+  // coalesced or the batch script's.
+  auto log = server->Command({"SLOWLOG", "GET", "-1"});
+  ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-log-slower-than", "10000"}).ok());
+  ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-max-len", "128"}).ok());
+  ASSERT_TRUE(log.ok());
+  int lean = 0, single = 0, other = 0;
+  for (const auto& entry : log->elements) {
+    if (entry.elements.size() < 4 || entry.elements[3].elements.size() < 2) continue;
+    const auto& args = entry.elements[3].elements;
+    if (args[0].str != "EVALSHA" && args[0].str != "evalsha") continue;
+    if (args[1].str == redis::LeanFixedWindowScript().sha) {
+      ++lean;
+    } else if (args[1].str == redis::SingleCheckScript(Algorithm::kFixedWindow).sha) {
+      ++single;
+    } else {
+      ++other;
+    }
+  }
+  EXPECT_GT(lean, 100);
+  EXPECT_GT(single, 50);
+  EXPECT_EQ(other, 0);
+  // Every key written has a TTL.
   auto all = server->Command({"KEYS", "*"});
   ASSERT_TRUE(all.ok());
   ASSERT_FALSE(all->elements.empty());
@@ -232,30 +410,35 @@ TEST(Coalesce, OneBatchDeniesTheOthersAreUnaffected) {
 // NOSCRIPT, which proves nothing ran: the connection loads the grouped script and
 // sends the merged call again, once; every caller is answered.
 TEST(Coalesce, AMergedCallSurvivesAScriptFlush) {
-  auto redis = MakeStore(/*caller_time=*/false);
-  ASSERT_NE(redis, nullptr);
-  const Policy p = Policy::Gcra("g", 10, std::chrono::minutes(1), 10);
-  const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
-  {  // the trigger's own script is loaded again on its first call
-    const StoreCheck t{.policy = &trigger, .key = "sluice:{warm}:t", .cost = 0};
-    Decision d;
-    ASSERT_TRUE(redis->Run({.checks = std::span<const StoreCheck>(&t, 1), .now = 0}, {&d, 1}).ok());
-  }
-  ASSERT_TRUE(SharedRedis()->Command({"SCRIPT", "FLUSH"}).ok());
-  std::vector<std::string> keys;
-  for (int i = 0; i < 8; ++i) keys.push_back("sluice:{flush" + std::to_string(i) + "}:g");
-  std::vector<Group> groups(8);
-  for (int i = 0; i < 8; ++i)
-    groups[i].checks = {StoreCheck{.policy = &p, .key = keys[i], .cost = 1}};
-  const auto before = redis->Stats();
-  const std::vector<Outcome> got = Burst(*redis, trigger, groups, 0);
-  const auto after = redis->Stats();
-  EXPECT_EQ(after.coalesced_calls - before.coalesced_calls, 1u);
-  EXPECT_GE(after.script_reloads - before.script_reloads, 1u);
-  for (const Outcome& o : got) {
-    ASSERT_TRUE(o.status.ok()) << o.status.ToString();
-    EXPECT_TRUE(o.decisions[0].allowed);
-    EXPECT_EQ(o.decisions[0].remaining, 9u);
+  // The coalesced script's calls (GCRA) and the lean fixed-window script's.
+  for (const Policy& p : {Policy::Gcra("g", 10, std::chrono::minutes(1), 10),
+                          Policy::FixedWindow("f", 10, std::chrono::minutes(1))}) {
+    SCOPED_TRACE(p.name);
+    auto redis = MakeStore(/*caller_time=*/false);
+    ASSERT_NE(redis, nullptr);
+    const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
+    {  // the trigger's own script is loaded again on its first call
+      const StoreCheck t{.policy = &trigger, .key = "sluice:{warm}:t", .cost = 0};
+      Decision d;
+      ASSERT_TRUE(
+          redis->Run({.checks = std::span<const StoreCheck>(&t, 1), .now = 0}, {&d, 1}).ok());
+    }
+    ASSERT_TRUE(SharedRedis()->Command({"SCRIPT", "FLUSH"}).ok());
+    std::vector<std::string> keys;
+    for (int i = 0; i < 8; ++i) keys.push_back("sluice:{flush" + std::to_string(i) + "}:" + p.name);
+    std::vector<Group> groups(8);
+    for (int i = 0; i < 8; ++i)
+      groups[i].checks = {StoreCheck{.policy = &p, .key = keys[i], .cost = 1}};
+    const auto before = redis->Stats();
+    const std::vector<Outcome> got = Burst(*redis, trigger, groups, 0);
+    const auto after = redis->Stats();
+    EXPECT_EQ(after.coalesced_calls - before.coalesced_calls, 1u);
+    EXPECT_GE(after.script_reloads - before.script_reloads, 1u);
+    for (const Outcome& o : got) {
+      ASSERT_TRUE(o.status.ok()) << o.status.ToString();
+      EXPECT_TRUE(o.decisions[0].allowed);
+      EXPECT_EQ(o.decisions[0].remaining, 9u);
+    }
   }
 }
 
@@ -277,23 +460,29 @@ TEST(Coalesce, OffSendsOneCallPerCaller) {
 }
 
 // Fewer batches than kMinCoalescedBatches (8) queued together are not worth a coalesced
-// call: each is sent with its own lean script.
+// call: each is sent with its own lean script. Calls of plain fixed-window checks merge
+// from two on (kMinLeanFixedWindowBatches): the lean fixed-window script has no fixed
+// cost to outweigh.
 TEST(Coalesce, FewBatchesAreSentAsTheyAre) {
   auto redis = MakeStore(/*caller_time=*/false);
   ASSERT_NE(redis, nullptr);
-  const Policy p = Policy::FixedWindow("fw", 5, std::chrono::hours(1));
+  const Policy p = Policy::Gcra("g", 5, std::chrono::hours(1), 5);
+  const Policy fw = Policy::FixedWindow("fw", 5, std::chrono::hours(1));
   const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
   std::vector<std::string> keys;
-  for (int i = 0; i < 7; ++i) keys.push_back("sluice:{few" + std::to_string(i) + "}:fw");
-  std::vector<Group> groups(7);
+  for (int i = 0; i < 9; ++i) keys.push_back("sluice:{few" + std::to_string(i) + "}:x");
+  std::vector<Group> groups(9);
   for (int i = 0; i < 7; ++i)
     groups[i].checks = {StoreCheck{.policy = &p, .key = keys[i], .cost = 1}};
+  for (int i = 7; i < 9; ++i)
+    groups[i].checks = {StoreCheck{.policy = &fw, .key = keys[i], .cost = 1}};
   const std::vector<Outcome> got = Burst(*redis, trigger, groups, 0);
   for (const Outcome& o : got) {
     ASSERT_TRUE(o.status.ok()) << o.status.ToString();
     EXPECT_EQ(o.decisions[0].remaining, 4u);
   }
-  EXPECT_EQ(redis->Stats().coalesced_calls, 0u);
+  EXPECT_EQ(redis->Stats().coalesced_calls, 1u);        // the two fixed windows'
+  EXPECT_EQ(redis->Stats().coalesced_evaluations, 2u);  // (the seven GCRA calls: one each)
 }
 
 TEST(Coalesce, BadOptionIsRefused) {

@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "fixed_window_layouts.h"
 #include "reference_store.h"
 #include "sluice/key.h"
 #include "sluice/limiter.h"
@@ -414,7 +415,8 @@ TEST(RedisLayout, GcraPreviousLayoutIsReadExactly) {
 // expires, window_start, count) and is now a counter (lua/fixed_window.lua). At random
 // steps the key is rewritten in the previous layout (what a server of the previous
 // version would have left, with the same TTL); decisions, peeks and refunds must still
-// equal MemoryStore's, for the one-check script and the batch script alike.
+// equal MemoryStore's, for the lean fixed-window script (one check, or a batch of two
+// fixed windows) and the batch script alike.
 TEST(RedisLayout, FixedWindowPreviousLayoutIsReadExactly) {
   RedisServer* server = SharedRedis();
   ASSERT_NE(server, nullptr);
@@ -429,36 +431,28 @@ TEST(RedisLayout, FixedWindowPreviousLayoutIsReadExactly) {
   MemoryStore memory;
   const Policy fw = Policy::FixedWindow("f", 5, std::chrono::seconds(1));
   const Policy other = Policy::Gcra("g", 1000, std::chrono::seconds(1), 1000);
-  const std::string key = "sluice:{upfw}:f", key2 = "sluice:{upfw}:g";
-  // ARGV: the current window's start and the window (us). The counter of that window
-  // becomes the previous layout, with its TTL.
-  const char* downgrade =
-      "local n = tonumber(redis.call('GET', KEYS[1]) or '') if not n or n < 2^52 then return 0 end "
-      "local ws, w = tonumber(ARGV[1]), tonumber(ARGV[2]) "
-      "local tag = 2^20 + (ws / w) % 2^20 local otag = math.floor(n / 2^32) "
-      "if otag ~= tag then return 0 end local ttl = redis.call('PTTL', KEYS[1]) "
-      "redis.call('SET', KEYS[1], struct.pack('<Bddd', 0, ws + w, ws, n - otag * 2^32), 'PX', "
-      "ttl) return 1";
+  const Policy fw2 = Policy::FixedWindow("f2", 1000, std::chrono::seconds(1));
+  const std::string key = "sluice:{upfw}:f", key2 = "sluice:{upfw}:g", key3 = "sluice:{upfw}:f2";
   std::mt19937_64 rng(11);
   Micros now = kNoon;
   int old_layout_reads = 0, decided_on_old = 0;
   for (int step = 0; step < 600; ++step) {
     now += static_cast<Micros>(rng() % 300'000);
     if (rng() % 2 == 0) {
-      const Micros ws = now - now % fw.window;
-      auto r = server->Command(
-          {"EVAL", downgrade, "1", key, std::to_string(ws), std::to_string(fw.window)});
-      ASSERT_TRUE(r.ok());
-      ASSERT_NE(r->type, REDIS_REPLY_ERROR) << r->str;
-      old_layout_reads += static_cast<int>(r->integer);
+      // the counter of the current window becomes the previous layout, with its TTL
+      old_layout_reads += DowngradeFixedWindow(*server, key, now - now % fw.window, fw.window);
     }
     auto len = server->Command({"STRLEN", key});
     ASSERT_TRUE(len.ok());
     decided_on_old += len->integer == 25 ? 1 : 0;
     const std::uint64_t cost = rng() % 4;  // 0: a peek
-    StoreCheck checks[2] = {{.policy = &fw, .key = key, .cost = cost},
-                            {.policy = &other, .key = key2, .cost = 1}};
-    const std::size_t n = rng() % 3 == 0 ? 2 : 1;  // one-check or batch script
+    // One check, or a batch with a GCRA check (the batch script) or with another fixed
+    // window (the lean fixed-window script, lua/lean_fixed_window.lua).
+    const bool mixed = rng() % 2 == 0;
+    StoreCheck checks[2] = {
+        {.policy = &fw, .key = key, .cost = cost},
+        {.policy = mixed ? &other : &fw2, .key = mixed ? key2 : key3, .cost = 1}};
+    const std::size_t n = rng() % 3 == 0 ? 2 : 1;
     const std::string where = "step " + std::to_string(step);
     if (cost > 0 && rng() % 5 == 0) {
       ASSERT_TRUE(memory

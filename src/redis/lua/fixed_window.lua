@@ -19,7 +19,8 @@
 --   other ones, it is taken as fresh (r, or p with another window) or its count scaled
 --   (p; src/core/carry.cc). A check without a mode reads either packed layout as it is.
 -- If INCRBY is refused (an ACL user set up from an earlier version's line) or the key
--- holds a packed layout, the decision reads the state with GET instead.
+-- holds a packed layout, the decision reads the state with GET instead; `tried` says
+-- that the caller tried INCRBY already and was refused (lean_fixed_window.lua).
 local r = math.fmod(now, w) -- floor_to(now, w), exact below 2^53, now may be negative
 if r < 0 then r = r + w end
 local ws = now - r
@@ -33,7 +34,7 @@ local e, sws, scount
 local v = false -- the counter after this decision (read through INCRBY or GET)
 local incr = false -- INCRBY has applied the cost already
 local got = false -- the counter as GET read it (before this decision)
-if lean and cost > 0 and cost <= limit then
+if lean and cost > 0 and cost <= limit and not tried then
   -- (a cost above the limit, an overage's usage report, never fits: read, do not add
   -- a count that could carry into the tag)
   v = redis.pcall('INCRBY', key, cost)

@@ -35,7 +35,7 @@
 local EPS = 1e-9
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 local DECIDE, COMMIT, REFUND, FORCE = {}, {}, {}, {}
-local PAD = 0 -- extra TTL in ms (caller-time mode only, see runner.lua)
+local PAD = 0 -- extra TTL in ms (caller-time mode only, see runner.lua; write_state.lua)
 
 -- An exact integer as a decimal string.
 local function int(x)
@@ -47,11 +47,4 @@ local function charged_units(x)
   local whole = x + EPS
   if whole >= 1 then return floor(whole) end
   return 0
-end
-
--- TTL in ms for state that is back to "full" at `expires` (microseconds).
-local function ttl_ms(expires, now)
-  local ms = ceil((expires - now) / 1000)
-  if ms < 1 then ms = 1 end
-  return ms + PAD
 end

@@ -46,12 +46,6 @@ local checks = {}
 -- undo.
 local pend = {}
 
--- Writes an inline check's state (word_state.lua's store_word, without a table).
-local function write(key, state, expires, patch, patch_at, now)
-  if patch and type(redis.pcall('SETRANGE', key, patch_at, patch)) == 'number' then return end
-  redis.call('SET', key, state, 'PX', ttl_ms(expires, now))
-end
-
 -- What an uncommitted inline check still writes: its undo, or a token bucket's start.
 local function unwind(key, cost, undo, start, start_expires, now)
   if undo then
@@ -203,7 +197,7 @@ while a <= nargs do
       -- table, no closure (embed_lua.cmake puts the bodies here).
       local key, limit, w, cap, init = KEYS[k], pol[pb + 2], pol[pb + 3], pol[pb + 4], pol[pb + 5]
       k = k + 1
-      local need, now = max(cost, 1), gnow
+      local need, now, tried = max(cost, 1), gnow, false
       local solo = last == 1 and nc == 0 and ni == 0
       local allowed, remaining, reset, retry, state, expires, start, start_expires, patch,
         patch_at, undo

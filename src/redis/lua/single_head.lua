@@ -12,7 +12,7 @@
 -- wraps as DECIDE[id] (embed_lua.cmake), so a change is made once. A body reads the
 -- locals key, limit, w, cap, init, cost, need, now, PAD (extra TTL in ms), mode (the
 -- policy's on_change: false, 'r' or 'p'; always false here) and mw (max_wait in us; 0
--- here: checks with either go to the batch script), solo (the check is alone in its
+-- here: checks with either go to the batch script), tried (fixed_window.lua), solo (the check is alone in its
 -- call or group, so it may write before it decides: gcra.lua), reads the state itself
 -- (GET, or a fixed window's INCRBY, or GCRA's SET .. GET), and sets allowed, remaining, reset, retry, expires, and,
 -- only when allowed with cost > 0, `state` (the new state to SET with its TTL) and
@@ -38,7 +38,7 @@ local limit, w, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local cap, init = limit, -1
 if ARGV[5] then cap = tonumber(ARGV[5]) end
 if ARGV[6] then init = tonumber(ARGV[6]) end
-local need, mode, mw, solo = max(cost, 1), false, 0, true
+local need, mode, mw, solo, tried = max(cost, 1), false, 0, true, false
 local PAD = 0
 if ARGV[1] ~= '' then PAD = 3600000 end
 local allowed, remaining, reset, retry, state, expires, start, start_expires, patch, patch_at, undo
