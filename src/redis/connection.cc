@@ -181,8 +181,11 @@ void Connection::Emit(std::vector<Queued>& batch, std::string& out, std::deque<P
       bool placed = false;
       for (auto& lane : lanes) {
         const Queued& f = *lane.front();
-        if (f.coalesce.target == q.coalesce.target && f.coalesce.slot == q.coalesce.slot &&
-            module_lane(f) == module_lane(q)) {
+        // (module commands share a lane whatever their script: one SLUICE.DECIDE takes
+        // every algorithm's groups)
+        const bool module = module_lane(q);
+        if (module_lane(f) == module && f.coalesce.slot == q.coalesce.slot &&
+            (module || f.coalesce.target == q.coalesce.target)) {
           lane.push_back(&q);
           placed = true;
           break;

@@ -114,6 +114,8 @@ struct CoalesceTarget {
   std::size_t (*unit_size)(const redisReply& e) = nullptr;
   // The native module (see Connection): appends the module command's arguments after
   // the keys for `groups` (each with a module wire) and returns how many; null: none.
+  // Module calls of every target share one command, encoded by the first one's: the
+  // targets of one connection must agree on this and on unit_size.
   std::function<std::size_t(const std::vector<const CoalesceInfo*>& groups, std::string& out)>
       encode_module;
 };

@@ -502,6 +502,31 @@ TEST(ModuleStore, TwoQueuedCallsShareOneCommand) {
   EXPECT_EQ(Calls(**server, "sluice.decide") - before, 2) << "the trigger's and the merged one";
 }
 
+// Module calls share one command whatever their scripts would have been: a plain fixed
+// window (the lean script's lane) and a GCRA (the coalesced script's) queued together
+// are one SLUICE.DECIDE.
+TEST(ModuleStore, CallsOfEveryAlgorithmShareOneCommand) {
+  auto server = StartWithModule();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto s = RedisStore::Create({.url = (*server)->Url(), .connections = 1});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const Policy fw = Policy::FixedWindow("fw", 5, std::chrono::hours(1));
+  const Policy gcra = Policy::Gcra("gcra", 5, std::chrono::hours(1), 5);
+  const std::string keys[2] = {"sluice:{mix0}:fw", "sluice:{mix1}:gcra"};
+  std::vector<Group> groups(2);
+  groups[0].checks = {StoreCheck{.policy = &fw, .key = keys[0]}};
+  groups[1].checks = {StoreCheck{.policy = &gcra, .key = keys[1]}};
+  const long long before = Calls(**server, "sluice.decide");
+  const std::vector<Outcome> got = Burst(**s, fw, groups, 0);
+  for (const Outcome& o : got) {
+    ASSERT_TRUE(o.status.ok()) << o.status.ToString();
+    ASSERT_EQ(o.decisions.size(), 1u);
+    EXPECT_EQ(o.decisions[0].remaining, 4u);
+  }
+  EXPECT_EQ((*s)->Stats().coalesced_calls, 1u);
+  EXPECT_EQ(Calls(**server, "sluice.decide") - before, 2) << "the trigger's and the merged one";
+}
+
 // The command itself: a malformed call is an error naming what is wrong, and Redis
 // stays up (PING); COMMAND GETKEYS reports the declared keys.
 TEST(ModuleCommand, RejectsMalformedArgumentsAndDeclaresKeys) {
