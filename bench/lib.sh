@@ -20,6 +20,20 @@ bench_cleanup() {
   rm -rf "$work"
 }
 
+# Writes to `file` the config bench/sluiced's scripts give sluiced: domain `bench`, one
+# limit per remote_address that no load reaches, no reload polling, warnings only.
+bench_sluiced_config() {  # file
+  cat >"$1" <<'YAML'
+sluiced:
+  reload_poll: 0
+  log_level: warn
+domain: bench
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 4000000000}
+YAML
+}
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # Starts nginx answering `return 200 "ok\n"` on a free port (set in nport) with

@@ -34,15 +34,7 @@ pids+=("$rpid")
 for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
 url="redis://127.0.0.1:$rport"
 
-cat >"$work/sluiced.yaml" <<'YAML'
-sluiced:
-  reload_poll: 0
-  log_level: warn
-domain: bench
-descriptors:
-  - key: remote_address
-    rate_limit: {unit: second, requests_per_unit: 4000000000}
-YAML
+bench_sluiced_config "$work/sluiced.yaml"
 modes=(lua module)
 [[ -n ${SLUICED_BEFORE:-} ]] && modes+=(before)
 declare -A gport hport

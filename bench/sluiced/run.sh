@@ -30,15 +30,7 @@ if [[ $store == redis ]]; then
   redis_flag=(--redis "redis://127.0.0.1:$rport")
 fi
 
-cat >"$work/sluiced.yaml" <<'YAML'
-sluiced:
-  reload_poll: 0
-  log_level: warn
-domain: bench
-descriptors:
-  - key: remote_address
-    rate_limit: {unit: second, requests_per_unit: 4000000000}
-YAML
+bench_sluiced_config "$work/sluiced.yaml"
 hport=$(free_port)
 gport=$(free_port)
 build/release/src/service/sluiced --config "$work/sluiced.yaml" --http "127.0.0.1:$hport" \
