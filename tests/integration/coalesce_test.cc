@@ -60,6 +60,28 @@ bool SameDecision(const Decision& a, const Decision& b) {
          a.retry_after == b.retry_after && a.limit == b.limit;
 }
 
+// Decides `g` on `model` and expects `got` to be the same decisions, field by field;
+// counts the model's denials in `denied`. `where` names the group in a failure.
+template <class Model>
+void ExpectAsModel(Model& model, const Group& g, const Outcome& got, const std::string& where,
+                   int& denied) {
+  Decision want[kMaxBatchChecks];
+  ASSERT_TRUE(model.Run({.checks = g.checks, .now = g.now}, want).ok());
+  ASSERT_TRUE(got.status.ok()) << where << ": " << got.status.ToString();
+  ASSERT_EQ(got.decisions.size(), g.checks.size());
+  for (std::size_t i = 0; i < g.checks.size(); ++i) {
+    const Decision& a = want[i];
+    const Decision& b = got.decisions[i];
+    ASSERT_TRUE(SameDecision(a, b))
+        << where << " check " << i << " key " << g.checks[i].key << " cost " << g.checks[i].cost
+        << " now " << g.now << "\n  model: allowed=" << a.allowed << " remaining=" << a.remaining
+        << " reset_after=" << a.reset_after << " retry_after=" << a.retry_after
+        << "\n  redis: allowed=" << b.allowed << " remaining=" << b.remaining
+        << " reset_after=" << b.reset_after << " retry_after=" << b.retry_after;
+    if (!a.allowed) ++denied;
+  }
+}
+
 Policy RandomPolicy(std::mt19937_64& rng, int index) {
   static const Micros kWindows[] = {1'000, 250'000, 1'000'000, 3'300'000, 60'000'000};
   static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 100};
@@ -168,24 +190,11 @@ TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
           << "seed " << seed << " burst " << burst;
       ASSERT_EQ(after.coalesced_evaluations - before.coalesced_evaluations, merged);
       for (const std::size_t gi : order) {
-        const Group& g = groups[gi];
-        Decision want[kMaxBatchChecks];
-        ASSERT_TRUE(memory.Run({.checks = g.checks, .now = g.now}, want).ok());
-        ASSERT_TRUE(got[gi].status.ok()) << got[gi].status.ToString();
-        ASSERT_EQ(got[gi].decisions.size(), g.checks.size());
-        for (std::size_t i = 0; i < g.checks.size(); ++i) {
-          const Decision& a = want[i];
-          const Decision& b = got[gi].decisions[i];
-          ASSERT_TRUE(SameDecision(a, b))
-              << "seed " << seed << " burst " << burst << " group " << gi << " of " << ngroups
-              << " check " << i << " key " << g.checks[i].key << " cost " << g.checks[i].cost
-              << " now " << g.now << "\n  memory: allowed=" << a.allowed
-              << " remaining=" << a.remaining << " reset_after=" << a.reset_after
-              << " retry_after=" << a.retry_after << "\n  redis:  allowed=" << b.allowed
-              << " remaining=" << b.remaining << " reset_after=" << b.reset_after
-              << " retry_after=" << b.retry_after;
-          if (!a.allowed) ++denied;
-        }
+        ExpectAsModel(memory, groups[gi], got[gi],
+                      "seed " + std::to_string(seed) + " burst " + std::to_string(burst) +
+                          " group " + std::to_string(gi) + " of " + std::to_string(ngroups),
+                      denied);
+        if (::testing::Test::HasFatalFailure()) return;
         ++compared;
       }
     }
@@ -289,24 +298,11 @@ TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
       ASSERT_EQ(after.coalesced_calls - before.coalesced_calls, merged ? 1u : 0u)
           << "seed " << seed << " burst " << burst;
       for (std::size_t gi = 0; gi < ngroups; ++gi) {
-        const Group& g = groups[gi];
-        Decision want[kMaxBatchChecks];
-        ASSERT_TRUE(memory.Run({.checks = g.checks, .now = g.now}, want).ok());
-        ASSERT_TRUE(got[gi].status.ok()) << got[gi].status.ToString();
-        ASSERT_EQ(got[gi].decisions.size(), g.checks.size());
-        for (std::size_t i = 0; i < g.checks.size(); ++i) {
-          const Decision& a = want[i];
-          const Decision& b = got[gi].decisions[i];
-          ASSERT_TRUE(SameDecision(a, b))
-              << "seed " << seed << " burst " << burst << " group " << gi << " of " << ngroups
-              << " check " << i << " key " << g.checks[i].key << " cost " << g.checks[i].cost
-              << " now " << g.now << "\n  memory: allowed=" << a.allowed
-              << " remaining=" << a.remaining << " reset_after=" << a.reset_after
-              << " retry_after=" << a.retry_after << "\n  redis:  allowed=" << b.allowed
-              << " remaining=" << b.remaining << " reset_after=" << b.reset_after
-              << " retry_after=" << b.retry_after;
-          if (!a.allowed) ++denied;
-        }
+        ExpectAsModel(memory, groups[gi], got[gi],
+                      "seed " + std::to_string(seed) + " burst " + std::to_string(burst) +
+                          " group " + std::to_string(gi) + " of " + std::to_string(ngroups),
+                      denied);
+        if (::testing::Test::HasFatalFailure()) return;
         ++compared;
       }
     }
