@@ -60,6 +60,18 @@ bool SameDecision(const Decision& a, const Decision& b) {
          a.retry_after == b.retry_after && a.limit == b.limit;
 }
 
+// Every key on `server` (at least one) has a TTL.
+void ExpectEveryKeyHasATtl(RedisServer& server) {
+  auto all = server.Command({"KEYS", "*"});
+  ASSERT_TRUE(all.ok());
+  ASSERT_FALSE(all->elements.empty());
+  for (const auto& k : all->elements) {
+    auto ttl = server.Command({"PTTL", k.str});
+    ASSERT_TRUE(ttl.ok());
+    EXPECT_GT(ttl->integer, 0) << k.str;
+  }
+}
+
 // Decides `g` on `model` and expects `got` to be the same decisions, field by field;
 // counts the model's denials in `denied`. `where` names the group in a failure.
 template <class Model>
@@ -206,16 +218,7 @@ TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
   EXPECT_GT(lean_groups, 0u);      // some in the lean fixed-window script's calls
   EXPECT_GT(denied, 50);           // and the denials were compared too
   EXPECT_GT(compared, 4 * 60 * 3);
-  // Every key written has a TTL.
-  RedisServer* server = SharedRedis();
-  auto all = server->Command({"KEYS", "*"});
-  ASSERT_TRUE(all.ok());
-  ASSERT_FALSE(all->elements.empty());
-  for (const auto& k : all->elements) {
-    auto ttl = server->Command({"PTTL", k.str});
-    ASSERT_TRUE(ttl.ok());
-    EXPECT_GT(ttl->integer, 0) << k.str;
-  }
+  ExpectEveryKeyHasATtl(*SharedRedis());
 }
 
 // Differential, the lean fixed-window script (lua/lean_fixed_window.lua): random bursts
@@ -335,15 +338,7 @@ TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
   EXPECT_GT(lean, 100);
   EXPECT_GT(single, 50);
   EXPECT_EQ(other, 0);
-  // Every key written has a TTL.
-  auto all = server->Command({"KEYS", "*"});
-  ASSERT_TRUE(all.ok());
-  ASSERT_FALSE(all->elements.empty());
-  for (const auto& k : all->elements) {
-    auto ttl = server->Command({"PTTL", k.str});
-    ASSERT_TRUE(ttl.ok());
-    EXPECT_GT(ttl->integer, 0) << k.str;
-  }
+  ExpectEveryKeyHasATtl(*server);
 }
 
 // One batch of a coalesced call denies: it consumes nothing (all or nothing), and the
