@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "sluice/redis_store.h"
+#include "store_backends.h"
 
 namespace sluice::testing {
 
@@ -62,6 +63,64 @@ inline std::vector<Outcome> Burst(RedisStore& store, const Policy& trigger_polic
     return shared->answered == groups.size();
   })) << "not every caller was answered";
   return shared->out;
+}
+
+// A store on the shared test server (flushed) that coalesces up to `coalesce` calls, on
+// one connection (Burst), caller time or Redis's clock.
+inline std::shared_ptr<RedisStore> CoalescingStore(bool caller_time, int coalesce = 16) {
+  auto url = FlushedRedisUrl();
+  EXPECT_TRUE(url.ok()) << url.status().ToString();
+  if (!url.ok()) return nullptr;
+  RedisStoreOptions o;
+  o.url = *url;
+  o.use_caller_time = caller_time;
+  o.connections = 1;
+  o.coalesce = coalesce;
+  o.call_timeout = 30'000'000;     // behaviour, not speed
+  o.connect_timeout = 30'000'000;  // (a loaded CI machine: SCRIPT LOAD of every script)
+  o.on_warning = [](std::string_view) {};
+  auto store = RedisStore::Create(std::move(o));
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  return store.ok() ? *store : nullptr;
+}
+
+inline bool SameDecision(const Decision& a, const Decision& b) {
+  return a.allowed == b.allowed && a.remaining == b.remaining && a.reset_after == b.reset_after &&
+         a.retry_after == b.retry_after && a.limit == b.limit;
+}
+
+// Every key on `server` (at least one) has a TTL.
+inline void ExpectEveryKeyHasATtl(RedisServer& server) {
+  auto all = server.Command({"KEYS", "*"});
+  ASSERT_TRUE(all.ok());
+  ASSERT_FALSE(all->elements.empty());
+  for (const auto& k : all->elements) {
+    auto ttl = server.Command({"PTTL", k.str});
+    ASSERT_TRUE(ttl.ok());
+    EXPECT_GT(ttl->integer, 0) << k.str;
+  }
+}
+
+// Decides `g` on `model` and expects `got` to be the same decisions, field by field;
+// counts the model's denials in `denied`. `where` names the group in a failure.
+template <class Model>
+void ExpectAsModel(Model& model, const Group& g, const Outcome& got, const std::string& where,
+                   int& denied) {
+  Decision want[kMaxBatchChecks];
+  ASSERT_TRUE(model.Run({.checks = g.checks, .now = g.now}, want).ok());
+  ASSERT_TRUE(got.status.ok()) << where << ": " << got.status.ToString();
+  ASSERT_EQ(got.decisions.size(), g.checks.size());
+  for (std::size_t i = 0; i < g.checks.size(); ++i) {
+    const Decision& a = want[i];
+    const Decision& b = got.decisions[i];
+    ASSERT_TRUE(SameDecision(a, b))
+        << where << " check " << i << " key " << g.checks[i].key << " cost " << g.checks[i].cost
+        << " now " << g.now << "\n  model: allowed=" << a.allowed << " remaining=" << a.remaining
+        << " reset_after=" << a.reset_after << " retry_after=" << a.retry_after
+        << "\n  redis: allowed=" << b.allowed << " remaining=" << b.remaining
+        << " reset_after=" << b.reset_after << " retry_after=" << b.retry_after;
+    if (!a.allowed) ++denied;
+  }
 }
 
 }  // namespace sluice::testing
