@@ -179,8 +179,9 @@ TEST(LeanSlidingLog, RandomBurstsAsTheModelAcrossScriptsAndLayouts) {
 
 // On Redis's clock (production mode): a log fills up to its limit, a denial consumes
 // nothing and says when room comes back; a batch of two keys that one of them denies
-// logs nothing on either; every key has a TTL.
-TEST(LeanSlidingLog, OnRedisClockDenialsConsumeNothing) {
+// logs nothing on either; leftovers of a log without its state are dropped; every key
+// has a TTL.
+TEST(LeanSlidingLog, OnRedisClockAllOrNothingAndDenialsConsumeNothing) {
   auto redis = CoalescingStore(/*caller_time=*/false);
   ASSERT_NE(redis, nullptr);
   RedisServer* server = SharedRedis();
@@ -213,6 +214,18 @@ TEST(LeanSlidingLog, OnRedisClockDenialsConsumeNothing) {
   card = server->Command({"ZCARD", a + ":log"});
   ASSERT_TRUE(card.ok());
   EXPECT_EQ(card->integer, 3);
+  // A log whose state key is gone (evicted, deleted) is not read as the key's: the
+  // first decision starts a fresh log.
+  const std::string c = "sluice:{rc}:c";
+  ASSERT_TRUE(server->Command({"ZADD", c + ":log", "1", "1:3"}).ok());
+  ASSERT_TRUE(server->Command({"PEXPIRE", c + ":log", "3600000"}).ok());
+  const StoreCheck on_c{.policy = &p, .key = c, .cost = 1};
+  ASSERT_TRUE(redis->Run({.checks = {&on_c, 1}, .now = 0}, d).ok());
+  EXPECT_TRUE(d[0].allowed);
+  EXPECT_EQ(d[0].remaining, 2u);
+  card = server->Command({"ZCARD", c + ":log"});
+  ASSERT_TRUE(card.ok());
+  EXPECT_EQ(card->integer, 1);
   ExpectEveryKeyHasATtl(*server);
 }
 
