@@ -177,6 +177,40 @@ TEST(LeanSlidingLog, RandomBurstsAsTheModelAcrossScriptsAndLayouts) {
   ExpectEveryKeyHasATtl(*server);
 }
 
+// A key decided by the lean script across more than a window (entries leave it), then
+// by the group runner's batch script (a batch with a fixed-window check), then by the
+// lean script again: each reads what the other wrote, and both decide as the model.
+TEST(LeanSlidingLog, AKeyMovesToTheBatchScriptAndBackAsTheModel) {
+  auto redis = CoalescingStore(/*caller_time=*/true);
+  ASSERT_NE(redis, nullptr);
+  RedisServer* server = SharedRedis();
+  ReferenceStore model;
+  const Policy p = Policy::SlidingWindowLog("lw", 5, std::chrono::seconds(1));
+  const Policy mix = Policy::FixedWindow("lwf", 100, std::chrono::hours(1));
+  const std::string key = "sluice:{lw}:log", other = "sluice:{lw}:fw";
+  const StoreCheck one{.policy = &p, .key = key, .cost = 1};
+  const StoreCheck mixed[] = {one, {.policy = &mix, .key = other, .cost = 1}};
+  Decision want[2], got[2];
+  auto expect_as_model = [&](std::span<const StoreCheck> checks, Micros now) {
+    ASSERT_TRUE(model.Run({.checks = checks, .now = now}, want).ok());
+    ASSERT_TRUE(redis->Run({.checks = checks, .now = now}, got).ok());
+    for (std::size_t i = 0; i < checks.size(); ++i) {
+      EXPECT_TRUE(SameDecision(want[i], got[i]))
+          << "now " << now << " check " << i << ": remaining " << got[i].remaining << ", model "
+          << want[i].remaining;
+    }
+  };
+  for (const Micros at : {0, 0, 600'000, 600'000, 1'200'000})
+    expect_as_model({&one, 1}, kNoon + at);
+  expect_as_model(mixed, kNoon + 1'300'000);  // the batch script
+  auto card = server->Command({"ZCARD", key + ":log"});
+  ASSERT_TRUE(card.ok());
+  EXPECT_EQ(card->integer, 4);
+  for (const Micros at : {1'400'000, 1'700'000, 1'800'000, 2'300'000})
+    expect_as_model({&one, 1}, kNoon + at);
+  ExpectEveryKeyHasATtl(*server);
+}
+
 // On Redis's clock (production mode): a log fills up to its limit, a denial consumes
 // nothing and says when room comes back; a batch of two keys that one of them denies
 // logs nothing on either; leftovers of a log without its state are dropped; every key
