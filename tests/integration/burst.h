@@ -8,8 +8,11 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -121,6 +124,75 @@ void ExpectAsModel(Model& model, const Group& g, const Outcome& got, const std::
         << " reset_after=" << b.reset_after << " retry_after=" << b.retry_after;
     if (!a.allowed) ++denied;
   }
+}
+
+// A random cost for a check of `p`: mostly 1, a peek (0) one time in eight, up to the
+// capacity one time in eight.
+inline std::uint64_t RandomCost(std::mt19937_64& rng, const Policy& p) {
+  switch (rng() % 8) {
+    case 0:
+      return 0;  // peek
+    case 1:
+      return 1 + rng() % p.Capacity();
+    default:
+      return 1;
+  }
+}
+
+// Adds up to `n` checks to `g`, each on a random one of `keys` (key i under policy
+// i % policies.size()) at a RandomCost, no key twice (the Limiter never sends one key
+// twice in a batch).
+inline void AddRandomChecks(std::mt19937_64& rng, Group& g, std::size_t n,
+                            const std::vector<std::string>& keys,
+                            const std::vector<Policy>& policies) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t ki = rng() % keys.size();
+    const Policy& p = policies[ki % policies.size()];
+    bool dup = false;
+    for (const StoreCheck& c : g.checks) dup = dup || c.key == keys[ki];
+    if (dup) continue;
+    g.checks.push_back(StoreCheck{.policy = &p, .key = keys[ki], .cost = RandomCost(rng, p)});
+  }
+}
+
+// ExpectAsModel for every group of a burst, in `order` (their indices; empty: as
+// queued), counting the groups compared in `compared`. `where` names the burst.
+template <class Model>
+void ExpectBurstAsModel(Model& model, const std::vector<Group>& groups,
+                        const std::vector<Outcome>& got, std::span<const std::size_t> order,
+                        const std::string& where, int& denied, int& compared) {
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const std::size_t gi = order.empty() ? i : order[i];
+    ExpectAsModel(model, groups[gi], got[gi],
+                  where + " group " + std::to_string(gi) + " of " + std::to_string(groups.size()),
+                  denied);
+    if (::testing::Test::HasFatalFailure()) return;
+    ++compared;
+  }
+}
+
+// From here on `server`'s SLOWLOG keeps every command with its arguments (ScriptCalls).
+inline void RecordEveryCommand(RedisServer& server) {
+  ASSERT_TRUE(server.Command({"CONFIG", "SET", "slowlog-log-slower-than", "0"}).ok());
+  ASSERT_TRUE(server.Command({"CONFIG", "SET", "slowlog-max-len", "100000"}).ok());
+  ASSERT_TRUE(server.Command({"SLOWLOG", "RESET"}).ok());
+}
+
+// The EVALSHAs of each script (by SHA1) since RecordEveryCommand, whose settings it
+// undoes.
+inline std::map<std::string, int> ScriptCalls(RedisServer& server) {
+  std::map<std::string, int> calls;
+  auto log = server.Command({"SLOWLOG", "GET", "-1"});
+  EXPECT_TRUE(server.Command({"CONFIG", "SET", "slowlog-log-slower-than", "10000"}).ok());
+  EXPECT_TRUE(server.Command({"CONFIG", "SET", "slowlog-max-len", "128"}).ok());
+  EXPECT_TRUE(log.ok());
+  if (!log.ok()) return calls;
+  for (const auto& entry : log->elements) {
+    if (entry.elements.size() < 4 || entry.elements[3].elements.size() < 2) continue;
+    const auto& args = entry.elements[3].elements;
+    if (args[0].str == "EVALSHA" || args[0].str == "evalsha") ++calls[args[1].str];
+  }
+  return calls;
 }
 
 }  // namespace sluice::testing

@@ -56,17 +56,6 @@ Policy RandomPolicy(std::mt19937_64& rng, int index) {
   return p;
 }
 
-std::uint64_t RandomCost(std::mt19937_64& rng, const Policy& p) {
-  switch (rng() % 8) {
-    case 0:
-      return 0;  // peek
-    case 1:
-      return 1 + rng() % p.Capacity();
-    default:
-      return 1;
-  }
-}
-
 // Differential: random bursts of independent batches (random policies of every
 // algorithm, keys shared between batches of one burst, peeks, costs up to the
 // capacity, time moving forward between and within bursts) decided by coalesced calls
@@ -152,14 +141,10 @@ TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
       ASSERT_EQ(after.coalesced_calls - before.coalesced_calls, calls)
           << "seed " << seed << " burst " << burst;
       ASSERT_EQ(after.coalesced_evaluations - before.coalesced_evaluations, merged);
-      for (const std::size_t gi : order) {
-        ExpectAsModel(memory, groups[gi], got[gi],
-                      "seed " + std::to_string(seed) + " burst " + std::to_string(burst) +
-                          " group " + std::to_string(gi) + " of " + std::to_string(ngroups),
-                      denied);
-        if (::testing::Test::HasFatalFailure()) return;
-        ++compared;
-      }
+      ExpectBurstAsModel(memory, groups, got, order,
+                         "seed " + std::to_string(seed) + " burst " + std::to_string(burst), denied,
+                         compared);
+      if (::testing::Test::HasFatalFailure()) return;
     }
   }
   const auto s = redis->Stats();
@@ -186,9 +171,7 @@ TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
   auto redis = CoalescingStore(/*caller_time=*/true);
   ASSERT_NE(redis, nullptr);
   RedisServer* server = SharedRedis();
-  ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-log-slower-than", "0"}).ok());
-  ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-max-len", "100000"}).ok());
-  ASSERT_TRUE(server->Command({"SLOWLOG", "RESET"}).ok());
+  RecordEveryCommand(*server);
   const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
   static const Micros kWindows[] = {250'000, 1'000'000, 3'300'000, 60'000'000};
   static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 100};
@@ -234,14 +217,7 @@ TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
         if (rng() % 3 == 0) now += static_cast<Micros>(rng() % 2000);
         g.now = now;
         const std::size_t n = singles ? 1 : 1 + rng() % 3;
-        for (std::size_t i = 0; i < n; ++i) {
-          const std::size_t ki = rng() % keys.size();
-          const Policy& p = policies[ki % policies.size()];
-          bool dup = false;
-          for (const StoreCheck& c : g.checks) dup = dup || c.key == keys[ki];
-          if (dup) continue;  // the Limiter never sends one key twice in a batch
-          g.checks.push_back(StoreCheck{.policy = &p, .key = keys[ki], .cost = RandomCost(rng, p)});
-        }
+        AddRandomChecks(rng, g, n, keys, policies);
         ASSERT_TRUE(LeanFixedWindowOnly(g.checks));
       }
       const auto before = redis->Stats();
@@ -251,14 +227,10 @@ TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
       expected_calls += merged ? 1 : 0;
       ASSERT_EQ(after.coalesced_calls - before.coalesced_calls, merged ? 1u : 0u)
           << "seed " << seed << " burst " << burst;
-      for (std::size_t gi = 0; gi < ngroups; ++gi) {
-        ExpectAsModel(memory, groups[gi], got[gi],
-                      "seed " + std::to_string(seed) + " burst " + std::to_string(burst) +
-                          " group " + std::to_string(gi) + " of " + std::to_string(ngroups),
-                      denied);
-        if (::testing::Test::HasFatalFailure()) return;
-        ++compared;
-      }
+      ExpectBurstAsModel(memory, groups, got, {},
+                         "seed " + std::to_string(seed) + " burst " + std::to_string(burst), denied,
+                         compared);
+      if (::testing::Test::HasFatalFailure()) return;
     }
   }
   EXPECT_EQ(redis->Stats().coalesced_calls, expected_calls);
@@ -269,21 +241,15 @@ TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
   // The calls were the lean fixed-window script's, or for one check the one-check
   // script's (SLOWLOG keeps each command's arguments: EVALSHA <sha> ...), never the
   // coalesced or the batch script's.
-  auto log = server->Command({"SLOWLOG", "GET", "-1"});
-  ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-log-slower-than", "10000"}).ok());
-  ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-max-len", "128"}).ok());
-  ASSERT_TRUE(log.ok());
+  std::map<std::string, int> calls = ScriptCalls(*server);
   int lean = 0, single = 0, other = 0;
-  for (const auto& entry : log->elements) {
-    if (entry.elements.size() < 4 || entry.elements[3].elements.size() < 2) continue;
-    const auto& args = entry.elements[3].elements;
-    if (args[0].str != "EVALSHA" && args[0].str != "evalsha") continue;
-    if (args[1].str == redis::LeanFixedWindowScript().sha) {
-      ++lean;
-    } else if (args[1].str == redis::SingleCheckScript(Algorithm::kFixedWindow).sha) {
-      ++single;
+  for (const auto& [sha, n] : calls) {
+    if (sha == redis::LeanFixedWindowScript().sha) {
+      lean += n;
+    } else if (sha == redis::SingleCheckScript(Algorithm::kFixedWindow).sha) {
+      single += n;
     } else {
-      ++other;
+      other += n;
     }
   }
   EXPECT_GT(lean, 100);

@@ -45,32 +45,6 @@ bool DowngradeLog(const RedisServer& server, const std::string& key) {
   return r->integer == 1;
 }
 
-// EVALSHAs of each script in `server`'s SLOWLOG (which keeps every command's
-// arguments when slowlog-log-slower-than is 0).
-std::map<std::string, int> ScriptCalls(RedisServer& server) {
-  std::map<std::string, int> calls;
-  auto log = server.Command({"SLOWLOG", "GET", "-1"});
-  EXPECT_TRUE(log.ok());
-  if (!log.ok()) return calls;
-  for (const auto& entry : log->elements) {
-    if (entry.elements.size() < 4 || entry.elements[3].elements.size() < 2) continue;
-    const auto& args = entry.elements[3].elements;
-    if (args[0].str == "EVALSHA" || args[0].str == "evalsha") ++calls[args[1].str];
-  }
-  return calls;
-}
-
-std::uint64_t RandomLogCost(std::mt19937_64& rng, const Policy& p) {
-  switch (rng() % 8) {
-    case 0:
-      return 0;  // peek
-    case 1:
-      return 1 + rng() % p.limit;
-    default:
-      return 1;
-  }
-}
-
 // Differential: random bursts of batches of sliding-log checks (few to many keys,
 // peeks, costs up to the limit, denials, batches of up to three keys, time moving
 // forward, and now and then back), each burst decided in ONE call of the lean script
@@ -83,9 +57,7 @@ TEST(LeanSlidingLog, RandomBurstsAsTheModelAcrossScriptsAndLayouts) {
   auto redis = CoalescingStore(/*caller_time=*/true);
   ASSERT_NE(redis, nullptr);
   RedisServer* server = SharedRedis();
-  ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-log-slower-than", "0"}).ok());
-  ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-max-len", "100000"}).ok());
-  ASSERT_TRUE(server->Command({"SLOWLOG", "RESET"}).ok());
+  RecordEveryCommand(*server);
   const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
   const Policy mix = Policy::FixedWindow("mix", 1000, std::chrono::hours(1));
   static const Micros kWindows[] = {1'000, 250'000, 1'000'000, 3'300'000};
@@ -125,15 +97,7 @@ TEST(LeanSlidingLog, RandomBurstsAsTheModelAcrossScriptsAndLayouts) {
         if (rng() % 3 == 0) now += static_cast<Micros>(rng() % 2000);
         g.now = now;
         const std::size_t n = 1 + rng() % 3;
-        for (std::size_t i = 0; i < n; ++i) {
-          const std::size_t ki = rng() % keys.size();
-          const Policy& p = policies[ki % policies.size()];
-          bool dup = false;
-          for (const StoreCheck& c : g.checks) dup = dup || c.key == keys[ki];
-          if (dup) continue;  // the Limiter never sends one key twice in a batch
-          g.checks.push_back(
-              StoreCheck{.policy = &p, .key = keys[ki], .cost = RandomLogCost(rng, p)});
-        }
+        AddRandomChecks(rng, g, n, keys, policies);
         if (runner) {
           g.checks.push_back(
               StoreCheck{.policy = &mix, .key = mix_keys[rng() % mix_keys.size()], .cost = 1});
@@ -152,14 +116,10 @@ TEST(LeanSlidingLog, RandomBurstsAsTheModelAcrossScriptsAndLayouts) {
       const bool merged = ngroups >= (runner ? 8u : 2u);
       ASSERT_EQ(after.coalesced_calls - before.coalesced_calls, merged ? 1u : 0u)
           << "seed " << seed << " burst " << burst;
-      for (std::size_t gi = 0; gi < ngroups; ++gi) {
-        ExpectAsModel(model, groups[gi], got[gi],
-                      "seed " + std::to_string(seed) + " burst " + std::to_string(burst) +
-                          " group " + std::to_string(gi) + " of " + std::to_string(ngroups),
-                      denied);
-        if (::testing::Test::HasFatalFailure()) return;
-        ++compared;
-      }
+      ExpectBurstAsModel(model, groups, got, {},
+                         "seed " + std::to_string(seed) + " burst " + std::to_string(burst), denied,
+                         compared);
+      if (::testing::Test::HasFatalFailure()) return;
     }
   }
   EXPECT_GT(denied, 50);      // the denials were compared too
@@ -169,8 +129,6 @@ TEST(LeanSlidingLog, RandomBurstsAsTheModelAcrossScriptsAndLayouts) {
   // The calls were the lean sliding-log script's, or the batch and coalesced scripts'
   // for the batches with a fixed-window check.
   std::map<std::string, int> calls = ScriptCalls(*server);
-  ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-log-slower-than", "10000"}).ok());
-  ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-max-len", "128"}).ok());
   EXPECT_GT(calls[std::string(redis::LeanSlidingLogScript().sha)], 100);
   EXPECT_GT(calls[std::string(redis::BatchScript().sha)], 10);
   EXPECT_GT(calls[std::string(redis::CoalescedScript().sha)], 3);
