@@ -40,6 +40,8 @@ constexpr std::size_t kMinCoalescedBatches = 8;
 // call of two checks costs Redis less than two one-check calls, so its calls merge from
 // two on.
 constexpr std::size_t kMinLeanFixedWindowBatches = 2;
+// The lean sliding-log script neither (lua/lean_sliding_log.lua).
+constexpr std::size_t kMinLeanSlidingLogBatches = 2;
 
 struct Batch {
   Status status;
@@ -77,9 +79,9 @@ struct RedisStore::Impl {
   // Calls the native module decides carry its command too (the URL's module=off: never).
   bool module = true;
   // The grouped scripts that merged calls run (connection.h, "Coalescing"): the
-  // coalesced script, and the lean fixed-window script for calls of plain fixed-window
-  // checks only; their max_groups is options.coalesce (1: off).
-  redis::CoalesceTarget coalesce_target{}, fixed_window_target{};
+  // coalesced script, and the lean scripts for calls of plain fixed-window checks only
+  // and of plain sliding-log checks only; their max_groups is options.coalesce (1: off).
+  redis::CoalesceTarget coalesce_target{}, fixed_window_target{}, sliding_log_target{};
   // Last, so it is destroyed first: its shutdown completes calls in flight, whose
   // callbacks still use the members above.
   std::unique_ptr<redis::Router> router;
@@ -138,8 +140,13 @@ void RedisStore::Impl::SetCoalesceTargets(const RedisStoreOptions& o) {
   fixed_window_target.encode = [caller_time = o.use_caller_time](
                                    const std::vector<const redis::CoalesceInfo*>& groups,
                                    std::string& out) {
-    return redis::EncodeLeanFixedWindowCoalesced(caller_time, groups, out);
+    return redis::EncodeLeanCoalesced(caller_time, groups, out);
   };
+  sliding_log_target = fixed_window_target;
+  sliding_log_target.sha = redis::LeanSlidingLogScript().sha;
+  sliding_log_target.source = redis::LeanSlidingLogScript().source;
+  sliding_log_target.min_groups =
+      std::min(kMinLeanSlidingLogBatches, static_cast<std::size_t>(o.coalesce));
   if (module) {
     coalesce_target.encode_module = [caller_time = o.use_caller_time](
                                         const std::vector<const redis::CoalesceInfo*>& groups,
@@ -147,6 +154,7 @@ void RedisStore::Impl::SetCoalesceTargets(const RedisStoreOptions& o) {
       return redis::EncodeModuleArgv(caller_time, groups, out);
     };
     fixed_window_target.encode_module = coalesce_target.encode_module;
+    sliding_log_target.encode_module = coalesce_target.encode_module;
   }
 }
 
@@ -404,7 +412,9 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(StoreOp op, std::span<const Sto
     coalesce = coalesce && redis::Mergeable(checks[i], kinds[i]);
   }
   if (coalesce) {
-    merge.target = sc.lean_fixed_window ? &fixed_window_target : &coalesce_target;
+    merge.target = sc.lane == redis::LeanLane::kFixedWindow  ? &fixed_window_target
+                   : sc.lane == redis::LeanLane::kSlidingLog ? &sliding_log_target
+                                                             : &coalesce_target;
     merge.slot = cluster ? redis::KeySlot(checks[0].key) : 0;
   }
   // (settles and permit operations are the scripts')

@@ -146,8 +146,8 @@ void AppendHead(const Script& script, std::span<const StoreCheck> checks, std::s
   merge.nkeys = static_cast<std::uint32_t>(nkeys);
 }
 
-// The lean fixed-window layout's ARGV for `groups` (lua/lean_fixed_window.lua), from
-// their CoalesceInfo::data; returns the number of arguments.
+// The lean scripts' ARGV for `groups` (lua/lean_fixed_window.lua, lean_sliding_log.lua),
+// from their CoalesceInfo::data; returns the number of arguments.
 std::size_t AppendLeanArgv(bool caller_time, std::span<const std::vector<long long>* const> groups,
                            std::string& out) {
   // (a policy here is each check's limit, window and cost: its data's numbers 1, 2, 8)
@@ -235,6 +235,12 @@ bool LeanFixedWindow(const StoreCheck& c, WireKind k, bool caller_time) {
          p.window > (pad + 1) * 1000 / 524288;
 }
 
+bool LeanSlidingLog(const StoreCheck& c, WireKind k) {
+  const Policy& p = *c.policy;
+  return k == WireKind::kDecide && p.algorithm == Algorithm::kSlidingWindowLog &&
+         p.block_for == 0 && c.usage_id.empty() && c.cost <= p.limit;
+}
+
 std::size_t KeyCount(const StoreCheck& c) {
   return 1 + (c.policy->algorithm == Algorithm::kSlidingWindowLog ? 1 : 0) +
          (c.policy->block_for > 0 ? 1 : 0) + (c.usage_id.empty() ? 0 : 1);
@@ -283,8 +289,8 @@ std::string EncodeGroup(const Script& script, std::span<const StoreCheck> checks
   return out;
 }
 
-std::string EncodeLeanFixedWindow(const Script& script, std::span<const StoreCheck> checks,
-                                  Micros now, bool caller_time, CoalesceInfo& merge) {
+std::string EncodeLean(const Script& script, std::span<const StoreCheck> checks, Micros now,
+                       bool caller_time, CoalesceInfo& merge) {
   WireKind kinds[kMaxBatchChecks];
   std::fill(kinds, kinds + checks.size(), WireKind::kDecide);
   GroupData(checks, {kinds, checks.size()}, now, merge);
@@ -298,9 +304,8 @@ std::string EncodeLeanFixedWindow(const Script& script, std::span<const StoreChe
   return out;
 }
 
-std::size_t EncodeLeanFixedWindowCoalesced(bool caller_time,
-                                           const std::vector<const CoalesceInfo*>& groups,
-                                           std::string& out) {
+std::size_t EncodeLeanCoalesced(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
+                                std::string& out) {
   std::vector<const std::vector<long long>*> data;
   data.reserve(groups.size());
   for (const CoalesceInfo* g : groups) data.push_back(&g->data);
@@ -330,19 +335,29 @@ std::string EncodeSingle(const Script& script, const StoreCheck& c, Micros now, 
   return out;
 }
 
+LeanLane LeanLaneOf(std::span<const StoreCheck> checks, std::span<const WireKind> kinds,
+                    bool caller_time) {
+  bool fixed = true, log = true;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    fixed = fixed && LeanFixedWindow(checks[i], kinds[i], caller_time);
+    log = log && LeanSlidingLog(checks[i], kinds[i]);
+    // (the lean sliding-log script decides a group's checks before it logs any)
+    for (std::size_t j = 0; log && j < i; ++j) log = checks[j].key != checks[i].key;
+  }
+  return fixed ? LeanLane::kFixedWindow : log ? LeanLane::kSlidingLog : LeanLane::kNone;
+}
+
 ScriptCall EncodeCall(std::span<const StoreCheck> checks, std::span<const WireKind> kinds,
                       Micros now, bool caller_time, CoalesceInfo& merge) {
   ScriptCall out;
-  out.lean_fixed_window = true;
-  for (std::size_t i = 0; i < checks.size(); ++i) {
-    out.lean_fixed_window =
-        out.lean_fixed_window && LeanFixedWindow(checks[i], kinds[i], caller_time);
-  }
-  // (one such check alone is the one-check script's: it costs Redis less per call than
-  // the lean fixed-window script's layout, which pays off from two checks on)
-  if (out.lean_fixed_window && checks.size() > 1) {
-    out.script = &LeanFixedWindowScript();
-    out.wire = EncodeLeanFixedWindow(*out.script, checks, now, caller_time, merge);
+  out.lane = LeanLaneOf(checks, kinds, caller_time);
+  // (one fixed-window check alone is the one-check script's: it costs Redis less per
+  // call than the lean fixed-window script's layout, which pays off from two checks on)
+  if ((out.lane == LeanLane::kFixedWindow && checks.size() > 1) ||
+      out.lane == LeanLane::kSlidingLog) {
+    out.script =
+        out.lane == LeanLane::kFixedWindow ? &LeanFixedWindowScript() : &LeanSlidingLogScript();
+    out.wire = EncodeLean(*out.script, checks, now, caller_time, merge);
     return out;
   }
   const StoreCheck& c0 = checks[0];

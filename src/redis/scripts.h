@@ -27,6 +27,9 @@ const Script& CoalescedScript();
 // Decides plain fixed-window checks only (lua/lean_fixed_window.lua): one check, a
 // batch, or several callers' groups in one call, one INCRBY per decision.
 const Script& LeanFixedWindowScript();
+// Decides plain sliding-log checks only (lua/lean_sliding_log.lua): one check, a batch,
+// or several callers' groups in one call, on the sliding log's state.
+const Script& LeanSlidingLogScript();
 // Decides exactly one check of algorithm `a`, at a fraction of the batch script's Redis
 // CPU: the lean layout for the O(1) algorithms, the group runner's for the sliding log
 // and concurrency limits (docs/redis.md, "Wire layout"); the one reply encoding.

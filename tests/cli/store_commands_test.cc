@@ -338,10 +338,12 @@ TEST_F(CliRedisTest, BenchWithCoalescingCountsScriptCalls) {
 }
 
 TEST_F(CliRedisTest, DenyCacheSavesRedisCallsOnAFloodedKey) {
+  // (--coalesce 1: one script call per store call, so store_calls counts decisions sent;
+  // the lean sliding-log script's calls merge from two queued together)
   const std::vector<std::string> flood = {
-      "bench",     "--api", "limiter",    "--hot-key", "-a", "sliding_window_log",
-      "--rate",    "10/h",  "--requests", "400",       "-c", "4",
-      "--timeout", "5s",    "--json",     "-q"};
+      "bench",     "--api", "limiter",    "--hot-key", "-a",         "sliding_window_log",
+      "--rate",    "10/h",  "--requests", "400",       "-c",         "4",
+      "--timeout", "5s",    "--json",     "-q",        "--coalesce", "1"};
   Outcome off_run = Sluice(Args([&] {
     auto a = flood;
     a.push_back("--no-deny-cache");

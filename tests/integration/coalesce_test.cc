@@ -26,72 +26,16 @@
 namespace sluice::testing {
 namespace {
 
-constexpr int kCoalesce = 16;
-
-std::shared_ptr<RedisStore> MakeStore(bool caller_time, int coalesce = kCoalesce) {
-  auto url = FlushedRedisUrl();
-  EXPECT_TRUE(url.ok()) << url.status().ToString();
-  if (!url.ok()) return nullptr;
-  RedisStoreOptions o;
-  o.url = *url;
-  o.use_caller_time = caller_time;
-  o.connections = 1;
-  o.coalesce = coalesce;
-  o.call_timeout = 30'000'000;  // behaviour, not speed
-  o.on_warning = [](std::string_view) {};
-  auto store = RedisStore::Create(std::move(o));
-  EXPECT_TRUE(store.ok()) << store.status().ToString();
-  return store.ok() ? *store : nullptr;
-}
-
-// Whether a batch of `checks` runs the lean fixed-window script (caller-time mode), as
-// the store decides it (redis/script_wire.h).
-bool LeanFixedWindowOnly(std::span<const StoreCheck> checks) {
+// The lean script lane a batch of `checks` runs in (caller-time mode), as the store
+// decides it (redis/script_wire.h).
+redis::LeanLane LaneOf(std::span<const StoreCheck> checks) {
   redis::WireKind kinds[kMaxBatchChecks];
   redis::WireKinds(checks, StoreOp::kDecide, kinds);
-  for (std::size_t i = 0; i < checks.size(); ++i) {
-    if (!redis::LeanFixedWindow(checks[i], kinds[i], /*caller_time=*/true)) return false;
-  }
-  return true;
+  return redis::LeanLaneOf(checks, {kinds, checks.size()}, /*caller_time=*/true);
 }
 
-bool SameDecision(const Decision& a, const Decision& b) {
-  return a.allowed == b.allowed && a.remaining == b.remaining && a.reset_after == b.reset_after &&
-         a.retry_after == b.retry_after && a.limit == b.limit;
-}
-
-// Every key on `server` (at least one) has a TTL.
-void ExpectEveryKeyHasATtl(RedisServer& server) {
-  auto all = server.Command({"KEYS", "*"});
-  ASSERT_TRUE(all.ok());
-  ASSERT_FALSE(all->elements.empty());
-  for (const auto& k : all->elements) {
-    auto ttl = server.Command({"PTTL", k.str});
-    ASSERT_TRUE(ttl.ok());
-    EXPECT_GT(ttl->integer, 0) << k.str;
-  }
-}
-
-// Decides `g` on `model` and expects `got` to be the same decisions, field by field;
-// counts the model's denials in `denied`. `where` names the group in a failure.
-template <class Model>
-void ExpectAsModel(Model& model, const Group& g, const Outcome& got, const std::string& where,
-                   int& denied) {
-  Decision want[kMaxBatchChecks];
-  ASSERT_TRUE(model.Run({.checks = g.checks, .now = g.now}, want).ok());
-  ASSERT_TRUE(got.status.ok()) << where << ": " << got.status.ToString();
-  ASSERT_EQ(got.decisions.size(), g.checks.size());
-  for (std::size_t i = 0; i < g.checks.size(); ++i) {
-    const Decision& a = want[i];
-    const Decision& b = got.decisions[i];
-    ASSERT_TRUE(SameDecision(a, b))
-        << where << " check " << i << " key " << g.checks[i].key << " cost " << g.checks[i].cost
-        << " now " << g.now << "\n  model: allowed=" << a.allowed << " remaining=" << a.remaining
-        << " reset_after=" << a.reset_after << " retry_after=" << a.retry_after
-        << "\n  redis: allowed=" << b.allowed << " remaining=" << b.remaining
-        << " reset_after=" << b.reset_after << " retry_after=" << b.retry_after;
-    if (!a.allowed) ++denied;
-  }
+bool LeanFixedWindowOnly(std::span<const StoreCheck> checks) {
+  return LaneOf(checks) == redis::LeanLane::kFixedWindow;
 }
 
 Policy RandomPolicy(std::mt19937_64& rng, int index) {
@@ -112,17 +56,6 @@ Policy RandomPolicy(std::mt19937_64& rng, int index) {
   return p;
 }
 
-std::uint64_t RandomCost(std::mt19937_64& rng, const Policy& p) {
-  switch (rng() % 8) {
-    case 0:
-      return 0;  // peek
-    case 1:
-      return 1 + rng() % p.Capacity();
-    default:
-      return 1;
-  }
-}
-
 // Differential: random bursts of independent batches (random policies of every
 // algorithm, keys shared between batches of one burst, peeks, costs up to the
 // capacity, time moving forward between and within bursts) decided by coalesced calls
@@ -130,7 +63,7 @@ std::uint64_t RandomCost(std::mt19937_64& rng, const Policy& p) {
 // order they were sent (queued, lane after lane: calls of plain fixed-window checks only
 // share the lean fixed-window script's calls, the others the coalesced script's).
 TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
-  auto redis = MakeStore(/*caller_time=*/true);
+  auto redis = CoalescingStore(/*caller_time=*/true);
   ASSERT_NE(redis, nullptr);
   const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
   int compared = 0, denied = 0;
@@ -168,28 +101,35 @@ TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
         }
       }
       // The connection sends calls queued together lane after lane (connection.cc,
-      // Emit), each lane in the order it was queued, the lane of the first group first:
-      // groups of plain fixed-window checks only share the lean fixed-window script's
-      // calls, the others the coalesced script's. Time moves forward in that order.
-      std::vector<std::size_t> order(ngroups);
-      for (std::size_t gi = 0; gi < ngroups; ++gi) order[gi] = gi;
-      const bool first_lean = LeanFixedWindowOnly(groups[0].checks);
-      std::stable_partition(order.begin(), order.end(), [&](std::size_t gi) {
-        return LeanFixedWindowOnly(groups[gi].checks) == first_lean;
-      });
+      // Emit), each lane in the order it was queued, lanes in the order of their first
+      // group: groups of plain fixed-window checks only share the lean fixed-window
+      // script's calls, of plain sliding-log checks only the lean sliding-log script's,
+      // the others the coalesced script's. Time moves forward in that order.
+      std::vector<redis::LeanLane> lanes;  // in the order of their first group
+      for (const Group& g : groups) {
+        if (std::find(lanes.begin(), lanes.end(), LaneOf(g.checks)) == lanes.end())
+          lanes.push_back(LaneOf(g.checks));
+      }
+      std::vector<std::size_t> order;
+      for (const redis::LeanLane lane : lanes) {
+        for (std::size_t gi = 0; gi < ngroups; ++gi) {
+          if (LaneOf(groups[gi].checks) == lane) order.push_back(gi);
+        }
+      }
       for (const std::size_t gi : order) {
         if (rng() % 3 == 0) now += static_cast<Micros>(rng() % 2000);
         groups[gi].now = now;
       }
-      // The lean fixed-window script's lane is merged from 2 groups on, the coalesced
-      // script's from 8 (redis_store.cc).
-      std::size_t lean = 0;
-      for (const Group& g : groups) lean += LeanFixedWindowOnly(g.checks) ? 1 : 0;
-      std::size_t calls = 0, merged = 0;
-      for (const auto [lane, from] : {std::pair{lean, 2u}, std::pair{ngroups - lean, 8u}}) {
-        if (lane >= from) {
+      // The lean scripts' lanes are merged from 2 groups on, the coalesced script's from
+      // 8 (redis_store.cc).
+      std::size_t lean = 0, calls = 0, merged = 0;
+      for (const redis::LeanLane lane : lanes) {
+        std::size_t size = 0;
+        for (const Group& g : groups) size += LaneOf(g.checks) == lane ? 1 : 0;
+        if (lane != redis::LeanLane::kNone) lean += size;
+        if (size >= (lane == redis::LeanLane::kNone ? 8u : 2u)) {
           ++calls;
-          merged += lane;
+          merged += size;
         }
       }
       lean_groups += lean;
@@ -201,21 +141,17 @@ TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
       ASSERT_EQ(after.coalesced_calls - before.coalesced_calls, calls)
           << "seed " << seed << " burst " << burst;
       ASSERT_EQ(after.coalesced_evaluations - before.coalesced_evaluations, merged);
-      for (const std::size_t gi : order) {
-        ExpectAsModel(memory, groups[gi], got[gi],
-                      "seed " + std::to_string(seed) + " burst " + std::to_string(burst) +
-                          " group " + std::to_string(gi) + " of " + std::to_string(ngroups),
-                      denied);
-        if (::testing::Test::HasFatalFailure()) return;
-        ++compared;
-      }
+      ExpectBurstAsModel(memory, groups, got, order,
+                         "seed " + std::to_string(seed) + " burst " + std::to_string(burst), denied,
+                         compared);
+      if (::testing::Test::HasFatalFailure()) return;
     }
   }
   const auto s = redis->Stats();
   EXPECT_EQ(s.coalesced_calls, expected_calls);
   EXPECT_EQ(s.coalesced_evaluations, expected_groups);
   EXPECT_GT(expected_calls, 80u);  // about half the bursts were merged
-  EXPECT_GT(lean_groups, 0u);      // some in the lean fixed-window script's calls
+  EXPECT_GT(lean_groups, 0u);      // some in the lean scripts' calls
   EXPECT_GT(denied, 50);           // and the denials were compared too
   EXPECT_GT(compared, 4 * 60 * 3);
   ExpectEveryKeyHasATtl(*SharedRedis());
@@ -232,12 +168,10 @@ TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
 // script's for one), against the reference model deciding the same batches one after
 // the other.
 TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
-  auto redis = MakeStore(/*caller_time=*/true);
+  auto redis = CoalescingStore(/*caller_time=*/true);
   ASSERT_NE(redis, nullptr);
   RedisServer* server = SharedRedis();
-  ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-log-slower-than", "0"}).ok());
-  ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-max-len", "100000"}).ok());
-  ASSERT_TRUE(server->Command({"SLOWLOG", "RESET"}).ok());
+  RecordEveryCommand(*server);
   const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
   static const Micros kWindows[] = {250'000, 1'000'000, 3'300'000, 60'000'000};
   static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 100};
@@ -283,14 +217,7 @@ TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
         if (rng() % 3 == 0) now += static_cast<Micros>(rng() % 2000);
         g.now = now;
         const std::size_t n = singles ? 1 : 1 + rng() % 3;
-        for (std::size_t i = 0; i < n; ++i) {
-          const std::size_t ki = rng() % keys.size();
-          const Policy& p = policies[ki % policies.size()];
-          bool dup = false;
-          for (const StoreCheck& c : g.checks) dup = dup || c.key == keys[ki];
-          if (dup) continue;  // the Limiter never sends one key twice in a batch
-          g.checks.push_back(StoreCheck{.policy = &p, .key = keys[ki], .cost = RandomCost(rng, p)});
-        }
+        AddRandomChecks(rng, g, n, keys, policies);
         ASSERT_TRUE(LeanFixedWindowOnly(g.checks));
       }
       const auto before = redis->Stats();
@@ -300,14 +227,10 @@ TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
       expected_calls += merged ? 1 : 0;
       ASSERT_EQ(after.coalesced_calls - before.coalesced_calls, merged ? 1u : 0u)
           << "seed " << seed << " burst " << burst;
-      for (std::size_t gi = 0; gi < ngroups; ++gi) {
-        ExpectAsModel(memory, groups[gi], got[gi],
-                      "seed " + std::to_string(seed) + " burst " + std::to_string(burst) +
-                          " group " + std::to_string(gi) + " of " + std::to_string(ngroups),
-                      denied);
-        if (::testing::Test::HasFatalFailure()) return;
-        ++compared;
-      }
+      ExpectBurstAsModel(memory, groups, got, {},
+                         "seed " + std::to_string(seed) + " burst " + std::to_string(burst), denied,
+                         compared);
+      if (::testing::Test::HasFatalFailure()) return;
     }
   }
   EXPECT_EQ(redis->Stats().coalesced_calls, expected_calls);
@@ -318,21 +241,15 @@ TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
   // The calls were the lean fixed-window script's, or for one check the one-check
   // script's (SLOWLOG keeps each command's arguments: EVALSHA <sha> ...), never the
   // coalesced or the batch script's.
-  auto log = server->Command({"SLOWLOG", "GET", "-1"});
-  ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-log-slower-than", "10000"}).ok());
-  ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-max-len", "128"}).ok());
-  ASSERT_TRUE(log.ok());
+  std::map<std::string, int> calls = ScriptCalls(*server);
   int lean = 0, single = 0, other = 0;
-  for (const auto& entry : log->elements) {
-    if (entry.elements.size() < 4 || entry.elements[3].elements.size() < 2) continue;
-    const auto& args = entry.elements[3].elements;
-    if (args[0].str != "EVALSHA" && args[0].str != "evalsha") continue;
-    if (args[1].str == redis::LeanFixedWindowScript().sha) {
-      ++lean;
-    } else if (args[1].str == redis::SingleCheckScript(Algorithm::kFixedWindow).sha) {
-      ++single;
+  for (const auto& [sha, n] : calls) {
+    if (sha == redis::LeanFixedWindowScript().sha) {
+      lean += n;
+    } else if (sha == redis::SingleCheckScript(Algorithm::kFixedWindow).sha) {
+      single += n;
     } else {
-      ++other;
+      other += n;
     }
   }
   EXPECT_GT(lean, 100);
@@ -345,7 +262,7 @@ TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
 // batches around it, one of them on a key the denied batch also checks, are decided
 // and consumed as if it were not there. On Redis's clock (production mode).
 TEST(Coalesce, OneBatchDeniesTheOthersAreUnaffected) {
-  auto redis = MakeStore(/*caller_time=*/false);
+  auto redis = CoalescingStore(/*caller_time=*/false);
   ASSERT_NE(redis, nullptr);
   const Policy p = Policy::FixedWindow("fw", 5, std::chrono::hours(1));
   const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
@@ -405,7 +322,7 @@ TEST(Coalesce, AMergedCallSurvivesAScriptFlush) {
   for (const Policy& p : {Policy::Gcra("g", 10, std::chrono::minutes(1), 10),
                           Policy::FixedWindow("f", 10, std::chrono::minutes(1))}) {
     SCOPED_TRACE(p.name);
-    auto redis = MakeStore(/*caller_time=*/false);
+    auto redis = CoalescingStore(/*caller_time=*/false);
     ASSERT_NE(redis, nullptr);
     const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
     {  // the trigger's own script is loaded again on its first call
@@ -435,7 +352,7 @@ TEST(Coalesce, AMergedCallSurvivesAScriptFlush) {
 
 // Coalescing off (coalesce = 1): the same burst leaves as one call per caller.
 TEST(Coalesce, OffSendsOneCallPerCaller) {
-  auto redis = MakeStore(/*caller_time=*/false, /*coalesce=*/1);
+  auto redis = CoalescingStore(/*caller_time=*/false, /*coalesce=*/1);
   ASSERT_NE(redis, nullptr);
   const Policy p = Policy::FixedWindow("fw", 5, std::chrono::hours(1));
   const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
@@ -455,7 +372,7 @@ TEST(Coalesce, OffSendsOneCallPerCaller) {
 // from two on (kMinLeanFixedWindowBatches): the lean fixed-window script has no fixed
 // cost to outweigh.
 TEST(Coalesce, FewBatchesAreSentAsTheyAre) {
-  auto redis = MakeStore(/*caller_time=*/false);
+  auto redis = CoalescingStore(/*caller_time=*/false);
   ASSERT_NE(redis, nullptr);
   const Policy p = Policy::Gcra("g", 5, std::chrono::hours(1), 5);
   const Policy fw = Policy::FixedWindow("fw", 5, std::chrono::hours(1));

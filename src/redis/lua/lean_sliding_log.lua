@@ -1,0 +1,222 @@
+-- sluice: the lean sliding-log script (issue #18). A call whose checks are all plain
+-- sliding-log decisions (redis_store.cc, LeanSlidingLog in script_wire.cc: kind decide,
+-- no block_for, no overage or usage record, cost <= limit, no key twice in a batch)
+-- runs this instead of the group runner: one check, a batch, or several callers'
+-- batches coalesced into one call, each group all or nothing and decided before the
+-- next is read (docs/redis.md, "Coalesced calls"). The state is sliding_window_log.lua's,
+-- the same keys and bytes, so a keyspace moves between the two scripts live, and logs
+-- of the older member layout ("<count>:<cost>") are read too.
+--
+-- Per decision, for a key with a live log: `GET` of the state key, `ZREMRANGEBYSCORE` of
+-- what left the window, and only when it removed something a `ZRANGE 0 0` of the
+-- oldest entry left (used = seq - (its cum - its cost); an older member: the costs
+-- left, summed); then, allowed with a cost, `ZADD`, `PEXPIRE` and `SET ... PX`. For a
+-- fresh log (no state key: most keys of a random key set) a check alone in its group
+-- writes the state first, `SET ... PX ... NX`, whose reply says the key was absent:
+-- then `DEL` of the log (leftovers of a log whose state key went first), `ZADD` and
+-- `PEXPIRE`, four calls; a write refused (a live log) falls back to the `GET`, and the
+-- next check reads first until one finds no log. What a check needs beyond that is
+-- worked out once per policy (limit, window, cost): a fresh log's member, state and
+-- TTL, the reply's packed base; no table per check, no closure per call on the
+-- allowed path. A denial or a peek (reset_after from the newest entry, retry_after
+-- from a search of the log: log_entries.lua, created by the first check that needs it)
+-- writes only what the model does: the advanced clock and the entries dropped, with
+-- the state key's TTL kept; a group that is not allowed logs nothing.
+--
+-- The wire layout is the lean fixed-window script's (script_wire.cc, EncodeLean):
+-- KEYS: every check's state key and log key (":log"), group after group.
+-- ARGV[1]: "" (Redis's TIME, read once per call: clock.lua) or "c" (caller time, tests
+--   only: each group starts with its now, and TTLs are padded by an hour).
+-- ARGV[2]: P, the call's distinct policies, then 3 arguments each: limit, window (us),
+--   cost.
+-- Then per check ONE number, policy * 2 + last, policy indexing the list from 0, last
+--   1 on a group's last check.
+-- The reply: the runner's encoding (lua/runner.lua), one flat array, check after check;
+-- a call of one check answered by one integer: that integer alone.
+local floor, ceil, max, fmt, byte = math.floor, math.ceil, math.max, string.format, string.byte
+local caller_time = ARGV[1] ~= ''
+local PAD = 0
+if caller_time then PAD = 3600000 end
+-- log_entries.lua's time_freeing, created by the first denial or peek (below).
+local freeing
+local np = tonumber(ARGV[2])
+-- Policy i's numbers at pol[8 * i + 1 ..]: 1 limit, 2 window, 3 cost, 4 cost as sent,
+-- 5 a fresh log's member, 6 the packed reply of an allowed decision less 2 * remaining
+-- (false: too large to pack), then for the now at hand (false until a check needs
+-- them): 7 a fresh log's state and 8 its TTL in ms, as strings (a Lua number given to
+-- redis.call is formatted by Redis on every call).
+local pol = {}
+for i = 0, np - 1 do
+  local b, a = 8 * i, 3 + 3 * i
+  local limit, w, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  pol[b + 1], pol[b + 2], pol[b + 3], pol[b + 4] = limit, w, cost, ARGV[a + 2]
+  pol[b + 5] = struct.pack('>d', cost) .. ':' .. ARGV[a + 2]
+  pol[b + 6] = (w * (limit + 1) + limit) * 2 + 1 < 9007199254740992 and w * (limit + 1) * 2 + 1
+end
+
+-- TTL in ms of state that is back to "full" at `expires` (write_state.lua's ttl_ms).
+local function ttl(expires, now)
+  local ms = ceil((expires - now) / 1000)
+  if ms < 1 then ms = 1 end
+  return fmt('%d', ms + PAD)
+end
+
+local out, n = {}, 0
+-- A group's checks waiting for its outcome, flat and reused from group to group, 9
+-- each: key, log key, fresh, t, used, seq, policy base, the state's expires to keep
+-- ("": nothing to write unless logged), cost.
+local pend = {}
+-- `guess`: the last check alone in its group found no log, so the next one writes a
+-- fresh log's state first (`SET ... NX`, which also says whether there was one: one
+-- call instead of a `GET` and a `SET` when keys are mostly fresh); found one, it reads
+-- first.
+local a, k, nargs, pnow, snow, guess = 3 + 3 * np, 1, #ARGV, false, false, true
+while a <= nargs do
+  local gnow = now
+  if caller_time then
+    gnow = tonumber(ARGV[a])
+    a = a + 1
+  end
+  if gnow ~= pnow then -- (every group in caller-time mode; once on Redis's clock)
+    pnow, snow = gnow, fmt('%d', gnow)
+    for b = 0, 8 * (np - 1), 8 do pol[b + 7], pol[b + 8] = false, false end
+  end
+  local np_, all, first, last = 0, true, true, 0
+  repeat
+    local v = tonumber(ARGV[a])
+    a = a + 1
+    last = v % 2
+    local b = 8 * (v - last) / 2
+    local key, key2 = KEYS[k], KEYS[k + 1]
+    k = k + 2
+    local solo = first and last == 1
+    first = false
+    local limit, w, cost = pol[b + 1], pol[b + 2], pol[b + 3]
+    local allowed, written = true, false
+    if solo and guess and cost > 0 then
+      local state, ms = pol[b + 7], pol[b + 8]
+      if not state then
+        state, ms = fmt('1 %d %d %d %d', gnow + w, gnow, cost, cost), ttl(gnow + w, gnow)
+        pol[b + 7], pol[b + 8] = state, ms
+      end
+      if redis.call('SET', key, state, 'PX', ms, 'NX') then
+        -- a fresh log (sliding_window_log.lua's COMMIT of a fresh state)
+        redis.call('DEL', key2)
+        redis.call('ZADD', key2, snow, pol[b + 5])
+        redis.call('PEXPIRE', key2, ms)
+        written = true
+        local packed = pol[b + 6]
+        if packed then
+          n = n + 1
+          out[n] = packed + 2 * (limit - cost)
+        else
+          out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 2, limit - cost, w, 0
+          n = n + 4
+        end
+      end
+    end
+    if not written then
+      -- the state (sliding_window_log.lua's log_state and raise): t = max(now, last_seen),
+      -- entries with ts <= t - window dropped
+      local fresh, t, used, seq, keep = true, gnow, 0, 0, ''
+      local raw = redis.call('GET', key)
+      if raw then
+        local f, e, l, u, q = string.match(raw, '^(%d) (%S+) (%S+) (%S+) (%S+)$')
+        if f == '1' then
+          fresh, used, seq = false, tonumber(u), tonumber(q)
+          l = tonumber(l)
+          if l > t then t = l end
+          if l ~= t then keep = e end
+          if redis.call('ZREMRANGEBYSCORE', key2, '-inf', t - w) > 0 then
+            keep = e
+            local o = redis.call('ZRANGE', key2, 0, 0)
+            if #o == 0 then
+              used = 0
+            else
+              local m = o[1]
+              local c0 = string.match(m, ':(%d+)$')
+              if byte(m, 1) >= 63 and byte(m, 9) == 58 then
+                used = seq - (struct.unpack('>d', m) - tonumber(c0))
+              else -- an older layout: the costs of what is left
+                used = 0
+                for _, x in ipairs(redis.call('ZRANGE', key2, 0, -1)) do
+                  used = used + tonumber(string.match(x, ':(%d+)$'))
+                end
+              end
+            end
+          end
+        end
+      end
+      allowed = used + max(cost, 1) <= limit
+      if allowed and cost > 0 then
+        local remaining, packed = limit - used - cost, pol[b + 6]
+        if packed then
+          n = n + 1
+          out[n] = packed + 2 * remaining
+        else
+          out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 2, remaining, w, 0
+          n = n + 4
+        end
+      else
+        -- a peek or a denial: reset_after from the newest entry, retry_after (denied) from
+        -- the oldest entries whose expiry frees enough room
+        if not freeing then
+          local function int(x)
+            return fmt('%d', x)
+          end
+          --@LOG_ENTRIES@
+          freeing = time_freeing
+        end
+        local reset, retry = 0, 0
+        if used > 0 then
+          reset = tonumber(redis.call('ZRANGE', key2, -1, -1, 'WITHSCORES')[2]) + w - t
+          if not allowed then
+            local ts = freeing({key2 = key2}, used + max(cost, 1) - limit)
+            if ts then retry = ts + w - t end
+          end
+        end
+        out[n + 1], out[n + 2], out[n + 3], out[n + 4] = allowed and 2 or 0, max(0, limit - used),
+          reset, retry
+        n = n + 4
+      end
+      if solo then guess = fresh end
+      local s = 9 * np_
+      pend[s + 1], pend[s + 2], pend[s + 3], pend[s + 4], pend[s + 5], pend[s + 6], pend[s + 7],
+        pend[s + 8], pend[s + 9] = key, key2, fresh, t, used, seq, b, keep, cost
+      np_ = np_ + 1
+    end
+    all = all and allowed
+  until last == 1
+  -- The group's outcome: every check allowed, each one with a cost is logged
+  -- (sliding_window_log.lua's COMMIT); otherwise, and for a peek, the state keeps what
+  -- the decision normalised (its flush_logs), with the state key's TTL.
+  for s = 0, 9 * (np_ - 1), 9 do
+    local key, key2, fresh, t, used, seq, b, keep, cost = pend[s + 1], pend[s + 2], pend[s + 3],
+      pend[s + 4], pend[s + 5], pend[s + 6], pend[s + 7], pend[s + 8], pend[s + 9]
+    if all and cost > 0 then
+      local w, mem = pol[b + 2], false
+      if fresh then redis.call('DEL', key2) end
+      if used == 0 then
+        seq = cost -- an empty log restarts its running sum
+        mem = pol[b + 5]
+      else
+        seq = seq + cost
+        mem = struct.pack('>d', seq) .. ':' .. pol[b + 4]
+      end
+      local ms, score = pol[b + 8], snow
+      if t ~= gnow then
+        ms, score = ttl(t + w, gnow), fmt('%d', t)
+      elseif not ms then
+        ms = ttl(t + w, gnow)
+        pol[b + 8] = ms
+      end
+      redis.call('ZADD', key2, score, mem)
+      redis.call('PEXPIRE', key2, ms)
+      redis.call('SET', key, fmt('1 %d %d %d %d', t + w, t, used + cost, seq), 'PX', ms)
+    elseif keep ~= '' then
+      redis.call('SET', key, fmt('1 %s %d %d %d', keep, t, used, seq), 'KEEPTTL')
+    end
+  end
+end
+if n == 1 then return out[1] end
+return out

@@ -1,0 +1,225 @@
+// The lean sliding-log script (lua/lean_sliding_log.lua, issue #18): calls of plain
+// sliding-log checks, one check, a batch, or several callers' batches coalesced into one
+// call, decided on the sliding log's state layout without the group runner. Held to the
+// reference model on random sequences, on keys that move between it and the group
+// runner's scripts (a batch with another algorithm's check runs the batch script, or the
+// coalesced one when merged) and between the member layouts (logs rewritten in the
+// layout before the running sums, as an earlier version left them), with every key
+// TTL'd; and on Redis's clock, all or nothing, denials consuming nothing.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <string>
+
+#include "burst.h"
+#include "redis/script_wire.h"
+#include "redis/scripts.h"
+#include "reference_store.h"
+#include "sluice/key.h"
+
+namespace sluice::testing {
+namespace {
+
+// Rewrites the log at `key` (its state and its ":log" ZSET) in the member layout before
+// the running sums ("<count>:<cost>", the state's <seq> the count), with the same
+// scores and TTLs: what a server of an earlier version would have left. Returns whether
+// there was a log to rewrite.
+bool DowngradeLog(const RedisServer& server, const std::string& key) {
+  static const char* kScript =
+      "local raw = redis.call('GET', KEYS[1]) if not raw then return 0 end "
+      "local f, e, l, u = string.match(raw, '^(%d) (%S+) (%S+) (%S+) %S+$') "
+      "if f ~= '1' then return 0 end "
+      "local m = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES') "
+      "local ttl, kttl = redis.call('PTTL', KEYS[2]), redis.call('PTTL', KEYS[1]) "
+      "if #m == 0 or ttl <= 0 or kttl <= 0 then return 0 end "
+      "redis.call('DEL', KEYS[2]) local n = 0 "
+      "for i = 1, #m, 2 do n = n + 1 "
+      "redis.call('ZADD', KEYS[2], m[i + 1], n .. ':' .. string.match(m[i], ':(%d+)$')) end "
+      "redis.call('PEXPIRE', KEYS[2], ttl) "
+      "redis.call('SET', KEYS[1], table.concat({f, e, l, u, n}, ' '), 'PX', kttl) return 1";
+  auto r = server.Command({"EVAL", kScript, "2", key, key + ":log"});
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return false;
+  EXPECT_FALSE(r->is_error()) << r->str;
+  return r->integer == 1;
+}
+
+// Differential: random bursts of batches of sliding-log checks (few to many keys,
+// peeks, costs up to the limit, denials, batches of up to three keys, time moving
+// forward, and now and then back), each burst decided in ONE call of the lean script
+// (two or more batches; one batch: its own call of it), or, one burst in four, with a
+// fixed-window check added to every batch (the batch script's calls, merged into the
+// coalesced script's from 8 on): one keyspace moving between the scripts; between
+// bursts some logs are rewritten in the older member layout. Against the reference
+// model deciding the same batches one after the other.
+TEST(LeanSlidingLog, RandomBurstsAsTheModelAcrossScriptsAndLayouts) {
+  auto redis = CoalescingStore(/*caller_time=*/true);
+  ASSERT_NE(redis, nullptr);
+  RedisServer* server = SharedRedis();
+  RecordEveryCommand(*server);
+  const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
+  const Policy mix = Policy::FixedWindow("mix", 1000, std::chrono::hours(1));
+  static const Micros kWindows[] = {1'000, 250'000, 1'000'000, 3'300'000};
+  static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 100};
+  int compared = 0, denied = 0, downgraded = 0, mixed = 0;
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    std::mt19937_64 rng(seed);
+    ReferenceStore model;
+    std::vector<Policy> policies;
+    for (int i = 0; i < 4; ++i) {
+      policies.push_back(Policy::SlidingWindowLog(
+          "l" + std::to_string(i), kLimits[rng() % std::size(kLimits)],
+          std::chrono::microseconds(kWindows[rng() % std::size(kWindows)])));
+    }
+    const int callers = seed == 1 ? 3 : seed == 2 ? 15 : 75;
+    std::vector<std::string> keys, mix_keys;
+    for (int c = 0; c < callers; ++c) {
+      const std::string caller = "c" + std::to_string(c);
+      for (const Policy& p : policies)
+        keys.push_back(*StoreKey("ll" + std::to_string(seed), caller, p.name));
+      mix_keys.push_back(*StoreKey("ll" + std::to_string(seed), caller, mix.name));
+    }
+    Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
+    for (int burst = 0; burst < 60; ++burst) {
+      const Policy& tp = policies[rng() % policies.size()];
+      now += static_cast<Micros>(rng() % (2 * tp.window / tp.limit + 1));
+      const bool runner = rng() % 4 == 0;
+      // (not with the fixed window's checks: a denied batch leaves its counter's key,
+      // read from an earlier window later; coalesce_test.cc)
+      if (!runner && rng() % 6 == 0) now -= static_cast<Micros>(rng() % tp.window);
+      for (const std::string& key : keys) {
+        if (rng() % 5 == 0) downgraded += DowngradeLog(*server, key) ? 1 : 0;
+      }
+      const std::size_t ngroups = rng() % 2 ? 8 + rng() % 9 : 1 + rng() % 7;
+      std::vector<Group> groups(ngroups);
+      for (Group& g : groups) {
+        if (rng() % 3 == 0) now += static_cast<Micros>(rng() % 2000);
+        g.now = now;
+        const std::size_t n = 1 + rng() % 3;
+        AddRandomChecks(rng, g, n, keys, policies);
+        if (runner) {
+          g.checks.push_back(
+              StoreCheck{.policy = &mix, .key = mix_keys[rng() % mix_keys.size()], .cost = 1});
+          ++mixed;
+        }
+        redis::WireKind kinds[kMaxBatchChecks];
+        redis::WireKinds(g.checks, StoreOp::kDecide, kinds);
+        ASSERT_EQ(redis::LeanLaneOf(g.checks, {kinds, g.checks.size()}, /*caller_time=*/true),
+                  runner ? redis::LeanLane::kNone : redis::LeanLane::kSlidingLog);
+      }
+      const auto before = redis->Stats();
+      const std::vector<Outcome> got = Burst(*redis, trigger, groups, now);
+      const auto after = redis->Stats();
+      // (the lean sliding-log script's lane merges from 2 groups on, the coalesced
+      // script's from 8: redis_store.cc)
+      const bool merged = ngroups >= (runner ? 8u : 2u);
+      ASSERT_EQ(after.coalesced_calls - before.coalesced_calls, merged ? 1u : 0u)
+          << "seed " << seed << " burst " << burst;
+      ExpectBurstAsModel(model, groups, got, {},
+                         "seed " + std::to_string(seed) + " burst " + std::to_string(burst), denied,
+                         compared);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  EXPECT_GT(denied, 50);      // the denials were compared too
+  EXPECT_GT(downgraded, 50);  // and logs in the older member layout were decided
+  EXPECT_GT(mixed, 100);      // and keys moved to the group runner's scripts and back
+  EXPECT_GT(compared, 3 * 60 * 3);
+  // The calls were the lean sliding-log script's, or the batch and coalesced scripts'
+  // for the batches with a fixed-window check.
+  std::map<std::string, int> calls = ScriptCalls(*server);
+  EXPECT_GT(calls[std::string(redis::LeanSlidingLogScript().sha)], 100);
+  EXPECT_GT(calls[std::string(redis::BatchScript().sha)], 10);
+  EXPECT_GT(calls[std::string(redis::CoalescedScript().sha)], 3);
+  ExpectEveryKeyHasATtl(*server);
+}
+
+// A key decided by the lean script across more than a window (entries leave it), then
+// by the group runner's batch script (a batch with a fixed-window check), then by the
+// lean script again: each reads what the other wrote, and both decide as the model.
+TEST(LeanSlidingLog, AKeyMovesToTheBatchScriptAndBackAsTheModel) {
+  auto redis = CoalescingStore(/*caller_time=*/true);
+  ASSERT_NE(redis, nullptr);
+  RedisServer* server = SharedRedis();
+  ReferenceStore model;
+  const Policy p = Policy::SlidingWindowLog("lw", 5, std::chrono::seconds(1));
+  const Policy mix = Policy::FixedWindow("lwf", 100, std::chrono::hours(1));
+  const std::string key = "sluice:{lw}:log", other = "sluice:{lw}:fw";
+  const StoreCheck one{.policy = &p, .key = key, .cost = 1};
+  const StoreCheck mixed[] = {one, {.policy = &mix, .key = other, .cost = 1}};
+  Decision want[2], got[2];
+  auto expect_as_model = [&](std::span<const StoreCheck> checks, Micros now) {
+    ASSERT_TRUE(model.Run({.checks = checks, .now = now}, want).ok());
+    ASSERT_TRUE(redis->Run({.checks = checks, .now = now}, got).ok());
+    for (std::size_t i = 0; i < checks.size(); ++i) {
+      EXPECT_TRUE(SameDecision(want[i], got[i]))
+          << "now " << now << " check " << i << ": remaining " << got[i].remaining << ", model "
+          << want[i].remaining;
+    }
+  };
+  for (const Micros at : {0, 0, 600'000, 600'000, 1'200'000})
+    expect_as_model({&one, 1}, kNoon + at);
+  expect_as_model(mixed, kNoon + 1'300'000);  // the batch script
+  auto card = server->Command({"ZCARD", key + ":log"});
+  ASSERT_TRUE(card.ok());
+  EXPECT_EQ(card->integer, 4);
+  for (const Micros at : {1'400'000, 1'700'000, 1'800'000, 2'300'000})
+    expect_as_model({&one, 1}, kNoon + at);
+  ExpectEveryKeyHasATtl(*server);
+}
+
+// On Redis's clock (production mode): a log fills up to its limit, a denial consumes
+// nothing and says when room comes back; a batch of two keys that one of them denies
+// logs nothing on either; leftovers of a log without its state are dropped; every key
+// has a TTL.
+TEST(LeanSlidingLog, OnRedisClockAllOrNothingAndDenialsConsumeNothing) {
+  auto redis = CoalescingStore(/*caller_time=*/false);
+  ASSERT_NE(redis, nullptr);
+  RedisServer* server = SharedRedis();
+  const Policy p = Policy::SlidingWindowLog("rc", 3, std::chrono::hours(1));
+  const std::string a = "sluice:{rc}:a", b = "sluice:{rc}:b";
+  const StoreCheck one{.policy = &p, .key = a, .cost = 1};
+  Decision d[2];
+  for (std::uint64_t left : {2, 1, 0}) {
+    ASSERT_TRUE(redis->Run({.checks = {&one, 1}, .now = 0}, d).ok());
+    EXPECT_TRUE(d[0].allowed);
+    EXPECT_EQ(d[0].remaining, left);
+    EXPECT_EQ(d[0].reset_after, p.window);
+  }
+  ASSERT_TRUE(redis->Run({.checks = {&one, 1}, .now = 0}, d).ok());
+  EXPECT_FALSE(d[0].allowed);
+  EXPECT_EQ(d[0].remaining, 0u);
+  EXPECT_GT(d[0].retry_after, 0);
+  EXPECT_LE(d[0].retry_after, p.window);
+  auto card = server->Command({"ZCARD", a + ":log"});
+  ASSERT_TRUE(card.ok());
+  EXPECT_EQ(card->integer, 3);
+  // b allows, a denies: the batch logs nothing
+  const StoreCheck both[] = {{.policy = &p, .key = b, .cost = 2}, one};
+  ASSERT_TRUE(redis->Run({.checks = both, .now = 0}, d).ok());
+  EXPECT_TRUE(d[0].allowed);
+  EXPECT_FALSE(d[1].allowed);
+  auto absent = server->Command({"EXISTS", b + ":log"});
+  ASSERT_TRUE(absent.ok());
+  EXPECT_EQ(absent->integer, 0);
+  card = server->Command({"ZCARD", a + ":log"});
+  ASSERT_TRUE(card.ok());
+  EXPECT_EQ(card->integer, 3);
+  // A log whose state key is gone (evicted, deleted) is not read as the key's: the
+  // first decision starts a fresh log.
+  const std::string c = "sluice:{rc}:c";
+  ASSERT_TRUE(server->Command({"ZADD", c + ":log", "1", "1:3"}).ok());
+  ASSERT_TRUE(server->Command({"PEXPIRE", c + ":log", "3600000"}).ok());
+  const StoreCheck on_c{.policy = &p, .key = c, .cost = 1};
+  ASSERT_TRUE(redis->Run({.checks = {&on_c, 1}, .now = 0}, d).ok());
+  EXPECT_TRUE(d[0].allowed);
+  EXPECT_EQ(d[0].remaining, 2u);
+  card = server->Command({"ZCARD", c + ":log"});
+  ASSERT_TRUE(card.ok());
+  EXPECT_EQ(card->integer, 1);
+  ExpectEveryKeyHasATtl(*server);
+}
+
+}  // namespace
+}  // namespace sluice::testing
