@@ -201,6 +201,7 @@ class Connection {
     bool done = false;               // callback already called (timed out): discard the reply
     std::shared_ptr<Merged> merged;  // set: a merged call (callback unused)
     bool module = false;             // a module wire was sent
+    bool coalescible = false;        // a mergeable call (merged or sent on its own)
   };
   struct Queued {
     std::string wire;
@@ -234,6 +235,14 @@ class Connection {
   // Fails everything in flight and queued with kUnavailable (stopped or broken).
   void FailEverything(Session& s);
   void Wake();
+  // Fails the calls of `queued` whose deadline passed before they were sent, and drops
+  // them.
+  void ExpireUnsent(std::vector<Queued>& queued, Deadline now);
+  // Group commit: while a mergeable call is in flight, the mergeable calls of
+  // Session::batch wait in Session::held (its reply frees them) until a whole merged
+  // call's worth is held; otherwise the held calls go back into batch, ahead of it. Under
+  // load the calls queued during one round trip share one call; a call alone goes at once.
+  void Hold(Session& s);
   // Appends `batch` (not expired) to `out` and `inflight`, merging the mergeable calls.
   void Emit(std::vector<Queued>& batch, std::string& out, std::deque<Pending>& inflight);
   // One call of a lane (Emit): its module wire when the server has the module.
