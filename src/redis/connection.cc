@@ -122,6 +122,10 @@ bool IsUnknownCommand(const redisReply* r) {
          std::string_view(r->str, kUnknown.size()) == kUnknown;
 }
 
+bool Connection::Mergeable(const Queued& q) {
+  return q.coalesce.target != nullptr && q.coalesce.target->max_groups > 1;
+}
+
 void Connection::EmitOne(Queued& q, std::string& out, std::deque<Pending>& inflight) {
   const bool module = !q.module_wire.empty() && module_.load(std::memory_order_relaxed);
   out.append(module ? q.module_wire : q.wire);
@@ -177,7 +181,7 @@ void Connection::Emit(std::vector<Queued>& batch, std::string& out, std::deque<P
   };
   std::vector<std::vector<Queued*>> lanes;
   for (Queued& q : batch) {
-    if (q.coalesce.target != nullptr && q.coalesce.target->max_groups > 1) {
+    if (Mergeable(q)) {
       bool placed = false;
       for (auto& lane : lanes) {
         const Queued& f = *lane.front();
@@ -391,13 +395,10 @@ void Connection::Hold(Session& s) {
   const bool busy = std::any_of(s.inflight.begin(), s.inflight.end(),
                                 [](const Pending& p) { return p.coalescible; });
   std::size_t full = 0;  // held calls that make a whole merged call
-  auto mergeable = [](const Queued& q) {
-    return q.coalesce.target != nullptr && q.coalesce.target->max_groups > 1;
-  };
   if (busy) {
     std::vector<Queued> now;
     for (Queued& q : s.batch) {
-      if (mergeable(q)) {
+      if (Mergeable(q)) {
         s.held.push_back(std::move(q));
       } else {
         now.push_back(std::move(q));

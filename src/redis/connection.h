@@ -93,6 +93,12 @@ struct ConnectionStats {
 // NOSCRIPT (which proves nothing ran), once, after loading the grouped script on this
 // connection. Calls queued in smaller numbers than `min_groups` are sent as they are.
 //
+// Group commit (Connection::Hold): while a mergeable call is in flight on the
+// connection, the mergeable calls taken from the queue wait, unsent, for its reply (or
+// until a whole merged call's worth, max_groups, waits) and then leave together; a
+// mergeable call with none in flight leaves at once, and other commands are never held.
+// A held call times out at its own deadline without being sent.
+//
 // The grouped script's contract: KEYS are every group's keys in order; ARGV is what
 // `encode` wrote; the reply is one flat array, each group's part in order (`nreplies`
 // units, each `unit_size` elements long), or an error reply, which every group gets.
@@ -243,6 +249,8 @@ class Connection {
   // call's worth is held; otherwise the held calls go back into batch, ahead of it. Under
   // load the calls queued during one round trip share one call; a call alone goes at once.
   void Hold(Session& s);
+  // Whether `q` may be merged with other calls (CoalesceInfo).
+  static bool Mergeable(const Queued& q);
   // Appends `batch` (not expired) to `out` and `inflight`, merging the mergeable calls.
   void Emit(std::vector<Queued>& batch, std::string& out, std::deque<Pending>& inflight);
   // One call of a lane (Emit): its module wire when the server has the module.
