@@ -536,10 +536,11 @@ TEST(CoalesceConnection, ACallerWhoseDeadlinePassedInTheQueueTimesOutAlone) {
 
 // Group commit (connection.h, Connection::Hold), made observable without timing: the
 // server postpones scripts (CLIENT PAUSE WRITE) until the test resumes it, so a script
-// call sent first stays in flight; the PINGs sent behind it are not answered either, and
-// each times out at its deadline (kTurn): its callback, on the I/O thread, runs the
-// test's next step in a later turn of that thread than the step before. So each step's
-// calls are taken from the queue on their own, while the first call is in flight.
+// call sent first stays in flight; the PINGs sent behind it are not answered either, so
+// each times out at its deadline (kTurn; one sent in the same write as that call, ahead
+// of it, is answered): its callback, on the I/O thread, runs the test's next step in a
+// later turn of that thread than the step before. So each step's calls are taken from
+// the queue on their own, while the first call is in flight.
 constexpr Micros kTurn = 20'000;  // (how long a turn lasts does not change what it proves)
 
 // Scripts wait on `server` (CLIENT PAUSE WRITE) from construction to Resume (or
