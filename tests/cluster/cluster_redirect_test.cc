@@ -32,7 +32,7 @@ Client Open(RedisCluster& c) {
   Client s;
   RedisStoreOptions o;
   o.url = c.Url();
-  o.call_timeout = 5'000'000;  // behaviour, not speed
+  o.call_timeout = kPatientCallTimeout;
   o.on_warning = [](std::string_view) {};
   auto store = RedisStore::Create(std::move(o));
   EXPECT_TRUE(store.ok()) << store.status().ToString();

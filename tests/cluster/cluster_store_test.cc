@@ -19,7 +19,7 @@ using std::chrono::hours;
 std::shared_ptr<RedisStore> Connect(const std::string& url) {
   RedisStoreOptions o;
   o.url = url;
-  o.call_timeout = 5'000'000;  // behaviour, not speed
+  o.call_timeout = kPatientCallTimeout;
   o.on_warning = [](std::string_view) {};
   auto s = RedisStore::Create(std::move(o));
   EXPECT_TRUE(s.ok()) << s.status().ToString();

@@ -58,7 +58,7 @@ Result<std::shared_ptr<RedisStore>> Open(const std::string& url, Micros connect_
   RedisStoreOptions o;
   o.url = url;
   o.connect_timeout = connect_timeout;
-  o.call_timeout = 5'000'000;  // behaviour, not speed
+  o.call_timeout = kPatientCallTimeout;
   o.on_warning = [](std::string_view) {};
   return RedisStore::Create(std::move(o));
 }

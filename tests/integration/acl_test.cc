@@ -60,7 +60,7 @@ Outcome Workload(RedisServer& server, bool caller_time) {
   RedisStoreOptions o;
   o.url = UserUrl(server, 1);  // SELECT runs only for a database other than 0
   o.use_caller_time = caller_time;
-  o.call_timeout = 5 * kSec;
+  o.call_timeout = kPatientCallTimeout;
   o.on_warning = [&](std::string_view w) { out.warnings.emplace_back(w); };
   auto store = RedisStore::Create(o);
   if (!store.ok()) {

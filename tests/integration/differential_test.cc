@@ -351,7 +351,7 @@ TEST(RedisLayout, GcraPreviousLayoutIsReadExactly) {
   ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
   RedisStoreOptions o;
   o.url = server->Url();
-  o.call_timeout = 5'000'000;
+  o.call_timeout = kPatientCallTimeout;
   o.use_caller_time = true;
   o.on_warning = [](std::string_view) {};
   auto redis = RedisStore::Create(std::move(o));
@@ -423,7 +423,7 @@ TEST(RedisLayout, FixedWindowPreviousLayoutIsReadExactly) {
   ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
   RedisStoreOptions o;
   o.url = server->Url();
-  o.call_timeout = 5'000'000;
+  o.call_timeout = kPatientCallTimeout;
   o.use_caller_time = true;
   o.on_warning = [](std::string_view) {};
   auto redis = RedisStore::Create(std::move(o));
@@ -499,7 +499,7 @@ TEST(RedisLayout, AStaleCounterIsNotReadAsTheWindowItsTagAliases) {
   ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
   RedisStoreOptions o;
   o.url = server->Url();
-  o.call_timeout = 5'000'000;
+  o.call_timeout = kPatientCallTimeout;
   o.use_caller_time = true;
   o.on_warning = [](std::string_view) {};
   auto redis = RedisStore::Create(std::move(o));
@@ -527,7 +527,7 @@ TEST(RedisLayout, SameWindowWritesTouchOnlyTheCountAndKeepTheTtl) {
   ASSERT_TRUE(server->Command({"CONFIG", "RESETSTAT"}).ok());
   RedisStoreOptions o;
   o.url = server->Url();
-  o.call_timeout = 5'000'000;
+  o.call_timeout = kPatientCallTimeout;
   o.use_caller_time = true;
   o.on_warning = [](std::string_view) {};
   auto redis = RedisStore::Create(std::move(o));
@@ -570,7 +570,7 @@ TEST(RedisRefund, LimiterRefundOnRedisClock) {
   ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
   RedisStoreOptions o;
   o.url = server->Url();
-  o.call_timeout = 5'000'000;
+  o.call_timeout = kPatientCallTimeout;
   o.on_warning = [](std::string_view) {};
   auto store = RedisStore::Create(std::move(o));
   ASSERT_TRUE(store.ok()) << store.status().ToString();

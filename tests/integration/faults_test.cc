@@ -162,7 +162,7 @@ TEST(Faults, ScriptFlushUnderLoadIsInvisibleToCallers) {
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   RedisStoreOptions o;
   o.url = (*server)->Url();
-  o.call_timeout = 5'000'000;  // a slow machine must not turn this into a timeout test
+  o.call_timeout = kPatientCallTimeout;
   auto store = RedisStore::Create(o);
   ASSERT_TRUE(store.ok());
   auto limiter = MakeLimiter(*store, FailureMode::kFailClosed);
@@ -184,7 +184,7 @@ TEST(Faults, ScriptFlushUnderLoadIsInvisibleToCallers) {
 TEST(Faults, ScriptFlushReloadsEveryScriptOnFirstUse) {
   auto server = RedisServer::Start();
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto store = Connect((*server)->Url(), 5'000'000);
+  auto store = Connect((*server)->Url(), kPatientCallTimeout);
   ASSERT_NE(store, nullptr);
   const Policy policies[] = {
       Policy::FixedWindow("fw", 10, std::chrono::seconds(1)),

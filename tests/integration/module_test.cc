@@ -30,7 +30,8 @@ Result<std::unique_ptr<RedisServer>> StartWithModule(std::vector<std::string> ex
 }
 
 std::shared_ptr<RedisStore> Open(const std::string& url, bool caller_time = true) {
-  auto s = RedisStore::Create({.url = url, .use_caller_time = caller_time});
+  auto s = RedisStore::Create(
+      {.url = url, .call_timeout = kPatientCallTimeout, .use_caller_time = caller_time});
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   return s.ok() ? *s : nullptr;
 }
@@ -455,7 +456,8 @@ TEST(ModuleStore, ModuleGoneHandsOverToLuaWithinTheCall) {
 TEST(ModuleStore, CoalescedCallsAreExact) {
   auto server = StartWithModule();
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto s = RedisStore::Create({.url = (*server)->Url(), .connections = 1});
+  auto s = RedisStore::Create(
+      {.url = (*server)->Url(), .call_timeout = kPatientCallTimeout, .connections = 1});
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   auto store = *s;
   const long long lua0 = Calls(**server, "evalsha");  // (Create's EVALSHA permission probe)
@@ -484,7 +486,8 @@ TEST(ModuleStore, CoalescedCallsAreExact) {
 void ExpectOneMergedCommand(const Policy& a, const Policy& b) {
   auto server = StartWithModule();
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto s = RedisStore::Create({.url = (*server)->Url(), .connections = 1});
+  auto s = RedisStore::Create(
+      {.url = (*server)->Url(), .call_timeout = kPatientCallTimeout, .connections = 1});
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   const std::string keys[2] = {"sluice:{merge0}:" + a.name, "sluice:{merge1}:" + b.name};
   std::vector<Group> groups(2);
@@ -597,7 +600,7 @@ TEST(ModuleCluster, KeysAreDeclaredSoClusterRoutesAndRefusesCrossSlot) {
   EXPECT_GT(moved, 0);
   EXPECT_GT(decided, 0);
   // RedisStore on the cluster sends the module's command to each key's primary.
-  auto store = RedisStore::Create({.url = (*cluster)->Url()});
+  auto store = RedisStore::Create({.url = (*cluster)->Url(), .call_timeout = kPatientCallTimeout});
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   auto module_calls = [&] {
     long long n = 0;

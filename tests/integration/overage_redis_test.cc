@@ -18,7 +18,7 @@ namespace {
 std::unique_ptr<Limiter> Make(RedisServer& server, std::vector<Policy> policies) {
   RedisStoreOptions o;
   o.url = server.Url();
-  o.call_timeout = 5'000'000;
+  o.call_timeout = kPatientCallTimeout;
   o.on_warning = [](std::string_view) {};
   auto store = RedisStore::Create(std::move(o));
   EXPECT_TRUE(store.ok()) << store.status().ToString();

@@ -26,7 +26,7 @@ namespace {
 std::unique_ptr<Limiter> RedisLimiter(const std::string& url, Policy p) {
   RedisStoreOptions so;
   so.url = url;
-  so.call_timeout = 5'000'000;
+  so.call_timeout = kPatientCallTimeout;
   so.on_warning = [](std::string_view) {};
   auto store = RedisStore::Create(so);
   EXPECT_TRUE(store.ok()) << store.status().ToString();

@@ -58,7 +58,7 @@ class PermitLease : public ::testing::Test {
     RedisStoreOptions o;
     o.url = *url;
     o.use_caller_time = false;  // Redis's clock and Redis's own expiry: the bug's ground
-    o.call_timeout = 5'000'000;
+    o.call_timeout = kPatientCallTimeout;
     o.connect_timeout = 10'000'000;
     o.on_warning = [](std::string_view) {};
     auto store = RedisStore::Create(std::move(o));

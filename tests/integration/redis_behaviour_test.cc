@@ -15,7 +15,7 @@ std::shared_ptr<RedisStore> Connect(const std::string& url, std::vector<std::str
                                     bool caller_time = false) {
   RedisStoreOptions o;
   o.url = url;
-  o.call_timeout = 5'000'000;
+  o.call_timeout = kPatientCallTimeout;
   o.use_caller_time = caller_time;
   o.on_warning = [warnings](std::string_view w) {
     if (warnings) warnings->emplace_back(w);

@@ -31,6 +31,12 @@ constexpr Micros kCallTimeout = 100'000;
 // about hangs (a call held until discovery ends), not speed.
 constexpr auto kMargin = milliseconds(1000);
 constexpr int kThreads = 4;
+// Bound on the writes a failover may lose, as milliseconds of the drill's traffic. The
+// loss is the traffic between the promotion and the store's switch: 3-18 ms here on a
+// quiet machine, about 1 s when the machine is overloaded (load above 8) and Sentinel's
+// own steps slow down. A store that did not follow the promotion would lose everything
+// until Sentinel demotes the old primary, about 10 s: the bound tells the two apart.
+constexpr double kMaxLostMs = 3'000;
 // Keys whose limit is never reached: what the store counted against what callers saw
 // allowed gives the writes the failover lost.
 constexpr int kWideKeys = 8;
@@ -243,7 +249,7 @@ TEST(SentinelDrill, ManualFailoverUnderLoad) {
   // with headroom. Without following the promotion the store would stay on the old
   // primary until Sentinel demotes it (~10 s) and lose all those writes.
   EXPECT_LT(f.recovered_ms, 5'000);
-  EXPECT_LT(f.lost_ms, 1'000) << "lost more than 1 s of writes";
+  EXPECT_LT(f.lost_ms, kMaxLostMs) << "lost more than 3 s of writes";
 }
 
 TEST(SentinelDrill, KilledPrimaryUnderLoad) {
@@ -257,7 +263,7 @@ TEST(SentinelDrill, KilledPrimaryUnderLoad) {
   // here, but on a loaded machine an election can fail and wait failover-timeout: that
   // is Sentinel's time. The store's part: following the switch once it is reported.
   EXPECT_LT(f.lag_ms, 5'000) << "the store followed the sentinels' switch too late";
-  EXPECT_LT(f.lost_ms, 1'000) << "lost more than 1 s of writes";
+  EXPECT_LT(f.lost_ms, kMaxLostMs) << "lost more than 3 s of writes";
 }
 
 }  // namespace

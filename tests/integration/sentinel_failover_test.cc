@@ -25,12 +25,15 @@ using std::chrono::steady_clock;
 
 constexpr Micros kCallTimeout = 100'000;
 constexpr auto kMargin = milliseconds(1000);  // scheduling slack on a loaded machine
+// Generous: on a loaded machine connecting and loading the scripts can take a while. A
+// refusal must still come at once (checked against kMargin, not against this).
+constexpr Micros kConnectTimeout = 5'000'000;
 
 Result<std::shared_ptr<RedisStore>> Open(const std::string& url) {
   RedisStoreOptions o;
   o.url = url;
   o.call_timeout = kCallTimeout;
-  o.connect_timeout = 500'000;
+  o.connect_timeout = kConnectTimeout;
   o.on_warning = [](std::string_view) {};
   return RedisStore::Create(std::move(o));
 }

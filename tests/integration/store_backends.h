@@ -134,7 +134,7 @@ struct RedisBackend {
     RedisStoreOptions o;
     o.url = *url;
     o.use_caller_time = true;
-    o.call_timeout = 5'000'000;      // tests assert behaviour, not speed
+    o.call_timeout = kPatientCallTimeout;
     o.connect_timeout = 10'000'000;  // the handshake too, on a loaded machine
     o.on_warning = [](std::string_view) {};
     auto store = RedisStore::Create(std::move(o));
@@ -171,7 +171,7 @@ struct SentinelBackend {
     RedisStoreOptions o;
     o.url = group->Url();
     o.use_caller_time = true;
-    o.call_timeout = 5'000'000;      // tests assert behaviour, not speed
+    o.call_timeout = kPatientCallTimeout;
     o.connect_timeout = 10'000'000;  // the handshake too, on a loaded machine
     o.on_warning = [](std::string_view) {};
     auto store = RedisStore::Create(std::move(o));

@@ -20,9 +20,15 @@
 #include <vector>
 
 #include "redis/connection.h"
+#include "sluice/clock.h"
 #include "sluice/status.h"
 
 namespace sluice::testing {
+
+// The store call deadline of tests about what is decided, not about when: generous for a
+// loaded 2-core CI machine, so that a slow moment never turns such a test into a timeout
+// test. Tests of deadlines set their own.
+inline constexpr Micros kPatientCallTimeout = 5'000'000;
 
 struct RedisServerOptions {
   // requirepass, when not empty (Url() then carries it).
