@@ -5,13 +5,17 @@
 # should match sluice bench's). Both on the Lua scripts (module=off in the URL) and, when
 # the native module is built, on it (the server loads it). Per row: decisions/s, Redis
 # CPU µs per decision (the server's user + system time from /proc over the decisions),
-# decisions per Redis call (EVALSHA or SLUICE.DECIDE calls from INFO commandstats),
+# decisions per Redis call (EVALSHA or SLUICE.DECIDE calls from INFO commandstats) and
+# per Redis read (INFO stats total_reads_processed),
 # p50 / p99; and the library paced to the rate sluiced reached (the same offered load).
 # Usage: bench/sluiced/redis_cpu.sh   (builds the release preset's targets first)
 # Settings: DURATION (s per row, default 5), ROUNDS (default 3), CONNECTIONS (sluiced's
 # calls in flight, default 32), VALUES (distinct keys, default 1000).
 # SLUICED_BEFORE=/path/to/another/sluiced adds its row on the module to the same rounds
-# (e.g. a build of an older commit, for a before/after in one run).
+# (e.g. a build of an older commit, for a before/after in one run); SLUICE_BEFORE=/path/to/
+# another/sluice (the CLI) adds its `sluice bench` rows (64 callers and paced, on each
+# store) in the same way. PACED_RATE=N paces the paced rows to N decisions/s instead of
+# the rate sluiced just reached on the same store.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 duration=${DURATION:-5}
@@ -58,27 +62,33 @@ done
 
 clk=$(getconf CLK_TCK)
 ticks() { awk '{print $14+$15}' "/proc/$rpid/stat"; }
-calls() {  # EVALSHA + SLUICE.DECIDE calls so far
-  redis-cli -p "$rport" info commandstats |
-    awk -F'[=,:]' '/^cmdstat_(evalsha|sluice.decide):/ {n += $3} END {print n + 0}'
+# "calls reads" so far: EVALSHA + SLUICE.DECIDE calls, and the reads of client sockets
+# (INFO stats total_reads_processed: each is a wake-up's work for one connection).
+counters() {
+  redis-cli -p "$rport" info all | tr -d '\r' | awk -F'[=,:]' '
+    /^cmdstat_(evalsha|sluice.decide):/ {n += $3} /^total_reads_processed:/ {r = $2}
+    END {print n + 0, r + 0}'
 }
 # One row: runs "$@", which prints "decisions=N ... p50_ms=X p99_ms=Y"; appends
-# "rate cpu_us_per_decision decisions_per_call p50 p99" to $work/<name>.rows.
+# "rate cpu_us_per_decision decisions_per_call p50 p99 decisions_per_read" to
+# $work/<name>.rows.
 row() {  # name, command...
   local name=$1 t0 c0 out
   shift
   redis-cli -p "$rport" flushall >/dev/null
   t0=$(ticks)
-  c0=$(calls)
+  c0=$(counters)
   out=$("$@")
-  python3 - "$out" "$t0" "$(ticks)" "$c0" "$(calls)" "$clk" >>"$work/$name.rows" <<'EOF'
+  python3 - "$out" "$t0" "$(ticks)" "$c0" "$(counters)" "$clk" >>"$work/$name.rows" <<'EOF'
 import re, sys
 out, t0, t1, c0, c1, clk = sys.argv[1:7]
 f = dict(re.findall(r"(\w+)=([0-9.]+)", out))
 n = float(f["decisions"])
 cpu_us = 1e6 * (int(t1) - int(t0)) / int(clk) / n
-per_call = n / max(1, int(c1) - int(c0))
-print(f"{float(f['rate']):.0f} {cpu_us:.2f} {per_call:.1f} {f['p50_ms']} {f['p99_ms']}")
+(calls0, reads0), (calls1, reads1) = (map(int, c.split()) for c in (c0, c1))
+per_call = n / max(1, calls1 - calls0)
+per_read = n / max(1, reads1 - reads0)
+print(f"{float(f['rate']):.0f} {cpu_us:.2f} {per_call:.1f} {f['p50_ms']} {f['p99_ms']} {per_read:.1f}")
 EOF
 }
 grpc() {  # mode
@@ -86,12 +96,12 @@ grpc() {  # mode
     --key remote_address --values "$values" --concurrency "$conns" --threads 2 \
     --duration "$duration"
 }
-# `sluice bench --json` as "decisions=N rate=R p50_ms=X p99_ms=Y"; with a rate, through
-# sluice::Limiter by CONNECTIONS threads paced to that many decisions/s in all.
-bench() {  # url [rate]
+# `sluice bench --json` of the CLI `binary` as "decisions=N rate=R p50_ms=X p99_ms=Y"; with
+# a rate, through sluice::Limiter by CONNECTIONS threads paced to that many decisions/s.
+bench() {  # binary url [rate]
   local pace=(-c 64)
-  [[ -n ${2:-} ]] && pace=(--api limiter -c "$conns" --target-rate "$2")
-  build/release/src/cli/sluice bench --redis "$1" -a fixed_window --rate 1000000/s "${pace[@]}" \
+  [[ -n ${3:-} ]] && pace=(--api limiter -c "$conns" --target-rate "$3")
+  "$1" bench --redis "$2" -a fixed_window --rate 1000000/s "${pace[@]}" \
     -d "${duration}s" --keys "$values" --timeout 1s --json -q |
     python3 -c 'import json, sys
 r = json.load(sys.stdin)
@@ -101,30 +111,44 @@ print("decisions=%d rate=%f p50_ms=%.3f p99_ms=%.3f" % (r["decisions"], r["decis
 echo "redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), fixed window," \
   "$values keys, ${duration} s per row, median of $rounds alternating rounds; $(nproc) cores;" \
   "load average $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ)"
+cli=build/release/src/cli/sluice
+# The `sluice bench` rows `name` (and name-before) on `store`, paced to `rate` if given.
+benches() {  # name store [rate]
+  row "$1" bench "$cli" "${@:2}"
+  [[ -z ${SLUICE_BEFORE:-} ]] || row "$1-before" bench "$SLUICE_BEFORE" "${@:2}"
+}
 for _ in $(seq "$rounds"); do
   row sluiced-lua grpc lua
-  row bench-lua bench "$url?module=off"
+  benches bench-lua "$url?module=off"
   row sluiced-module grpc module
   [[ -z ${SLUICED_BEFORE:-} ]] || row sluiced-before grpc before
-  row bench-module bench "$url"
-  # The library at the rate sluiced just reached: the same offered load.
-  row paced-module bench "$url" "$(tail -1 "$work/sluiced-module.rows" | cut -d' ' -f1)"
+  benches bench-module "$url"
+  # The library at the rate sluiced just reached (or PACED_RATE): the same offered load.
+  benches paced-lua "$url?module=off" "${PACED_RATE:-$(tail -1 "$work/sluiced-lua.rows" | cut -d' ' -f1)}"
+  benches paced-module "$url" "${PACED_RATE:-$(tail -1 "$work/sluiced-module.rows" | cut -d' ' -f1)}"
 done
 echo
-echo '| path | store | decisions/s | Redis CPU µs/decision | decisions per Redis call | p50 / p99 ms |'
-echo '| --- | --- | ---: | ---: | ---: | ---: |'
-names=(sluiced-lua bench-lua sluiced-module bench-module paced-module)
-[[ -z ${SLUICED_BEFORE:-} ]] || names+=(sluiced-before)
+echo '| path | store | decisions/s | Redis CPU µs/decision | decisions per Redis call | decisions per Redis read | p50 / p99 ms |'
+echo '| --- | --- | ---: | ---: | ---: | ---: | ---: |'
+names=()
+for name in sluiced-lua bench-lua paced-lua sluiced-module bench-module paced-module; do
+  names+=("$name")
+  if [[ $name == sluiced-module && -n ${SLUICED_BEFORE:-} ]]; then names+=(sluiced-before); fi
+  if [[ $name != sluiced-* && -n ${SLUICE_BEFORE:-} ]]; then names+=("$name-before"); fi
+done
+paced="sluiced's rate"
+[[ -z ${PACED_RATE:-} ]] || paced="$PACED_RATE/s"
 for name in "${names[@]}"; do
   path="sluiced, gRPC, $conns in flight"
   [[ $name == bench-* ]] && path='sluice bench, 64 callers'
-  [[ $name == paced-* ]] && path="sluice bench, $conns threads paced to sluiced's rate"
+  [[ $name == paced-* ]] && path="sluice bench, $conns threads paced to $paced"
+  [[ $name == *-before ]] && path="$SLUICE_BEFORE: $path"
   [[ $name == sluiced-before ]] && path="$SLUICED_BEFORE, gRPC, $conns in flight"
-  sort -n -k2 "$work/$name.rows" | awk -v p="$path" -v s="$([[ $name == *lua ]] && echo lua || echo module)" '{ r[NR]=$0 } END {
-    split(r[int((NR+1)/2)], f, " "); printf "| %s | %s | %s | %s | %s | %s / %s |\n", p, s, f[1], f[2], f[3], f[4], f[5] }'
+  sort -n -k2 "$work/$name.rows" | awk -v p="$path" -v s="$([[ $name == *lua* ]] && echo lua || echo module)" '{ r[NR]=$0 } END {
+    split(r[int((NR+1)/2)], f, " "); printf "| %s | %s | %s | %s | %s | %s | %s / %s |\n", p, s, f[1], f[2], f[3], f[6], f[4], f[5] }'
 done
 echo
-echo "every round (rate cpu_us per_call p50 p99):"
+echo "every round (rate cpu_us per_call p50 p99 per_read):"
 for name in "${names[@]}"; do
   echo "  $name: $(paste -sd';' "$work/$name.rows")"
 done

@@ -122,6 +122,10 @@ bool IsUnknownCommand(const redisReply* r) {
          std::string_view(r->str, kUnknown.size()) == kUnknown;
 }
 
+bool Connection::Mergeable(const Queued& q) {
+  return q.coalesce.target != nullptr && q.coalesce.target->max_groups > 1;
+}
+
 void Connection::EmitOne(Queued& q, std::string& out, std::deque<Pending>& inflight) {
   const bool module = !q.module_wire.empty() && module_.load(std::memory_order_relaxed);
   out.append(module ? q.module_wire : q.wire);
@@ -177,7 +181,7 @@ void Connection::Emit(std::vector<Queued>& batch, std::string& out, std::deque<P
   };
   std::vector<std::vector<Queued*>> lanes;
   for (Queued& q : batch) {
-    if (q.coalesce.target != nullptr && q.coalesce.target->max_groups > 1) {
+    if (Mergeable(q)) {
       bool placed = false;
       for (auto& lane : lanes) {
         const Queued& f = *lane.front();
@@ -205,7 +209,10 @@ void Connection::Emit(std::vector<Queued>& batch, std::string& out, std::deque<P
       // that two groups would not already outweigh)
       const std::size_t min_groups = module ? 2 : std::max<std::size_t>(2, target.min_groups);
       if (to - from < min_groups) {  // their own calls
-        for (std::size_t i = from; i < to; ++i) EmitOne(*lane[i], out, inflight);
+        for (std::size_t i = from; i < to; ++i) {
+          EmitOne(*lane[i], out, inflight);
+          inflight.back().coalescible = true;
+        }
         continue;
       }
       std::shared_ptr<Merged> m = Merge(lane, from, to, module);
@@ -220,6 +227,7 @@ void Connection::Emit(std::vector<Queued>& batch, std::string& out, std::deque<P
       out.append(m->wire);
       Pending p{last, nullptr};
       p.module = module;
+      p.coalescible = true;
       p.merged = std::move(m);
       inflight.push_back(std::move(p));
     }
@@ -335,6 +343,8 @@ struct Connection::Session {
   std::string out;  // bytes not yet written
   std::size_t out_off = 0;
   std::vector<Queued> batch;
+  // Mergeable calls held back while one of theirs is in flight (Hold).
+  std::vector<Queued> held;
   std::string broken;           // why the connection broke (empty: it did not)
   std::size_t reply_bytes = 0;  // bytes received since the last complete reply
   char buf[16384];
@@ -351,14 +361,9 @@ std::string Connection::Serve() {
       wake_pending_ = false;
     }
     const Deadline now = SteadyClock::now();
-    for (Queued& q : s.batch) {
-      if (q.deadline <= now) {
-        stats_->timeouts.fetch_add(q.callbacks.size(), std::memory_order_relaxed);
-        const Status st = Status::DeadlineExceeded("Redis call timed out before it was sent");
-        for (ReplyCallback& cb : q.callbacks) cb(st, nullptr);
-      }
-    }
-    std::erase_if(s.batch, [now](const Queued& q) { return q.deadline <= now; });
+    ExpireUnsent(s.held, now);
+    ExpireUnsent(s.batch, now);
+    Hold(s);
     Emit(s.batch, s.out, s.inflight);
     s.batch.clear();
     // 2. Write as much as the transport takes.
@@ -373,6 +378,43 @@ std::string Connection::Serve() {
   }
   FailEverything(s);
   return s.broken;
+}
+
+void Connection::ExpireUnsent(std::vector<Queued>& queued, Deadline now) {
+  for (Queued& q : queued) {
+    if (q.deadline <= now) {
+      stats_->timeouts.fetch_add(q.callbacks.size(), std::memory_order_relaxed);
+      const Status st = Status::DeadlineExceeded("Redis call timed out before it was sent");
+      for (ReplyCallback& cb : q.callbacks) cb(st, nullptr);
+    }
+  }
+  std::erase_if(queued, [now](const Queued& q) { return q.deadline <= now; });
+}
+
+void Connection::Hold(Session& s) {
+  const bool busy = std::any_of(s.inflight.begin(), s.inflight.end(),
+                                [](const Pending& p) { return p.coalescible; });
+  std::size_t full = 0;  // held calls that make a whole merged call
+  if (busy) {
+    std::vector<Queued> now;
+    for (Queued& q : s.batch) {
+      if (Mergeable(q)) {
+        s.held.push_back(std::move(q));
+      } else {
+        now.push_back(std::move(q));
+      }
+    }
+    s.batch.swap(now);
+    for (const Queued& q : s.held) full = std::max(full, q.coalesce.target->max_groups);
+    // Enough held for a whole merged call: waiting longer would not merge it further.
+    if (s.held.size() < full) return;
+  }
+  // Nothing of theirs in flight (or a whole call's worth held): the held calls go first,
+  // in the order they were queued.
+  if (s.held.empty()) return;
+  for (Queued& q : s.batch) s.held.push_back(std::move(q));
+  s.batch.swap(s.held);
+  s.held.clear();
 }
 
 bool Connection::Flush(Session& s) {
@@ -413,6 +455,7 @@ Deadline Connection::NextDeadline(const Session& s, Deadline now) const {
     next = std::min(
         next, s.inflight.front().deadline + std::chrono::microseconds(options_.stall_timeout));
   }
+  for (const Queued& q : s.held) next = std::min(next, q.deadline);
   return next;
 }
 
@@ -557,8 +600,10 @@ void Connection::FailEverything(Session& s) {
       p.callback(st, nullptr);
     }
   }
-  for (Queued& q : left) {
-    for (ReplyCallback& cb : q.callbacks) cb(st, nullptr);
+  for (std::vector<Queued>* queued : {&s.held, &left}) {
+    for (Queued& q : *queued) {
+      for (ReplyCallback& cb : q.callbacks) cb(st, nullptr);
+    }
   }
 }
 

@@ -93,6 +93,12 @@ struct ConnectionStats {
 // NOSCRIPT (which proves nothing ran), once, after loading the grouped script on this
 // connection. Calls queued in smaller numbers than `min_groups` are sent as they are.
 //
+// Group commit (Connection::Hold): while a mergeable call is in flight on the
+// connection, the mergeable calls taken from the queue wait, unsent, for its reply (or
+// until a whole merged call's worth, max_groups, waits) and then leave together; a
+// mergeable call with none in flight leaves at once, and other commands are never held.
+// A held call times out at its own deadline without being sent.
+//
 // The grouped script's contract: KEYS are every group's keys in order; ARGV is what
 // `encode` wrote; the reply is one flat array, each group's part in order (`nreplies`
 // units, each `unit_size` elements long), or an error reply, which every group gets.
@@ -201,6 +207,7 @@ class Connection {
     bool done = false;               // callback already called (timed out): discard the reply
     std::shared_ptr<Merged> merged;  // set: a merged call (callback unused)
     bool module = false;             // a module wire was sent
+    bool coalescible = false;        // a mergeable call (merged or sent on its own)
   };
   struct Queued {
     std::string wire;
@@ -234,6 +241,16 @@ class Connection {
   // Fails everything in flight and queued with kUnavailable (stopped or broken).
   void FailEverything(Session& s);
   void Wake();
+  // Fails the calls of `queued` whose deadline passed before they were sent, and drops
+  // them.
+  void ExpireUnsent(std::vector<Queued>& queued, Deadline now);
+  // Group commit: while a mergeable call is in flight, the mergeable calls of
+  // Session::batch wait in Session::held (its reply frees them) until a whole merged
+  // call's worth is held; otherwise the held calls go back into batch, ahead of it. Under
+  // load the calls queued during one round trip share one call; a call alone goes at once.
+  void Hold(Session& s);
+  // Whether `q` may be merged with other calls (CoalesceInfo).
+  static bool Mergeable(const Queued& q);
   // Appends `batch` (not expired) to `out` and `inflight`, merging the mergeable calls.
   void Emit(std::vector<Queued>& batch, std::string& out, std::deque<Pending>& inflight);
   // One call of a lane (Emit): its module wire when the server has the module.

@@ -402,95 +402,326 @@ TEST(Coalesce, BadOptionIsRefused) {
   EXPECT_NE(s.status().message().find("coalesce"), std::string::npos) << s.status().message();
 }
 
-// The connection level, where each caller's deadline is explicit: a caller whose
-// deadline passes while its call waits in the queue gets DeadlineExceeded and is not
-// sent at all; the callers queued with it still share one call and succeed.
-TEST(CoalesceConnection, ACallerWhoseDeadlinePassedInTheQueueTimesOutAlone) {
-  RedisServer* server = SharedRedis();
-  ASSERT_NE(server, nullptr);
-  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
-  auto url = redis::ParseUrl(server->Url());
-  ASSERT_TRUE(url.ok());
-  redis::NodeOptions no;
-  no.connect.handshake.url = *url;
-  no.connect.handshake.scripts = redis::AllScripts();
-  no.connections = 1;
-  auto stats = std::make_shared<redis::ConnectionStats>();
-  auto node = redis::NodeClient::Create(no, stats);
-  ASSERT_TRUE(node.ok()) << node.status().ToString();
-  const redis::Script& single = redis::SingleCheckScript(Algorithm::kFixedWindow);
-  // The store's own encoders (redis/script_wire.h): one-check fixed-window calls (limit
-  // 10 per hour, cost 1) on Redis's clock, mergeable into the coalesced script.
-  const redis::CoalesceTarget target{
-      redis::CoalescedScript().sha,
-      redis::CoalescedScript().source,
-      8,
-      2,
-      [](const std::vector<const redis::CoalesceInfo*>& groups, std::string& out) {
-        return redis::EncodeCoalesced(/*caller_time=*/false, groups, out);
-      },
-      redis::DecisionSize};
-  const Policy policy = Policy::FixedWindow("fw", 10, std::chrono::hours(1));
+// The connection level (redis::NodeClient, one connection to the shared test server,
+// flushed), where each caller's deadline is explicit, and the calls it may merge:
+// one-check fixed-window calls (limit 10 per hour, cost 1) on Redis's clock, with the
+// store's own encoders (redis/script_wire.h), merged into the coalesced script's calls
+// of 2 to `max_groups` groups.
+class OneConnection {
+ public:
+  explicit OneConnection(std::size_t max_groups = 8)
+      : target_{redis::CoalescedScript().sha,
+                redis::CoalescedScript().source,
+                max_groups,
+                2,
+                [](const std::vector<const redis::CoalesceInfo*>& groups, std::string& out) {
+                  return redis::EncodeCoalesced(/*caller_time=*/false, groups, out);
+                },
+                redis::DecisionSize} {
+    server_ = SharedRedis();
+    if (server_ == nullptr) return;
+    EXPECT_TRUE(server_->Command({"FLUSHALL"}).ok());
+    auto url = redis::ParseUrl(server_->Url());
+    EXPECT_TRUE(url.ok()) << url.status().ToString();
+    if (!url.ok()) return;
+    redis::NodeOptions no;
+    no.connect.handshake.url = *url;
+    no.connect.handshake.scripts = redis::AllScripts();
+    no.connections = 1;
+    auto node = redis::NodeClient::Create(no, stats_);
+    EXPECT_TRUE(node.ok()) << node.status().ToString();
+    if (node.ok()) node_ = std::move(*node);
+  }
+  OneConnection(const OneConnection&) = delete;
+  OneConnection& operator=(const OneConnection&) = delete;
+
+  // Null when the server or the connection could not start (a test failure said why).
+  RedisServer* server() const { return node_ ? server_ : nullptr; }
+  redis::NodeClient& node() { return *node_; }
+  const redis::ConnectionStats& stats() const { return *stats_; }
   // A one-check fixed-window call on `key`, mergeable.
-  auto command = [&](const std::string& key) {
-    const StoreCheck check{.policy = &policy, .key = key, .cost = 1};
+  redis::Command Call(const std::string& key) const {
+    const StoreCheck check{.policy = &policy_, .key = key, .cost = 1};
     redis::CoalesceInfo info;
-    std::string wire = redis::EncodeSingle(single, check, 0, /*caller_time=*/false, info);
-    info.target = &target;
-    return redis::Command{std::move(wire), single.source, std::move(info)};
+    std::string wire = redis::EncodeSingle(single_, check, 0, /*caller_time=*/false, info);
+    info.target = &target_;
+    return redis::Command{std::move(wire), single_.source, std::move(info)};
+  }
+  // Whether `key` exists on the server (a call on it ran).
+  bool Exists(const std::string& key) const {
+    auto r = server_->Command({"EXISTS", key});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() && r->integer == 1;
+  }
+
+ private:
+  const redis::CoalesceTarget target_;
+  const redis::Script& single_ = redis::SingleCheckScript(Algorithm::kFixedWindow);
+  const Policy policy_ = Policy::FixedWindow("fw", 10, std::chrono::hours(1));
+  std::shared_ptr<redis::ConnectionStats> stats_ = std::make_shared<redis::ConnectionStats>();
+  RedisServer* server_ = nullptr;
+  std::unique_ptr<redis::NodeClient> node_;
+};
+
+// The answers to OneConnection::Call calls, by index: status, and the decision's
+// remaining count (-1: none).
+struct Answers {
+  explicit Answers(std::size_t n) : status(n, Status::Internal("not answered")), remaining(n, -1) {}
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Status> status;
+  std::vector<long long> remaining;
+  std::size_t answered = 0;
+
+  std::size_t Answered() {
+    std::lock_guard<std::mutex> lock(mu);
+    return answered;
+  }
+  // Waits (bounded) until `n` calls are answered.
+  bool WaitFor(std::size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(60), [&] { return answered >= n; });
+  }
+};
+
+// The callback that records call `i`'s answer in `a`.
+redis::ReplyCallback Record(std::shared_ptr<Answers> a, std::size_t i) {
+  return [a, i](const Status& s, const redisReply* r) {
+    std::lock_guard<std::mutex> lock(a->mu);
+    a->status[i] = s;
+    const std::uint64_t capacity = 10;
+    Decision d;
+    // (a merged call's part is an array; a call of its own may be one packed integer)
+    if (s.ok() && redis::DecodeDecisions(*r, 1, &capacity, &d).ok()) {
+      a->remaining[i] = static_cast<long long>(d.remaining);
+    }
+    ++a->answered;
+    a->cv.notify_all();
   };
-  struct Shared {
-    std::mutex mu;
-    std::condition_variable cv;
-    Status status[3];
-    long long remaining[3] = {-1, -1, -1};
-    int answered = 0;
-  };
-  auto shared = std::make_shared<Shared>();
-  auto answer = [shared](int i) {
-    return [shared, i](const Status& s, const redisReply* r) {
-      std::lock_guard<std::mutex> lock(shared->mu);
-      shared->status[i] = s;
-      const std::uint64_t capacity = 10;
-      Decision d;
-      if (s.ok() && r->type == REDIS_REPLY_ARRAY &&
-          redis::DecodeDecisions(*r, 1, &capacity, &d).ok()) {
-        shared->remaining[i] = static_cast<long long>(d.remaining);
-      }
-      ++shared->answered;
-      shared->cv.notify_all();
-    };
-  };
-  redis::NodeClient& n = **node;
+}
+
+TEST(CoalesceConnection, ACallerWhoseDeadlinePassedInTheQueueTimesOutAlone) {
+  // A caller whose deadline passes while its call waits in the queue gets
+  // DeadlineExceeded and is not sent at all; the callers queued with it still share one
+  // call and succeed.
+  OneConnection c;
+  RedisServer* server = c.server();
+  ASSERT_NE(server, nullptr);
+  auto answers = std::make_shared<Answers>(3);
+  redis::NodeClient& n = c.node();
   const redis::Deadline far = redis::DeadlineAfter(60'000'000);
   n.Send(redis::Command{redis::EncodeCommand({"PING"}), {}}, far,
-         [&, answer](const Status& s, const redisReply*) {
+         [&, answers](const Status& s, const redisReply*) {
            EXPECT_TRUE(s.ok());
            // On the I/O thread: all three are queued before it takes its queue.
-           n.Send(command("sluice:{a}:fw"), far, answer(0));
-           n.Send(command("sluice:{late}:fw"), redis::SteadyClock::now() - std::chrono::seconds(1),
-                  answer(1));
-           n.Send(command("sluice:{c}:fw"), far, answer(2));
+           n.Send(c.Call("sluice:{a}:fw"), far, Record(answers, 0));
+           n.Send(c.Call("sluice:{late}:fw"), redis::SteadyClock::now() - std::chrono::seconds(1),
+                  Record(answers, 1));
+           n.Send(c.Call("sluice:{c}:fw"), far, Record(answers, 2));
          });
-  {
-    std::unique_lock<std::mutex> lock(shared->mu);
-    ASSERT_TRUE(
-        shared->cv.wait_for(lock, std::chrono::seconds(60), [&] { return shared->answered == 3; }));
-  }
-  EXPECT_TRUE(shared->status[0].ok()) << shared->status[0].ToString();
-  EXPECT_EQ(shared->remaining[0], 9);
-  EXPECT_EQ(shared->status[1].code(), ErrorCode::kDeadlineExceeded) << shared->status[1].ToString();
-  EXPECT_TRUE(shared->status[2].ok()) << shared->status[2].ToString();
-  EXPECT_EQ(shared->remaining[2], 9);
-  EXPECT_EQ(stats->coalesced_calls.load(), 1u);
-  EXPECT_EQ(stats->coalesced_groups.load(), 2u);
-  // The late caller's call never ran.
-  auto late = server->Command({"EXISTS", "sluice:{late}:fw"});
-  ASSERT_TRUE(late.ok());
-  EXPECT_EQ(late->integer, 0);
+  ASSERT_TRUE(answers->WaitFor(3));
+  EXPECT_TRUE(answers->status[0].ok()) << answers->status[0].ToString();
+  EXPECT_EQ(answers->remaining[0], 9);
+  EXPECT_EQ(answers->status[1].code(), ErrorCode::kDeadlineExceeded)
+      << answers->status[1].ToString();
+  EXPECT_TRUE(answers->status[2].ok()) << answers->status[2].ToString();
+  EXPECT_EQ(answers->remaining[2], 9);
+  EXPECT_EQ(c.stats().coalesced_calls.load(), 1u);
+  EXPECT_EQ(c.stats().coalesced_groups.load(), 2u);
+  EXPECT_FALSE(c.Exists("sluice:{late}:fw"));  // the late caller's call never ran
   auto ttl = server->Command({"PTTL", "sluice:{a}:fw"});
   ASSERT_TRUE(ttl.ok());
   EXPECT_GT(ttl->integer, 0);
+}
+
+// Group commit (connection.h, Connection::Hold), made observable without timing: the
+// server postpones scripts (CLIENT PAUSE WRITE) until the test resumes it, so a script
+// call sent first stays in flight; the PINGs sent behind it are not answered either, so
+// each times out at its deadline (kTurn; one sent in the same write as that call, ahead
+// of it, is answered): its callback, on the I/O thread, runs the test's next step in a
+// later turn of that thread than the step before. So each step's calls are taken from
+// the queue on their own, while the first call is in flight.
+constexpr Micros kTurn = 20'000;  // (how long a turn lasts does not change what it proves)
+
+// Scripts wait on `server` (CLIENT PAUSE WRITE) from construction to Resume (or
+// destruction).
+class PausedScripts {
+ public:
+  explicit PausedScripts(RedisServer& server) : server_(server) {
+    auto r = server_.Command({"CLIENT", "PAUSE", "60000", "WRITE"});
+    ok_ = r.ok() && !r->is_error();
+  }
+  ~PausedScripts() { Resume(); }
+  PausedScripts(const PausedScripts&) = delete;
+  PausedScripts& operator=(const PausedScripts&) = delete;
+  bool ok() const { return ok_; }
+  void Resume() {
+    if (!ok_) return;
+    ok_ = false;
+    EXPECT_TRUE(server_.Command({"CLIENT", "UNPAUSE"}).ok());
+  }
+
+ private:
+  RedisServer& server_;
+  bool ok_ = false;
+};
+
+// Runs `steps` one after the other on `n`'s I/O thread, each in its own turn (above), and
+// returns once the last step's calls were taken too (one more turn), or after a generous
+// bound (false). Steps stop when the connection is lost.
+bool RunInTurns(redis::NodeClient& n, std::vector<std::function<void()>> steps) {
+  struct Turns {
+    std::vector<std::function<void()>> steps;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto t = std::make_shared<Turns>();
+  t->steps = std::move(steps);
+  // Turn `i`: a PING whose callback runs step i and starts turn i + 1.
+  auto turn = std::make_shared<std::function<void(std::size_t)>>();
+  *turn = [&n, t, weak = std::weak_ptr(turn)](std::size_t i) {
+    n.Send(redis::Command{redis::EncodeCommand({"PING"}), {}}, redis::DeadlineAfter(kTurn),
+           [t, weak, i](const Status& s, const redisReply*) {
+             auto next = weak.lock();
+             if (next && s.code() != ErrorCode::kUnavailable && i < t->steps.size()) {
+               t->steps[i]();
+               (*next)(i + 1);
+               return;
+             }
+             std::lock_guard<std::mutex> lock(t->mu);
+             t->done = true;
+             t->cv.notify_all();
+           });
+  };
+  (*turn)(0);
+  std::unique_lock<std::mutex> lock(t->mu);
+  return t->cv.wait_for(lock, std::chrono::seconds(60), [&] { return t->done; });
+}
+
+// Calls queued one by one while a mergeable call is in flight wait for its reply, then
+// leave together as ONE merged call.
+TEST(GroupCommit, CallsQueuedWhileOneIsInFlightLeaveAsOneCallWhenItsReplyArrives) {
+  OneConnection c;
+  ASSERT_NE(c.server(), nullptr);
+  redis::NodeClient& n = c.node();
+  auto answers = std::make_shared<Answers>(4);
+  const redis::Deadline far = redis::DeadlineAfter(60'000'000);
+  PausedScripts paused(*c.server());
+  ASSERT_TRUE(paused.ok());
+  n.Send(c.Call("sluice:{first}:fw"), far, Record(answers, 0));  // nothing in flight: sent
+  std::vector<std::function<void()>> steps;
+  for (std::size_t i = 1; i <= 3; ++i) {
+    steps.push_back([&c, &n, answers, far, i] {
+      n.Send(c.Call("sluice:{later" + std::to_string(i) + "}:fw"), far, Record(answers, i));
+    });
+  }
+  ASSERT_TRUE(RunInTurns(n, std::move(steps)));
+  EXPECT_EQ(c.stats().coalesced_calls.load(), 0u);  // held (or sent alone, before #18's hold)
+  EXPECT_EQ(answers->Answered(), 0u);
+  paused.Resume();
+  ASSERT_TRUE(answers->WaitFor(4));
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(answers->status[i].ok()) << i << ": " << answers->status[i].ToString();
+    EXPECT_EQ(answers->remaining[i], 9) << i;
+  }
+  // The three later calls: one merged call, sent when the first call's reply arrived.
+  EXPECT_EQ(c.stats().coalesced_calls.load(), 1u);
+  EXPECT_EQ(c.stats().coalesced_groups.load(), 3u);
+}
+
+// Held calls that make a whole merged call (max_groups) leave at once: waiting longer
+// would not merge them further.
+TEST(GroupCommit, AWholeMergedCallsWorthLeavesWithoutWaitingForTheReply) {
+  OneConnection c(/*max_groups=*/2);
+  ASSERT_NE(c.server(), nullptr);
+  redis::NodeClient& n = c.node();
+  auto answers = std::make_shared<Answers>(3);
+  const redis::Deadline far = redis::DeadlineAfter(60'000'000);
+  PausedScripts paused(*c.server());
+  ASSERT_TRUE(paused.ok());
+  n.Send(c.Call("sluice:{first}:fw"), far, Record(answers, 0));
+  std::vector<std::function<void()>> steps;
+  for (std::size_t i = 1; i <= 2; ++i) {
+    steps.push_back([&c, &n, answers, far, i] {
+      n.Send(c.Call("sluice:{later" + std::to_string(i) + "}:fw"), far, Record(answers, i));
+    });
+  }
+  ASSERT_TRUE(RunInTurns(n, std::move(steps)));
+  // Sent as one call while the first is still in flight (the server holds it).
+  EXPECT_EQ(c.stats().coalesced_calls.load(), 1u);
+  EXPECT_EQ(c.stats().coalesced_groups.load(), 2u);
+  EXPECT_EQ(answers->Answered(), 0u);
+  paused.Resume();
+  ASSERT_TRUE(answers->WaitFor(3));
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(answers->status[i].ok()) << i << ": " << answers->status[i].ToString();
+    EXPECT_EQ(answers->remaining[i], 9) << i;
+  }
+  EXPECT_EQ(c.stats().coalesced_calls.load(), 1u);
+}
+
+// A call with nothing in flight is not held: it leaves at once, as its own call.
+TEST(GroupCommit, ALoneCallIsNotHeld) {
+  OneConnection c;
+  ASSERT_NE(c.server(), nullptr);
+  auto answers = std::make_shared<Answers>(1);
+  c.node().Send(c.Call("sluice:{lone}:fw"), redis::DeadlineAfter(60'000'000), Record(answers, 0));
+  ASSERT_TRUE(answers->WaitFor(1));
+  EXPECT_TRUE(answers->status[0].ok()) << answers->status[0].ToString();
+  EXPECT_EQ(answers->remaining[0], 9);
+  EXPECT_EQ(c.stats().coalesced_calls.load(), 0u);
+  EXPECT_EQ(c.stats().timeouts.load(), 0u);
+}
+
+// A held call whose deadline passes gets DeadlineExceeded and is never sent; the call it
+// waited for still succeeds.
+TEST(GroupCommit, AHeldCallWhoseDeadlinePassesIsNeverSent) {
+  OneConnection c;
+  ASSERT_NE(c.server(), nullptr);
+  redis::NodeClient& n = c.node();
+  auto answers = std::make_shared<Answers>(3);
+  const redis::Deadline far = redis::DeadlineAfter(60'000'000);
+  PausedScripts paused(*c.server());
+  ASSERT_TRUE(paused.ok());
+  n.Send(c.Call("sluice:{first}:fw"), far, Record(answers, 0));
+  ASSERT_TRUE(RunInTurns(n, {[&c, &n, answers] {
+                           n.Send(c.Call("sluice:{held}:fw"), redis::DeadlineAfter(kTurn),
+                                  Record(answers, 1));
+                         }}));
+  ASSERT_TRUE(answers->WaitFor(1));  // the held call's deadline (the first waits on the server)
+  EXPECT_EQ(answers->status[1].code(), ErrorCode::kDeadlineExceeded)
+      << answers->status[1].ToString();
+  paused.Resume();
+  ASSERT_TRUE(answers->WaitFor(2));
+  EXPECT_TRUE(answers->status[0].ok()) << answers->status[0].ToString();
+  // One more call behind them on the same connection: had the held call been sent, it
+  // would have run before this one.
+  n.Send(c.Call("sluice:{after}:fw"), far, Record(answers, 2));
+  ASSERT_TRUE(answers->WaitFor(3));
+  EXPECT_TRUE(answers->status[2].ok()) << answers->status[2].ToString();
+  EXPECT_FALSE(c.Exists("sluice:{held}:fw"));
+}
+
+// A lost connection fails held calls with kUnavailable, as it fails the calls in flight.
+TEST(GroupCommit, HeldCallsFailWhenTheConnectionIsLost) {
+  OneConnection c;
+  ASSERT_NE(c.server(), nullptr);
+  redis::NodeClient& n = c.node();
+  auto answers = std::make_shared<Answers>(2);
+  const redis::Deadline far = redis::DeadlineAfter(60'000'000);
+  PausedScripts paused(*c.server());
+  ASSERT_TRUE(paused.ok());
+  n.Send(c.Call("sluice:{first}:fw"), far, Record(answers, 0));
+  ASSERT_TRUE(RunInTurns(n, {[&c, &n, answers, far] {
+                           n.Send(c.Call("sluice:{held}:fw"), far, Record(answers, 1));
+                         }}));
+  ASSERT_TRUE(c.server()->Command({"CLIENT", "KILL", "TYPE", "normal"}).ok());
+  ASSERT_TRUE(answers->WaitFor(2));
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(answers->status[i].code(), ErrorCode::kUnavailable)
+        << i << ": " << answers->status[i].ToString();
+  }
 }
 
 }  // namespace
