@@ -244,11 +244,12 @@ class Connection {
   // Fails the calls of `queued` whose deadline passed before they were sent, and drops
   // them.
   void ExpireUnsent(std::vector<Queued>& queued, Deadline now);
-  // Group commit: while a mergeable call is in flight, the mergeable calls of
-  // Session::batch wait in Session::held (its reply frees them) until a whole merged
-  // call's worth is held; otherwise the held calls go back into batch, ahead of it. Under
-  // load the calls queued during one round trip share one call; a call alone goes at once.
-  void Hold(Session& s);
+  // Group commit: while a mergeable call is in `inflight`, the mergeable calls of `batch`
+  // wait in `held` (its reply frees them) until a whole merged call's worth is held;
+  // otherwise the held calls go back into `batch`, ahead of it. Under load the calls
+  // queued during one round trip share one call; a call alone goes at once.
+  void Hold(std::vector<Queued>& held, std::vector<Queued>& batch,
+            const std::deque<Pending>& inflight);
   // Whether `q` may be merged with other calls (CoalesceInfo).
   static bool Mergeable(const Queued& q);
   // Appends `batch` (not expired) to `out` and `inflight`, merging the mergeable calls.
