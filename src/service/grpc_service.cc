@@ -19,8 +19,6 @@
 
 namespace sluice::service {
 
-namespace {}  // namespace
-
 namespace {
 
 // The engine's request for a proto one (views into `request`). InvalidArgument for bad
