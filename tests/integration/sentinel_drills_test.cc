@@ -247,8 +247,11 @@ TEST(SentinelDrill, ManualFailoverUnderLoad) {
       g, [&] { return g.Failover(); }, "SENTINEL FAILOVER");
   // Bounds: measured 0.2-0.4 s and 3-18 ms on a loaded 2-core machine (docs/redis.md),
   // with headroom. Without following the promotion the store would stay on the old
-  // primary until Sentinel demotes it (~10 s) and lose all those writes.
-  EXPECT_LT(f.recovered_ms, 5'000);
+  // primary until Sentinel demotes it (~10 s) and lose all those writes. The store's
+  // recovery counts from the sentinels' switch: under CI's fuzz load Sentinel itself
+  // once took 34.5 s to promote (the store followed 2 ms later), which is not the
+  // client's to bound.
+  EXPECT_LT(f.recovered_ms - f.switched_ms, 5'000);
   EXPECT_LT(f.lost_ms, kMaxLostMs) << "lost more than 3 s of writes";
 }
 
