@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 
-
 namespace sluice::redis {
 
 Result<std::unique_ptr<Connection>> Connection::Open(const ConnectOptions& options,
