@@ -28,7 +28,7 @@ void AllowDegradedStart(Options& o) {
 #endif
 
 Result<std::shared_ptr<Store>> OpenServiceStore(const std::string& url, Micros redis_timeout,
-                                                std::size_t max_keys) {
+                                                std::size_t max_keys, int redis_connections) {
   if (url.empty() || url == "memory://") {
     return std::shared_ptr<Store>(
         std::make_shared<MemoryStore>(MemoryStoreOptions{.max_keys = max_keys}));
@@ -38,6 +38,7 @@ Result<std::shared_ptr<Store>> OpenServiceStore(const std::string& url, Micros r
     RedisStoreOptions o;
     o.url = url;
     if (redis_timeout > 0) o.call_timeout = redis_timeout;
+    if (redis_connections > 0) o.connections = redis_connections;
     AllowDegradedStart(o);
     auto s = RedisStore::Create(std::move(o));
     if (!s.ok()) return s.status();
@@ -46,6 +47,7 @@ Result<std::shared_ptr<Store>> OpenServiceStore(const std::string& url, Micros r
   return OpenStore(url);
 #else
   (void)redis_timeout;
+  (void)redis_connections;
   return Status::InvalidArgument("store '" + url +
                                  "': this sluiced was built without the Redis store; use "
                                  "memory:// (the default)");
@@ -130,8 +132,8 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   d->ApplyOverrides(config->settings);
   SetLogLevel(config->settings.log_level);
   d->store_url_ = config->settings.redis;
-  auto store =
-      OpenServiceStore(d->store_url_, d->options_.redis_timeout, config->settings.max_keys);
+  auto store = OpenServiceStore(d->store_url_, d->options_.redis_timeout, config->settings.max_keys,
+                                d->options_.redis_connections);
   if (!store.ok()) {
     return Status(store.status().code(), MaskIn(store.status().message(), d->store_url_));
   }

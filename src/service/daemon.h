@@ -53,6 +53,9 @@ struct DaemonOptions {
   // Deadline of each Redis call (RedisStoreOptions::call_timeout); 0: the store's
   // default (50 ms). Past it, the rule's failure mode decides.
   Micros redis_timeout = 0;
+  // Sockets to Redis shared by every request (RedisStoreOptions::connections); 0: the
+  // store's default (2).
+  int redis_connections = 0;
 };
 
 // `url` with any password replaced by "***" (redis://user:***@host:6379), for logs.
@@ -60,9 +63,10 @@ std::string MaskStoreUrl(const std::string& url);
 
 // Opens the store a URL names: empty or memory:// for the embedded store (holding at
 // most `max_keys` keys), redis:// or unix:// for Redis (when this build has the Redis
-// store).
+// store), with `redis_timeout` and `redis_connections` when not 0 (DaemonOptions).
 Result<std::shared_ptr<Store>> OpenServiceStore(const std::string& url, Micros redis_timeout = 0,
-                                                std::size_t max_keys = std::size_t{1} << 22);
+                                                std::size_t max_keys = std::size_t{1} << 22,
+                                                int redis_connections = 0);
 
 class Daemon {
  public:

@@ -42,6 +42,10 @@ void AddServingFlags(CLI::App& app, sluice::service::DaemonOptions& o, double& r
                  "deadline of each Redis call in milliseconds; past it the rule's failure mode "
                  "decides (default 50)")
       ->check(CLI::Range(1, 60'000));
+  app.add_option("--redis-connections", o.redis_connections,
+                 "sockets to Redis, shared by every request (default 2); fewer carry more "
+                 "decisions per Redis wake-up")
+      ->check(CLI::Range(1, 64));
   app.add_option("--admin-token-file", o.admin_token_file,
                  "bearer tokens of the admin listener, one per line; the file must not be "
                  "readable by group or others");

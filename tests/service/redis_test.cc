@@ -4,6 +4,9 @@
 #include <httplib.h>
 #include <signal.h>
 
+#include <chrono>
+#include <cstdlib>
+
 #include "process.h"
 #include "redis_server.h"
 
@@ -67,6 +70,40 @@ TEST(SluicedRedis, TwoProcessesShareOneLimit) {
   EXPECT_NE(m->body.find(R"(sluiced_failure_policy_total{outcome="fail_closed"} 1)"),
             std::string::npos);
   EXPECT_NE(m->body.find("sluiced_store_errors_total 2"), std::string::npos);
+}
+
+// --redis-connections N: sluiced opens N sockets to Redis (the store's default is 2), and
+// a value outside 1-64 is a start error that names the flag.
+TEST(SluicedRedis, RedisConnectionsSetsTheSocketsItOpens) {
+  auto redis = RedisServer::Start();
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  TempDir dir;
+  WriteFile(dir.File("sluiced.yaml"), kConfig);
+  const auto clients = [&] {  // sluiced's connections (INFO's count includes this one)
+    auto info = (*redis)->Command({"INFO", "clients"});
+    if (!info.ok()) return -1;
+    const std::size_t at = info->str.find("connected_clients:");
+    return at == std::string::npos ? -1 : std::atoi(info->str.c_str() + at + 18) - 1;
+  };
+  {
+    Sluiced a = StartSluiced(
+        dir.File("sluiced.yaml"), dir.File("a.log"),
+        {"--redis", (*redis)->Url(), "--redis-timeout-ms", "5000", "--redis-connections", "3"});
+    ASSERT_GT(a.http_port, 0);
+    EXPECT_EQ(Check(a.http_port, "user", "u1"), 200);
+    ASSERT_TRUE(WaitFor([&] { return clients() == 3; })) << clients() << " connections";
+  }
+  ASSERT_TRUE(WaitFor([&] { return clients() == 0; }));
+  for (const char* bad : {"0", "65"}) {
+    auto p = Process::Spawn({SluicedBinary(), "--config", dir.File("sluiced.yaml"), "--redis",
+                             (*redis)->Url(), "--redis-connections", bad},
+                            dir.File(std::string("bad") + bad + ".log"));
+    ASSERT_NE(p, nullptr);
+    EXPECT_NE(p->Wait(std::chrono::seconds(60)), 0) << bad;
+    EXPECT_NE(ReadFile(dir.File(std::string("bad") + bad + ".log")).find("--redis-connections"),
+              std::string::npos)
+        << bad;
+  }
 }
 
 // Carry-over (issue #12 item 4): a reload that doubles a limit with `on_change:
