@@ -2,7 +2,9 @@
 // leases (Policy::lease) on a RedisStore (Redis's own clock).
 //
 //   sluice_lease_load_helper <redis-url> load <duration-ms> <threads>
-//     hammers key "hot" under each of LeasePolicies() from many threads, then prints
+//     hammers key "hot" under each of LeasePolicies() from many threads for at least
+//     <duration-ms>, and on until its denials outnumber its admissions on every policy
+//     (at most kLoadCap more), then prints
 //     one line per policy: "<name> <allowed> <denied> <errors>", and a last line
 //     "calls <redis calls> decisions <n> grants <n> returns <n>" (the limiter ends,
 //     so its leases are given back, before the calls are counted);
@@ -40,6 +42,7 @@
 #include <vector>
 
 #include "lease_policies.h"
+#include "load_loop.h"
 #include "sluice/limiter.h"
 #include "sluice/redis_store.h"
 
@@ -70,29 +73,29 @@ int Load(const char* url, long duration_ms, int nthreads) {
   std::vector<std::string> names;
   for (const auto& p : limiter->policies()) names.push_back(p.name);
   std::vector<std::atomic<long>> allowed(n), denied(n), errors(n);
-  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(duration_ms);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < nthreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (std::size_t i = static_cast<std::size_t>(t); std::chrono::steady_clock::now() < end;
-           ++i) {
-        const std::size_t p = i % n;
-        sluice::Check c{p, "hot", 1};
-        auto d = limiter->Acquire(std::span<const sluice::Check>(&c, 1));
-        const bool decided = d.ok() && (d->source == sluice::DecisionSource::kStore ||
-                                        d->source == sluice::DecisionSource::kLease ||
-                                        d->source == sluice::DecisionSource::kDenyCache);
-        if (!decided) {
-          errors[p]++;
-        } else if (d->allowed) {
-          allowed[p]++;
-        } else {
-          denied[p]++;
-        }
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto step = [&](std::size_t i) {
+    const std::size_t p = i % n;
+    sluice::Check c{p, "hot", 1};
+    auto d = limiter->Acquire(std::span<const sluice::Check>(&c, 1));
+    const bool decided = d.ok() && (d->source == sluice::DecisionSource::kStore ||
+                                    d->source == sluice::DecisionSource::kLease ||
+                                    d->source == sluice::DecisionSource::kDenyCache);
+    if (!decided) {
+      errors[p]++;
+    } else if (d->allowed) {
+      allowed[p]++;
+    } else {
+      denied[p]++;
+    }
+  };
+  const auto denials_outnumber_admissions = [&] {
+    for (std::size_t p = 0; p < n; ++p) {
+      if (denied[p].load() <= allowed[p].load()) return false;
+    }
+    return true;
+  };
+  sluice::testing::RunLoad(nthreads, std::chrono::milliseconds(duration_ms), step,
+                           denials_outnumber_admissions);
   const sluice::LimiterStats st = limiter->Stats();
   limiter.reset();  // gives the leases back
   for (std::size_t p = 0; p < n; ++p) {

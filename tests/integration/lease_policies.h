@@ -4,23 +4,26 @@
 #include <chrono>
 #include <vector>
 
+#include "concurrency_policies.h"
 #include "sluice/policy.h"
 
 namespace sluice::testing {
 
-// Per-process lease bound of LeasePolicies(); the fleet's over-admission bound for
-// token bucket and GCRA is processes x this (docs/algorithms.md, "Leases").
-inline constexpr std::uint64_t kLoadLease = 30;
+// Per-process lease bound of LeasePolicies() (a tenth of the limit); the fleet's
+// over-admission bound for token bucket and GCRA is processes x this
+// (docs/algorithms.md, "Leases").
+inline constexpr std::uint64_t kLoadLease = kConcurrencyLimit / 10;
 
-// 300 per second, as tests/integration/concurrency_policies.h, each with a lease of
-// up to 30 units valid for at most 100 ms (window / 10).
+// kConcurrencyLimit per second, as tests/integration/concurrency_policies.h, each with a
+// lease of up to kLoadLease units valid for at most 100 ms (window / 10).
 inline std::vector<Policy> LeasePolicies() {
   using std::chrono::seconds;
+  constexpr std::uint64_t n = kConcurrencyLimit;
   std::vector<Policy> p = {
-      Policy::FixedWindow("lfixed", 300, seconds(1)),
-      Policy::SlidingWindowCounter("lcounter", 300, seconds(1)),
-      Policy::TokenBucket("lbucket", 300, 300, seconds(1)),
-      Policy::Gcra("lgcra", 300, seconds(1), 300),
+      Policy::FixedWindow("lfixed", n, seconds(1)),
+      Policy::SlidingWindowCounter("lcounter", n, seconds(1)),
+      Policy::TokenBucket("lbucket", n, n, seconds(1)),
+      Policy::Gcra("lgcra", n, seconds(1), n),
   };
   for (Policy& x : p) {
     x.failure_mode = FailureMode::kFailClosed;

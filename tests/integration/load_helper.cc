@@ -1,16 +1,17 @@
 // Helper process for concurrency_test.cc: hammers one key under each algorithm from
-// many threads through a Limiter on a RedisStore (Redis's own clock), then prints
-// one line per policy: "<name> <allowed> <denied> <errors>".
+// many threads through a Limiter on a RedisStore (Redis's own clock) for at least
+// <duration-ms>, and on until it has been denied on every algorithm (at most
+// kLoadCap more), then prints one line per policy: "<name> <allowed> <denied> <errors>".
 //
 //   sluice_redis_load_helper <redis-url> <duration-ms> <threads>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 #include <vector>
 
 #include "concurrency_policies.h"
+#include "load_loop.h"
 #include "sluice/limiter.h"
 #include "sluice/redis_store.h"
 
@@ -36,26 +37,26 @@ int main(int argc, char** argv) {
   if (!limiter.ok()) return 1;
   const std::size_t n = (*limiter)->policies().size();
   std::vector<std::atomic<long>> allowed(n), denied(n), errors(n);
-  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::atol(argv[2]));
-  std::vector<std::thread> threads;
-  for (int t = 0; t < std::atoi(argv[3]); ++t) {
-    threads.emplace_back([&, t] {
-      for (std::size_t i = static_cast<std::size_t>(t); std::chrono::steady_clock::now() < end;
-           ++i) {
-        const std::size_t p = i % n;
-        sluice::Check c{p, "shared", 1};
-        auto d = (*limiter)->Acquire(std::span<const sluice::Check>(&c, 1));
-        if (!d.ok() || d->source != sluice::DecisionSource::kStore) {
-          errors[p]++;
-        } else if (d->allowed) {
-          allowed[p]++;
-        } else {
-          denied[p]++;
-        }
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto step = [&](std::size_t i) {
+    const std::size_t p = i % n;
+    sluice::Check c{p, "shared", 1};
+    auto d = (*limiter)->Acquire(std::span<const sluice::Check>(&c, 1));
+    if (!d.ok() || d->source != sluice::DecisionSource::kStore) {
+      errors[p]++;
+    } else if (d->allowed) {
+      allowed[p]++;
+    } else {
+      denied[p]++;
+    }
+  };
+  const auto every_policy_denied = [&] {
+    for (std::size_t p = 0; p < n; ++p) {
+      if (denied[p].load() == 0) return false;
+    }
+    return true;
+  };
+  sluice::testing::RunLoad(std::atoi(argv[3]), std::chrono::milliseconds(std::atol(argv[2])), step,
+                           every_policy_denied);
   for (std::size_t p = 0; p < n; ++p) {
     std::printf("%s %ld %ld %ld\n", (*limiter)->policies()[p].name.c_str(), allowed[p].load(),
                 denied[p].load(), errors[p].load());
