@@ -72,7 +72,7 @@ int Load(const char* url, long duration_ms, int nthreads) {
   const std::size_t n = limiter->policies().size();
   std::vector<std::string> names;
   for (const auto& p : limiter->policies()) names.push_back(p.name);
-  std::vector<std::atomic<long>> allowed(n), denied(n), errors(n);
+  sluice::testing::LoadCounts counts(n);
   const auto step = [&](std::size_t i) {
     const std::size_t p = i % n;
     sluice::Check c{p, "hot", 1};
@@ -80,17 +80,11 @@ int Load(const char* url, long duration_ms, int nthreads) {
     const bool decided = d.ok() && (d->source == sluice::DecisionSource::kStore ||
                                     d->source == sluice::DecisionSource::kLease ||
                                     d->source == sluice::DecisionSource::kDenyCache);
-    if (!decided) {
-      errors[p]++;
-    } else if (d->allowed) {
-      allowed[p]++;
-    } else {
-      denied[p]++;
-    }
+    counts.Count(p, decided, d.ok() && d->allowed);
   };
   const auto denials_outnumber_admissions = [&] {
     for (std::size_t p = 0; p < n; ++p) {
-      if (denied[p].load() <= allowed[p].load()) return false;
+      if (counts.denied[p].load() <= counts.allowed[p].load()) return false;
     }
     return true;
   };
@@ -98,10 +92,7 @@ int Load(const char* url, long duration_ms, int nthreads) {
                            denials_outnumber_admissions);
   const sluice::LimiterStats st = limiter->Stats();
   limiter.reset();  // gives the leases back
-  for (std::size_t p = 0; p < n; ++p) {
-    std::printf("%s %ld %ld %ld\n", names[p].c_str(), allowed[p].load(), denied[p].load(),
-                errors[p].load());
-  }
+  counts.Print(names);
   std::printf("calls %llu decisions %llu grants %llu returns %llu\n",
               static_cast<unsigned long long>(store->Stats().calls),
               static_cast<unsigned long long>(st.decisions),

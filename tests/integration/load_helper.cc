@@ -4,7 +4,6 @@
 // kLoadCap more), then prints one line per policy: "<name> <allowed> <denied> <errors>".
 //
 //   sluice_redis_load_helper <redis-url> <duration-ms> <threads>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -36,30 +35,23 @@ int main(int argc, char** argv) {
   auto limiter = sluice::Limiter::Create(std::move(lo));
   if (!limiter.ok()) return 1;
   const std::size_t n = (*limiter)->policies().size();
-  std::vector<std::atomic<long>> allowed(n), denied(n), errors(n);
+  sluice::testing::LoadCounts counts(n);
   const auto step = [&](std::size_t i) {
     const std::size_t p = i % n;
     sluice::Check c{p, "shared", 1};
     auto d = (*limiter)->Acquire(std::span<const sluice::Check>(&c, 1));
-    if (!d.ok() || d->source != sluice::DecisionSource::kStore) {
-      errors[p]++;
-    } else if (d->allowed) {
-      allowed[p]++;
-    } else {
-      denied[p]++;
-    }
+    counts.Count(p, d.ok() && d->source == sluice::DecisionSource::kStore, d.ok() && d->allowed);
   };
   const auto every_policy_denied = [&] {
     for (std::size_t p = 0; p < n; ++p) {
-      if (denied[p].load() == 0) return false;
+      if (counts.denied[p].load() == 0) return false;
     }
     return true;
   };
   sluice::testing::RunLoad(std::atoi(argv[3]), std::chrono::milliseconds(std::atol(argv[2])), step,
                            every_policy_denied);
-  for (std::size_t p = 0; p < n; ++p) {
-    std::printf("%s %ld %ld %ld\n", (*limiter)->policies()[p].name.c_str(), allowed[p].load(),
-                denied[p].load(), errors[p].load());
-  }
+  std::vector<std::string> names;
+  for (const auto& p : (*limiter)->policies()) names.push_back(p.name);
+  counts.Print(names);
   return 0;
 }

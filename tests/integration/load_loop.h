@@ -2,13 +2,34 @@
 // that decide as fast as they can until the load has done what the test needs.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
 namespace sluice::testing {
+
+// What a load's decisions were, per policy; counted from every thread.
+struct LoadCounts {
+  explicit LoadCounts(std::size_t policies)
+      : allowed(policies), denied(policies), errors(policies) {}
+  // One decision of policy `p`: an error unless `decided`.
+  void Count(std::size_t p, bool decided, bool was_allowed) {
+    (!decided ? errors : was_allowed ? allowed : denied)[p]++;
+  }
+  // One line per policy, as the fleet tests read them: "<name> <allowed> <denied> <errors>".
+  void Print(const std::vector<std::string>& names) const {
+    for (std::size_t p = 0; p < names.size(); ++p) {
+      std::printf("%s %ld %ld %ld\n", names[p].c_str(), allowed[p].load(), denied[p].load(),
+                  errors[p].load());
+    }
+  }
+  std::vector<std::atomic<long>> allowed, denied, errors;
+};
 
 // The longest a helper goes on waiting for `done` past its duration: the test's bound
 // on a machine too slow for the load to reach the limit at all.
