@@ -293,14 +293,19 @@ void ClusterRouter::Send(std::string_view routing_key, Command command, Deadline
 
 void ClusterRouter::Dispatch(std::shared_ptr<Call> call, int node, bool asking) {
   NodeClient* c = ClientOf(node);
-  if (c == nullptr && node >= 0 && node < node_count_.load(std::memory_order_acquire) &&
-      !closing_.load(std::memory_order_acquire)) {
-    // Known but without a client yet: the refresh thread connects to every primary of
-    // the map (never this thread: connecting blocks). Resend once it has; the wait is
-    // bounded by the deadline only (how long a connect takes on a loaded machine is
-    // not a number of attempts), and fails below when the deadline does not allow it.
+  const int known = node_count_.load(std::memory_order_acquire);
+  if (c == nullptr && known > 0 && !closing_.load(std::memory_order_acquire)) {
+    // Either the node is known but has no client yet (the refresh thread connects to
+    // every primary of the map, never this thread: connecting blocks), or the map read
+    // so far does not cover the slot (a cluster still forming, as in a degraded start:
+    // what Redis answers CLUSTERDOWN for). Resend once the refresh is done, to the
+    // slot's owner then (-1) when it had none; the wait is bounded by the deadline only
+    // (how long a connect or a refresh takes on a loaded machine is not a number of
+    // attempts), and fails below when the deadline does not allow it. With no map at
+    // all (known == 0: no seed ever answered) the call fails at once.
     RequestRefresh();
-    if (Schedule(call, node, asking, Backoff(call->waits++))) return;
+    const bool owned = node >= 0 && node < known;
+    if (Schedule(call, owned ? node : -1, asking, Backoff(call->waits++))) return;
   }
   if (c == nullptr || !c->connected()) {
     // Nothing is sent: the caller's failure mode decides, and the map is refreshed

@@ -22,7 +22,10 @@
 //   decides until the promoted replica is in the map. A node the router has no client
 //   for yet (a promoted replica a MOVED names, a new primary of a fresh map) is
 //   connected by the refresh thread; the call waits for it (backoff 1, 2, 4... 16 ms)
-//   inside its deadline, without using the redirect budget.
+//   inside its deadline, without using the redirect budget. So does a call whose slot
+//   the map read so far leaves without a primary (a cluster still forming after a
+//   degraded start): it waits for the refresh it requests, as for CLUSTERDOWN. With
+//   no map at all (no seed ever answered) a call fails at once.
 // - Refreshes run on one background thread: requests while one is pending collapse
 //   into it, and consecutive refreshes are at least kMinRefreshGap apart. Connecting
 //   to a new primary (blocking, connect_timeout) happens there, never on a caller's or
@@ -102,7 +105,7 @@ class ClusterRouter final : public Router {
     Deadline deadline;
     ReplyCallback done;
     int redirects = 0;
-    int waits = 0;                 // resends waiting for a node's first connection
+    int waits = 0;  // resends waiting for a node's first connection or the slot's owner
     bool script_reloaded = false;  // NOSCRIPT answered once: loaded and resent
   };
   struct Retry {
