@@ -15,7 +15,9 @@
 # (e.g. a build of an older commit, for a before/after in one run); SLUICE_BEFORE=/path/to/
 # another/sluice (the CLI) adds its `sluice bench` rows (64 callers and paced, on each
 # store) in the same way. PACED_RATE=N paces the paced rows to N decisions/s instead of
-# the rate sluiced just reached on the same store.
+# the rate sluiced just reached on the same store. SLUICED_ALT_ARGS="--flag value ..."
+# adds rows of this sluiced started with those flags too (on each store), e.g.
+# "--redis-connections 1" beside the default's rows.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 duration=${DURATION:-5}
@@ -41,16 +43,21 @@ url="redis://127.0.0.1:$rport"
 bench_sluiced_config "$work/sluiced.yaml"
 modes=(lua module)
 [[ -n ${SLUICED_BEFORE:-} ]] && modes+=(before)
+alt_args=()
+[[ -z ${SLUICED_ALT_ARGS:-} ]] || { read -r -a alt_args <<<"$SLUICED_ALT_ARGS" && modes+=(lua-alt module-alt); }
 declare -A gport hport
 for mode in "${modes[@]}"; do
   gport[$mode]=$(free_port)
   hport[$mode]=$(free_port)
   store=$url
-  [[ $mode == lua ]] && store="$url?module=off"
+  [[ $mode == lua* ]] && store="$url?module=off"
   binary=build/release/src/service/sluiced
   [[ $mode == before ]] && binary=$SLUICED_BEFORE
+  extra=()
+  [[ $mode != *-alt ]] || extra=("${alt_args[@]}")
   "$binary" --config "$work/sluiced.yaml" --http "127.0.0.1:${hport[$mode]}" \
-    --grpc "127.0.0.1:${gport[$mode]}" --redis "$store" >"$work/sluiced-$mode.log" 2>&1 &
+    --grpc "127.0.0.1:${gport[$mode]}" --redis "$store" "${extra[@]}" \
+    >"$work/sluiced-$mode.log" 2>&1 &
   pids+=($!)
 done
 for mode in "${modes[@]}"; do
@@ -119,9 +126,11 @@ benches() {  # name store [rate]
 }
 for _ in $(seq "$rounds"); do
   row sluiced-lua grpc lua
+  [[ -z ${SLUICED_ALT_ARGS:-} ]] || row sluiced-lua-alt grpc lua-alt
   benches bench-lua "$url?module=off"
   row sluiced-module grpc module
   [[ -z ${SLUICED_BEFORE:-} ]] || row sluiced-before grpc before
+  [[ -z ${SLUICED_ALT_ARGS:-} ]] || row sluiced-module-alt grpc module-alt
   benches bench-module "$url"
   # The library at the rate sluiced just reached (or PACED_RATE): the same offered load.
   benches paced-lua "$url?module=off" "${PACED_RATE:-$(tail -1 "$work/sluiced-lua.rows" | cut -d' ' -f1)}"
@@ -133,6 +142,7 @@ echo '| --- | --- | ---: | ---: | ---: | ---: | ---: |'
 names=()
 for name in sluiced-lua bench-lua paced-lua sluiced-module bench-module paced-module; do
   names+=("$name")
+  if [[ $name == sluiced-* && -n ${SLUICED_ALT_ARGS:-} ]]; then names+=("$name-alt"); fi
   if [[ $name == sluiced-module && -n ${SLUICED_BEFORE:-} ]]; then names+=(sluiced-before); fi
   if [[ $name != sluiced-* && -n ${SLUICE_BEFORE:-} ]]; then names+=("$name-before"); fi
 done
@@ -144,6 +154,7 @@ for name in "${names[@]}"; do
   [[ $name == paced-* ]] && path="sluice bench, $conns threads paced to $paced"
   [[ $name == *-before ]] && path="$SLUICE_BEFORE: $path"
   [[ $name == sluiced-before ]] && path="$SLUICED_BEFORE, gRPC, $conns in flight"
+  [[ $name == *-alt ]] && path="sluiced $SLUICED_ALT_ARGS, gRPC, $conns in flight"
   sort -n -k2 "$work/$name.rows" | awk -v p="$path" -v s="$([[ $name == *lua* ]] && echo lua || echo module)" '{ r[NR]=$0 } END {
     split(r[int((NR+1)/2)], f, " "); printf "| %s | %s | %s | %s | %s | %s | %s / %s |\n", p, s, f[1], f[2], f[3], f[6], f[4], f[5] }'
 done
