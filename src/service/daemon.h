@@ -54,8 +54,11 @@ struct DaemonOptions {
   // default (50 ms). Past it, the rule's failure mode decides.
   Micros redis_timeout = 0;
   // Sockets to Redis shared by every request (RedisStoreOptions::connections); 0: the
-  // store's default (2).
-  int redis_connections = 0;
+  // store's default (2). One by default: every request's call then merges with the
+  // others queued on it, which halves Redis's CPU per decision against two
+  // (docs/benchmarks.md), and one socket's I/O thread carries far more than sluiced's
+  // request handling can offer.
+  int redis_connections = 1;
 };
 
 // `url` with any password replaced by "***" (redis://user:***@host:6379), for logs.

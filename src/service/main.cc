@@ -43,8 +43,9 @@ void AddServingFlags(CLI::App& app, sluice::service::DaemonOptions& o, double& r
                  "decides (default 50)")
       ->check(CLI::Range(1, 60'000));
   app.add_option("--redis-connections", o.redis_connections,
-                 "sockets to Redis, shared by every request (default 2); fewer carry more "
-                 "decisions per Redis wake-up")
+                 "sockets to Redis, shared by every request (default 1); more spread the "
+                 "client's I/O over more threads, but each Redis call then carries fewer "
+                 "decisions")
       ->check(CLI::Range(1, 64));
   app.add_option("--admin-token-file", o.admin_token_file,
                  "bearer tokens of the admin listener, one per line; the file must not be "

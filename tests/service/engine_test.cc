@@ -513,7 +513,7 @@ descriptors:
     detailed_metric: true
     rate_limit: {unit: hour, requests_per_unit: 1}
 )");
-  for (const std::string v :
+  for (const std::string& v :
        {std::string("\xff\xfe"), std::string("a\xc3("), std::string("\xed\xa0\x80"),
         std::string("\xf0\x9f\x98"), std::string("caf\xc3\xa9")}) {
     Passes("d", {{{"user", v}}}, 1);

@@ -72,8 +72,8 @@ TEST(SluicedRedis, TwoProcessesShareOneLimit) {
   EXPECT_NE(m->body.find("sluiced_store_errors_total 2"), std::string::npos);
 }
 
-// --redis-connections N: sluiced opens N sockets to Redis (the store's default is 2), and
-// a value outside 1-64 is a start error that names the flag.
+// --redis-connections N: sluiced opens N sockets to Redis (one without the flag), and a
+// value outside 1-64 is a start error that names the flag.
 TEST(SluicedRedis, RedisConnectionsSetsTheSocketsItOpens) {
   auto redis = RedisServer::Start();
   ASSERT_TRUE(redis.ok()) << redis.status().ToString();
@@ -92,6 +92,17 @@ TEST(SluicedRedis, RedisConnectionsSetsTheSocketsItOpens) {
     ASSERT_GT(a.http_port, 0);
     EXPECT_EQ(Check(a.http_port, "user", "u1"), 200);
     ASSERT_TRUE(WaitFor([&] { return clients() == 3; })) << clients() << " connections";
+  }
+  ASSERT_TRUE(WaitFor([&] { return clients() == 0; }));
+  {
+    Sluiced a = StartSluiced(dir.File("sluiced.yaml"), dir.File("b.log"),
+                             {"--redis", (*redis)->Url(), "--redis-timeout-ms", "5000"});
+    ASSERT_GT(a.http_port, 0);
+    EXPECT_EQ(Check(a.http_port, "user", "u2"), 200);
+    ASSERT_TRUE(WaitFor([&] { return clients() >= 1; }));
+    // Every socket is up long before a second decision has been answered.
+    EXPECT_EQ(Check(a.http_port, "user", "u2"), 200);
+    EXPECT_EQ(clients(), 1) << "sockets without --redis-connections";
   }
   ASSERT_TRUE(WaitFor([&] { return clients() == 0; }));
   for (const char* bad : {"0", "65"}) {
