@@ -12,7 +12,9 @@ std::chrono::microseconds Backoff(int attempt) {
   return std::chrono::microseconds(1000LL << std::min(attempt, 4));
 }
 
-bool IsUnknownCommand(const Reply& r) {
+// A server too old for a command or subcommand (CLUSTER SHARDS before Redis 7). Not
+// connection.h's IsUnknownCommand, which tells a missing module's command only.
+bool IsUnsupported(const Reply& r) {
   return r.is_error() && (r.str.find("unknown subcommand") != std::string::npos ||
                           r.str.find("unknown command") != std::string::npos);
 }
@@ -126,7 +128,7 @@ Result<SlotMap> ClusterRouter::FetchMap(Deadline deadline, bool* not_cluster, st
       return std::nullopt;
     }
     Result<SlotMap> map = Status::Internal("");
-    if (IsUnknownCommand(*shards)) {  // Redis < 7: CLUSTER SLOTS
+    if (IsUnsupported(*shards)) {  // Redis < 7: CLUSTER SLOTS
       auto slots = c.Call(Command{EncodeCommand({"CLUSTER", "SLOTS"}), {}}, deadline);
       if (!slots.ok()) {
         *why = where.ToString() + ": " + slots.status().message();
