@@ -10,6 +10,7 @@
 #include "redis_cluster.h"
 #include "sluice/limiter.h"
 #include "sluice/redis_store.h"
+#include "store_limiter.h"
 
 namespace sluice::testing {
 namespace {
@@ -125,13 +126,7 @@ TEST(ClusterDegradedStart, ACallForASlotTheMapLacksWaitsForTheRefresh) {
   o.on_warning = [](std::string_view) {};
   auto store = RedisStore::Create(o);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
-  LimiterOptions lo;
-  Policy p = Policy::FixedWindow("p", 10, std::chrono::hours(1));
-  p.failure_mode = FailureMode::kFailClosed;
-  lo.policies = {p};
-  lo.store = *store;
-  lo.deny_cache = false;
-  auto limiter = Limiter::Create(std::move(lo));
+  auto limiter = StoreOnlyLimiter(*store, "p", 10);
   ASSERT_TRUE(limiter.ok());
   // The store has read the map once a served slot's key is decided by the store.
   bool mapped = false;

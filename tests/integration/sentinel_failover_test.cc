@@ -15,6 +15,7 @@
 #include "sluice/key.h"
 #include "sluice/limiter.h"
 #include "sluice/redis_store.h"
+#include "store_limiter.h"
 
 namespace sluice::testing {
 namespace {
@@ -97,13 +98,7 @@ TEST(SentinelFailover, ADemotedPrimaryAnsweringReadonlyIsLeft) {
   RedisSentinelGroup& g = **group;
   auto store = Open(g.Url());
   ASSERT_TRUE(store.ok()) << store.status().ToString();
-  LimiterOptions lo;
-  Policy p = Policy::FixedWindow("api", 1'000'000, std::chrono::hours(1));
-  p.failure_mode = FailureMode::kFailClosed;
-  lo.policies = {p};
-  lo.store = *store;
-  lo.deny_cache = false;
-  auto limiter = Limiter::Create(std::move(lo));
+  auto limiter = StoreOnlyLimiter(*store, "api", 1'000'000);
   ASSERT_TRUE(limiter.ok());
   ASSERT_EQ((*limiter)->Acquire("before")->source, DecisionSource::kStore);
 

@@ -10,6 +10,7 @@
 #include "redis_sentinel.h"
 #include "sluice/limiter.h"
 #include "sluice/redis_store.h"
+#include "store_limiter.h"
 #include "tls_certs.h"
 
 namespace sluice::testing {
@@ -37,13 +38,7 @@ TEST(SentinelTls, DecidesFollowsAFailoverAndSluiceCheckWorks) {
   so.on_warning = [](std::string_view) {};
   auto store = RedisStore::Create(so);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
-  LimiterOptions lo;
-  Policy p = Policy::FixedWindow("api", 1'000'000, std::chrono::hours(1));
-  p.failure_mode = FailureMode::kFailClosed;
-  lo.policies = {p};
-  lo.store = *store;
-  lo.deny_cache = false;
-  auto limiter = Limiter::Create(std::move(lo));
+  auto limiter = StoreOnlyLimiter(*store, "api", 1'000'000);
   ASSERT_TRUE(limiter.ok());
   auto first = (*limiter)->Acquire("before");
   ASSERT_TRUE(first.ok());
