@@ -5,12 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <thread>
 
 #include "redis_cluster.h"
 #include "sluice/limiter.h"
 #include "sluice/redis_store.h"
 #include "store_limiter.h"
+#include "wait.h"
 
 namespace sluice::testing {
 namespace {
@@ -77,15 +77,13 @@ TEST(ClusterDegradedStart, StartsWithoutSeedsDecidesByFailureModeAndRecovers) {
   co.ports = ports;
   auto cluster = RedisCluster::Start(co);
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
-  bool recovered = false;
-  const auto end = steady_clock::now() + std::chrono::seconds(30);
-  while (!recovered && steady_clock::now() < end) {
-    auto d = (*limiter)->Acquire(std::span<const Check>(&fail_closed, 1));
-    ASSERT_TRUE(d.ok()) << d.status().ToString();
-    recovered = d->source == DecisionSource::kStore;
-    if (!recovered) std::this_thread::sleep_for(milliseconds(20));  // polling an event
-  }
-  ASSERT_TRUE(recovered) << "no decision from the store within 30 s of the cluster's start";
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto d = (*limiter)->Acquire(std::span<const Check>(&fail_closed, 1));
+        return d.ok() && d->source == DecisionSource::kStore;
+      },
+      std::chrono::seconds(30), milliseconds(20)))
+      << "no decision from the store within 30 s of the cluster's start";
   // Decisions now come from the cluster, on every algorithm's key as usual.
   for (int i = 0; i < 30; ++i) {
     const std::string key = "after" + std::to_string(i);  // Check holds a view of it
@@ -129,15 +127,13 @@ TEST(ClusterDegradedStart, ACallForASlotTheMapLacksWaitsForTheRefresh) {
   auto limiter = StoreOnlyLimiter(*store, "p", 10);
   ASSERT_TRUE(limiter.ok());
   // The store has read the map once a served slot's key is decided by the store.
-  bool mapped = false;
-  const auto end = steady_clock::now() + std::chrono::seconds(30);
-  while (!mapped && steady_clock::now() < end) {
-    auto d = (*limiter)->Acquire("served");
-    ASSERT_TRUE(d.ok()) << d.status().ToString();
-    mapped = d->source == DecisionSource::kStore;
-    if (!mapped) std::this_thread::sleep_for(milliseconds(20));  // polling an event
-  }
-  ASSERT_TRUE(mapped) << "no decision from the store within 30 s";
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto d = (*limiter)->Acquire("served");
+        return d.ok() && d->source == DecisionSource::kStore;
+      },
+      std::chrono::seconds(30), milliseconds(20)))
+      << "no decision from the store within 30 s";
   ASSERT_NE(*c.KeySlot("served"), *slot);
 
   // The slot's primary serves it again; the store learns it only by the refresh that
