@@ -57,16 +57,20 @@ fuzz_one() {
   printf '%-14s %10s %9s %7s %7s %7s\n' "$t" "${execs:--}" "${rate:--}" "${cov:--}" "${ft:--}" \
     "${corp:--}" >"$out/$t.row"
   ((rc == 0)) && return 0
+  # What went wrong, printed after the table (the end of a CI log is what gets read):
+  # the sanitizer's or FUZZ_CHECK's report with its first frames, and the input kept.
   {
     echo "fuzz: $t FAILED (exit $rc); log: $log"
-    grep -E 'ERROR|FUZZ_CHECK|runtime error|SUMMARY|Test unit written' "$log" | head -20 || true
+    grep -E -A12 'ERROR|FUZZ_CHECK|runtime error' "$log" | head -40 || true
+    grep -E 'SUMMARY|Test unit written' "$log" | head -5 || true
     for a in "$artifacts"/*; do
       [[ -f $a ]] || continue
       dest=tests/fuzz/corpus/$t/$(basename "$a")
       cp "$a" "$dest"
       echo "fuzz: crashing input kept as $dest (commit it with the fix)"
+      echo "fuzz: the input, base64: $(head -c 600 "$a" | base64 -w0)"
     done
-  } >&2
+  } >"$out/$t.fail"
   return "$rc"
 }
 
@@ -75,7 +79,7 @@ declare -A pid_of=()
 failed=()
 running=0
 for t in "${targets[@]}"; do
-  rm -f "$out/$t.row"
+  rm -f "$out/$t.row" "$out/$t.fail"
   if ((running >= fuzz_jobs)); then
     wait -n || true
     running=$((running - 1))
@@ -90,6 +94,7 @@ done
 printf '%-14s %10s %9s %7s %7s %7s\n' target execs execs/s cov ft corpus
 for t in "${targets[@]}"; do cat "$out/$t.row" 2>/dev/null || echo "$t: no result"; done
 if ((${#failed[@]})); then
+  for t in "${failed[@]}"; do cat "$out/$t.fail" 2>/dev/null; done >&2
   echo "fuzz: failed: ${failed[*]}" >&2
   exit 1
 fi
