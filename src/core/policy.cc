@@ -287,6 +287,21 @@ Status ValidateRate(const Policy& p) {
                     AlgorithmName(p.algorithm)));
   }
   if (p.burst > kMaxLimit) return Status::InvalidArgument(Fail(p, "burst must be at most 10^12"));
+  if (bucket) {
+    // The time an empty bucket takes to refill (GCRA's tau) bounds how far ahead of now
+    // its state reaches; beyond the longest window, a TAT or a refill time can leave the
+    // range of a microsecond clock (a burst of 10^12 at 1 a year is 10^12 years).
+    const long double refill = static_cast<long double>(p.Capacity()) *
+                               static_cast<long double>(p.window) /
+                               static_cast<long double>(p.limit);
+    if (refill > static_cast<long double>(kMaxWindow)) {
+      return Status::InvalidArgument(
+          Fail(p,
+               "burst x window / limit (the time to refill from empty) must be at most 366 "
+               "days (got " +
+                   std::to_string(static_cast<unsigned long long>(refill / 86'400e6L)) + " days)"));
+    }
+  }
   if (p.initial_tokens) {
     if (p.algorithm != Algorithm::kTokenBucket) {
       return Status::InvalidArgument(Fail(p, "initial_tokens applies to token_bucket only"));

@@ -23,6 +23,23 @@ TEST(ValidatePolicy, AcceptsEveryConstructor) {
   EXPECT_TRUE(ValidatePolicy(Policy::Gcra("a", 10, std::chrono::seconds(1), 3)).ok());
 }
 
+// A bucket's refill from empty (GCRA: tau) is at most 366 days, the longest window:
+// beyond it a TAT or a refill time leaves the range of a microsecond clock.
+TEST(ValidatePolicy, BoundsTheTimeABucketTakesToRefill) {
+  using std::chrono::hours;
+  for (const auto make :
+       {+[](std::uint64_t burst) { return Policy::TokenBucket("b", burst, 1, hours(24)); },
+        +[](std::uint64_t burst) { return Policy::Gcra("g", 1, hours(24), burst); }}) {
+    EXPECT_TRUE(ValidatePolicy(make(366)).ok());
+    const Policy p = make(367);
+    ExpectInvalid(p, "time to refill from empty) must be at most 366 days (got 367 days)");
+    // a burst of 10^12 at one a year: the refill time overflowed microseconds
+    ExpectInvalid(make(1'000'000'000'000ULL), "time to refill");
+  }
+  Policy p = Policy::Gcra("g", 1'000'000'000'000ULL, std::chrono::seconds(1), 1'000'000'000'000ULL);
+  EXPECT_TRUE(ValidatePolicy(p).ok());
+}
+
 TEST(ValidatePolicy, NamesTheBadField) {
   Policy p = Good();
   p.name = "";
