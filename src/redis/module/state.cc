@@ -16,7 +16,7 @@ static_assert(std::endian::native == std::endian::little,
               "the layouts are little-endian doubles, read and written in place");
 
 constexpr double k2p20 = 1048576.0, k2p19 = 524288.0, k2p21 = 2097152.0, k2p32 = 4294967296.0;
-constexpr double k2p52 = 4503599627370496.0;
+constexpr double k2p52 = 4503599627370496.0, k2p53 = 9007199254740992.0;
 // Fields beyond this are not anything sluice writes (a foreign or damaged value): the
 // state is then taken as absent rather than cast out of range.
 constexpr double kMaxField = 4611686018427387904.0;  // 2^62
@@ -109,6 +109,15 @@ bool Fields(Algorithm a, const double* f, core::WordState* s) {
   }
 }
 
+// False for a token bucket deeper in debt than its refill could ever reach in range of
+// a clock (2^53 us to refill, where a policy refills in at most 366 days and waits at
+// most a window): not a state sluice writes, and core's refill time would overflow.
+bool BucketInRange(const Policy& p, const core::WordState& s) {
+  if (p.algorithm != Algorithm::kTokenBucket) return true;
+  const double rate = static_cast<double>(p.limit) / static_cast<double>(p.window);
+  return (static_cast<double>(p.Capacity()) - s.bucket.tokens) / rate <= k2p53;
+}
+
 // fixed_window.lua's counter: the count of the window at ws = floor(now / w) * w or of
 // a later one (the clock went back); false for an earlier window.
 bool ReadCounter(const Policy& p, double n, Micros now, core::FixedWindowState* s,
@@ -157,7 +166,7 @@ ReadState Read(const Policy& p, const StoredValue& v, Micros now) {
   double f[8];
   Unpack(b, f, (b.size() - 1) / 8);
   r.layout = packed ? Layout::kPacked : Layout::kRecorded;
-  if (!Field(f[0]) || !Fields(a, f + 1, &r.word)) return ReadState{};
+  if (!Field(f[0]) || !Fields(a, f + 1, &r.word) || !BucketInRange(p, r.word)) return ReadState{};
   r.live = f[0] > t;
   r.expires = static_cast<Micros>(f[0]);
   if (recorded) {
