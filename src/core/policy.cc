@@ -260,6 +260,13 @@ Status ValidateConcurrency(const Policy& p) {
 
 namespace {
 
+// True when `units` take more than 366 days (the longest window) to come back at p's
+// rate, limit/window: a bucket's refill from empty, a debt's repayment.
+bool OverAYearAtRate(const Policy& p, std::uint64_t units) {
+  return static_cast<unsigned __int128>(units) * static_cast<unsigned __int128>(p.window) >
+         static_cast<unsigned __int128>(kMaxWindow) * p.limit;
+}
+
 // The limit, window and the fields of the rate algorithms (ValidatePolicy's part).
 Status ValidateRate(const Policy& p) {
   if (p.limit == 0) return Status::InvalidArgument(Fail(p, "limit must be > 0"));
@@ -287,20 +294,17 @@ Status ValidateRate(const Policy& p) {
                     AlgorithmName(p.algorithm)));
   }
   if (p.burst > kMaxLimit) return Status::InvalidArgument(Fail(p, "burst must be at most 10^12"));
-  if (bucket) {
-    // The time an empty bucket takes to refill (GCRA's tau) bounds how far ahead of now
-    // its state reaches; beyond the longest window, a TAT or a refill time can leave the
-    // range of a microsecond clock (a burst of 10^12 at 1 a year is 10^12 years).
-    const long double refill = static_cast<long double>(p.Capacity()) *
-                               static_cast<long double>(p.window) /
-                               static_cast<long double>(p.limit);
-    if (refill > static_cast<long double>(kMaxWindow)) {
-      return Status::InvalidArgument(
-          Fail(p,
-               "burst x window / limit (the time to refill from empty) must be at most 366 "
-               "days (got " +
-                   std::to_string(static_cast<unsigned long long>(refill / 86'400e6L)) + " days)"));
-    }
+  if (bucket && OverAYearAtRate(p, p.Capacity())) {
+    // (a TAT or a refill time would reach beyond a year ahead: burst 10^12 at one a day
+    // is 10^25 us, out of a microsecond clock's range)
+    return Status::InvalidArgument(
+        Fail(p,
+             "burst x window / limit (the time to refill from empty) must be at most 366 "
+             "days (got " +
+                 std::to_string(
+                     static_cast<unsigned long long>(static_cast<unsigned __int128>(p.Capacity()) *
+                                                     p.window / p.limit / 86'400'000'000ULL)) +
+                 " days)"));
   }
   if (p.initial_tokens) {
     if (p.algorithm != Algorithm::kTokenBucket) {
@@ -348,8 +352,7 @@ Status ValidateOverage(const Policy& p) {
   }
   const bool rate = p.algorithm == Algorithm::kTokenBucket || p.algorithm == Algorithm::kGcra;
   // A bucket or GCRA repays debt at limit/window: debt x window / limit microseconds.
-  if (rate && static_cast<unsigned __int128>(debt) * static_cast<unsigned __int128>(p.window) >
-                  static_cast<unsigned __int128>(kMaxWindow) * p.limit) {
+  if (rate && OverAYearAtRate(p, debt)) {
     return Status::InvalidArgument(
         Fail(p, "max_debt " + std::to_string(debt) +
                     " would take more than 366 days to repay at limit/window"));
