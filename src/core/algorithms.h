@@ -19,6 +19,7 @@
 // below now.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -33,6 +34,14 @@ namespace sluice::core {
 // Slack for floating-point comparisons, in units of cost (tokens/requests). Bucket,
 // GCRA and sliding counter arithmetic is IEEE double, identical in C++ and Lua.
 inline constexpr double kEpsilon = 1e-9;
+
+// ceil(x) microseconds, capped at 2^62: the wait for a cost beyond the capacity (an
+// overage check asks up to 2^32 units, which never pass whole) can be 10^23 us at a
+// slow rate, out of any clock's range. Every wait within a policy's bounds is far below.
+inline Micros CeilMicros(double x) {
+  constexpr double kCap = 4611686018427387904.0;
+  return x >= kCap ? static_cast<Micros>(kCap) : static_cast<Micros>(std::ceil(x));
+}
 
 // Floor division that rounds towards negative infinity (times may be < 0 in tests).
 inline Micros FloorTo(Micros t, Micros unit) {

@@ -31,7 +31,7 @@ Decision Gcra(const Policy& p, const GcraState& in, bool fresh, Micros now, std:
   if (d.allowed) {
     if (cost > 0) tat = new_tat;
   } else {
-    d.retry_after = std::max<Micros>(1, static_cast<Micros>(std::ceil(new_tat - tau - t)));
+    d.retry_after = std::max<Micros>(1, CeilMicros(new_tat - tau - t));
     // Reservation: allowed now when the request's slot comes within max_wait; the TAT
     // moves to it at once (later requests queue behind it).
     if (max_wait > 0 && cost > 0 && d.retry_after <= max_wait) {

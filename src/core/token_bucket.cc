@@ -82,7 +82,7 @@ Decision TokenBucket(const Policy& p, const TokenBucketState& in, bool fresh, Mi
   if (d.allowed) {
     tokens = std::max(0.0, tokens - static_cast<double>(cost));
   } else {
-    d.retry_after = std::max<Micros>(1, static_cast<Micros>(std::ceil((need - tokens) / rate)));
+    d.retry_after = std::max<Micros>(1, CeilMicros((need - tokens) / rate));
     // Reservation: the request passes once the bucket has refilled for retry_after;
     // it is allowed now when that is within max_wait, and takes its tokens at once
     // (they go negative: later requests queue behind it).
