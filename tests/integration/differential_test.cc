@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "edge_policies.h"
 #include "fixed_window_layouts.h"
 #include "reference_store.h"
 #include "sluice/key.h"
@@ -852,6 +853,33 @@ TEST_F(Differential, PermitsAcquireReleaseExtendAndExpire) {
 // peeks, penalties (forced checks), rewards (refunds) and resets at random, time moving
 // forward in steps around the windows and the blocks. Every decision, field by field,
 // and the state left (a peek after each penalty, reward and reset) must be the same.
+// Every rate algorithm at the edges of what ValidatePolicy accepts (the smallest and
+// largest limit, window, burst and debt, each overage mode), every operation and cost
+// up to the most a check may ask, time forward by a microsecond and by years (tests/
+// support/edge_policies.h): the scripts (and the module) decide as the in-process store.
+TEST_F(Differential, EdgePoliciesEveryOperation) {
+  const std::vector<Policy> policies = edge::Policies();
+  int compared = 0;
+  for (std::size_t pi = 0; pi < policies.size(); ++pi) {
+    // (a store per policy: each policy's sequence starts its time over, and MemoryStore
+    // decides at the latest now it has seen)
+    DifferentialMemoryStore memory;
+    const Policy& p = policies[pi];
+    const std::string key = "edge:" + std::to_string(pi);
+    for (const edge::Step& step : edge::Steps(p, /*back=*/false)) {
+      const StoreCheck c{.policy = &p, .key = key, .cost = step.cost, .max_wait = step.max_wait};
+      const std::string where =
+          "policy " + std::to_string(pi) + " " + edge::Describe(p) + " " + step.Describe();
+      const bool same = step.op == StoreOp::kRefund
+                            ? CompareRefund(memory, {&c, 1}, step.now, where)
+                            : Compare(memory, {&c, 1}, step.now, where, step.op);
+      ASSERT_TRUE(same);
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 1000);
+}
+
 TEST_F(Differential, BlocksPenaltiesAndRewards) {
   int compared = 0, penalties = 0, blocked = 0;
   for (std::uint64_t seed = 500; seed < 506; ++seed) {

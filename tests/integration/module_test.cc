@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "burst.h"
+#include "edge_policies.h"
 #include "redis/module/request.h"
 #include "redis_cluster.h"
 #include "redis_sentinel.h"
@@ -206,6 +207,41 @@ TEST(ModuleDifferential, RandomSequencesMatchLua) {
   ExpectEveryKeyHasTtl(**server);
 }
 
+// Every algorithm at the edges of what ValidatePolicy accepts, every operation and cost,
+// time far forward and back (tests/support/edge_policies.h), through the scripts and
+// through the module on keys of their own: identical decisions. (Checks the module does
+// not decide, overage ones, run the scripts on both.)
+TEST(ModuleDifferential, EdgePoliciesMatchLua) {
+  auto server = StartWithModule();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto lua = Open((*server)->Url() + "?module=off");
+  auto mod = Open((*server)->Url());
+  ASSERT_TRUE(lua && mod);
+  const std::vector<Policy> policies = edge::Policies();
+  int compared = 0;
+  for (std::size_t pi = 0; pi < policies.size(); ++pi) {
+    const Policy& p = policies[pi];
+    const std::string lk = "lua:edge:" + std::to_string(pi), mk = "mod:edge:" + std::to_string(pi);
+    for (const edge::Step& step : edge::Steps(p, /*back=*/true)) {
+      const StoreCheck a{.policy = &p, .key = lk, .cost = step.cost, .max_wait = step.max_wait};
+      StoreCheck b = a;
+      b.key = mk;
+      Decision da, db;
+      const Status sa = RunOn(*lua, step.op, {&a, 1}, step.now, &da);
+      const Status sb = RunOn(*mod, step.op, {&b, 1}, step.now, &db);
+      const std::string where =
+          "policy " + std::to_string(pi) + " " + edge::Describe(p) + " " + step.Describe();
+      ASSERT_TRUE(sa.ok() && sb.ok()) << where << ": " << sa.ToString() << " / " << sb.ToString();
+      if (step.op == StoreOp::kRefund) continue;
+      ASSERT_TRUE(Same(da, db)) << where << "\n  lua:    " << Describe(da)
+                                << "\n  module: " << Describe(db);
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 1000);
+  EXPECT_GT(Calls(**server, "sluice.decide"), 0);
+}
+
 // A penalty under an as_is policy on a state recorded under other parameters (written
 // by a policy with on_change) reads it as a decision does, as it is: the scripts, the
 // module and the in-process store agree on the decision and the scripts and the module
@@ -239,7 +275,9 @@ TEST(ModulePenalty, ARecordedStateUnderAsIsIsReadAsADecisionReadsIt) {
       Decision d;
       ASSERT_TRUE(RunOn(*lua, StoreOp::kDecide, {&take, 1}, now, &d).ok());
       ASSERT_TRUE(d.allowed);
-      if (k == &kl) ASSERT_TRUE(RunOn(memory, StoreOp::kDecide, {&take, 1}, now, &d).ok());
+      if (k == &kl) {
+        ASSERT_TRUE(RunOn(memory, StoreOp::kDecide, {&take, 1}, now, &d).ok());
+      }
     }
     const StoreCheck pl{.policy = &plain, .key = kl, .cost = 1};
     const StoreCheck pm{.policy = &plain, .key = km, .cost = 1};

@@ -149,14 +149,14 @@ end
 -- Penalty or overage charge (FORCE, prelude.lua): the state normalised by the decision
 -- itself (word_state.lua, normalised), then the cost added up to the bound c.bound;
 -- returns the units taken. Written as the counter where a decision would write one (no
--- on_change mode, a lean window, no live packed state), else the packed layout without
--- parameters.
+-- on_change mode, a lean window, no live packed state) and the count fits its 32 bits
+-- (an overage's debt may take it to 10^12), else the packed layout without parameters.
 FORCE[0] = function(c, now)
   local ws, count, packed = normalised(c, now)
   local was = count
   count = max(count, min(count + c.cost, c.bound))
   c.expires = ws + c.window
-  if not packed and not c.mode and c.limit < 2147483648 and
+  if not packed and not c.mode and c.limit < 2147483648 and count < 4294967296 and
       c.window * 524288 > (PAD + 1) * 1000 then -- (fixed_window.lua's `lean`)
     c.state = counter_value(ws, c.window, count)
   else
