@@ -865,7 +865,8 @@ TEST_F(Differential, EdgePoliciesEveryOperation) {
     // decides at the latest now it has seen)
     DifferentialMemoryStore memory;
     const Policy& p = policies[pi];
-    const std::string key = "edge:" + std::to_string(pi);
+    // (a key whose companions, a log's ":log", share its cluster slot)
+    const std::string key = *StoreKey("edge" + std::to_string(pi), "k", p.name);
     for (const edge::Step& step : edge::Steps(p, /*back=*/false)) {
       const StoreCheck c{.policy = &p, .key = key, .cost = step.cost, .max_wait = step.max_wait};
       const std::string where =
