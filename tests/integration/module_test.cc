@@ -170,14 +170,28 @@ void WaitReplicated(const RedisServer& primary, const RedisServer& replica) {
                         std::chrono::seconds(60)));
 }
 
+// One server with the module; a store on it through the scripts (module=off) and one
+// through the module (the fixture of the tests that compare the two).
+class LuaAndModule : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto started = StartWithModule();
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    server = std::move(*started);
+    lua = Open(server->Url() + "?module=off");
+    mod = Open(server->Url());
+    ASSERT_TRUE(lua && mod);
+  }
+  std::unique_ptr<RedisServer> server;
+  std::shared_ptr<RedisStore> lua, mod;
+};
+class ModuleDifferential : public LuaAndModule {};
+class ModulePenalty : public LuaAndModule {};
+class ModuleKeyspace : public LuaAndModule {};
+
 // The same random sequences through the Lua scripts (module=off) and through the
 // module, on keys of their own in one server: identical decisions, field by field.
-TEST(ModuleDifferential, RandomSequencesMatchLua) {
-  auto server = StartWithModule();
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto lua = Open((*server)->Url() + "?module=off");
-  auto mod = Open((*server)->Url());
-  ASSERT_TRUE(lua && mod);
+TEST_F(ModuleDifferential, RandomSequencesMatchLua) {
   std::vector<std::string> lk, mk;
   for (std::uint64_t seed = 1; seed <= 12; ++seed) {
     std::mt19937_64 rng(seed);
@@ -203,20 +217,15 @@ TEST(ModuleDifferential, RandomSequencesMatchLua) {
     }
   }
   // The module decided the second store's calls, the scripts only the first's.
-  EXPECT_GT(Calls(**server, "sluice.decide"), 0);
-  ExpectEveryKeyHasTtl(**server);
+  EXPECT_GT(Calls(*server, "sluice.decide"), 0);
+  ExpectEveryKeyHasTtl(*server);
 }
 
 // Every algorithm at the edges of what ValidatePolicy accepts, every operation and cost,
 // time far forward and back (tests/support/edge_policies.h), through the scripts and
 // through the module on keys of their own: identical decisions. (Checks the module does
 // not decide, overage ones, run the scripts on both.)
-TEST(ModuleDifferential, EdgePoliciesMatchLua) {
-  auto server = StartWithModule();
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto lua = Open((*server)->Url() + "?module=off");
-  auto mod = Open((*server)->Url());
-  ASSERT_TRUE(lua && mod);
+TEST_F(ModuleDifferential, EdgePoliciesMatchLua) {
   const std::vector<Policy> policies = edge::Policies();
   int compared = 0;
   for (std::size_t pi = 0; pi < policies.size(); ++pi) {
@@ -239,23 +248,18 @@ TEST(ModuleDifferential, EdgePoliciesMatchLua) {
     }
   }
   EXPECT_GT(compared, 1000);
-  EXPECT_GT(Calls(**server, "sluice.decide"), 0);
+  EXPECT_GT(Calls(*server, "sluice.decide"), 0);
 }
 
 // A penalty under an as_is policy on a state recorded under other parameters (written
 // by a policy with on_change) reads it as a decision does, as it is: the scripts, the
 // module and the in-process store agree on the decision and the scripts and the module
 // write the same bytes.
-TEST(ModulePenalty, ARecordedStateUnderAsIsIsReadAsADecisionReadsIt) {
-  auto server = StartWithModule();
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto lua = Open((*server)->Url() + "?module=off");
-  auto mod = Open((*server)->Url());
-  ASSERT_TRUE(lua && mod);
+TEST_F(ModulePenalty, ARecordedStateUnderAsIsIsReadAsADecisionReadsIt) {
   const Algorithm all[] = {Algorithm::kFixedWindow, Algorithm::kSlidingWindowCounter,
                            Algorithm::kTokenBucket, Algorithm::kGcra};
   const Micros now = 1'785'000'000'000'000;
-  const long long before = Calls(**server, "sluice.decide");
+  const long long before = Calls(*server, "sluice.decide");
   for (Algorithm a : all) {
     Policy recorded;
     recorded.name = "p";
@@ -289,25 +293,20 @@ TEST(ModulePenalty, ARecordedStateUnderAsIsIsReadAsADecisionReadsIt) {
                                 << "\n  memory: " << Describe(dmem);
     EXPECT_TRUE(Same(dm, dmem)) << name << "\n  module: " << Describe(dm)
                                 << "\n  memory: " << Describe(dmem);
-    const std::string sl = (*server)->Command({"GET", kl})->str;
-    const std::string sm = (*server)->Command({"GET", km})->str;
+    const std::string sl = server->Command({"GET", kl})->str;
+    const std::string sm = server->Command({"GET", km})->str;
     if (a == Algorithm::kGcra) {  // the TAT as a number, which the module may spell shorter
       EXPECT_EQ(std::stod(sl), std::stod(sm)) << sl << " / " << sm;
     } else {
       EXPECT_EQ(sl, sm) << name;
     }
   }
-  EXPECT_GE(Calls(**server, "sluice.decide") - before, 4) << "the module took the penalties";
+  EXPECT_GE(Calls(*server, "sluice.decide") - before, 4) << "the module took the penalties";
 }
 
 // One keyspace, each step decided at random by the scripts or by the module, against
 // the in-process store: the layouts each writes are read exactly by the other.
-TEST(ModuleKeyspace, MovesLiveBetweenLuaAndModule) {
-  auto server = StartWithModule();
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto lua = Open((*server)->Url() + "?module=off");
-  auto mod = Open((*server)->Url());
-  ASSERT_TRUE(lua && mod);
+TEST_F(ModuleKeyspace, MovesLiveBetweenLuaAndModule) {
   for (std::uint64_t seed = 21; seed <= 30; ++seed) {
     std::mt19937_64 rng(seed);
     MemoryStore memory;
@@ -332,7 +331,7 @@ TEST(ModuleKeyspace, MovesLiveBetweenLuaAndModule) {
       }
     }
   }
-  ExpectEveryKeyHasTtl(**server);
+  ExpectEveryKeyHasTtl(*server);
 }
 
 // One call of four checks, one per algorithm the module decides, on keys `prefix` +
