@@ -1,6 +1,7 @@
 // Policies at the edges of what ValidatePolicy accepts, and the costs a check may ask
 // of them: for the tests that run every algorithm and operation at those edges
-// (tests/unit/extreme_policies_test.cc on MemoryStore, the differential test on Redis).
+// (ExtremePolicies on MemoryStore, Differential on Redis, ModuleDifferential through the
+// module).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -76,11 +77,11 @@ struct Step {
   }
 };
 
-// The sequence of checks on one key of p: time forward by a little and by years, and
-// with `back` also back (a store's clock may do either; MemoryStore decides at the latest
-// now it has seen, so a comparison with it keeps time forward); at each instant decisions, refunds
-// and penalties of every cost from 1 to the most a check may ask (and 0, a peek), plain and (within
-// overage reject) reservations waiting up to the window.
+// The sequence of checks on one key of p: time forward by a microsecond and by years,
+// and with `back` also back (Redis takes every now as given; MemoryStore decides at the
+// latest now it has seen, so a comparison with it keeps time forward). At each instant:
+// decisions, refunds and penalties of every cost from 1 to the most a check may ask
+// (and 0, a peek), plain and, under overage reject, reservations waiting up to the window.
 inline std::vector<Step> Steps(const Policy& p, bool back) {
   const Micros moves[] = {0, 1, kYear / 2, -kYear, 3 * kYear, 1, -1, kYear};
   std::vector<Step> out;

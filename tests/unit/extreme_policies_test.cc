@@ -1,8 +1,9 @@
 // Every rate algorithm at the edges of what ValidatePolicy accepts (the smallest and
 // largest limit, window, burst and debt), under every operation, with costs from 1 to
-// the most a check may ask and time moving far forward and back. Run under UBSan by the
-// asan preset, where any overflow or out-of-range cast fails the test; here, every
-// decision must also stay within its policy's bounds.
+// the most a check may ask and time moving far forward (and given back, which the store
+// holds at the latest now it has seen). Run under UBSan by the asan preset, where any
+// overflow or out-of-range cast fails the test; here, every decision must also stay
+// within its policy's bounds.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -34,9 +35,9 @@ void ExpectWithinBounds(const Policy& p, const StoreCheck& c, const Decision& d,
 TEST(ExtremePolicies, EveryOperationStaysInRangeAcrossTime) {
   const std::vector<Policy> policies = edge::Policies();
   ASSERT_GE(policies.size(), 40u);
-  MemoryStore store;
   std::size_t decided = 0;
   for (std::size_t pi = 0; pi < policies.size(); ++pi) {
+    MemoryStore store;  // (each policy's sequence starts at the same instant)
     const Policy& p = policies[pi];
     const std::string key = "edge:" + std::to_string(pi);
     for (const edge::Step& step : edge::Steps(p, /*back=*/true)) {
