@@ -848,15 +848,11 @@ TEST_F(Differential, PermitsAcquireReleaseExtendAndExpire) {
   EXPECT_GT(releases, 6 * 800 / 10);
 }
 
-// Penalties and blocks (issue #12 item 3): policies with and without block_for, on one
-// caller key per batch (as the Limiter sends them: one hash tag), with plain checks,
-// peeks, penalties (forced checks), rewards (refunds) and resets at random, time moving
-// forward in steps around the windows and the blocks. Every decision, field by field,
-// and the state left (a peek after each penalty, reward and reset) must be the same.
 // Every rate algorithm at the edges of what ValidatePolicy accepts (the smallest and
 // largest limit, window, burst and debt, each overage mode), every operation and cost
 // up to the most a check may ask, time forward by a microsecond and by years (tests/
-// support/edge_policies.h): the scripts (and the module) decide as the in-process store.
+// support/edge_policies.h): the scripts decide as the in-process store (the module's
+// twin: ModuleDifferential.EdgePoliciesMatchLua).
 TEST_F(Differential, EdgePoliciesEveryOperation) {
   const std::vector<Policy> policies = edge::Policies();
   int compared = 0;
@@ -881,6 +877,11 @@ TEST_F(Differential, EdgePoliciesEveryOperation) {
   EXPECT_GT(compared, 1000);
 }
 
+// Penalties and blocks (issue #12 item 3): policies with and without block_for, on one
+// caller key per batch (as the Limiter sends them: one hash tag), with plain checks,
+// peeks, penalties (forced checks), rewards (refunds) and resets at random, time moving
+// forward in steps around the windows and the blocks. Every decision, field by field,
+// and the state left (a peek after each penalty, reward and reset) must be the same.
 TEST_F(Differential, BlocksPenaltiesAndRewards) {
   int compared = 0, penalties = 0, blocked = 0;
   for (std::uint64_t seed = 500; seed < 506; ++seed) {

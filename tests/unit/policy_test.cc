@@ -33,7 +33,7 @@ TEST(ValidatePolicy, BoundsTheTimeABucketTakesToRefill) {
     EXPECT_TRUE(ValidatePolicy(make(366)).ok());
     const Policy p = make(367);
     ExpectInvalid(p, "time to refill from empty) must be at most 366 days (got 367 days)");
-    // a burst of 10^12 at one a year: the refill time overflowed microseconds
+    // a burst of 10^12 at one a day: the refill time overflowed microseconds
     ExpectInvalid(make(1'000'000'000'000ULL), "time to refill");
   }
   Policy p = Policy::Gcra("g", 1'000'000'000'000ULL, std::chrono::seconds(1), 1'000'000'000'000ULL);
