@@ -518,6 +518,54 @@ TEST(RedisLayout, AStaleCounterIsNotReadAsTheWindowItsTagAliases) {
   EXPECT_EQ(d.remaining, 0u);
 }
 
+// The lean fixed-window script (lua/lean_fixed_window.lua) spends one command on a fresh
+// window: while the call's checks find no key, it writes the counter whole with `SET ...
+// PX ... NX`; once they find live windows, one `INCRBY` each (the first to find one pays
+// its refused SET too). Every key keeps its TTL and its count.
+TEST(RedisLayout, LeanFixedWindowWritesAFreshWindowWithOneCommand) {
+  RedisServer* server = SharedRedis();
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+  RedisStoreOptions o;
+  o.url = server->Url();
+  o.call_timeout = kPatientCallTimeout;
+  o.use_caller_time = true;
+  o.on_warning = [](std::string_view) {};
+  auto redis = RedisStore::Create(std::move(o));
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  ASSERT_TRUE(server->Command({"CONFIG", "RESETSTAT"}).ok());
+  const Policy fw = Policy::FixedWindow("fw", 5, std::chrono::hours(1));
+  constexpr std::size_t kChecks = 8;
+  std::vector<std::string> keys;
+  std::vector<StoreCheck> checks;
+  for (std::size_t i = 0; i < kChecks; ++i) keys.push_back("sluice:{fresh}:" + std::to_string(i));
+  for (const std::string& k : keys) checks.push_back({.policy = &fw, .key = k, .cost = 1});
+  Decision d[kChecks];
+  ASSERT_TRUE((*redis)->Run({.checks = checks, .now = kNoon}, d).ok());
+  for (std::size_t i = 0; i < kChecks; ++i) {
+    EXPECT_TRUE(d[i].allowed) << i;
+    EXPECT_EQ(d[i].remaining, 4u) << i;
+  }
+  EXPECT_EQ(server->CommandCalls("set"), static_cast<long long>(kChecks));
+  EXPECT_EQ(server->CommandCalls("incrby"), 0);
+  // The same keys again, live: one refused SET, then an INCRBY each.
+  ASSERT_TRUE((*redis)->Run({.checks = checks, .now = kNoon + 1}, d).ok());
+  for (std::size_t i = 0; i < kChecks; ++i) {
+    EXPECT_TRUE(d[i].allowed) << i;
+    EXPECT_EQ(d[i].remaining, 3u) << i;
+  }
+  EXPECT_EQ(server->CommandCalls("set"), static_cast<long long>(kChecks) + 1);
+  EXPECT_EQ(server->CommandCalls("incrby"), static_cast<long long>(kChecks));
+  for (const std::string& k : keys) {
+    auto ttl = server->Command({"PTTL", k});
+    ASSERT_TRUE(ttl.ok());
+    EXPECT_GT(ttl->integer, 0) << k;
+    auto v = server->Command({"GET", k});
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(std::stoll(v->str) % (1LL << 32), 2) << k << ": the count of this window";
+  }
+}
+
 // A fixed window decides with ONE INCRBY on its counter (lua/fixed_window.lua), a sliding
 // counter that goes on in its window writes only its count (SETRANGE); each key keeps its
 // TTL and its layout, and the count is really stored (the limit is enforced).

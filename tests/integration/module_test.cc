@@ -37,15 +37,6 @@ std::shared_ptr<RedisStore> Open(const std::string& url, bool caller_time = true
   return s.ok() ? *s : nullptr;
 }
 
-// calls=N of `command` in INFO commandstats (0 when it never ran).
-long long Calls(const RedisServer& server, const std::string& command) {
-  auto r = server.Command({"INFO", "commandstats"});
-  if (!r.ok()) return -1;
-  const std::string tag = "cmdstat_" + command + ":calls=";
-  const std::size_t at = r->str.find(tag);
-  return at == std::string::npos ? 0 : std::stoll(r->str.substr(at + tag.size()));
-}
-
 Policy RandomPolicy(std::mt19937_64& rng, int index) {
   static const Algorithm kAlgorithms[] = {Algorithm::kFixedWindow, Algorithm::kSlidingWindowCounter,
                                           Algorithm::kTokenBucket, Algorithm::kGcra};
@@ -217,7 +208,7 @@ TEST_F(ModuleDifferential, RandomSequencesMatchLua) {
     }
   }
   // The module decided the second store's calls, the scripts only the first's.
-  EXPECT_GT(Calls(*server, "sluice.decide"), 0);
+  EXPECT_GT(server->CommandCalls("sluice.decide"), 0);
   ExpectEveryKeyHasTtl(*server);
 }
 
@@ -248,7 +239,7 @@ TEST_F(ModuleDifferential, EdgePoliciesMatchLua) {
     }
   }
   EXPECT_GT(compared, 1000);
-  EXPECT_GT(Calls(*server, "sluice.decide"), 0);
+  EXPECT_GT(server->CommandCalls("sluice.decide"), 0);
 }
 
 // A penalty under an as_is policy on a state recorded under other parameters (written
@@ -259,7 +250,7 @@ TEST_F(ModulePenalty, ARecordedStateUnderAsIsIsReadAsADecisionReadsIt) {
   const Algorithm all[] = {Algorithm::kFixedWindow, Algorithm::kSlidingWindowCounter,
                            Algorithm::kTokenBucket, Algorithm::kGcra};
   const Micros now = 1'785'000'000'000'000;
-  const long long before = Calls(*server, "sluice.decide");
+  const long long before = server->CommandCalls("sluice.decide");
   for (Algorithm a : all) {
     Policy recorded;
     recorded.name = "p";
@@ -301,7 +292,7 @@ TEST_F(ModulePenalty, ARecordedStateUnderAsIsIsReadAsADecisionReadsIt) {
       EXPECT_EQ(sl, sm) << name;
     }
   }
-  EXPECT_GE(Calls(*server, "sluice.decide") - before, 4) << "the module took the penalties";
+  EXPECT_GE(server->CommandCalls("sluice.decide") - before, 4) << "the module took the penalties";
 }
 
 // One keyspace, each step decided at random by the scripts or by the module, against
@@ -380,9 +371,9 @@ TEST(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
     ASSERT_TRUE(ttl.ok());
     EXPECT_GT(ttl->integer, 0) << k;
   }
-  EXPECT_EQ(Calls(**primary, "sluice.decide"), 3);
-  EXPECT_EQ(Calls(**replica, "sluice.decide"), 0);
-  EXPECT_GT(Calls(**replica, "set"), 0);
+  EXPECT_EQ((*primary)->CommandCalls("sluice.decide"), 3);
+  EXPECT_EQ((*replica)->CommandCalls("sluice.decide"), 0);
+  EXPECT_GT((*replica)->CommandCalls("set"), 0);
 }
 
 // The AOF gets the same effects as the replicas: reloading it (DEBUG LOADAOF: the
@@ -396,7 +387,7 @@ TEST(ModuleReplication, AofReplaysTheEffects) {
   ASSERT_TRUE(store);
   std::vector<std::string> keys;
   ASSERT_NO_FATAL_FAILURE(DecideEachAlgorithmThrice(*store, "aof:", &keys));
-  ASSERT_EQ(Calls(**server, "sluice.decide"), 3);
+  ASSERT_EQ((*server)->CommandCalls("sluice.decide"), 3);
   auto snapshot = [&] {
     std::vector<std::pair<std::string, long long>> out;
     for (const std::string& k : keys) {
@@ -441,16 +432,16 @@ TEST(ModuleStore, DetectedAtConnectAndModuleOffForcesLua) {
     auto store = Open(c.url, false);
     ASSERT_TRUE(store);
     const std::string key = "detect:" + std::to_string(n++);
-    const long long module0 = Calls(*c.server, "sluice.decide");
-    const long long lua0 = Calls(*c.server, "evalsha");
+    const long long module0 = c.server->CommandCalls("sluice.decide");
+    const long long lua0 = c.server->CommandCalls("evalsha");
     for (int i = 0; i < 4; ++i) {
       const StoreCheck check{.policy = &p, .key = key};
       Decision d;
       ASSERT_TRUE(store->Run({.checks = {&check, 1}, .now = 0}, {&d, 1}).ok());
       EXPECT_EQ(d.allowed, i < 3) << c.url << " decision " << i;
     }
-    EXPECT_EQ(Calls(*c.server, "sluice.decide") - module0, c.module ? 4 : 0) << c.url;
-    EXPECT_EQ(Calls(*c.server, "evalsha") - lua0, c.module ? 0 : 4) << c.url;
+    EXPECT_EQ(c.server->CommandCalls("sluice.decide") - module0, c.module ? 4 : 0) << c.url;
+    EXPECT_EQ(c.server->CommandCalls("evalsha") - lua0, c.module ? 0 : 4) << c.url;
   }
 }
 
@@ -471,7 +462,7 @@ TEST(ModuleStore, ModuleGoneHandsOverToLuaWithinTheCall) {
     return d.allowed;
   };
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(decide());
-  EXPECT_EQ(Calls(**server, "sluice.decide"), 3);
+  EXPECT_EQ((*server)->CommandCalls("sluice.decide"), 3);
   auto unload = (*server)->Command({"MODULE", "UNLOAD", "sluice"});
   ASSERT_TRUE(unload.ok() && !unload->is_error()) << (unload.ok() ? unload->str : "");
   EXPECT_TRUE(decide());
@@ -485,7 +476,7 @@ TEST(ModuleStore, ModuleGoneHandsOverToLuaWithinTheCall) {
     return store->Run({.checks = {&peek, 1}, .now = 0}, {&d, 1}).ok();
   }));
   EXPECT_FALSE(decide());
-  EXPECT_GE(Calls(**server, "evalsha"), 4);
+  EXPECT_GE((*server)->CommandCalls("evalsha"), 4);
 }
 
 // Many callers at once: the connection merges their module calls into one command
@@ -497,7 +488,7 @@ TEST(ModuleStore, CoalescedCallsAreExact) {
       {.url = (*server)->Url(), .call_timeout = kPatientCallTimeout, .connections = 1});
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   auto store = *s;
-  const long long lua0 = Calls(**server, "evalsha");  // (Create's EVALSHA permission probe)
+  const long long lua0 = (*server)->CommandCalls("evalsha");  // (Create's EVALSHA permission probe)
   const Policy p = Policy::Gcra("api", 100, std::chrono::hours(1), 100);
   constexpr int kCalls = 400;
   std::atomic<int> allowed{0}, done{0}, failed{0};
@@ -514,8 +505,8 @@ TEST(ModuleStore, CoalescedCallsAreExact) {
   EXPECT_EQ(failed.load(), 0);
   EXPECT_EQ(allowed.load(), 100);
   EXPECT_GT(store->Stats().coalesced_calls, 0u);
-  EXPECT_LT(Calls(**server, "sluice.decide"), kCalls);
-  EXPECT_EQ(Calls(**server, "evalsha"), lua0);
+  EXPECT_LT((*server)->CommandCalls("sluice.decide"), kCalls);
+  EXPECT_EQ((*server)->CommandCalls("evalsha"), lua0);
 }
 
 // Queues one fresh check of `a` and one of `b` together (Burst) on a one-connection
@@ -530,7 +521,7 @@ void ExpectOneMergedCommand(const Policy& a, const Policy& b) {
   std::vector<Group> groups(2);
   groups[0].checks = {StoreCheck{.policy = &a, .key = keys[0]}};
   groups[1].checks = {StoreCheck{.policy = &b, .key = keys[1]}};
-  const long long before = Calls(**server, "sluice.decide");
+  const long long before = (*server)->CommandCalls("sluice.decide");
   const std::vector<Outcome> got = Burst(**s, a, groups, 0);
   for (const Outcome& o : got) {
     ASSERT_TRUE(o.status.ok()) << o.status.ToString();
@@ -538,7 +529,8 @@ void ExpectOneMergedCommand(const Policy& a, const Policy& b) {
     EXPECT_TRUE(o.decisions[0].allowed);
   }
   EXPECT_EQ((*s)->Stats().coalesced_calls, 1u);
-  EXPECT_EQ(Calls(**server, "sluice.decide") - before, 2) << "the trigger's and the merged one";
+  EXPECT_EQ((*server)->CommandCalls("sluice.decide") - before, 2)
+      << "the trigger's and the merged one";
 }
 
 // Two module calls queued together already share one command: a merged SLUICE.DECIDE
@@ -641,7 +633,7 @@ TEST(ModuleCluster, KeysAreDeclaredSoClusterRoutesAndRefusesCrossSlot) {
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   auto module_calls = [&] {
     long long n = 0;
-    for (std::size_t i = 0; i < 3; ++i) n += Calls((*cluster)->node(i), "sluice.decide");
+    for (std::size_t i = 0; i < 3; ++i) n += (*cluster)->node(i).CommandCalls("sluice.decide");
     return n;
   };
   const long long before = module_calls();
@@ -760,11 +752,11 @@ TEST(ModuleSentinel, FailoverToAPrimaryWithoutTheModuleGoesOnWithLua) {
   ASSERT_NO_FATAL_FAILURE(f.Start());
   RedisServer& old = f.group().primary();
   RedisServer& next = f.group().replica();
-  const long long lua0 = Calls(old, "evalsha");  // (Create's EVALSHA probe)
+  const long long lua0 = old.CommandCalls("evalsha");  // (Create's EVALSHA probe)
   ASSERT_EQ(f.Decide(300), 0) << "calls failed before the failover";
   if (HasFatalFailure()) return;
-  EXPECT_EQ(Calls(old, "sluice.decide"), 300);
-  EXPECT_EQ(Calls(old, "evalsha"), lua0);
+  EXPECT_EQ(old.CommandCalls("sluice.decide"), 300);
+  EXPECT_EQ(old.CommandCalls("evalsha"), lua0);
   // Every write of the primary has reached the replica (nothing in flight).
   ASSERT_NO_FATAL_FAILURE(WaitReplicated(old, next));
   ASSERT_TRUE(f.group().KillPrimary().ok());
@@ -773,8 +765,8 @@ TEST(ModuleSentinel, FailoverToAPrimaryWithoutTheModuleGoesOnWithLua) {
   if (HasFatalFailure()) return;
   EXPECT_EQ(f.decided(), 600) << "the store never decided on the new primary";
   EXPECT_EQ(f.late(), 0) << "a call waited past its deadline";
-  EXPECT_GE(Calls(next, "evalsha"), 300);
-  EXPECT_EQ(Calls(next, "sluice.decide"), 0);
+  EXPECT_GE(next.CommandCalls("evalsha"), 300);
+  EXPECT_EQ(next.CommandCalls("sluice.decide"), 0);
   std::printf("[module failover] calls that failed after the kill: %d\n", failures);
   ::testing::Test::RecordProperty("failed_after_kill", failures);
   ExpectEveryKeyHasTtl(next);
@@ -799,7 +791,7 @@ TEST(ModuleSentinel, FailoverBackToTheModuleIsDetectedAgain) {
   };
   ASSERT_EQ(f.Decide(200), 0);
   if (HasFatalFailure()) return;
-  EXPECT_EQ(Calls(with, "sluice.decide"), 200);
+  EXPECT_EQ(with.CommandCalls("sluice.decide"), 200);
   ASSERT_NO_FATAL_FAILURE(WaitReplicated(with, without));
   ASSERT_TRUE(f.group().Failover().ok());
   ASSERT_EQ(f.group().primary().port(), without.port());
@@ -807,17 +799,18 @@ TEST(ModuleSentinel, FailoverBackToTheModuleIsDetectedAgain) {
   const int there = f.Decide(200);
   if (HasFatalFailure()) return;
   EXPECT_EQ(f.decided(), 400);
-  EXPECT_GE(Calls(without, "evalsha"), 200);
+  EXPECT_GE(without.CommandCalls("evalsha"), 200);
   ASSERT_NO_FATAL_FAILURE(WaitReplicated(without, with));
   ASSERT_TRUE(f.group().WaitHealthy().ok());
   ASSERT_TRUE(f.group().Failover().ok());
   ASSERT_EQ(f.group().primary().port(), with.port());
   ASSERT_TRUE(demoted(without));
-  const long long module_before = Calls(with, "sluice.decide");
+  const long long module_before = with.CommandCalls("sluice.decide");
   const int back = f.Decide(200);
   if (HasFatalFailure()) return;
   EXPECT_EQ(f.decided(), 600);
-  EXPECT_GE(Calls(with, "sluice.decide") - module_before, 200) << "the module was not found again";
+  EXPECT_GE(with.CommandCalls("sluice.decide") - module_before, 200)
+      << "the module was not found again";
   EXPECT_EQ(f.late(), 0) << "a call waited past its deadline";
   std::printf("[module failover] failed calls: %d there, %d back\n", there, back);
   ExpectEveryKeyHasTtl(with);

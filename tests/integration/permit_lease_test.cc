@@ -21,7 +21,8 @@ namespace {
 using std::chrono::seconds;
 
 // Sends `args` to the node that holds `key`.
-Result<redis::Reply> CommandFor(const std::string& key, const std::vector<std::string>& args) {
+Result<redis::Reply> CommandFor([[maybe_unused]] const std::string& key,
+                                const std::vector<std::string>& args) {
 #ifdef SLUICE_TESTS_ON_CLUSTER
   RedisCluster* cluster = SharedCluster();
   if (cluster == nullptr) return Status::Unavailable("no cluster");

@@ -18,16 +18,6 @@
 namespace sluice::testing {
 namespace {
 
-// "calls=N" of `command` in INFO commandstats, or -1.
-long long CommandCalls(RedisServer& server, const std::string& command) {
-  auto info = server.Command({"INFO", "commandstats"});
-  if (!info.ok()) return -1;
-  const std::string tag = "cmdstat_" + command + ":calls=";
-  const std::size_t at = info->str.find(tag);
-  if (at == std::string::npos) return 0;
-  return std::stoll(info->str.substr(at + tag.size()));
-}
-
 TEST(SlidingLogLarge, DeniedLargeCostIsDecidedWithoutWalkingTheLog) {
   RedisServer* server = SharedRedis();
   ASSERT_NE(server, nullptr);
@@ -101,7 +91,7 @@ TEST(SlidingLogLarge, DeniedLargeCostIsDecidedWithoutWalkingTheLog) {
   ASSERT_TRUE(redis.Run({.checks = {&all, 1}, .now = now}, b).ok());
   auto slow = server->Command({"SLOWLOG", "GET", "1"});
   ASSERT_TRUE(server->Command({"CONFIG", "SET", "slowlog-log-slower-than", "10000"}).ok());
-  const long long zrange = CommandCalls(*server, "zrange");
+  const long long zrange = server->CommandCalls("zrange");
   EXPECT_GT(zrange, 0);
   EXPECT_LE(zrange, 64) << "the denied decision read the log in " << zrange << " ZRANGE calls";
   if (slow.ok() && !slow->elements.empty() && slow->elements[0].elements.size() > 2) {

@@ -215,4 +215,12 @@ Result<redis::Reply> RedisServer::Command(const std::vector<std::string>& args) 
   return redis::Reply::From(*r);
 }
 
+long long RedisServer::CommandCalls(const std::string& command) const {
+  auto info = Command({"INFO", "commandstats"});
+  if (!info.ok()) return -1;
+  const std::string tag = "cmdstat_" + command + ":calls=";
+  const std::size_t at = info->str.find(tag);
+  return at == std::string::npos ? 0 : std::stoll(info->str.substr(at + tag.size()));
+}
+
 }  // namespace sluice::testing

@@ -79,6 +79,11 @@ class RedisServer {
   // returned as replies (check Reply::is_error()).
   Result<redis::Reply> Command(const std::vector<std::string>& args) const;
 
+  // How many times `command` (lower case, e.g. "incrby") ran since the server started or
+  // its last CONFIG RESETSTAT, from INFO commandstats: 0 when it never ran, -1 when the
+  // server did not answer.
+  long long CommandCalls(const std::string& command) const;
+
  private:
   RedisServer() = default;
   Status Launch();

@@ -4,11 +4,15 @@
 -- runs this instead of the group runner: one check, a batch, or several callers'
 -- batches coalesced into one call, each group all or nothing and decided before the
 -- next is read (docs/redis.md, "Coalesced calls"). Per decision the work is ONE
--- `INCRBY key cost` on the counter (fixed_window.lua, "the counter"): its reply is the
--- state after it, and its tag says whether the count is this window's. Only a fresh
--- window (an absent key, or another window's count) adds a `SET ... PX` (the counter
--- whole, with its TTL), and a denial, or a group that another check denied, an
--- `INCRBY key -cost`. What a check needs beyond that is worked out once per policy
+-- command on the counter (fixed_window.lua, "the counter"). While most keys are live,
+-- that is `INCRBY key cost`: its reply is the state after it, and its tag says whether
+-- the count is this window's; a fresh window (an absent key, or another window's
+-- count) then adds a `SET ... PX` (the counter whole, with its TTL). While most keys are
+-- absent (many keys, short windows: each key expires with its window), it is `SET key
+-- <fresh counter> PX <ttl> NX`, which writes a fresh window whole and says whether there
+-- was a key; there was: the `INCRBY` follows. Which comes first is chosen per check from
+-- the call's checks so far (`lead`). A denial, or a group that another check denied,
+-- adds an `INCRBY key -cost`. What a check needs beyond that is worked out once per policy
 -- (a policy here is a limit, a window and a cost): this window's counter base, the
 -- fresh counter and its TTL as strings (a Lua number given to redis.call is formatted
 -- by Redis on every call), the reply's packed base; so a check that stays in its
@@ -39,10 +43,9 @@ if caller_time then PAD = 3600000 end
 local store, decide_body
 local np = tonumber(ARGV[2])
 -- Policy i's numbers at pol[9 * i + 1 ..]: 1 limit, 2 window, 3 cost, 4 cost as sent,
--- then for the now at hand (set_now): 5 this window's counter base (tag * 2^32), 6 the
--- fresh counter (base + cost) as a string and 7 its TTL in ms as a string (false until
--- a check needs them), 8 reset_after, 9 the packed reply of an allowed decision less
--- 2 * remaining (false: too large to pack).
+-- then for the now at hand: 5 this window's counter base (tag * 2^32), 6 the fresh
+-- counter (base + cost) as a string and 7 its TTL in ms as a string, 8 reset_after, 9
+-- the packed reply of an allowed decision less 2 * remaining (false: too large to pack).
 local pol = {}
 for i = 0, np - 1 do
   local b, a = 9 * i, 3 + 3 * i
@@ -55,7 +58,9 @@ local out, n = {}, 0
 -- if it is allowed; flat, reused from group to group (created for the first group of
 -- more than one check).
 local undo, slow
-local a, k, nargs, pnow = 3 + 3 * np, 1, #ARGV, false
+-- `lead`: the call's checks so far that found no key, less those that found one
+-- (counted from -4 to 4); from 0 up a check writes a fresh window first (`SET ... NX`).
+local a, k, nargs, pnow, lead = 3 + 3 * np, 1, #ARGV, false, 0
 while a <= nargs do
   local gnow = now
   if caller_time then
@@ -70,8 +75,9 @@ while a <= nargs do
       if r < 0 then r = r + w end
       local ws = gnow - r
       local reset = ws + w - gnow
-      pol[b + 5], pol[b + 6], pol[b + 7], pol[b + 8] =
-        (1048576 + (ws / w) % 1048576) * 4294967296, false, false, reset
+      local base = (1048576 + (ws / w) % 1048576) * 4294967296
+      pol[b + 5], pol[b + 6], pol[b + 7], pol[b + 8] = base,
+        string.format('%d', base + pol[b + 3]), string.format('%d', ceil(reset / 1000) + PAD), reset
       pol[b + 9] = (reset * (limit + 1) + limit) * 2 + 1 < 9007199254740992 and
         reset * (limit + 1) * 2 + 1
     end
@@ -88,9 +94,24 @@ while a <= nargs do
     first = false
     if not solo and not undo then undo, slow = {}, {} end
     local limit, cost, base = pol[b + 1], pol[b + 3], pol[b + 5]
-    local c = cost > 0 and redis.pcall('INCRBY', key, pol[b + 4])
+    local c, wrote = false, false
+    if cost > 0 then
+      if lead >= 0 then
+        -- a fresh window's counter, written only if there is no key (cost <= limit:
+        -- allowed); there is one: read and decided below, after its INCRBY
+        local r = redis.pcall('SET', key, pol[b + 6], 'PX', pol[b + 7], 'NX')
+        wrote = type(r) == 'table' and r.ok ~= nil
+      end
+      if not wrote then c = redis.pcall('INCRBY', key, pol[b + 4]) end
+      -- (an INCRBY that made the key replies the cost alone)
+      if wrote or c == cost then
+        if lead < 4 then lead = lead + 1 end
+      elseif lead > -4 then
+        lead = lead - 1
+      end
+    end
     local allowed = true
-    if type(c) ~= 'number' then
+    if not wrote and type(c) ~= 'number' then
       -- a peek, or a key INCRBY cannot add to: fixed_window.lua's body decides
       --@DECIDE_BODY@
       local remaining, reset, retry, state, expires, patch, patch_at
@@ -114,8 +135,10 @@ while a <= nargs do
       end
     else
       -- the counter after this decision (fixed_window.lua, "the counter")
-      local old, reset, remaining, packed = c - cost, pol[b + 8], 0, pol[b + 9]
-      if old >= base and old < base + 4294967296 then
+      local old, reset, remaining, packed = (c or base + cost) - cost, pol[b + 8], 0, pol[b + 9]
+      if wrote then
+        remaining = limit - cost
+      elseif old >= base and old < base + 4294967296 then
         -- this window's count: allowed when it fits (c - base is the count after it)
         allowed = c - base <= limit
         if allowed then remaining = base + limit - c else remaining = max(0, base + limit - old) end
@@ -133,12 +156,7 @@ while a <= nargs do
         else
           -- a fresh window (absent or stale key): INCRBY wrote the bare cost, so the
           -- counter is written whole, with its TTL (cost <= limit: always allowed)
-          local fresh, ttl = pol[b + 6], pol[b + 7]
-          if not fresh then
-            fresh, ttl = string.format('%d', base + cost), string.format('%d', ceil(reset / 1000) + PAD)
-            pol[b + 6], pol[b + 7] = fresh, ttl
-          end
-          redis.call('SET', key, fresh, 'PX', ttl)
+          redis.call('SET', key, pol[b + 6], 'PX', pol[b + 7])
           remaining = limit - cost
         end
       end
