@@ -146,16 +146,20 @@ void AppendHead(const Script& script, std::span<const StoreCheck> checks, std::s
   merge.nkeys = static_cast<std::uint32_t>(nkeys);
 }
 
-// The lean scripts' ARGV for `groups` (lua/lean_fixed_window.lua, lean_sliding_log.lua),
-// from their CoalesceInfo::data; returns the number of arguments.
-std::size_t AppendLeanArgv(bool caller_time, std::span<const std::vector<long long>* const> groups,
+// The lean scripts' ARGV for `groups` (lua/lean_fixed_window.lua, lean_gcra.lua,
+// lean_sliding_log.lua), from their CoalesceInfo::data; returns the number of arguments.
+std::size_t AppendLeanArgv(bool caller_time, LeanLane lane,
+                           std::span<const std::vector<long long>* const> groups,
                            std::string& out) {
-  // (a policy here is each check's limit, window and cost: its data's numbers 1, 2, 8)
-  std::vector<std::array<long long, 3>> policies;
+  // (a policy here is each check's limit, window and cost: its data's numbers 1, 2, 8;
+  // and for GCRA its capacity, number 3)
+  const std::size_t per_policy = lane == LeanLane::kGcra ? 4 : 3;
+  std::vector<std::array<long long, 4>> policies;
   std::vector<std::uint32_t> index;
   for (const std::vector<long long>* d : groups) {
     for (std::size_t at = 1; at + kWireCheckNumbers <= d->size(); at += kWireCheckNumbers) {
-      const std::array<long long, 3> p{(*d)[at + 1], (*d)[at + 2], (*d)[at + kPolicyNumbers + 1]};
+      const std::array<long long, 4> p{(*d)[at + 1], (*d)[at + 2], (*d)[at + kPolicyNumbers + 1],
+                                       per_policy == 4 ? (*d)[at + 3] : 0};
       const auto i = static_cast<std::size_t>(std::find(policies.begin(), policies.end(), p) -
                                               policies.begin());
       if (i == policies.size()) policies.push_back(p);
@@ -165,9 +169,9 @@ std::size_t AppendLeanArgv(bool caller_time, std::span<const std::vector<long lo
   AppendBulk(out, caller_time ? "c" : "");
   AppendNumber(out, static_cast<long long>(policies.size()));
   for (const auto& p : policies) {
-    for (const long long v : p) AppendNumber(out, v);
+    for (std::size_t i = 0; i < per_policy; ++i) AppendNumber(out, p[i]);
   }
-  std::size_t count = 2 + 3 * policies.size(), check = 0;
+  std::size_t count = 2 + per_policy * policies.size(), check = 0;
   for (const std::vector<long long>* d : groups) {
     if (caller_time) {
       AppendNumber(out, (*d)[0]);
@@ -235,6 +239,12 @@ bool LeanFixedWindow(const StoreCheck& c, WireKind k, bool caller_time) {
          p.window > (pad + 1) * 1000 / 524288;
 }
 
+bool LeanGcra(const StoreCheck& c, WireKind k) {
+  const Policy& p = *c.policy;
+  return k == WireKind::kDecide && p.algorithm == Algorithm::kGcra &&
+         p.on_change == OnChange::kAsIs && p.block_for == 0 && c.usage_id.empty();
+}
+
 bool LeanSlidingLog(const StoreCheck& c, WireKind k) {
   const Policy& p = *c.policy;
   return k == WireKind::kDecide && p.algorithm == Algorithm::kSlidingWindowLog &&
@@ -289,27 +299,27 @@ std::string EncodeGroup(const Script& script, std::span<const StoreCheck> checks
   return out;
 }
 
-std::string EncodeLean(const Script& script, std::span<const StoreCheck> checks, Micros now,
+std::string EncodeLean(LeanLane lane, std::span<const StoreCheck> checks, Micros now,
                        bool caller_time, CoalesceInfo& merge) {
   WireKind kinds[kMaxBatchChecks];
   std::fill(kinds, kinds + checks.size(), WireKind::kDecide);
   GroupData(checks, {kinds, checks.size()}, now, merge);
   std::string argv;
   const std::vector<long long>* data = &merge.data;
-  const std::size_t nargs = AppendLeanArgv(caller_time, {&data, 1}, argv);
+  const std::size_t nargs = AppendLeanArgv(caller_time, lane, {&data, 1}, argv);
   std::string out;
   out.reserve(96 + 48 * checks.size() + argv.size());
-  AppendHead(script, checks, nargs, out, merge);
+  AppendHead(LeanScript(lane), checks, nargs, out, merge);
   out.append(argv);
   return out;
 }
 
-std::size_t EncodeLeanCoalesced(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
-                                std::string& out) {
+std::size_t EncodeLeanCoalesced(bool caller_time, LeanLane lane,
+                                const std::vector<const CoalesceInfo*>& groups, std::string& out) {
   std::vector<const std::vector<long long>*> data;
   data.reserve(groups.size());
   for (const CoalesceInfo* g : groups) data.push_back(&g->data);
-  return AppendLeanArgv(caller_time, data, out);
+  return AppendLeanArgv(caller_time, lane, data, out);
 }
 
 std::string EncodeSingle(const Script& script, const StoreCheck& c, Micros now, bool caller_time,
@@ -335,29 +345,45 @@ std::string EncodeSingle(const Script& script, const StoreCheck& c, Micros now, 
   return out;
 }
 
+const Script& LeanScript(LeanLane lane) {
+  switch (lane) {
+    case LeanLane::kFixedWindow:
+      return LeanFixedWindowScript();
+    case LeanLane::kGcra:
+      return LeanGcraScript();
+    case LeanLane::kSlidingLog:
+    case LeanLane::kNone:
+      break;
+  }
+  return LeanSlidingLogScript();
+}
+
 LeanLane LeanLaneOf(std::span<const StoreCheck> checks, std::span<const WireKind> kinds,
                     bool caller_time) {
-  bool fixed = true, log = true;
+  bool fixed = true, gcra = true, log = true;
   for (std::size_t i = 0; i < checks.size(); ++i) {
     fixed = fixed && LeanFixedWindow(checks[i], kinds[i], caller_time);
+    gcra = gcra && LeanGcra(checks[i], kinds[i]);
     log = log && LeanSlidingLog(checks[i], kinds[i]);
     // (the lean sliding-log script decides a group's checks before it logs any)
     for (std::size_t j = 0; log && j < i; ++j) log = checks[j].key != checks[i].key;
   }
-  return fixed ? LeanLane::kFixedWindow : log ? LeanLane::kSlidingLog : LeanLane::kNone;
+  return fixed  ? LeanLane::kFixedWindow
+         : gcra ? LeanLane::kGcra
+         : log  ? LeanLane::kSlidingLog
+                : LeanLane::kNone;
 }
 
 ScriptCall EncodeCall(std::span<const StoreCheck> checks, std::span<const WireKind> kinds,
                       Micros now, bool caller_time, CoalesceInfo& merge) {
   ScriptCall out;
   out.lane = LeanLaneOf(checks, kinds, caller_time);
-  // (one fixed-window check alone is the one-check script's: it costs Redis less per
-  // call than the lean fixed-window script's layout, which pays off from two checks on)
-  if ((out.lane == LeanLane::kFixedWindow && checks.size() > 1) ||
+  // (one fixed-window or GCRA check alone is the one-check script's: it costs Redis less
+  // per call than the lean scripts' layout, which pays off from two checks on)
+  if (((out.lane == LeanLane::kFixedWindow || out.lane == LeanLane::kGcra) && checks.size() > 1) ||
       out.lane == LeanLane::kSlidingLog) {
-    out.script =
-        out.lane == LeanLane::kFixedWindow ? &LeanFixedWindowScript() : &LeanSlidingLogScript();
-    out.wire = EncodeLean(*out.script, checks, now, caller_time, merge);
+    out.script = &LeanScript(out.lane);
+    out.wire = EncodeLean(out.lane, checks, now, caller_time, merge);
     return out;
   }
   const StoreCheck& c0 = checks[0];

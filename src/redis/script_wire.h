@@ -48,6 +48,10 @@ bool LeanSingle(const StoreCheck& c, WireKind k);
 // 7 ms or more: fixed_window.lua's `lean`).
 bool LeanFixedWindow(const StoreCheck& c, WireKind k, bool caller_time);
 
+// A check that the lean GCRA script decides (lua/lean_gcra.lua): a plain GCRA decision
+// (kind decide, no on_change, no block_for, no usage record).
+bool LeanGcra(const StoreCheck& c, WireKind k);
+
 // A check that the lean sliding-log script decides (lua/lean_sliding_log.lua): a plain
 // sliding-log decision (kind decide, no block_for, no usage record, cost <= limit).
 bool LeanSlidingLog(const StoreCheck& c, WireKind k);
@@ -57,7 +61,11 @@ enum class LeanLane : std::uint8_t {
   kNone,
   kFixedWindow,  // every check is LeanFixedWindow
   kSlidingLog,   // every check is LeanSlidingLog, and no key is checked twice
+  kGcra,         // every check is LeanGcra
 };
+
+// The lean script of `lane` (not kNone).
+const Script& LeanScript(LeanLane lane);
 
 // The lean lane of a call of `checks` doing `kinds` (kNone: the group runner's scripts).
 LeanLane LeanLaneOf(std::span<const StoreCheck> checks, std::span<const WireKind> kinds,
@@ -74,12 +82,12 @@ struct ScriptCall {
 
 // The call that decides `checks` (doing `kinds`; not refunds): two or more plain
 // fixed-window checks (LeanFixedWindow) run the lean fixed-window script (one INCRBY per
-// decision), plain sliding-log checks (LeanSlidingLog, one or more) the lean sliding-log
-// script; a check alone (the common call) its algorithm's one-check script when it can
-// (LeanSingle), which costs Redis a fraction of the batch script's CPU; a sliding log
-// or a concurrency check alone a one-check script that is the group runner with only
-// its algorithm defined; anything else the batch script. Records the group in `merge`
-// (EncodeGroup).
+// decision), two or more plain GCRA checks (LeanGcra) the lean GCRA script, plain sliding-log
+// checks (LeanSlidingLog, one or more) the lean sliding-log script; a check alone (the common call)
+// its algorithm's one-check script when it can (LeanSingle), which costs Redis a fraction of the
+// batch script's CPU; a sliding log or a concurrency check alone a one-check script that is the
+// group runner with only its algorithm defined; anything else the batch script. Records the group
+// in `merge` (EncodeGroup).
 ScriptCall EncodeCall(std::span<const StoreCheck> checks, std::span<const WireKind> kinds,
                       Micros now, bool caller_time, CoalesceInfo& merge);
 
@@ -111,16 +119,15 @@ std::string EncodeGroup(const Script& script, std::span<const StoreCheck> checks
                         std::span<const WireKind> kinds, Micros now, bool caller_time,
                         CoalesceInfo& merge);
 
-// EVALSHA of a lean script (`script`: the lean fixed-window or sliding-log script, one
-// wire layout) over one group, `checks`, every one of them of that script; records the
-// group in `merge` as EncodeGroup does (the same data, so that the module's command and
-// a coalesced call read it alike).
-std::string EncodeLean(const Script& script, std::span<const StoreCheck> checks, Micros now,
+// EVALSHA of the lean script of `lane` (not kNone) over one group, `checks`, every one
+// of them of that lane; records the group in `merge` as EncodeGroup does (the same data,
+// so that the module's command and a coalesced call read it alike).
+std::string EncodeLean(LeanLane lane, std::span<const StoreCheck> checks, Micros now,
                        bool caller_time, CoalesceInfo& merge);
 
-// The ARGV of a coalesced call of a lean script; returns their number.
-std::size_t EncodeLeanCoalesced(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
-                                std::string& out);
+// The ARGV of a coalesced call of the lean script of `lane`; returns their number.
+std::size_t EncodeLeanCoalesced(bool caller_time, LeanLane lane,
+                                const std::vector<const CoalesceInfo*>& groups, std::string& out);
 
 // EVALSHA of the lean one-check script of an O(1) algorithm (lua/single_head.lua): KEYS
 // the check's key, ARGV the clock mode, limit, window and cost, then the capacity for a

@@ -14,7 +14,7 @@
 #include <random>
 
 #include "burst.h"
-#include "fixed_window_layouts.h"
+#include "previous_layouts.h"
 #include "redis/node_client.h"
 #include "redis/script_wire.h"
 #include "redis/scripts.h"
@@ -258,6 +258,96 @@ TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
   ExpectEveryKeyHasATtl(*server);
 }
 
+// Differential, the lean GCRA script (lua/lean_gcra.lua): random bursts of batches of
+// plain GCRA checks only (few to many keys, so TATs live and passed; peeks, costs up to
+// the capacity, denials, multi-check batches, time moving forward, and for one-check
+// batches now and then back), some keys rewritten between bursts in the layout before
+// issue #9 (a rolling upgrade: the script decides those with gcra.lua's body), decided
+// in ONE call of that script per burst of two or more batches (one batch: the lean
+// script for two or more checks, the one-check script for one), against the reference
+// model deciding the same batches one after the other.
+TEST(CoalesceDifferential, GcraBurstsRunTheLeanScript) {
+  auto redis = CoalescingStore(/*caller_time=*/true);
+  ASSERT_NE(redis, nullptr);
+  RedisServer* server = SharedRedis();
+  RecordEveryCommand(*server);
+  const Policy trigger = Policy::Gcra("t", 1000, std::chrono::hours(1), 1000);
+  static const Micros kWindows[] = {1'000, 250'000, 1'000'000, 3'300'000, 60'000'000};
+  static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 100, 1000};
+  int compared = 0, denied = 0, downgraded = 0;
+  std::uint64_t expected_calls = 0;
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    std::mt19937_64 rng(seed);
+    ReferenceStore memory;  // (takes every `now` as given, as Redis's states do)
+    std::vector<Policy> policies;
+    for (int i = 0; i < 4; ++i) {
+      const std::uint64_t limit = kLimits[rng() % std::size(kLimits)];
+      policies.push_back(
+          Policy::Gcra("g" + std::to_string(i), limit,
+                       std::chrono::microseconds(kWindows[rng() % std::size(kWindows)]),
+                       1 + rng() % (3 * limit)));
+      ASSERT_TRUE(ValidatePolicy(policies.back()).ok());
+    }
+    const int callers = seed == 1 ? 3 : seed == 2 ? 15 : 75;
+    std::vector<std::string> keys;
+    for (int c = 0; c < callers; ++c) {
+      for (const Policy& p : policies)
+        keys.push_back(*StoreKey("lg" + std::to_string(seed), "c" + std::to_string(c), p.name));
+    }
+    Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
+    for (int burst = 0; burst < 50; ++burst) {
+      const Policy& tp = policies[rng() % policies.size()];
+      now += static_cast<Micros>(rng() % (2 * tp.window / tp.limit + 1));
+      // Seed 3: now and then the clock goes back, and every batch has one check.
+      const bool singles = seed == 3;
+      if (singles && rng() % 6 == 0) now -= static_cast<Micros>(rng() % (2 * tp.window));
+      for (const std::string& key : keys) {
+        if (rng() % 4 == 0) downgraded += DowngradeGcra(*server, key);
+      }
+      const std::size_t ngroups = rng() % 2 ? 8 + rng() % 9 : 1 + rng() % 7;
+      std::vector<Group> groups(ngroups);
+      for (Group& g : groups) {
+        if (rng() % 3 == 0) now += static_cast<Micros>(rng() % 2000);
+        g.now = now;
+        AddRandomChecks(rng, g, singles ? 1 : 1 + rng() % 3, keys, policies);
+        ASSERT_EQ(LaneOf(g.checks), redis::LeanLane::kGcra);
+      }
+      const auto before = redis->Stats();
+      const std::vector<Outcome> got = Burst(*redis, trigger, groups, now);
+      const auto after = redis->Stats();
+      const bool merged = ngroups >= 2;  // (the lean script's lane: from 2 on)
+      expected_calls += merged ? 1 : 0;
+      ASSERT_EQ(after.coalesced_calls - before.coalesced_calls, merged ? 1u : 0u)
+          << "seed " << seed << " burst " << burst;
+      ExpectBurstAsModel(memory, groups, got, {},
+                         "seed " + std::to_string(seed) + " burst " + std::to_string(burst), denied,
+                         compared);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  EXPECT_EQ(redis->Stats().coalesced_calls, expected_calls);
+  EXPECT_GT(expected_calls, 100u);  // most bursts were merged
+  EXPECT_GT(denied, 50);            // and the denials were compared too
+  EXPECT_GT(downgraded, 50);        // and keys in the previous layout were decided
+  EXPECT_GT(compared, 3 * 50 * 3);
+  // The calls were the lean GCRA script's, or for one check the one-check script's.
+  std::map<std::string, int> calls = ScriptCalls(*server);
+  int lean = 0, single = 0, other = 0;
+  for (const auto& [sha, n] : calls) {
+    if (sha == redis::LeanGcraScript().sha) {
+      lean += n;
+    } else if (sha == redis::SingleCheckScript(Algorithm::kGcra).sha) {
+      single += n;
+    } else {
+      other += n;
+    }
+  }
+  EXPECT_GT(lean, 100);
+  EXPECT_GT(single, 50);
+  EXPECT_EQ(other, 0);
+  ExpectEveryKeyHasATtl(*server);
+}
+
 // One batch of a coalesced call denies: it consumes nothing (all or nothing), and the
 // batches around it, one of them on a key the denied batch also checks, are decided
 // and consumed as if it were not there. On Redis's clock (production mode).
@@ -370,11 +460,11 @@ TEST(Coalesce, OffSendsOneCallPerCaller) {
 // Fewer batches than kMinCoalescedBatches (8) queued together are not worth a coalesced
 // call: each is sent with its own lean script. Calls of plain fixed-window checks merge
 // from two on (kMinLeanFixedWindowBatches): the lean fixed-window script has no fixed
-// cost to outweigh.
+// cost to outweigh (nor have the lean GCRA and sliding-log scripts).
 TEST(Coalesce, FewBatchesAreSentAsTheyAre) {
   auto redis = CoalescingStore(/*caller_time=*/false);
   ASSERT_NE(redis, nullptr);
-  const Policy p = Policy::Gcra("g", 5, std::chrono::hours(1), 5);
+  const Policy p = Policy::SlidingWindowCounter("swc", 5, std::chrono::hours(1));
   const Policy fw = Policy::FixedWindow("fw", 5, std::chrono::hours(1));
   const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
   std::vector<std::string> keys;
@@ -390,7 +480,7 @@ TEST(Coalesce, FewBatchesAreSentAsTheyAre) {
     EXPECT_EQ(o.decisions[0].remaining, 4u);
   }
   EXPECT_EQ(redis->Stats().coalesced_calls, 1u);        // the two fixed windows'
-  EXPECT_EQ(redis->Stats().coalesced_evaluations, 2u);  // (the seven GCRA calls: one each)
+  EXPECT_EQ(redis->Stats().coalesced_evaluations, 2u);  // (the seven others: one each)
 }
 
 TEST(Coalesce, BadOptionIsRefused) {

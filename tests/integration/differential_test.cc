@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "edge_policies.h"
-#include "fixed_window_layouts.h"
+#include "previous_layouts.h"
 #include "reference_store.h"
 #include "sluice/key.h"
 #include "sluice/limiter.h"
@@ -345,7 +345,8 @@ TEST_F(Differential, DroppedStatesDecideLikeKeptOnes) {
 // tat) and is now the TAT as a plain number. At random steps the key is rewritten in
 // the previous layout (what a server of the previous version would have left, with
 // the same TTL); decisions, peeks and refunds must still equal MemoryStore's, for the
-// one-check script and the batch script alike.
+// one-check script, the lean GCRA script (a batch of two GCRA checks) and the batch
+// script alike.
 TEST(RedisLayout, GcraPreviousLayoutIsReadExactly) {
   RedisServer* server = SharedRedis();
   ASSERT_NE(server, nullptr);
@@ -360,26 +361,22 @@ TEST(RedisLayout, GcraPreviousLayoutIsReadExactly) {
   MemoryStore memory;
   const Policy gcra = Policy::Gcra("g", 5, std::chrono::seconds(1), 7);
   const Policy other = Policy::FixedWindow("f", 1000, std::chrono::seconds(1));
-  const std::string key = "sluice:{up}:g", key2 = "sluice:{up}:f";
-  const char* downgrade =
-      "local raw = redis.call('GET', KEYS[1]) if not raw then return 0 end "
-      "local tat = tonumber(raw) local ttl = redis.call('PTTL', KEYS[1]) "
-      "redis.call('SET', KEYS[1], struct.pack('<Bdd', 4, math.ceil(tat), tat), 'PX', ttl) "
-      "return 1";
+  const Policy gcra2 = Policy::Gcra("g2", 1000, std::chrono::seconds(1), 1000);
+  const std::string key = "sluice:{up}:g", key2 = "sluice:{up}:f", key3 = "sluice:{up}:g2";
   std::mt19937_64 rng(9);
   Micros now = kNoon;
   int old_layout_reads = 0;
   for (int step = 0; step < 400; ++step) {
     now += static_cast<Micros>(rng() % 400'000);
-    if (rng() % 2 == 0) {
-      auto r = server->Command({"EVAL", downgrade, "1", key});
-      ASSERT_TRUE(r.ok());
-      old_layout_reads += static_cast<int>(r->integer);
-    }
+    if (rng() % 2 == 0) old_layout_reads += DowngradeGcra(*server, key);
     const std::uint64_t cost = rng() % 4;  // 0: a peek
-    StoreCheck checks[2] = {{.policy = &gcra, .key = key, .cost = cost},
-                            {.policy = &other, .key = key2, .cost = 1}};
-    const std::size_t n = rng() % 3 == 0 ? 2 : 1;  // one-check or batch script
+    // One check, or a batch with a fixed window (the batch script) or with another GCRA
+    // check (the lean GCRA script, lua/lean_gcra.lua).
+    const bool mixed = rng() % 2 == 0;
+    StoreCheck checks[2] = {
+        {.policy = &gcra, .key = key, .cost = cost},
+        {.policy = mixed ? &other : &gcra2, .key = mixed ? key2 : key3, .cost = 1}};
+    const std::size_t n = rng() % 3 == 0 ? 2 : 1;
     const std::string where = "step " + std::to_string(step);
     if (cost > 0 && rng() % 5 == 0) {
       ASSERT_TRUE(memory

@@ -10,7 +10,8 @@
 -- `SET key <now + cost x interval> PX .. GET` is the whole decision when the key is
 -- fresh (absent, or its TAT passed: what a key under its rate mostly is), one Redis
 -- call instead of GET + SET. Otherwise it decides on the state GET returned and writes
--- again: the right TAT when allowed, the state it overwrote when denied.
+-- again: the right TAT when allowed, the state it overwrote when denied. `tried`: the
+-- caller made that SET already (lean_gcra.lua), and it replaced this state.
 local interval = w / limit
 local tau = interval * cap
 local t = now
@@ -18,7 +19,7 @@ local tat = t
 local raw, guess, old_e = false, false, false
 if solo and not mode and cost > 0 then
   guess = t + need * interval
-  raw = redis.pcall('SET', key, guess, 'PX', ceil((ceil(guess) - now) / 1000) + PAD, 'GET')
+  raw = tried or redis.pcall('SET', key, guess, 'PX', ceil((ceil(guess) - now) / 1000) + PAD, 'GET')
   if type(raw) == 'table' then -- refused (Redis before 6.2): nothing was written
     guess = false
     raw = redis.call('GET', key)

@@ -1,6 +1,6 @@
-// The fixed window's layout before issue #18 (docs/redis.md, "The fixed window's
-// counter"), for the tests that hold a rolling upgrade to the in-process store: what a
-// server of the previous version would have left at a key.
+// The states' layouts before their current ones (docs/redis.md, "Key layout"), for the
+// tests that hold a rolling upgrade to the in-process store: what a server of the
+// previous version would have left at a key.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -26,6 +26,23 @@ inline bool DowngradeFixedWindow(const RedisServer& server, const std::string& k
       "ttl) return 1";
   auto r = server.Command(
       {"EVAL", kScript, "1", key, std::to_string(window_start), std::to_string(window)});
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return false;
+  EXPECT_NE(r->type, REDIS_REPLY_ERROR) << r->str;
+  return r->integer == 1;
+}
+
+// Rewrites the GCRA state at `key` (its TAT as a plain number, issue #9) as
+// struct.pack('<Bdd', 4, expires, tat), with the same TTL. Returns whether it did
+// (false: no key).
+inline bool DowngradeGcra(const RedisServer& server, const std::string& key) {
+  static const char* kScript =
+      "local raw = redis.call('GET', KEYS[1]) if not raw then return 0 end "
+      "local tat = tonumber(raw) if not tat then return 0 end "
+      "local ttl = redis.call('PTTL', KEYS[1]) "
+      "redis.call('SET', KEYS[1], struct.pack('<Bdd', 4, math.ceil(tat), tat), 'PX', ttl) "
+      "return 1";
+  auto r = server.Command({"EVAL", kScript, "1", key});
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   if (!r.ok()) return false;
   EXPECT_NE(r->type, REDIS_REPLY_ERROR) << r->str;
