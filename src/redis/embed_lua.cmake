@@ -20,7 +20,7 @@
 #   (runner.lua), with only the parts a merged call uses (decisions: no refunds,
 #   penalties, blocks or permits, so no DECIDE wrappers either), so that a call does not
 #   define what it never runs.
-# - the lean scripts of plain decisions (lean_fixed_window.lua, lean_gcra.lua,
+# - the lean scripts of plain decisions (lean_fixed_window.lua, lean_bucket.lua,
 #   lean_sliding_log.lua):
 #   their own wire layout, no group runner; the sliding log's entries codec
 #   (log_entries.lua) is shared by its batch, coalesced and one-check scripts and, created
@@ -109,20 +109,23 @@ function(concat out_var)
       file(READ "${LUA_DIR}/lean_fixed_window.lua" content)
       string(REPLACE "--@DECIDE_BODY@\n" "${fn}" content "${content}")
       string(APPEND body "${content}")
-    elseif(part STREQUAL "lean_gcra")
-      # The lean GCRA script decides what its first SET does not with gcra.lua's body
-      # itself, wrapped as decide_body and created with write_state.lua's helpers at its
-      # "--@DECIDE_BODY@" line, the first time a check needs them.
+    elseif(part STREQUAL "lean_bucket")
+      # The lean bucket script decides what its first SET does not with gcra.lua's and
+      # token_bucket.lua's bodies themselves, wrapped as decide_body and created with
+      # write_state.lua's helpers and the bucket's refill at its "--@DECIDE_BODY@" line,
+      # the first time a check needs them.
       read_lua(gcra gb ops)
+      read_lua(token_bucket tb ops)
+      read_lua(bucket_refill rf ops)
       read_lua(write_state ws ops)
-      string(CONCAT fn "if not decide_body then\n${ws}store = write\n"
-             "decide_body = function(key, limit, w, cap, cost, now, solo, tried)\n"
-             "  local init, need, mode, mw = -1, max(cost, 1), false, 0\n"
+      string(CONCAT fn "if not decide_body then\n${ws}${rf}store = write\n"
+             "decide_body = function(alg, key, limit, w, cap, init, cost, now, solo, tried)\n"
+             "  local need, mode, mw = max(cost, 1), false, 0\n"
              "  local allowed, remaining, reset, retry, state, expires, start, start_expires, patch, patch_at, undo\n"
-             "${gb}"
+             "  if alg == 4 then\n${gb}  else\n${tb}  end\n"
              "  return allowed, remaining, reset, retry, state, expires, patch, patch_at\n"
              "end\nend\n")
-      file(READ "${LUA_DIR}/lean_gcra.lua" content)
+      file(READ "${LUA_DIR}/lean_bucket.lua" content)
       string(REPLACE "      --@DECIDE_BODY@\n" "${fn}" content "${content}")
       string(APPEND body "${content}")
     elseif(part STREQUAL "lean_sliding_log")
@@ -166,9 +169,9 @@ emit(kSingleConcurrency prelude write_state bucket_refill concurrency no_logs no
 # Plain fixed-window checks (issue #18): one call, a batch or coalesced callers, one
 # INCRBY per decision (lean_fixed_window.lua).
 emit(kLeanFixedWindow lean_fixed_window)
-# Plain GCRA checks (issue #18): a batch or coalesced callers, one SET ... GET per
-# decision of a check alone in its group (lean_gcra.lua).
-emit(kLeanGcra lean_gcra)
+# Plain GCRA and token-bucket checks (issue #18): a batch or coalesced callers, one
+# SET ... GET per decision of a check alone in its group (lean_bucket.lua).
+emit(kLeanBucket lean_bucket)
 # Plain sliding-log checks (issue #18): one call, a batch or coalesced callers, on the
 # sliding log's state without a table per check (lean_sliding_log.lua).
 emit(kLeanSlidingLog lean_sliding_log)
@@ -179,7 +182,7 @@ string(APPEND cc "const Script& BatchScript() { return kBatchScript; }\n\n")
 string(APPEND cc "const Script& CoalescedScript() { return kCoalescedScript; }\n\n")
 string(APPEND cc "const Script& LeanFixedWindowScript() { return kLeanFixedWindow; }\n\n")
 string(APPEND cc "const Script& LeanSlidingLogScript() { return kLeanSlidingLog; }\n\n")
-string(APPEND cc "const Script& LeanGcraScript() { return kLeanGcra; }\n\n")
+string(APPEND cc "const Script& LeanBucketScript() { return kLeanBucket; }\n\n")
 string(APPEND cc "const Script& SingleCheckScript(Algorithm a) {\n  switch (a) {\n")
 string(APPEND cc "    case Algorithm::kFixedWindow: return kSingleFixedWindow;\n")
 string(APPEND cc "    case Algorithm::kSlidingWindowLog: return kSingleSlidingWindowLog;\n")
@@ -187,7 +190,7 @@ string(APPEND cc "    case Algorithm::kSlidingWindowCounter: return kSingleSlidi
 string(APPEND cc "    case Algorithm::kTokenBucket: return kSingleTokenBucket;\n")
 string(APPEND cc "    case Algorithm::kGcra: return kSingleGcra;\n    case Algorithm::kConcurrency: return kSingleConcurrency;\n  }\n  return kBatchScript;\n}\n\n")
 string(APPEND cc "std::vector<std::string> AllScripts() {\n  return {std::string(kBatchScript.source)")
-foreach(s kCoalescedScript kLeanFixedWindow kLeanSlidingLog kLeanGcra kSingleFixedWindow kSingleSlidingWindowLog kSingleSlidingWindowCounter kSingleTokenBucket kSingleGcra kSingleConcurrency)
+foreach(s kCoalescedScript kLeanFixedWindow kLeanSlidingLog kLeanBucket kSingleFixedWindow kSingleSlidingWindowLog kSingleSlidingWindowCounter kSingleTokenBucket kSingleGcra kSingleConcurrency)
   string(APPEND cc ",\n          std::string(${s}.source)")
 endforeach()
 string(APPEND cc "};\n}\n\n}  // namespace sluice::redis\n")

@@ -40,10 +40,10 @@ constexpr std::size_t kMinCoalescedBatches = 8;
 // call of two checks costs Redis less than two one-check calls, so its calls merge from
 // two on.
 constexpr std::size_t kMinLeanFixedWindowBatches = 2;
-// The lean sliding-log and GCRA scripts neither (lua/lean_sliding_log.lua,
-// lean_gcra.lua).
+// The lean sliding-log and bucket scripts neither (lua/lean_sliding_log.lua,
+// lean_bucket.lua).
 constexpr std::size_t kMinLeanSlidingLogBatches = 2;
-constexpr std::size_t kMinLeanGcraBatches = 2;
+constexpr std::size_t kMinLeanBucketBatches = 2;
 
 struct Batch {
   Status status;
@@ -82,9 +82,9 @@ struct RedisStore::Impl {
   bool module = true;
   // The grouped scripts that merged calls run (connection.h, "Coalescing"): the
   // coalesced script, and the lean scripts for calls of plain fixed-window, sliding-log
-  // and GCRA checks only; their max_groups is options.coalesce (1: off).
+  // and bucket (GCRA, token bucket) checks only; their max_groups is options.coalesce (1: off).
   redis::CoalesceTarget coalesce_target{}, fixed_window_target{}, sliding_log_target{},
-      gcra_target{};
+      bucket_target{};
   // Last, so it is destroyed first: its shutdown completes calls in flight, whose
   // callbacks still use the members above.
   std::unique_ptr<redis::Router> router;
@@ -150,14 +150,14 @@ void RedisStore::Impl::SetCoalesceTargets(const RedisStoreOptions& o) {
   sliding_log_target.source = redis::LeanSlidingLogScript().source;
   sliding_log_target.min_groups =
       std::min(kMinLeanSlidingLogBatches, static_cast<std::size_t>(o.coalesce));
-  gcra_target = fixed_window_target;
-  gcra_target.sha = redis::LeanGcraScript().sha;
-  gcra_target.source = redis::LeanGcraScript().source;
-  gcra_target.min_groups = std::min(kMinLeanGcraBatches, static_cast<std::size_t>(o.coalesce));
-  gcra_target.encode = [caller_time = o.use_caller_time](
-                           const std::vector<const redis::CoalesceInfo*>& groups,
-                           std::string& out) {
-    return redis::EncodeLeanCoalesced(caller_time, redis::LeanLane::kGcra, groups, out);
+  bucket_target = fixed_window_target;
+  bucket_target.sha = redis::LeanBucketScript().sha;
+  bucket_target.source = redis::LeanBucketScript().source;
+  bucket_target.min_groups = std::min(kMinLeanBucketBatches, static_cast<std::size_t>(o.coalesce));
+  bucket_target.encode = [caller_time = o.use_caller_time](
+                             const std::vector<const redis::CoalesceInfo*>& groups,
+                             std::string& out) {
+    return redis::EncodeLeanCoalesced(caller_time, redis::LeanLane::kBucket, groups, out);
   };
   if (module) {
     coalesce_target.encode_module = [caller_time = o.use_caller_time](
@@ -167,7 +167,7 @@ void RedisStore::Impl::SetCoalesceTargets(const RedisStoreOptions& o) {
     };
     fixed_window_target.encode_module = coalesce_target.encode_module;
     sliding_log_target.encode_module = coalesce_target.encode_module;
-    gcra_target.encode_module = coalesce_target.encode_module;
+    bucket_target.encode_module = coalesce_target.encode_module;
   }
 }
 
@@ -427,7 +427,7 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(StoreOp op, std::span<const Sto
   if (coalesce) {
     merge.target = sc.lane == redis::LeanLane::kFixedWindow  ? &fixed_window_target
                    : sc.lane == redis::LeanLane::kSlidingLog ? &sliding_log_target
-                   : sc.lane == redis::LeanLane::kGcra       ? &gcra_target
+                   : sc.lane == redis::LeanLane::kBucket     ? &bucket_target
                                                              : &coalesce_target;
     merge.slot = cluster ? redis::KeySlot(checks[0].key) : 0;
   }

@@ -146,20 +146,24 @@ void AppendHead(const Script& script, std::span<const StoreCheck> checks, std::s
   merge.nkeys = static_cast<std::uint32_t>(nkeys);
 }
 
-// The lean scripts' ARGV for `groups` (lua/lean_fixed_window.lua, lean_gcra.lua,
+// The lean scripts' ARGV for `groups` (lua/lean_fixed_window.lua, lean_bucket.lua,
 // lean_sliding_log.lua), from their CoalesceInfo::data; returns the number of arguments.
 std::size_t AppendLeanArgv(bool caller_time, LeanLane lane,
                            std::span<const std::vector<long long>* const> groups,
                            std::string& out) {
   // (a policy here is each check's limit, window and cost: its data's numbers 1, 2, 8;
-  // and for GCRA its capacity, number 3)
-  const std::size_t per_policy = lane == LeanLane::kGcra ? 4 : 3;
-  std::vector<std::array<long long, 4>> policies;
+  // and for the bucket script its algorithm, capacity and initial tokens: 0, 3, 4)
+  const std::size_t per_policy = lane == LeanLane::kBucket ? 6 : 3;
+  std::vector<std::array<long long, 6>> policies;
   std::vector<std::uint32_t> index;
   for (const std::vector<long long>* d : groups) {
     for (std::size_t at = 1; at + kWireCheckNumbers <= d->size(); at += kWireCheckNumbers) {
-      const std::array<long long, 4> p{(*d)[at + 1], (*d)[at + 2], (*d)[at + kPolicyNumbers + 1],
-                                       per_policy == 4 ? (*d)[at + 3] : 0};
+      std::array<long long, 6> p{(*d)[at + 1], (*d)[at + 2], (*d)[at + kPolicyNumbers + 1]};
+      if (per_policy == 6) {
+        p[3] = (*d)[at];
+        p[4] = (*d)[at + 3];
+        p[5] = (*d)[at + 4];
+      }
       const auto i = static_cast<std::size_t>(std::find(policies.begin(), policies.end(), p) -
                                               policies.begin());
       if (i == policies.size()) policies.push_back(p);
@@ -239,9 +243,12 @@ bool LeanFixedWindow(const StoreCheck& c, WireKind k, bool caller_time) {
          p.window > (pad + 1) * 1000 / 524288;
 }
 
-bool LeanGcra(const StoreCheck& c, WireKind k) {
+bool LeanBucket(const StoreCheck& c, WireKind k) {
   const Policy& p = *c.policy;
-  return k == WireKind::kDecide && p.algorithm == Algorithm::kGcra &&
+  return k == WireKind::kDecide &&
+         (p.algorithm == Algorithm::kGcra ||
+          (p.algorithm == Algorithm::kTokenBucket &&
+           (!p.initial_tokens || *p.initial_tokens >= p.Capacity()))) &&
          p.on_change == OnChange::kAsIs && p.block_for == 0 && c.usage_id.empty();
 }
 
@@ -349,8 +356,8 @@ const Script& LeanScript(LeanLane lane) {
   switch (lane) {
     case LeanLane::kFixedWindow:
       return LeanFixedWindowScript();
-    case LeanLane::kGcra:
-      return LeanGcraScript();
+    case LeanLane::kBucket:
+      return LeanBucketScript();
     case LeanLane::kSlidingLog:
     case LeanLane::kNone:
       break;
@@ -360,27 +367,28 @@ const Script& LeanScript(LeanLane lane) {
 
 LeanLane LeanLaneOf(std::span<const StoreCheck> checks, std::span<const WireKind> kinds,
                     bool caller_time) {
-  bool fixed = true, gcra = true, log = true;
+  bool fixed = true, bucket = true, log = true;
   for (std::size_t i = 0; i < checks.size(); ++i) {
     fixed = fixed && LeanFixedWindow(checks[i], kinds[i], caller_time);
-    gcra = gcra && LeanGcra(checks[i], kinds[i]);
+    bucket = bucket && LeanBucket(checks[i], kinds[i]);
     log = log && LeanSlidingLog(checks[i], kinds[i]);
     // (the lean sliding-log script decides a group's checks before it logs any)
     for (std::size_t j = 0; log && j < i; ++j) log = checks[j].key != checks[i].key;
   }
-  return fixed  ? LeanLane::kFixedWindow
-         : gcra ? LeanLane::kGcra
-         : log  ? LeanLane::kSlidingLog
-                : LeanLane::kNone;
+  return fixed    ? LeanLane::kFixedWindow
+         : bucket ? LeanLane::kBucket
+         : log    ? LeanLane::kSlidingLog
+                  : LeanLane::kNone;
 }
 
 ScriptCall EncodeCall(std::span<const StoreCheck> checks, std::span<const WireKind> kinds,
                       Micros now, bool caller_time, CoalesceInfo& merge) {
   ScriptCall out;
   out.lane = LeanLaneOf(checks, kinds, caller_time);
-  // (one fixed-window or GCRA check alone is the one-check script's: it costs Redis less
+  // (one fixed-window or bucket check alone is the one-check script's: it costs Redis less
   // per call than the lean scripts' layout, which pays off from two checks on)
-  if (((out.lane == LeanLane::kFixedWindow || out.lane == LeanLane::kGcra) && checks.size() > 1) ||
+  if (((out.lane == LeanLane::kFixedWindow || out.lane == LeanLane::kBucket) &&
+       checks.size() > 1) ||
       out.lane == LeanLane::kSlidingLog) {
     out.script = &LeanScript(out.lane);
     out.wire = EncodeLean(out.lane, checks, now, caller_time, merge);

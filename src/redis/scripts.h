@@ -27,9 +27,10 @@ const Script& CoalescedScript();
 // Decides plain fixed-window checks only (lua/lean_fixed_window.lua): one check, a
 // batch, or several callers' groups in one call, one INCRBY per decision.
 const Script& LeanFixedWindowScript();
-// Decides plain GCRA checks only (lua/lean_gcra.lua): a batch, or several callers'
-// groups in one call, one SET ... GET per decision of a check alone in its group.
-const Script& LeanGcraScript();
+// Decides plain GCRA and token-bucket checks only (lua/lean_bucket.lua): a batch, or
+// several callers' groups in one call, one SET ... GET per decision of a check alone in
+// its group.
+const Script& LeanBucketScript();
 // Decides plain sliding-log checks only (lua/lean_sliding_log.lua): one check, a batch,
 // or several callers' groups in one call, on the sliding log's state.
 const Script& LeanSlidingLogScript();

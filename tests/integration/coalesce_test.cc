@@ -258,15 +258,16 @@ TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
   ExpectEveryKeyHasATtl(*server);
 }
 
-// Differential, the lean GCRA script (lua/lean_gcra.lua): random bursts of batches of
-// plain GCRA checks only (few to many keys, so TATs live and passed; peeks, costs up to
-// the capacity, denials, multi-check batches, time moving forward, and for one-check
-// batches now and then back), some keys rewritten between bursts in the layout before
-// issue #9 (a rolling upgrade: the script decides those with gcra.lua's body), decided
-// in ONE call of that script per burst of two or more batches (one batch: the lean
-// script for two or more checks, the one-check script for one), against the reference
-// model deciding the same batches one after the other.
-TEST(CoalesceDifferential, GcraBurstsRunTheLeanScript) {
+// Differential, the lean bucket script (lua/lean_bucket.lua): random bursts of batches
+// of plain GCRA and token-bucket checks only (few to many keys, so states live and back
+// to full; peeks, costs up to the capacity, denials, multi-check batches mixing both
+// algorithms, time moving forward, and for one-check batches now and then back), some
+// GCRA keys rewritten between bursts in the layout before issue #9 (a rolling upgrade:
+// the script decides those with gcra.lua's body), decided in ONE call of that script per
+// burst of two or more batches (one batch: the lean script for two or more checks, the
+// one-check script for one), against the reference model deciding the same batches one
+// after the other.
+TEST(CoalesceDifferential, BucketBurstsRunTheLeanScript) {
   auto redis = CoalescingStore(/*caller_time=*/true);
   ASSERT_NE(redis, nullptr);
   RedisServer* server = SharedRedis();
@@ -282,10 +283,13 @@ TEST(CoalesceDifferential, GcraBurstsRunTheLeanScript) {
     std::vector<Policy> policies;
     for (int i = 0; i < 4; ++i) {
       const std::uint64_t limit = kLimits[rng() % std::size(kLimits)];
+      const std::chrono::microseconds window(kWindows[rng() % std::size(kWindows)]);
+      const std::uint64_t capacity = 1 + rng() % (3 * limit);
       policies.push_back(
-          Policy::Gcra("g" + std::to_string(i), limit,
-                       std::chrono::microseconds(kWindows[rng() % std::size(kWindows)]),
-                       1 + rng() % (3 * limit)));
+          i % 2 == 0 ? Policy::Gcra("g" + std::to_string(i), limit, window, capacity)
+                     : Policy::TokenBucket("b" + std::to_string(i), capacity, limit, window));
+      // (a bucket that starts full, the lean script's; or as full as it holds)
+      if (i == 3 && seed == 2) policies.back().initial_tokens = capacity;
       ASSERT_TRUE(ValidatePolicy(policies.back()).ok());
     }
     const int callers = seed == 1 ? 3 : seed == 2 ? 15 : 75;
@@ -301,8 +305,9 @@ TEST(CoalesceDifferential, GcraBurstsRunTheLeanScript) {
       // Seed 3: now and then the clock goes back, and every batch has one check.
       const bool singles = seed == 3;
       if (singles && rng() % 6 == 0) now -= static_cast<Micros>(rng() % (2 * tp.window));
-      for (const std::string& key : keys) {
-        if (rng() % 4 == 0) downgraded += DowngradeGcra(*server, key);
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        const bool gcra = policies[i % policies.size()].algorithm == Algorithm::kGcra;
+        if (gcra && rng() % 4 == 0) downgraded += DowngradeGcra(*server, keys[i]);
       }
       const std::size_t ngroups = rng() % 2 ? 8 + rng() % 9 : 1 + rng() % 7;
       std::vector<Group> groups(ngroups);
@@ -310,7 +315,7 @@ TEST(CoalesceDifferential, GcraBurstsRunTheLeanScript) {
         if (rng() % 3 == 0) now += static_cast<Micros>(rng() % 2000);
         g.now = now;
         AddRandomChecks(rng, g, singles ? 1 : 1 + rng() % 3, keys, policies);
-        ASSERT_EQ(LaneOf(g.checks), redis::LeanLane::kGcra);
+        ASSERT_EQ(LaneOf(g.checks), redis::LeanLane::kBucket);
       }
       const auto before = redis->Stats();
       const std::vector<Outcome> got = Burst(*redis, trigger, groups, now);
@@ -330,13 +335,14 @@ TEST(CoalesceDifferential, GcraBurstsRunTheLeanScript) {
   EXPECT_GT(denied, 50);            // and the denials were compared too
   EXPECT_GT(downgraded, 50);        // and keys in the previous layout were decided
   EXPECT_GT(compared, 3 * 50 * 3);
-  // The calls were the lean GCRA script's, or for one check the one-check script's.
+  // The calls were the lean bucket script's, or for one check the one-check scripts'.
   std::map<std::string, int> calls = ScriptCalls(*server);
   int lean = 0, single = 0, other = 0;
   for (const auto& [sha, n] : calls) {
-    if (sha == redis::LeanGcraScript().sha) {
+    if (sha == redis::LeanBucketScript().sha) {
       lean += n;
-    } else if (sha == redis::SingleCheckScript(Algorithm::kGcra).sha) {
+    } else if (sha == redis::SingleCheckScript(Algorithm::kGcra).sha ||
+               sha == redis::SingleCheckScript(Algorithm::kTokenBucket).sha) {
       single += n;
     } else {
       other += n;

@@ -11,7 +11,7 @@
 -- fresh (absent, or its TAT passed: what a key under its rate mostly is), one Redis
 -- call instead of GET + SET. Otherwise it decides on the state GET returned and writes
 -- again: the right TAT when allowed, the state it overwrote when denied. `tried`: the
--- caller made that SET already (lean_gcra.lua), and it replaced this state.
+-- caller made that SET already (lean_bucket.lua), and it replaced this state.
 local interval = w / limit
 local tau = interval * cap
 local t = now

@@ -12,7 +12,7 @@
 -- wraps as DECIDE[id] (embed_lua.cmake), so a change is made once. A body reads the
 -- locals key, limit, w, cap, init, cost, need, now, PAD (extra TTL in ms), mode (the
 -- policy's on_change: false, 'r' or 'p'; always false here) and mw (max_wait in us; 0
--- here: checks with either go to the batch script), tried (what a lean script's first command did: fixed_window.lua, gcra.lua), solo (the check is alone in its
+-- here: checks with either go to the batch script), tried (what a lean script's first command did: fixed_window.lua, token_bucket.lua, gcra.lua), solo (the check is alone in its
 -- call or group, so it may write before it decides: gcra.lua), reads the state itself
 -- (GET, or a fixed window's INCRBY, or GCRA's SET .. GET), and sets allowed, remaining, reset, retry, expires, and,
 -- only when allowed with cost > 0, `state` (the new state to SET with its TTL) and

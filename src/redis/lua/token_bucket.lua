@@ -7,7 +7,8 @@
 -- writes first, as gcra.lua does: `SET key <the full bucket less the cost> PX .. GET` is
 -- the whole decision when the key is fresh (absent or back to full: a bucket under its
 -- rate expires when it is full again); otherwise it decides on what GET returned and
--- writes again.
+-- writes again. `tried`: the caller made that SET already (lean_bucket.lua), and it
+-- replaced this state.
 local rate = limit / w
 local raw, guess = false, false
 if solo and not mode and init < 0 and cost > 0 then
@@ -17,7 +18,7 @@ if solo and not mode and init < 0 and cost > 0 then
   guess = struct.pack('<Bddd', 3, now + gr, gt, now)
   local ms = ceil(gr / 1000)
   if ms < 1 then ms = 1 end
-  raw = redis.pcall('SET', key, guess, 'PX', ms + PAD, 'GET')
+  raw = tried or redis.pcall('SET', key, guess, 'PX', ms + PAD, 'GET')
   if type(raw) == 'table' then -- refused (Redis before 6.2): nothing was written
     guess = false
     raw = redis.call('GET', key)

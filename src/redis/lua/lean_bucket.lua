@@ -1,0 +1,164 @@
+-- sluice: the lean bucket script (issue #18). A call whose checks are all plain GCRA or
+-- token-bucket decisions (LeanBucket in script_wire.cc: a policy with on_change as_is,
+-- no block_for, a token bucket that starts full, kind decide, no usage record) runs this
+-- instead of the group runner: a batch of two or more checks, or several callers' calls
+-- coalesced into one call, each group all or nothing and decided before the next is read
+-- (docs/redis.md, "Coalesced calls").
+-- A check alone in its group whose cost a fresh state allows costs ONE command: `SET key
+-- <guess> PX <ttl> GET` writes the state a fresh key would get (gcra.lua's and
+-- token_bucket.lua's guess: a TAT, or a full bucket less the cost) and replies the state
+-- it replaced; absent, or back to full (a TAT passed, a bucket's expiry reached), that is
+-- the whole decision. What a check needs besides (the guess and its TTL as strings, the
+-- reply of a fresh decision) is worked out once per call for each policy, so such a
+-- check builds no table. Any other state it replaced (a live one, an earlier layout, a
+-- foreign value), a check in a group of several, a peek and a cost a fresh state does
+-- not allow are decided by the algorithm's body itself, wrapped below as `decide_body`
+-- (embed_lua.cmake): given the state the SET replaced (`tried`), it decides on it and
+-- writes the right state, or puts back what the guess overwrote; in a group of several
+-- it reads with GET and its write waits for the group, as the runner's does
+-- (write_state.lua's `write`, here `store`).
+--
+-- The wire layout (docs/redis.md, "Wire layout"; script_wire.cc, EncodeLean):
+-- KEYS: every check's key, group after group.
+-- ARGV[1]: "" (Redis's TIME, read once per call: clock.lua) or "c" (caller time, tests
+--   only: each group starts with its now, and TTLs are padded by an hour).
+-- ARGV[2]: P, the call's distinct policies, then 6 arguments each: limit, window (us),
+--   cost, algorithm (3 token bucket, 4 GCRA), capacity, initial tokens (-1: full).
+-- Then per check ONE number, policy * 2 + last, policy indexing the list from 0, last
+--   1 on a group's last check.
+-- The reply: the runner's encoding (lua/runner.lua), one flat array, check after check;
+-- a call of one check answered by one integer: that integer alone.
+local floor, ceil, max, min, type = math.floor, math.ceil, math.max, math.min, type
+local EPS = 1e-9 -- (prelude.lua's)
+local caller_time = ARGV[1] ~= ''
+local PAD = 0
+if caller_time then PAD = 3600000 end
+-- The slow path's functions: write_state.lua's `write` (as `store`) and decide_body,
+-- created by the first check that needs them.
+local store, decide_body
+local np = tonumber(ARGV[2])
+-- Policy i's numbers at pol[11 * i + 1 ..]: 1 limit, 2 window, 3 cost, 4 algorithm, 5
+-- capacity, 6 initial tokens, then for the now at hand: 7 the guess (a fresh state after
+-- this cost), or false when a fresh state does not allow the cost, 8 its TTL in ms as a
+-- string, 9 remaining and 10 reset_after of a fresh decision, 11 its packed reply
+-- (false: too large to pack).
+local pol = {}
+for i = 0, np - 1 do
+  local b, a = 11 * i, 3 + 6 * i
+  for j = 1, 6 do pol[b + j] = tonumber(ARGV[a + j - 1]) end
+end
+local out, n = {}, 0
+-- A group's body-decided writes (key, state, expires, patch, patch_at), made only if it
+-- is allowed; flat, reused from group to group.
+local pend = {}
+local a, k, nargs, pnow = 3 + 6 * np, 1, #ARGV, false
+while a <= nargs do
+  local gnow = now
+  if caller_time then
+    gnow = tonumber(ARGV[a])
+    a = a + 1
+  end
+  if gnow ~= pnow then -- (every group in caller-time mode; once on Redis's clock)
+    pnow = gnow
+    for b = 0, 11 * (np - 1), 11 do
+      -- the body's decision on a fresh state, in its operations' order
+      local limit, w, cost, alg, cap = pol[b + 1], pol[b + 2], pol[b + 3], pol[b + 4], pol[b + 5]
+      local need = max(cost, 1)
+      local guess, remaining, reset, ms = false, 0, 0, 0
+      if alg == 4 then -- gcra.lua: tat = now
+        local interval = w / limit
+        local tau = interval * cap
+        local tat = gnow + need * interval
+        if cost > 0 and tat - gnow <= tau + EPS * interval then
+          guess, remaining, reset = string.format('%.17g', tat),
+            max(0, floor((tau - (tat - gnow)) / interval + EPS)), ceil(tat - gnow)
+          ms = ceil((ceil(tat) - gnow) / 1000) + PAD
+        end
+      elseif cost > 0 and pol[b + 6] < 0 and cap + EPS >= need then -- token_bucket.lua: full
+        local tokens = max(0, cap - cost)
+        if not (tokens + EPS >= cap) then reset = ceil((cap - tokens) / (limit / w)) end
+        guess, remaining = struct.pack('<Bddd', 3, gnow + reset, tokens, gnow),
+          max(0, floor(tokens + EPS))
+        ms = max(1, ceil(reset / 1000)) + PAD
+      end
+      pol[b + 7] = guess
+      if guess then
+        local v = (reset * (cap + 1) + remaining) * 2 + 1
+        pol[b + 8], pol[b + 9], pol[b + 10] = string.format('%d', ms), remaining, reset
+        pol[b + 11] = remaining <= cap and v < 9007199254740992 and v
+      end
+    end
+  end
+  local ns, all, first, last = 0, true, true, 0
+  repeat
+    local v = tonumber(ARGV[a])
+    a = a + 1
+    last = v % 2
+    local b = 11 * (v - last) / 2
+    local key = KEYS[k]
+    k = k + 1
+    local solo = first and last == 1
+    first = false
+    local cost, alg, cap, guess = pol[b + 3], pol[b + 4], pol[b + 5], pol[b + 7]
+    local raw, fresh = false, false
+    if solo and guess then
+      raw = redis.pcall('SET', key, guess, 'PX', pol[b + 8], 'GET')
+      if not raw then
+        fresh = true
+      elseif type(raw) == 'string' then
+        -- back to full, like absent: a TAT passed, a bucket's expiry reached
+        if alg == 4 then
+          local stat = tonumber(raw)
+          fresh = stat ~= nil and ceil(stat) <= gnow
+        elseif #raw == 25 and string.byte(raw) == 3 then
+          local _, e = struct.unpack('<Bd', raw)
+          fresh = e <= gnow
+        end
+      end
+    end
+    local allowed = true
+    if fresh then
+      local packed = pol[b + 11]
+      if packed then
+        n = n + 1
+        out[n] = packed
+      else
+        out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 2, pol[b + 9], pol[b + 10], 0
+        n = n + 4
+      end
+    else
+      -- the algorithm's body decides: on what the SET replaced (solo), or reading it
+      --@DECIDE_BODY@
+      -- (a SET refused, e.g. by a key of another type, wrote nothing: the body reads)
+      local replaced = type(raw) == 'string'
+      local remaining, reset, retry, state, expires, patch, patch_at
+      allowed, remaining, reset, retry, state, expires, patch, patch_at =
+        decide_body(alg, key, pol[b + 1], pol[b + 2], cap, pol[b + 6], cost, gnow,
+          solo and (replaced or not raw), replaced and raw)
+      if solo then
+        if allowed and cost > 0 and state then store(key, state, expires, patch, patch_at, gnow) end
+      elseif allowed and cost > 0 and state then
+        local s = 5 * ns
+        pend[s + 1], pend[s + 2], pend[s + 3], pend[s + 4], pend[s + 5] = key, state, expires,
+          patch or false, patch_at
+        ns = ns + 1
+      end
+      if allowed and retry == 0 and remaining >= 0 and remaining <= cap and reset >= 0 and
+          (reset * (cap + 1) + remaining) * 2 + 1 < 9007199254740992 then
+        n = n + 1
+        out[n] = (reset * (cap + 1) + remaining) * 2 + 1
+      else
+        out[n + 1], out[n + 2], out[n + 3], out[n + 4] = allowed and 2 or 0, remaining, reset, retry
+        n = n + 4
+      end
+    end
+    all = all and allowed
+  until last == 1
+  if all then
+    for s = 0, 5 * (ns - 1), 5 do
+      store(pend[s + 1], pend[s + 2], pend[s + 3], pend[s + 4], pend[s + 5], gnow)
+    end
+  end
+end
+if n == 1 then return out[1] end
+return out
