@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <random>
+#include <set>
 
 #include "burst.h"
 #include "previous_layouts.h"
@@ -32,10 +34,6 @@ redis::LeanLane LaneOf(std::span<const StoreCheck> checks) {
   redis::WireKind kinds[kMaxBatchChecks];
   redis::WireKinds(checks, StoreOp::kDecide, kinds);
   return redis::LeanLaneOf(checks, {kinds, checks.size()}, /*caller_time=*/true);
-}
-
-bool LeanFixedWindowOnly(std::span<const StoreCheck> checks) {
-  return LaneOf(checks) == redis::LeanLane::kFixedWindow;
 }
 
 Policy RandomPolicy(std::mt19937_64& rng, int index) {
@@ -157,73 +155,71 @@ TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
   ExpectEveryKeyHasATtl(*SharedRedis());
 }
 
-// Differential, the lean fixed-window script (lua/lean_fixed_window.lua): random bursts
-// of batches of plain fixed-window checks only (few to many keys, peeks, costs up to the
-// limit, denials, multi-check batches, time moving forward, and for one-check batches
-// now and then back), some
-// keys rewritten between
-// bursts in the layout before issue #18 (a rolling upgrade: the script decides those
-// with fixed_window.lua's body), decided in ONE call of that script per burst (two or
-// more batches; a burst of one: that script's for two or more checks, the one-check
-// script's for one), against the reference model deciding the same batches one after
-// the other.
-TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
+// What a lean lane's differential test (below) varies.
+struct LeanBursts {
+  redis::LeanLane lane;
+  Policy trigger;      // the trigger's call (Burst), in that lane
+  std::string prefix;  // of the keys
+  // Four policies of the lane, at random.
+  std::function<std::vector<Policy>(std::mt19937_64&, std::uint64_t seed)> policies;
+  // Rewrites `key` (under `p`, at `now`) in an earlier layout; whether it did.
+  std::function<bool(RedisServer&, const std::string& key, const Policy& p, Micros now)> downgrade;
+};
+
+// Random bursts of batches of the lane's checks only (3 seeds: few keys, mostly live
+// states, to many, mostly fresh; peeks, costs up to the capacity, denials, multi-check
+// batches, time moving forward, and in seed 3 one-check batches with time now and then
+// going back), keys rewritten at random between bursts in an earlier layout, each burst
+// decided in ONE call of the lane's lean script when it has two or more batches (one
+// batch: that script for two or more checks, the one-check script for one), against the
+// reference model deciding the same batches one after the other.
+void ExpectLeanBurstsAsModel(const LeanBursts& spec) {
   auto redis = CoalescingStore(/*caller_time=*/true);
   ASSERT_NE(redis, nullptr);
   RedisServer* server = SharedRedis();
   RecordEveryCommand(*server);
-  const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
-  static const Micros kWindows[] = {250'000, 1'000'000, 3'300'000, 60'000'000};
-  static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 100};
   int compared = 0, denied = 0, downgraded = 0;
   std::uint64_t expected_calls = 0;
+  std::set<std::string> singles_sha;  // the one-check scripts of the lane's algorithms
   for (std::uint64_t seed = 1; seed <= 3; ++seed) {
     std::mt19937_64 rng(seed);
     // (MemoryStore never lets its own time go back: the plain reference model of the
     // algorithms takes every `now` as given, as Redis's states do)
     ReferenceStore memory;
-    std::vector<Policy> policies;
-    for (int i = 0; i < 4; ++i) {
-      policies.push_back(
-          Policy::FixedWindow("f" + std::to_string(i), kLimits[rng() % std::size(kLimits)],
-                              std::chrono::microseconds(kWindows[rng() % std::size(kWindows)])));
+    const std::vector<Policy> policies = spec.policies(rng, seed);
+    for (const Policy& p : policies) {
+      ASSERT_TRUE(ValidatePolicy(p).ok()) << p.name;
+      singles_sha.insert(std::string(redis::SingleCheckScript(p.algorithm).sha));
     }
-    // Few keys (mostly live windows) to many (mostly fresh ones).
     const int callers = seed == 1 ? 3 : seed == 2 ? 15 : 75;
     std::vector<std::string> keys;
     for (int c = 0; c < callers; ++c) {
       for (const Policy& p : policies)
-        keys.push_back(*StoreKey("lf" + std::to_string(seed), "c" + std::to_string(c), p.name));
+        keys.push_back(
+            *StoreKey(spec.prefix + std::to_string(seed), "c" + std::to_string(c), p.name));
     }
     Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
     for (int burst = 0; burst < 50; ++burst) {
       const Policy& tp = policies[rng() % policies.size()];
       now += static_cast<Micros>(rng() % (2 * tp.window / tp.limit + 1));
-      // Seed 3: now and then the clock goes back (a later window's count is kept), and
-      // every batch has one check. (A batch denied by another check leaves a fresh
-      // window's counter at 0, docs/redis.md "The native module": read later from an
-      // earlier window, its reset_after is that later window's, where the model, which
-      // wrote nothing, answers with the earlier window's.)
       const bool singles = seed == 3;
       if (singles && rng() % 6 == 0) now -= static_cast<Micros>(rng() % (2 * tp.window));
       for (std::size_t i = 0; i < keys.size(); ++i) {
-        const Policy& p = policies[i % policies.size()];
         if (rng() % 4 == 0)
-          downgraded += DowngradeFixedWindow(*server, keys[i], now - now % p.window, p.window);
+          downgraded += spec.downgrade(*server, keys[i], policies[i % policies.size()], now);
       }
       const std::size_t ngroups = rng() % 2 ? 8 + rng() % 9 : 1 + rng() % 7;
       std::vector<Group> groups(ngroups);
       for (Group& g : groups) {
         if (rng() % 3 == 0) now += static_cast<Micros>(rng() % 2000);
         g.now = now;
-        const std::size_t n = singles ? 1 : 1 + rng() % 3;
-        AddRandomChecks(rng, g, n, keys, policies);
-        ASSERT_TRUE(LeanFixedWindowOnly(g.checks));
+        AddRandomChecks(rng, g, singles ? 1 : 1 + rng() % 3, keys, policies);
+        ASSERT_EQ(LaneOf(g.checks), spec.lane);
       }
       const auto before = redis->Stats();
-      const std::vector<Outcome> got = Burst(*redis, trigger, groups, now);
+      const std::vector<Outcome> got = Burst(*redis, spec.trigger, groups, now);
       const auto after = redis->Stats();
-      const bool merged = ngroups >= 2;  // (the lean script's lane: from 2 on)
+      const bool merged = ngroups >= 2;  // (the lean scripts' lanes: from 2 on)
       expected_calls += merged ? 1 : 0;
       ASSERT_EQ(after.coalesced_calls - before.coalesced_calls, merged ? 1u : 0u)
           << "seed " << seed << " burst " << burst;
@@ -236,17 +232,16 @@ TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
   EXPECT_EQ(redis->Stats().coalesced_calls, expected_calls);
   EXPECT_GT(expected_calls, 100u);  // most bursts were merged
   EXPECT_GT(denied, 50);            // and the denials were compared too
-  EXPECT_GT(downgraded, 50);        // and keys in the previous layout were decided
+  EXPECT_GT(downgraded, 50);        // and keys in an earlier layout were decided
   EXPECT_GT(compared, 3 * 50 * 3);
-  // The calls were the lean fixed-window script's, or for one check the one-check
-  // script's (SLOWLOG keeps each command's arguments: EVALSHA <sha> ...), never the
-  // coalesced or the batch script's.
-  std::map<std::string, int> calls = ScriptCalls(*server);
+  // The calls were the lane's lean script's, or for one check the one-check scripts'
+  // (SLOWLOG keeps each command's arguments: EVALSHA <sha> ...), never the coalesced or
+  // the batch script's.
   int lean = 0, single = 0, other = 0;
-  for (const auto& [sha, n] : calls) {
-    if (sha == redis::LeanFixedWindowScript().sha) {
+  for (const auto& [sha, n] : ScriptCalls(*server)) {
+    if (sha == redis::LeanScript(spec.lane).sha) {
       lean += n;
-    } else if (sha == redis::SingleCheckScript(Algorithm::kFixedWindow).sha) {
+    } else if (singles_sha.count(sha) > 0) {
       single += n;
     } else {
       other += n;
@@ -258,100 +253,66 @@ TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
   ExpectEveryKeyHasATtl(*server);
 }
 
-// Differential, the lean bucket script (lua/lean_bucket.lua): random bursts of batches
-// of plain GCRA and token-bucket checks only (few to many keys, so states live and back
-// to full; peeks, costs up to the capacity, denials, multi-check batches mixing both
-// algorithms, time moving forward, and for one-check batches now and then back), some
-// GCRA keys rewritten between bursts in the layout before issue #9 (a rolling upgrade:
-// the script decides those with gcra.lua's body), decided in ONE call of that script per
-// burst of two or more batches (one batch: the lean script for two or more checks, the
-// one-check script for one), against the reference model deciding the same batches one
-// after the other.
+// Differential, the lean fixed-window script (lua/lean_fixed_window.lua), as
+// ExpectLeanBurstsAsModel: keys rewritten in the layout before issue #18 (a rolling
+// upgrade: the script decides those with fixed_window.lua's body). (In seed 3, where
+// the clock goes back, a batch denied by another check would leave a fresh window's
+// counter at 0, docs/redis.md "The native module": read later from an earlier window,
+// its reset_after is that later window's, where the model, which wrote nothing, answers
+// with the earlier window's; seed 3's batches have one check.)
+TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
+  ExpectLeanBurstsAsModel(
+      {.lane = redis::LeanLane::kFixedWindow,
+       .trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1)),
+       .prefix = "lf",
+       .policies =
+           [](std::mt19937_64& rng, std::uint64_t) {
+             static const Micros kWindows[] = {250'000, 1'000'000, 3'300'000, 60'000'000};
+             static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 100};
+             std::vector<Policy> out;
+             for (int i = 0; i < 4; ++i) {
+               out.push_back(Policy::FixedWindow(
+                   "f" + std::to_string(i), kLimits[rng() % std::size(kLimits)],
+                   std::chrono::microseconds(kWindows[rng() % std::size(kWindows)])));
+             }
+             return out;
+           },
+       .downgrade =
+           [](RedisServer& server, const std::string& key, const Policy& p, Micros now) {
+             return DowngradeFixedWindow(server, key, now - now % p.window, p.window);
+           }});
+}
+
+// Differential, the lean bucket script (lua/lean_bucket.lua), as ExpectLeanBurstsAsModel:
+// GCRA and token-bucket policies (batches mix them), GCRA keys rewritten in the layout
+// before issue #9 (a rolling upgrade: the script decides those with gcra.lua's body).
 TEST(CoalesceDifferential, BucketBurstsRunTheLeanScript) {
-  auto redis = CoalescingStore(/*caller_time=*/true);
-  ASSERT_NE(redis, nullptr);
-  RedisServer* server = SharedRedis();
-  RecordEveryCommand(*server);
-  const Policy trigger = Policy::Gcra("t", 1000, std::chrono::hours(1), 1000);
-  static const Micros kWindows[] = {1'000, 250'000, 1'000'000, 3'300'000, 60'000'000};
-  static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 100, 1000};
-  int compared = 0, denied = 0, downgraded = 0;
-  std::uint64_t expected_calls = 0;
-  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
-    std::mt19937_64 rng(seed);
-    ReferenceStore memory;  // (takes every `now` as given, as Redis's states do)
-    std::vector<Policy> policies;
-    for (int i = 0; i < 4; ++i) {
-      const std::uint64_t limit = kLimits[rng() % std::size(kLimits)];
-      const std::chrono::microseconds window(kWindows[rng() % std::size(kWindows)]);
-      const std::uint64_t capacity = 1 + rng() % (3 * limit);
-      policies.push_back(
-          i % 2 == 0 ? Policy::Gcra("g" + std::to_string(i), limit, window, capacity)
-                     : Policy::TokenBucket("b" + std::to_string(i), capacity, limit, window));
-      // (a bucket that starts full, the lean script's; or as full as it holds)
-      if (i == 3 && seed == 2) policies.back().initial_tokens = capacity;
-      ASSERT_TRUE(ValidatePolicy(policies.back()).ok());
-    }
-    const int callers = seed == 1 ? 3 : seed == 2 ? 15 : 75;
-    std::vector<std::string> keys;
-    for (int c = 0; c < callers; ++c) {
-      for (const Policy& p : policies)
-        keys.push_back(*StoreKey("lg" + std::to_string(seed), "c" + std::to_string(c), p.name));
-    }
-    Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
-    for (int burst = 0; burst < 50; ++burst) {
-      const Policy& tp = policies[rng() % policies.size()];
-      now += static_cast<Micros>(rng() % (2 * tp.window / tp.limit + 1));
-      // Seed 3: now and then the clock goes back, and every batch has one check.
-      const bool singles = seed == 3;
-      if (singles && rng() % 6 == 0) now -= static_cast<Micros>(rng() % (2 * tp.window));
-      for (std::size_t i = 0; i < keys.size(); ++i) {
-        const bool gcra = policies[i % policies.size()].algorithm == Algorithm::kGcra;
-        if (gcra && rng() % 4 == 0) downgraded += DowngradeGcra(*server, keys[i]);
-      }
-      const std::size_t ngroups = rng() % 2 ? 8 + rng() % 9 : 1 + rng() % 7;
-      std::vector<Group> groups(ngroups);
-      for (Group& g : groups) {
-        if (rng() % 3 == 0) now += static_cast<Micros>(rng() % 2000);
-        g.now = now;
-        AddRandomChecks(rng, g, singles ? 1 : 1 + rng() % 3, keys, policies);
-        ASSERT_EQ(LaneOf(g.checks), redis::LeanLane::kBucket);
-      }
-      const auto before = redis->Stats();
-      const std::vector<Outcome> got = Burst(*redis, trigger, groups, now);
-      const auto after = redis->Stats();
-      const bool merged = ngroups >= 2;  // (the lean script's lane: from 2 on)
-      expected_calls += merged ? 1 : 0;
-      ASSERT_EQ(after.coalesced_calls - before.coalesced_calls, merged ? 1u : 0u)
-          << "seed " << seed << " burst " << burst;
-      ExpectBurstAsModel(memory, groups, got, {},
-                         "seed " + std::to_string(seed) + " burst " + std::to_string(burst), denied,
-                         compared);
-      if (::testing::Test::HasFatalFailure()) return;
-    }
-  }
-  EXPECT_EQ(redis->Stats().coalesced_calls, expected_calls);
-  EXPECT_GT(expected_calls, 100u);  // most bursts were merged
-  EXPECT_GT(denied, 50);            // and the denials were compared too
-  EXPECT_GT(downgraded, 50);        // and keys in the previous layout were decided
-  EXPECT_GT(compared, 3 * 50 * 3);
-  // The calls were the lean bucket script's, or for one check the one-check scripts'.
-  std::map<std::string, int> calls = ScriptCalls(*server);
-  int lean = 0, single = 0, other = 0;
-  for (const auto& [sha, n] : calls) {
-    if (sha == redis::LeanBucketScript().sha) {
-      lean += n;
-    } else if (sha == redis::SingleCheckScript(Algorithm::kGcra).sha ||
-               sha == redis::SingleCheckScript(Algorithm::kTokenBucket).sha) {
-      single += n;
-    } else {
-      other += n;
-    }
-  }
-  EXPECT_GT(lean, 100);
-  EXPECT_GT(single, 50);
-  EXPECT_EQ(other, 0);
-  ExpectEveryKeyHasATtl(*server);
+  ExpectLeanBurstsAsModel(
+      {.lane = redis::LeanLane::kBucket,
+       .trigger = Policy::Gcra("t", 1000, std::chrono::hours(1), 1000),
+       .prefix = "lg",
+       .policies =
+           [](std::mt19937_64& rng, std::uint64_t seed) {
+             static const Micros kWindows[] = {1'000, 250'000, 1'000'000, 3'300'000, 60'000'000};
+             static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 100, 1000};
+             std::vector<Policy> out;
+             for (int i = 0; i < 4; ++i) {
+               const std::uint64_t limit = kLimits[rng() % std::size(kLimits)];
+               const std::chrono::microseconds window(kWindows[rng() % std::size(kWindows)]);
+               const std::uint64_t capacity = 1 + rng() % (3 * limit);
+               out.push_back(
+                   i % 2 == 0
+                       ? Policy::Gcra("g" + std::to_string(i), limit, window, capacity)
+                       : Policy::TokenBucket("b" + std::to_string(i), capacity, limit, window));
+               // (a bucket that starts full, the lean script's; or as full as it holds)
+               if (i == 3 && seed == 2) out.back().initial_tokens = capacity;
+             }
+             return out;
+           },
+       .downgrade =
+           [](RedisServer& server, const std::string& key, const Policy& p, Micros) {
+             return p.algorithm == Algorithm::kGcra && DowngradeGcra(server, key);
+           }});
 }
 
 // One batch of a coalesced call denies: it consumes nothing (all or nothing), and the

@@ -341,6 +341,20 @@ TEST_F(Differential, DroppedStatesDecideLikeKeptOnes) {
   EXPECT_EQ(compared, 6 * 600);
 }
 
+// A store on the shared test server (flushed) in caller-time mode, for the RedisLayout
+// tests; null (and a failure) if it cannot be made.
+std::shared_ptr<RedisStore> LayoutStore(RedisServer& server) {
+  EXPECT_TRUE(server.Command({"FLUSHALL"}).ok());
+  RedisStoreOptions o;
+  o.url = server.Url();
+  o.call_timeout = kPatientCallTimeout;
+  o.use_caller_time = true;
+  o.on_warning = [](std::string_view) {};
+  auto redis = RedisStore::Create(std::move(o));
+  EXPECT_TRUE(redis.ok()) << redis.status().ToString();
+  return redis.ok() ? *redis : nullptr;
+}
+
 // A rolling upgrade (issue #9 item 1): GCRA's state was struct.pack('<Bdd', 4, expires,
 // tat) and is now the TAT as a plain number. At random steps the key is rewritten in
 // the previous layout (what a server of the previous version would have left, with
@@ -350,14 +364,8 @@ TEST_F(Differential, DroppedStatesDecideLikeKeptOnes) {
 TEST(RedisLayout, GcraPreviousLayoutIsReadExactly) {
   RedisServer* server = SharedRedis();
   ASSERT_NE(server, nullptr);
-  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
-  RedisStoreOptions o;
-  o.url = server->Url();
-  o.call_timeout = kPatientCallTimeout;
-  o.use_caller_time = true;
-  o.on_warning = [](std::string_view) {};
-  auto redis = RedisStore::Create(std::move(o));
-  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  const std::shared_ptr<RedisStore> redis = LayoutStore(*server);
+  ASSERT_NE(redis, nullptr);
   MemoryStore memory;
   const Policy gcra = Policy::Gcra("g", 5, std::chrono::seconds(1), 7);
   const Policy other = Policy::FixedWindow("f", 1000, std::chrono::seconds(1));
@@ -385,7 +393,7 @@ TEST(RedisLayout, GcraPreviousLayoutIsReadExactly) {
                             .now = now},
                            {})
                       .ok());
-      ASSERT_TRUE((*redis)
+      ASSERT_TRUE(redis
                       ->Run({.op = StoreOp::kRefund,
                              .checks = std::span<const StoreCheck>(checks, 1),
                              .now = now},
@@ -396,8 +404,7 @@ TEST(RedisLayout, GcraPreviousLayoutIsReadExactly) {
     }
     Decision a[2], b[2];
     ASSERT_TRUE(memory.Run({.checks = std::span<const StoreCheck>(checks, n), .now = now}, a).ok());
-    ASSERT_TRUE(
-        (*redis)->Run({.checks = std::span<const StoreCheck>(checks, n), .now = now}, b).ok())
+    ASSERT_TRUE(redis->Run({.checks = std::span<const StoreCheck>(checks, n), .now = now}, b).ok())
         << where;
     for (std::size_t i = 0; i < n; ++i) {
       ASSERT_EQ(a[i].allowed, b[i].allowed) << where << " check " << i;
@@ -418,14 +425,8 @@ TEST(RedisLayout, GcraPreviousLayoutIsReadExactly) {
 TEST(RedisLayout, FixedWindowPreviousLayoutIsReadExactly) {
   RedisServer* server = SharedRedis();
   ASSERT_NE(server, nullptr);
-  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
-  RedisStoreOptions o;
-  o.url = server->Url();
-  o.call_timeout = kPatientCallTimeout;
-  o.use_caller_time = true;
-  o.on_warning = [](std::string_view) {};
-  auto redis = RedisStore::Create(std::move(o));
-  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  const std::shared_ptr<RedisStore> redis = LayoutStore(*server);
+  ASSERT_NE(redis, nullptr);
   MemoryStore memory;
   const Policy fw = Policy::FixedWindow("f", 5, std::chrono::seconds(1));
   const Policy other = Policy::Gcra("g", 1000, std::chrono::seconds(1), 1000);
@@ -459,7 +460,7 @@ TEST(RedisLayout, FixedWindowPreviousLayoutIsReadExactly) {
                             .now = now},
                            {})
                       .ok());
-      ASSERT_TRUE((*redis)
+      ASSERT_TRUE(redis
                       ->Run({.op = StoreOp::kRefund,
                              .checks = std::span<const StoreCheck>(checks, 1),
                              .now = now},
@@ -470,8 +471,7 @@ TEST(RedisLayout, FixedWindowPreviousLayoutIsReadExactly) {
     }
     Decision a[2], b[2];
     ASSERT_TRUE(memory.Run({.checks = std::span<const StoreCheck>(checks, n), .now = now}, a).ok());
-    ASSERT_TRUE(
-        (*redis)->Run({.checks = std::span<const StoreCheck>(checks, n), .now = now}, b).ok())
+    ASSERT_TRUE(redis->Run({.checks = std::span<const StoreCheck>(checks, n), .now = now}, b).ok())
         << where;
     for (std::size_t i = 0; i < n; ++i) {
       ASSERT_EQ(a[i].allowed, b[i].allowed) << where << " check " << i;
@@ -494,23 +494,17 @@ TEST(RedisLayout, FixedWindowPreviousLayoutIsReadExactly) {
 TEST(RedisLayout, AStaleCounterIsNotReadAsTheWindowItsTagAliases) {
   RedisServer* server = SharedRedis();
   ASSERT_NE(server, nullptr);
-  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
-  RedisStoreOptions o;
-  o.url = server->Url();
-  o.call_timeout = kPatientCallTimeout;
-  o.use_caller_time = true;
-  o.on_warning = [](std::string_view) {};
-  auto redis = RedisStore::Create(std::move(o));
-  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  const std::shared_ptr<RedisStore> redis = LayoutStore(*server);
+  ASSERT_NE(redis, nullptr);
   const Policy fw = Policy::FixedWindow("ms", 3, std::chrono::milliseconds(1));
   const std::string key = "sluice:{alias}:ms";
   const StoreCheck c{.policy = &fw, .key = key, .cost = 3};
   Decision d;
-  ASSERT_TRUE((*redis)->Run({.checks = {&c, 1}, .now = kNoon}, {&d, 1}).ok());
+  ASSERT_TRUE(redis->Run({.checks = {&c, 1}, .now = kNoon}, {&d, 1}).ok());
   ASSERT_TRUE(d.allowed);
   // 2^20 windows later (about 17.5 minutes, within the padded TTL)
   ASSERT_TRUE(
-      (*redis)->Run({.checks = {&c, 1}, .now = kNoon + (Micros{1} << 20) * 1000}, {&d, 1}).ok());
+      redis->Run({.checks = {&c, 1}, .now = kNoon + (Micros{1} << 20) * 1000}, {&d, 1}).ok());
   EXPECT_TRUE(d.allowed) << "a fresh window, not the stale count";
   EXPECT_EQ(d.remaining, 0u);
 }
@@ -522,14 +516,8 @@ TEST(RedisLayout, AStaleCounterIsNotReadAsTheWindowItsTagAliases) {
 TEST(RedisLayout, LeanFixedWindowWritesAFreshWindowWithOneCommand) {
   RedisServer* server = SharedRedis();
   ASSERT_NE(server, nullptr);
-  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
-  RedisStoreOptions o;
-  o.url = server->Url();
-  o.call_timeout = kPatientCallTimeout;
-  o.use_caller_time = true;
-  o.on_warning = [](std::string_view) {};
-  auto redis = RedisStore::Create(std::move(o));
-  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  const std::shared_ptr<RedisStore> redis = LayoutStore(*server);
+  ASSERT_NE(redis, nullptr);
   ASSERT_TRUE(server->Command({"CONFIG", "RESETSTAT"}).ok());
   const Policy fw = Policy::FixedWindow("fw", 5, std::chrono::hours(1));
   constexpr std::size_t kChecks = 8;
@@ -538,7 +526,7 @@ TEST(RedisLayout, LeanFixedWindowWritesAFreshWindowWithOneCommand) {
   for (std::size_t i = 0; i < kChecks; ++i) keys.push_back("sluice:{fresh}:" + std::to_string(i));
   for (const std::string& k : keys) checks.push_back({.policy = &fw, .key = k, .cost = 1});
   Decision d[kChecks];
-  ASSERT_TRUE((*redis)->Run({.checks = checks, .now = kNoon}, d).ok());
+  ASSERT_TRUE(redis->Run({.checks = checks, .now = kNoon}, d).ok());
   for (std::size_t i = 0; i < kChecks; ++i) {
     EXPECT_TRUE(d[i].allowed) << i;
     EXPECT_EQ(d[i].remaining, 4u) << i;
@@ -546,7 +534,7 @@ TEST(RedisLayout, LeanFixedWindowWritesAFreshWindowWithOneCommand) {
   EXPECT_EQ(server->CommandCalls("set"), static_cast<long long>(kChecks));
   EXPECT_EQ(server->CommandCalls("incrby"), 0);
   // The same keys again, live: one refused SET, then an INCRBY each.
-  ASSERT_TRUE((*redis)->Run({.checks = checks, .now = kNoon + 1}, d).ok());
+  ASSERT_TRUE(redis->Run({.checks = checks, .now = kNoon + 1}, d).ok());
   for (std::size_t i = 0; i < kChecks; ++i) {
     EXPECT_TRUE(d[i].allowed) << i;
     EXPECT_EQ(d[i].remaining, 3u) << i;
@@ -569,15 +557,9 @@ TEST(RedisLayout, LeanFixedWindowWritesAFreshWindowWithOneCommand) {
 TEST(RedisLayout, SameWindowWritesTouchOnlyTheCountAndKeepTheTtl) {
   RedisServer* server = SharedRedis();
   ASSERT_NE(server, nullptr);
-  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+  const std::shared_ptr<RedisStore> redis = LayoutStore(*server);
+  ASSERT_NE(redis, nullptr);
   ASSERT_TRUE(server->Command({"CONFIG", "RESETSTAT"}).ok());
-  RedisStoreOptions o;
-  o.url = server->Url();
-  o.call_timeout = kPatientCallTimeout;
-  o.use_caller_time = true;
-  o.on_warning = [](std::string_view) {};
-  auto redis = RedisStore::Create(std::move(o));
-  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
   const Policy fw = Policy::FixedWindow("fw", 3, std::chrono::hours(1));
   const Policy swc = Policy::SlidingWindowCounter("swc", 3, std::chrono::hours(1));
   // (the counter: tag * 2^32 + count, 16 decimal digits)
@@ -586,7 +568,7 @@ TEST(RedisLayout, SameWindowWritesTouchOnlyTheCountAndKeepTheTtl) {
     const StoreCheck c{.policy = p, .key = key, .cost = 1};
     for (int i = 0; i < 4; ++i) {
       Decision d;
-      ASSERT_TRUE((*redis)->Run({.checks = {&c, 1}, .now = kNoon + i}, {&d, 1}).ok());
+      ASSERT_TRUE(redis->Run({.checks = {&c, 1}, .now = kNoon + i}, {&d, 1}).ok());
       EXPECT_EQ(d.allowed, i < 3) << p->name << " " << i;
       EXPECT_EQ(d.remaining, i < 3 ? 2u - i : 0u) << p->name << " " << i;
       auto ttl = server->Command({"PTTL", key});
