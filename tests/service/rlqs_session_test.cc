@@ -540,9 +540,14 @@ TEST_F(RlqsTest, GrpcStreamThatGoesSilentGetsItsUnusedUnitsBack) {
   // Silent from 3 s after that report (the alarm's real wait too: the manual clock does
   // not move by itself).
   clock->Advance(3 * kSec);
-  // (The alarm's thread settles the bucket, then counts it: wait for both.)
+  // (The alarm's thread settles the bucket, then counts it: wait for both.) The first
+  // report's own silence may be counted too: its alarm waits 3 s of real time, and on a
+  // machine that stalls the test that long before the second report, it fires with the
+  // clock already 8.5 s on. Envoy could then still spend all of its 20 units (a silence
+  // settles what was spendable at the last report), so nothing goes back at that one:
+  // the 7 units come back only at this silence.
   EXPECT_TRUE(sluice::testing::WaitUntil([&] {
-    return engine->metrics().rlqs().silences.load() == 1 && Refunded() == 7;
+    return engine->metrics().rlqs().silences.load() >= 1 && Refunded() == 7;
   })) << "the silent bucket was not settled while the stream stayed open: silent "
       << engine->metrics().rlqs().silences.load() << ", refunded " << Refunded();
   EXPECT_EQ(engine->metrics().rlqs().streams_closed.load(), 0u);
