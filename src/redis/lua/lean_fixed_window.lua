@@ -135,7 +135,7 @@ while a <= nargs do
       end
     else
       -- the counter after this decision (fixed_window.lua, "the counter")
-      local old, reset, remaining, packed = (c or base + cost) - cost, pol[b + 8], 0, pol[b + 9]
+      local old, reset, remaining, packed = c and c - cost, pol[b + 8], 0, pol[b + 9]
       if wrote then
         remaining = limit - cost
       elseif old >= base and old < base + 4294967296 then

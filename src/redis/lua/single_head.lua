@@ -12,9 +12,11 @@
 -- wraps as DECIDE[id] (embed_lua.cmake), so a change is made once. A body reads the
 -- locals key, limit, w, cap, init, cost, need, now, PAD (extra TTL in ms), mode (the
 -- policy's on_change: false, 'r' or 'p'; always false here) and mw (max_wait in us; 0
--- here: checks with either go to the batch script), tried (what a lean script's first command did: fixed_window.lua, token_bucket.lua, gcra.lua), solo (the check is alone in its
--- call or group, so it may write before it decides: gcra.lua), reads the state itself
--- (GET, or a fixed window's INCRBY, or GCRA's SET .. GET), and sets allowed, remaining, reset, retry, expires, and,
+-- here: checks with either go to the batch script), tried (what a lean script's first
+-- command did already: fixed_window.lua, token_bucket.lua, gcra.lua; false here), solo
+-- (the check is alone in its call or group, so it may write before it decides:
+-- token_bucket.lua, gcra.lua), reads the state itself (GET, or a fixed window's INCRBY,
+-- or the buckets' SET .. GET), and sets allowed, remaining, reset, retry, expires, and,
 -- only when allowed with cost > 0, `state` (the new state to SET with its TTL) and
 -- maybe `patch` and `patch_at` (the bytes to SETRANGE at that offset of the stored
 -- state instead, when only they change and the key's TTL stays right) and, for a
