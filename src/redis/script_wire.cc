@@ -385,8 +385,10 @@ ScriptCall EncodeCall(std::span<const StoreCheck> checks, std::span<const WireKi
                       Micros now, bool caller_time, CoalesceInfo& merge) {
   ScriptCall out;
   out.lane = LeanLaneOf(checks, kinds, caller_time);
-  // (one fixed-window or bucket check alone is the one-check script's: it costs Redis less
-  // per call than the lean scripts' layout, which pays off from two checks on)
+  // (one fixed-window or bucket check alone is the one-check script's: for the fixed
+  // window it costs Redis less per call than the lean script's layout, which pays off
+  // from two checks on (docs/benchmarks.md); the buckets' one-check scripts also decide a
+  // fresh state with one SET ... GET)
   if (((out.lane == LeanLane::kFixedWindow || out.lane == LeanLane::kBucket) &&
        checks.size() > 1) ||
       out.lane == LeanLane::kSlidingLog) {
