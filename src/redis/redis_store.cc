@@ -36,14 +36,9 @@ constexpr std::size_t kMaxBatch = kMaxBatchChecks;
 // the lean one-check scripts), and at low load merged calls measured a worse p99
 // (docs/benchmarks.md, "Coalesced calls").
 constexpr std::size_t kMinCoalescedBatches = 8;
-// The lean fixed-window script has no such fixed cost (lua/lean_fixed_window.lua): a
-// call of two checks costs Redis less than two one-check calls, so its calls merge from
-// two on.
-constexpr std::size_t kMinLeanFixedWindowBatches = 2;
-// The lean sliding-log and bucket scripts neither (lua/lean_sliding_log.lua,
-// lean_bucket.lua).
-constexpr std::size_t kMinLeanSlidingLogBatches = 2;
-constexpr std::size_t kMinLeanBucketBatches = 2;
+// The lean scripts have no such fixed cost (lua/lean_*.lua): a call of two checks costs
+// Redis less than two one-check calls, so their calls merge from two on.
+constexpr std::size_t kMinLeanBatches = 2;
 
 struct Batch {
   Status status;
@@ -135,30 +130,21 @@ void RedisStore::Impl::SetCoalesceTargets(const RedisStoreOptions& o) {
                        return redis::EncodeCoalesced(caller_time, groups, out);
                      },
                      redis::DecisionSize};
-  fixed_window_target = coalesce_target;
-  fixed_window_target.sha = redis::LeanFixedWindowScript().sha;
-  fixed_window_target.source = redis::LeanFixedWindowScript().source;
-  fixed_window_target.min_groups =
-      std::min(kMinLeanFixedWindowBatches, static_cast<std::size_t>(o.coalesce));
-  fixed_window_target.encode = [caller_time = o.use_caller_time](
-                                   const std::vector<const redis::CoalesceInfo*>& groups,
-                                   std::string& out) {
-    return redis::EncodeLeanCoalesced(caller_time, redis::LeanLane::kFixedWindow, groups, out);
+  // Each lean script's lane: the coalesced script's bounds, its own script and layout.
+  const auto lean = [&](redis::LeanLane lane) {
+    redis::CoalesceTarget t = coalesce_target;
+    t.sha = redis::LeanScript(lane).sha;
+    t.source = redis::LeanScript(lane).source;
+    t.min_groups = std::min(kMinLeanBatches, static_cast<std::size_t>(o.coalesce));
+    t.encode = [caller_time = o.use_caller_time, lane](
+                   const std::vector<const redis::CoalesceInfo*>& groups, std::string& out) {
+      return redis::EncodeLeanCoalesced(caller_time, lane, groups, out);
+    };
+    return t;
   };
-  sliding_log_target = fixed_window_target;
-  sliding_log_target.sha = redis::LeanSlidingLogScript().sha;
-  sliding_log_target.source = redis::LeanSlidingLogScript().source;
-  sliding_log_target.min_groups =
-      std::min(kMinLeanSlidingLogBatches, static_cast<std::size_t>(o.coalesce));
-  bucket_target = fixed_window_target;
-  bucket_target.sha = redis::LeanBucketScript().sha;
-  bucket_target.source = redis::LeanBucketScript().source;
-  bucket_target.min_groups = std::min(kMinLeanBucketBatches, static_cast<std::size_t>(o.coalesce));
-  bucket_target.encode = [caller_time = o.use_caller_time](
-                             const std::vector<const redis::CoalesceInfo*>& groups,
-                             std::string& out) {
-    return redis::EncodeLeanCoalesced(caller_time, redis::LeanLane::kBucket, groups, out);
-  };
+  fixed_window_target = lean(redis::LeanLane::kFixedWindow);
+  sliding_log_target = lean(redis::LeanLane::kSlidingLog);
+  bucket_target = lean(redis::LeanLane::kBucket);
   if (module) {
     coalesce_target.encode_module = [caller_time = o.use_caller_time](
                                         const std::vector<const redis::CoalesceInfo*>& groups,

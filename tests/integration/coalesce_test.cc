@@ -426,8 +426,7 @@ TEST(Coalesce, OffSendsOneCallPerCaller) {
 
 // Fewer batches than kMinCoalescedBatches (8) queued together are not worth a coalesced
 // call: each is sent with its own lean script. Calls of plain fixed-window checks merge
-// from two on (kMinLeanFixedWindowBatches): the lean fixed-window script has no fixed
-// cost to outweigh (nor have the lean GCRA and sliding-log scripts).
+// from two on (kMinLeanBatches): the lean scripts have no fixed cost to outweigh.
 TEST(Coalesce, FewBatchesAreSentAsTheyAre) {
   auto redis = CoalescingStore(/*caller_time=*/false);
   ASSERT_NE(redis, nullptr);
