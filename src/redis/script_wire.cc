@@ -170,8 +170,15 @@ std::size_t AppendLeanArgv(bool caller_time, LeanLane lane,
       index.push_back(static_cast<std::uint32_t>(i));
     }
   }
+  // One policy, every check alone in its group (the common coalesced call): P is sent as
+  // 0 and the per-check numbers are left out (an argument costs Redis about 0.08 us to
+  // parse, and the script as much again to read).
+  const bool uniform =
+      policies.size() == 1 && std::all_of(groups.begin(), groups.end(), [](const auto* d) {
+        return d->size() == 1 + kWireCheckNumbers;
+      });
   AppendBulk(out, caller_time ? "c" : "");
-  AppendNumber(out, static_cast<long long>(policies.size()));
+  AppendNumber(out, uniform ? 0LL : static_cast<long long>(policies.size()));
   for (const auto& p : policies) {
     for (std::size_t i = 0; i < per_policy; ++i) AppendNumber(out, p[i]);
   }
@@ -181,7 +188,7 @@ std::size_t AppendLeanArgv(bool caller_time, LeanLane lane,
       AppendNumber(out, (*d)[0]);
       ++count;
     }
-    const std::size_t n = (d->size() - 1) / kWireCheckNumbers;
+    const std::size_t n = uniform ? 0 : (d->size() - 1) / kWireCheckNumbers;
     for (std::size_t i = 0; i < n; ++i) {
       AppendNumber(out, static_cast<long long>(index[check++]) * 2 + (i + 1 == n ? 1 : 0));
       ++count;
