@@ -110,19 +110,20 @@ function(concat out_var)
       string(REPLACE "--@DECIDE_BODY@\n" "${fn}" content "${content}")
       string(APPEND body "${content}")
     elseif(part STREQUAL "lean_bucket")
-      # The lean bucket script decides what its first SET does not with gcra.lua's and
-      # token_bucket.lua's bodies themselves, wrapped as decide_body and created with
+      # The lean bucket script decides what its first SET does not with gcra.lua's,
+      # token_bucket.lua's and sliding_window_counter.lua's bodies themselves, wrapped as decide_body and created with
       # write_state.lua's helpers and the bucket's refill at its "--@DECIDE_BODY@" line,
       # the first time a check needs them.
       read_lua(gcra gb ops)
       read_lua(token_bucket tb ops)
+      read_lua(sliding_window_counter sc ops)
       read_lua(bucket_refill rf ops)
       read_lua(write_state ws ops)
       string(CONCAT fn "if not decide_body then\n${ws}${rf}store = write\n"
              "decide_body = function(alg, key, limit, w, cap, init, cost, now, solo, tried)\n"
              "  local need, mode, mw = max(cost, 1), false, 0\n"
              "  local allowed, remaining, reset, retry, state, expires, start, start_expires, patch, patch_at, undo\n"
-             "  if alg == 4 then\n${gb}  else\n${tb}  end\n"
+             "  if alg == 4 then\n${gb}  elseif alg == 3 then\n${tb}  else\n${sc}  end\n"
              "  return allowed, remaining, reset, retry, state, expires, patch, patch_at\n"
              "end\nend\n")
       file(READ "${LUA_DIR}/lean_bucket.lua" content)
@@ -169,7 +170,8 @@ emit(kSingleConcurrency prelude write_state bucket_refill concurrency no_logs no
 # Plain fixed-window checks (issue #18): one call, a batch or coalesced callers, one
 # INCRBY per decision (lean_fixed_window.lua).
 emit(kLeanFixedWindow lean_fixed_window)
-# Plain GCRA and token-bucket checks (issue #18): a batch or coalesced callers, one
+# Plain GCRA, token-bucket and sliding-counter checks (issue #18): a batch or coalesced
+# callers, one
 # SET ... GET per decision of a check alone in its group (lean_bucket.lua).
 emit(kLeanBucket lean_bucket)
 # Plain sliding-log checks (issue #18): one call, a batch or coalesced callers, on the

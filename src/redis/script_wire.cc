@@ -253,7 +253,7 @@ bool LeanFixedWindow(const StoreCheck& c, WireKind k, bool caller_time) {
 bool LeanBucket(const StoreCheck& c, WireKind k) {
   const Policy& p = *c.policy;
   return k == WireKind::kDecide &&
-         (p.algorithm == Algorithm::kGcra ||
+         (p.algorithm == Algorithm::kGcra || p.algorithm == Algorithm::kSlidingWindowCounter ||
           (p.algorithm == Algorithm::kTokenBucket &&
            (!p.initial_tokens || *p.initial_tokens >= p.Capacity()))) &&
          p.on_change == OnChange::kAsIs && p.block_for == 0 && c.usage_id.empty();

@@ -48,9 +48,10 @@ bool LeanSingle(const StoreCheck& c, WireKind k);
 // 7 ms or more: fixed_window.lua's `lean`).
 bool LeanFixedWindow(const StoreCheck& c, WireKind k, bool caller_time);
 
-// A check that the lean bucket script decides (lua/lean_bucket.lua): a plain GCRA or
-// token-bucket decision (kind decide, no on_change, no block_for, no usage record; a
-// token bucket that starts full: its script never starts a bucket it does not commit).
+// A check that the lean bucket script decides (lua/lean_bucket.lua): a plain GCRA,
+// token-bucket or sliding-counter decision (kind decide, no on_change, no block_for, no
+// usage record; a token bucket that starts full: its script never starts a bucket it does
+// not commit).
 bool LeanBucket(const StoreCheck& c, WireKind k);
 
 // A check that the lean sliding-log script decides (lua/lean_sliding_log.lua): a plain
@@ -83,12 +84,13 @@ struct ScriptCall {
 
 // The call that decides `checks` (doing `kinds`; not refunds): two or more plain
 // fixed-window checks (LeanFixedWindow) run the lean fixed-window script (one INCRBY per
-// decision), two or more plain GCRA or token-bucket checks (LeanBucket) the lean bucket script,
-// plain sliding-log checks (LeanSlidingLog, one or more) the lean sliding-log script; a check alone
-// (the common call) its algorithm's one-check script when it can (LeanSingle), which costs Redis a
-// fraction of the batch script's CPU; a sliding log or a concurrency check alone a one-check script
-// that is the group runner with only its algorithm defined; anything else the batch script. Records
-// the group in `merge` (EncodeGroup).
+// decision), two or more plain GCRA, token-bucket or sliding-counter checks (LeanBucket)
+// the lean bucket script, plain sliding-log checks (LeanSlidingLog, one or more) the lean
+// sliding-log script; a check alone (the common call) its algorithm's one-check script
+// when it can (LeanSingle), which costs Redis a fraction of the batch script's CPU; a
+// sliding log or a concurrency check alone a one-check script that is the group runner
+// with only its algorithm defined; anything else the batch script. Records the group in
+// `merge` (EncodeGroup).
 ScriptCall EncodeCall(std::span<const StoreCheck> checks, std::span<const WireKind> kinds,
                       Micros now, bool caller_time, CoalesceInfo& merge);
 

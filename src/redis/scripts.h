@@ -27,9 +27,9 @@ const Script& CoalescedScript();
 // Decides plain fixed-window checks only (lua/lean_fixed_window.lua): one check, a
 // batch, or several callers' groups in one call, one INCRBY per decision.
 const Script& LeanFixedWindowScript();
-// Decides plain GCRA and token-bucket checks only (lua/lean_bucket.lua): a batch, or
-// several callers' groups in one call, one SET ... GET per decision of a check alone in
-// its group.
+// Decides plain GCRA, token-bucket and sliding-counter checks only (lua/lean_bucket.lua):
+// a batch, or several callers' groups in one call, one SET ... GET per decision of a
+// check alone in its group.
 const Script& LeanBucketScript();
 // Decides plain sliding-log checks only (lua/lean_sliding_log.lua): one check, a batch,
 // or several callers' groups in one call, on the sliding log's state.

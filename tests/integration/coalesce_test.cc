@@ -284,8 +284,9 @@ TEST(CoalesceDifferential, FixedWindowBurstsRunTheLeanScript) {
 }
 
 // Differential, the lean bucket script (lua/lean_bucket.lua), as ExpectLeanBurstsAsModel:
-// GCRA and token-bucket policies (batches mix them), GCRA keys rewritten in the layout
-// before issue #9 (a rolling upgrade: the script decides those with gcra.lua's body).
+// GCRA, token-bucket and sliding-counter policies (batches mix them), GCRA keys rewritten
+// in the layout before issue #9 (a rolling upgrade: the script decides those with
+// gcra.lua's body).
 TEST(CoalesceDifferential, BucketBurstsRunTheLeanScript) {
   ExpectLeanBurstsAsModel(
       {.lane = redis::LeanLane::kBucket,
@@ -300,10 +301,10 @@ TEST(CoalesceDifferential, BucketBurstsRunTheLeanScript) {
                const std::uint64_t limit = kLimits[rng() % std::size(kLimits)];
                const std::chrono::microseconds window(kWindows[rng() % std::size(kWindows)]);
                const std::uint64_t capacity = 1 + rng() % (3 * limit);
-               out.push_back(
-                   i % 2 == 0
-                       ? Policy::Gcra("g" + std::to_string(i), limit, window, capacity)
-                       : Policy::TokenBucket("b" + std::to_string(i), capacity, limit, window));
+               const std::string name = std::to_string(i);
+               out.push_back(i == 0   ? Policy::Gcra("g" + name, limit, window, capacity)
+                             : i == 2 ? Policy::SlidingWindowCounter("c" + name, limit, window)
+                                      : Policy::TokenBucket("b" + name, capacity, limit, window));
                // (a bucket that starts full, the lean script's; or as full as it holds)
                if (i == 3 && seed == 2) out.back().initial_tokens = capacity;
              }
@@ -430,7 +431,11 @@ TEST(Coalesce, OffSendsOneCallPerCaller) {
 TEST(Coalesce, FewBatchesAreSentAsTheyAre) {
   auto redis = CoalescingStore(/*caller_time=*/false);
   ASSERT_NE(redis, nullptr);
-  const Policy p = Policy::SlidingWindowCounter("swc", 5, std::chrono::hours(1));
+  // (a token bucket that starts below its capacity: no lean lane, so the coalesced
+  // script's, which waits for kMinCoalescedBatches; alone, its one-check script)
+  Policy p = Policy::TokenBucket("tb", 5, 5, std::chrono::hours(1));
+  p.initial_tokens = 4;
+  ASSERT_TRUE(ValidatePolicy(p).ok());
   const Policy fw = Policy::FixedWindow("fw", 5, std::chrono::hours(1));
   const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
   std::vector<std::string> keys;
@@ -441,9 +446,9 @@ TEST(Coalesce, FewBatchesAreSentAsTheyAre) {
   for (int i = 7; i < 9; ++i)
     groups[i].checks = {StoreCheck{.policy = &fw, .key = keys[i], .cost = 1}};
   const std::vector<Outcome> got = Burst(*redis, trigger, groups, 0);
-  for (const Outcome& o : got) {
-    ASSERT_TRUE(o.status.ok()) << o.status.ToString();
-    EXPECT_EQ(o.decisions[0].remaining, 4u);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << got[i].status.ToString();
+    EXPECT_EQ(got[i].decisions[0].remaining, i < 7 ? 3u : 4u) << i;
   }
   EXPECT_EQ(redis->Stats().coalesced_calls, 1u);        // the two fixed windows'
   EXPECT_EQ(redis->Stats().coalesced_evaluations, 2u);  // (the seven others: one each)

@@ -1,29 +1,31 @@
--- sluice: the lean bucket script (issue #18). A call whose checks are all plain GCRA or
--- token-bucket decisions (LeanBucket in script_wire.cc: a policy with on_change as_is,
--- no block_for, a token bucket that starts full, kind decide, no usage record) runs this
--- instead of the group runner: a batch of two or more checks, or several callers' calls
--- coalesced into one call, each group all or nothing and decided before the next is read
--- (docs/redis.md, "Coalesced calls").
+-- sluice: the lean bucket script (issue #18). A call whose checks are all plain GCRA,
+-- token-bucket or sliding-counter decisions (LeanBucket in script_wire.cc: a policy with
+-- on_change as_is, no block_for, a token bucket that starts full, kind decide, no usage
+-- record) runs this instead of the group runner: a batch of two or more checks, or
+-- several callers' calls coalesced into one call, each group all or nothing and decided
+-- before the next is read (docs/redis.md, "Coalesced calls").
 -- A check alone in its group whose cost a fresh state allows costs ONE command: `SET key
--- <guess> PX <ttl> GET` writes the state a fresh key would get (gcra.lua's and
--- token_bucket.lua's guess: a TAT, or a full bucket less the cost) and replies the state
--- it replaced; absent, or back to full (a TAT passed, a bucket's expiry reached), that is
--- the whole decision. What a check needs besides (the guess and its TTL as strings, the
--- reply of a fresh decision) is worked out once per call for each policy, so such a
--- check builds no table. Any other state it replaced (a live one, an earlier layout, a
--- foreign value), a check in a group of several, a peek and a cost a fresh state does
--- not allow are decided by the algorithm's body itself, wrapped below as `decide_body`
--- (embed_lua.cmake): given the state the SET replaced (`tried`), it decides on it and
--- writes the right state, or puts back what the guess overwrote; in a group of several
--- it reads with GET and its write waits for the group, as the runner's does
--- (write_state.lua's `write`, here `store`).
+-- <guess> PX <ttl> GET` writes the state a fresh key would get (gcra.lua's,
+-- token_bucket.lua's and sliding_window_counter.lua's guess: a TAT, a full bucket less
+-- the cost, this window's count of the cost alone) and replies the state it replaced;
+-- absent, or back to full (a TAT passed, a bucket's expiry reached, a sliding counter's
+-- windows both gone by), that is the whole decision. What a check needs besides (the
+-- guess and its TTL as strings, the reply of a fresh decision) is worked out once per
+-- call for each policy, so such a check builds no table. Any other state it replaced (a
+-- live one, an earlier layout, a foreign value), a check in a group of several, a peek
+-- and a cost a fresh state does not allow are decided by the algorithm's body itself,
+-- wrapped below as `decide_body` (embed_lua.cmake): given the state the SET replaced
+-- (`tried`), it decides on it and writes the right state, or puts back what the guess
+-- overwrote; in a group of several it reads with GET and its write waits for the group,
+-- as the runner's does (write_state.lua's `write`, here `store`).
 --
 -- The wire layout (docs/redis.md, "Wire layout"; script_wire.cc, EncodeLean):
 -- KEYS: every check's key, group after group.
 -- ARGV[1]: "" (Redis's TIME, read once per call: clock.lua) or "c" (caller time, tests
 --   only: each group starts with its now, and TTLs are padded by an hour).
 -- ARGV[2]: P, the call's distinct policies, then 6 arguments each: limit, window (us),
---   cost, algorithm (3 token bucket, 4 GCRA), capacity, initial tokens (-1: full).
+--   cost, algorithm (2 sliding counter, 3 token bucket, 4 GCRA), capacity, initial
+--   tokens (-1: full).
 -- Then per check ONE number, policy * 2 + last, policy indexing the list from 0, last
 --   1 on a group's last check; none when P is 0, which says that the call has ONE
 --   policy and every check is alone in its group (the common coalesced call: each
@@ -78,11 +80,20 @@ while k <= nkeys do
             max(0, floor((tau - (tat - gnow)) / interval + EPS)), ceil(tat - gnow)
           ms = ceil((ceil(tat) - gnow) / 1000) + PAD
         end
-      elseif cost > 0 and pol[b + 6] < 0 and cap + EPS >= need then -- token_bucket.lua: full
-        local tokens = max(0, cap - cost)
-        if not (tokens + EPS >= cap) then reset = ceil((cap - tokens) / (limit / w)) end
-        guess, remaining = struct.pack('<Bddd', 3, gnow + reset, tokens, gnow),
-          max(0, floor(tokens + EPS))
+      elseif alg == 3 then
+        if cost > 0 and pol[b + 6] < 0 and cap + EPS >= need then -- token_bucket.lua: full
+          local tokens = max(0, cap - cost)
+          if not (tokens + EPS >= cap) then reset = ceil((cap - tokens) / (limit / w)) end
+          guess, remaining = struct.pack('<Bddd', 3, gnow + reset, tokens, gnow),
+            max(0, floor(tokens + EPS))
+          ms = max(1, ceil(reset / 1000)) + PAD
+        end
+      elseif cost > 0 and need <= limit + EPS then -- sliding_window_counter.lua: no counts
+        local r = math.fmod(gnow, w)
+        if r < 0 then r = r + w end
+        local ws = gnow - r
+        guess, remaining, reset = struct.pack('<Bdddd', 2, ws + 2 * w, ws, cost, 0),
+          max(0, floor(limit - cost + EPS)), ws + 2 * w - gnow
         ms = max(1, ceil(reset / 1000)) + PAD
       end
       pol[b + 7] = guess
@@ -113,13 +124,23 @@ while k <= nkeys do
       if not raw then
         fresh = true
       elseif type(raw) == 'string' then
-        -- back to full, like absent: a TAT passed, a bucket's expiry reached
+        -- back to full, like absent: a TAT passed, a bucket's expiry reached, a sliding
+        -- counter's expiry reached
         if alg == 4 then
           local stat = tonumber(raw)
           fresh = stat ~= nil and ceil(stat) <= gnow
-        elseif #raw == 25 and string.byte(raw) == 3 then
-          local _, e = struct.unpack('<Bd', raw)
-          fresh = e <= gnow
+        elseif alg == 3 then
+          if #raw == 25 and string.byte(raw) == 3 then
+            local _, e = struct.unpack('<Bd', raw)
+            fresh = e <= gnow
+          end
+        elseif #raw == 33 and string.byte(raw) == 2 then
+          -- (or both its windows before the one before now's, which count for nothing)
+          local _, e, sws = struct.unpack('<Bdd', raw)
+          local w = pol[b + 2]
+          local r = math.fmod(gnow, w)
+          if r < 0 then r = r + w end
+          fresh = e <= gnow or (sws < gnow - r - w)
         end
       end
     end

@@ -5,10 +5,28 @@
 -- expires, ws + 2w, and the TTL stay): `patch`, a SETRANGE (see fixed_window.lua).
 -- Carry-over: '<Bddddddd' adds the limit, window and capacity (fixed_window.lua); p
 -- scales both counts.
-local raw = redis.call('GET', key) -- the state, or false
+-- A check alone in its call or group (`solo`) with a cost that a fresh state allows
+-- writes first, as gcra.lua does: `SET key <a fresh state after this cost> PX .. GET` is
+-- the whole decision when the key is fresh (absent, or both its windows gone by: what
+-- most keys of a wide key set are); otherwise it decides on what GET returned and writes
+-- again. `tried`: the caller made that SET already (lean_bucket.lua), and it replaced
+-- this state.
 local r = math.fmod(now, w) -- floor_to(now, w)
 if r < 0 then r = r + w end
 local ws = now - r
+local raw, guess = false, false
+if solo and not mode and cost > 0 and need <= limit + EPS then
+  guess = struct.pack('<Bdddd', 2, ws + 2 * w, ws, cost, 0)
+  local ms = ceil((ws + 2 * w - now) / 1000)
+  if ms < 1 then ms = 1 end
+  raw = tried or redis.pcall('SET', key, guess, 'PX', ms + PAD, 'GET')
+  if type(raw) == 'table' then -- refused (Redis before 6.2): nothing was written
+    guess = false
+    raw = redis.call('GET', key)
+  end
+else
+  raw = redis.call('GET', key) -- the state, or false
+end
 local curr, prev = 0, 0
 local same = false
 local e, sws, scurr, sprev
@@ -81,6 +99,19 @@ if allowed and cost > 0 then
   -- (only while the stored expiry, and so the key's TTL, is still right: a window
   -- length changed under the same policy name moves it)
   if same and e == expires then patch, patch_at = struct.pack('<d', curr), 17 end
+  if guess then
+    patch = nil -- (the key holds the guess now, not the state patched)
+    if state == guess then state = nil end -- written already
+  end
+elseif guess then
+  -- denied: what the guess overwrote goes back, a live state with its expiry
+  if e and e > now then
+    redis.call('SET', key, raw, 'PX', ceil((e - now) / 1000) + PAD)
+  elseif raw then
+    redis.call('SET', key, raw, 'KEEPTTL')
+  else
+    redis.call('DEL', key)
+  end
 end
 --@NORMALISED@ ws, curr, prev
 --@OPERATIONS@ (the batch script only, after DECIDE[2]: embed_lua.cmake)
