@@ -604,7 +604,9 @@ TEST(RedisLayout, SameWindowWritesTouchOnlyTheCountAndKeepTheTtl) {
     ASSERT_TRUE(redis->Run({.checks = {&one, 1}, .now = kNoon + i}, {&d, 1}).ok());
     EXPECT_EQ(d.allowed, i < 3) << i;
     EXPECT_EQ(d.remaining, i < 3 ? 2u - i : 0u) << i;
-    if (i == 0) EXPECT_EQ(server->CommandCalls("set") - set0, 1);
+    if (i == 0) {
+      EXPECT_EQ(server->CommandCalls("set") - set0, 1);
+    }
   }
   EXPECT_EQ(server->CommandCalls("get"), get0);
   EXPECT_EQ(server->CommandCalls("set") - set0, 7);  // 1, then 2 for each of the others
