@@ -40,6 +40,13 @@
 # `ops_var` (the rest; empty if none).
 function(read_lua name body_var ops_var)
   file(READ "${LUA_DIR}/${name}.lua" content)
+  # The write-first step and its undo, shared by gcra.lua, token_bucket.lua and
+  # sliding_window_counter.lua as text (inline code: no function to create per call).
+  foreach(snippet write_first put_back)
+    string(TOUPPER "${snippet}" marker)
+    file(READ "${LUA_DIR}/${snippet}.lua" text)
+    string(REPLACE "  --@${marker}@\n" "${text}" content "${content}")
+  endforeach()
   string(FIND "${content}" "\n--@OPERATIONS@" at)
   if(at EQUAL -1)
     set(${body_var} "${content}" PARENT_SCOPE)

@@ -19,11 +19,8 @@ local tat = t
 local raw, guess, old_e = false, false, false
 if solo and not mode and cost > 0 then
   guess = t + need * interval
-  raw = tried or redis.pcall('SET', key, guess, 'PX', ceil((ceil(guess) - now) / 1000) + PAD, 'GET')
-  if type(raw) == 'table' then -- refused (Redis before 6.2): nothing was written
-    guess = false
-    raw = redis.call('GET', key)
-  end
+  local ms = ceil((ceil(guess) - now) / 1000) + PAD
+  --@WRITE_FIRST@
 else
   raw = redis.call('GET', key) -- the state, or false
 end
@@ -79,15 +76,8 @@ if allowed and cost > 0 then
   end
   if guess and tat == guess then state = nil end -- written already
 elseif guess then
-  -- denied (a live state, or a fresh key at the rounding edge of tau): what the guess
-  -- overwrote goes back, a live state with its expiry
-  if old_e then
-    redis.call('SET', key, raw, 'PX', ceil((old_e - now) / 1000) + PAD)
-  elseif raw then
-    redis.call('SET', key, raw, 'KEEPTTL')
-  else
-    redis.call('DEL', key)
-  end
+  -- denied (a live state, or a fresh key at the rounding edge of tau)
+  --@PUT_BACK@
 end
 --@NORMALISED@ tat
 --@OPERATIONS@ (the batch script only, after DECIDE[4]: embed_lua.cmake)

@@ -17,13 +17,8 @@ local ws = now - r
 local raw, guess = false, false
 if solo and not mode and cost > 0 and need <= limit + EPS then
   guess = struct.pack('<Bdddd', 2, ws + 2 * w, ws, cost, 0)
-  local ms = ceil((ws + 2 * w - now) / 1000)
-  if ms < 1 then ms = 1 end
-  raw = tried or redis.pcall('SET', key, guess, 'PX', ms + PAD, 'GET')
-  if type(raw) == 'table' then -- refused (Redis before 6.2): nothing was written
-    guess = false
-    raw = redis.call('GET', key)
-  end
+  local ms = max(1, ceil((ws + 2 * w - now) / 1000)) + PAD
+  --@WRITE_FIRST@
 else
   raw = redis.call('GET', key) -- the state, or false
 end
@@ -104,14 +99,8 @@ if allowed and cost > 0 then
     if state == guess then state = nil end -- written already
   end
 elseif guess then
-  -- denied: what the guess overwrote goes back, a live state with its expiry
-  if e and e > now then
-    redis.call('SET', key, raw, 'PX', ceil((e - now) / 1000) + PAD)
-  elseif raw then
-    redis.call('SET', key, raw, 'KEEPTTL')
-  else
-    redis.call('DEL', key)
-  end
+  local old_e = e and e > now and e
+  --@PUT_BACK@
 end
 --@NORMALISED@ ws, curr, prev
 --@OPERATIONS@ (the batch script only, after DECIDE[2]: embed_lua.cmake)

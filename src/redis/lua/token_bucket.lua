@@ -16,13 +16,8 @@ if solo and not mode and init < 0 and cost > 0 then
   local gr = 0
   if not (gt + EPS >= cap) then gr = ceil((cap - gt) / rate) end
   guess = struct.pack('<Bddd', 3, now + gr, gt, now)
-  local ms = ceil(gr / 1000)
-  if ms < 1 then ms = 1 end
-  raw = tried or redis.pcall('SET', key, guess, 'PX', ms + PAD, 'GET')
-  if type(raw) == 'table' then -- refused (Redis before 6.2): nothing was written
-    guess = false
-    raw = redis.call('GET', key)
-  end
+  local ms = max(1, ceil(gr / 1000)) + PAD
+  --@WRITE_FIRST@
 else
   raw = redis.call('GET', key) -- the state, or false
 end
@@ -98,14 +93,8 @@ if allowed and cost > 0 then
   end
   if guess and state == guess then state = nil end -- written already
 elseif guess then
-  -- denied: what the guess overwrote goes back, a live state with its expiry
-  if e and e > now then
-    redis.call('SET', key, raw, 'PX', ceil((e - now) / 1000) + PAD)
-  elseif raw then
-    redis.call('SET', key, raw, 'KEEPTTL')
-  else
-    redis.call('DEL', key)
-  end
+  local old_e = e and e > now and e
+  --@PUT_BACK@
 end
 --@NORMALISED@ tokens, t
 --@OPERATIONS@ (the batch script only, after DECIDE[3]: embed_lua.cmake)
