@@ -454,6 +454,42 @@ TEST(Coalesce, FewBatchesAreSentAsTheyAre) {
   EXPECT_EQ(redis->Stats().coalesced_evaluations, 2u);  // (the seven others: one each)
 }
 
+// The lean bucket script writes a lone sliding-counter check first while the call's keys
+// have been mostly fresh, and reads first once they are mostly live (its `lead`): a burst
+// on eight fresh keys is eight SET ... GETs and no GET; the same burst again, on the now
+// live keys, writes first only for its first check (SET ... GET, then the SET of the
+// state decided on what it replaced) and reads the seven others (GET, then a SETRANGE of
+// the count). The trigger of each burst, a fixed-window peek, is one GET.
+TEST(Coalesce, SlidingCounterWritesFirstOnlyWhileKeysAreFresh) {
+  auto redis = CoalescingStore(/*caller_time=*/false);
+  ASSERT_NE(redis, nullptr);
+  RedisServer* server = SharedRedis();
+  ASSERT_NE(server, nullptr);
+  const Policy p = Policy::SlidingWindowCounter("swc", 5, std::chrono::hours(1));
+  const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
+  std::vector<std::string> keys;
+  for (int i = 0; i < 8; ++i) keys.push_back("sluice:{sc" + std::to_string(i) + "}:swc");
+  std::vector<Group> groups(8);
+  for (int i = 0; i < 8; ++i) groups[i].checks = {StoreCheck{.policy = &p, .key = keys[i]}};
+  struct Counts {
+    long long set, get, setrange;
+  } const expected[2] = {{8, 1, 0}, {2, 8, 7}};
+  for (int burst = 0; burst < 2; ++burst) {
+    const long long set0 = server->CommandCalls("set"), get0 = server->CommandCalls("get"),
+                    range0 = server->CommandCalls("setrange");
+    for (const Outcome& o : Burst(*redis, trigger, groups, 0)) {
+      ASSERT_TRUE(o.status.ok()) << o.status.ToString();
+      EXPECT_TRUE(o.decisions[0].allowed);
+      EXPECT_EQ(o.decisions[0].remaining, burst == 0 ? 4u : 3u) << "burst " << burst;
+    }
+    EXPECT_EQ(server->CommandCalls("set") - set0, expected[burst].set) << "burst " << burst;
+    EXPECT_EQ(server->CommandCalls("get") - get0, expected[burst].get) << "burst " << burst;
+    EXPECT_EQ(server->CommandCalls("setrange") - range0, expected[burst].setrange)
+        << "burst " << burst;
+  }
+  EXPECT_EQ(redis->Stats().coalesced_calls, 2u);
+}
+
 TEST(Coalesce, BadOptionIsRefused) {
   RedisStoreOptions o;
   o.coalesce = 0;

@@ -4,7 +4,8 @@
 -- record) runs this instead of the group runner: a batch of two or more checks, or
 -- several callers' calls coalesced into one call, each group all or nothing and decided
 -- before the next is read (docs/redis.md, "Coalesced calls").
--- A check alone in its group whose cost a fresh state allows costs ONE command: `SET key
+-- A check alone in its group whose cost a fresh state allows costs ONE command (a
+-- sliding counter's while the call's keys so far were mostly fresh: `lead`): `SET key
 -- <guess> PX <ttl> GET` writes the state a fresh key would get (gcra.lua's,
 -- token_bucket.lua's and sliding_window_counter.lua's guess: a TAT, a full bucket less
 -- the cost, this window's count of the cost alone) and replies the state it replaced;
@@ -57,7 +58,11 @@ local out, n = {}, 0
 -- A group's body-decided writes (key, state, expires, patch, patch_at), made only if it
 -- is allowed; flat, reused from group to group.
 local pend = {}
-local a, k, nkeys, pnow = 3 + 6 * np, 1, #KEYS, false
+-- `lead`: the call's lone sliding-counter checks so far that found a fresh state, less
+-- those that found a live one (counted from -4 to 4). From 0 up such a check writes
+-- first; below, it reads first (GET, then a SETRANGE of its count): a state lives two
+-- windows, so on a key seen about once a window the guess would mostly be written twice.
+local a, k, nkeys, pnow, lead = 3 + 6 * np, 1, #KEYS, false, 0
 while k <= nkeys do
   local gnow = now
   if caller_time then
@@ -119,7 +124,8 @@ while k <= nkeys do
     first = false
     local cost, alg, cap, guess = pol[b + 3], pol[b + 4], pol[b + 5], pol[b + 7]
     local raw, fresh = false, false
-    if solo and guess then
+    local write = solo and guess and (alg ~= 2 or lead >= 0)
+    if write then
       raw = redis.pcall('SET', key, guess, 'PX', pol[b + 8], 'GET')
       if not raw then
         fresh = true
@@ -146,6 +152,7 @@ while k <= nkeys do
     end
     local allowed = true
     if fresh then
+      if alg == 2 and lead < 4 then lead = lead + 1 end
       local packed = pol[b + 11]
       if packed then
         n = n + 1
@@ -163,6 +170,14 @@ while k <= nkeys do
       allowed, remaining, reset, retry, state, expires, patch, patch_at =
         decide_body(alg, key, pol[b + 1], pol[b + 2], cap, pol[b + 6], cost, gnow,
           solo and (replaced or not raw), replaced and raw)
+      if alg == 2 and solo and guess then
+        -- (read first: a fresh state's decision says it found one)
+        if not write and remaining == pol[b + 9] and reset == pol[b + 10] and allowed then
+          if lead < 4 then lead = lead + 1 end
+        elseif lead > -4 then
+          lead = lead - 1
+        end
+      end
       if solo then
         if allowed and cost > 0 and state then store(key, state, expires, patch, patch_at, gnow) end
       elseif allowed and cost > 0 and state then

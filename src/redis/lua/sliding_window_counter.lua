@@ -5,20 +5,19 @@
 -- expires, ws + 2w, and the TTL stay): `patch`, a SETRANGE (see fixed_window.lua).
 -- Carry-over: '<Bddddddd' adds the limit, window and capacity (fixed_window.lua); p
 -- scales both counts.
--- A check alone in its call or group (`solo`) with a cost that a fresh state allows
--- writes first, as gcra.lua does: `SET key <a fresh state after this cost> PX .. GET` is
--- the whole decision when the key is fresh (absent, or both its windows gone by: what
--- most keys of a wide key set are); otherwise it decides on what GET returned and writes
--- again. `tried`: the caller made that SET already (lean_bucket.lua), and it replaced
--- this state.
+-- Read first, as a live key (what a state that lives two windows mostly is) needs: GET,
+-- then `patch` or a SET. While a call's keys are mostly fresh, lean_bucket.lua writes
+-- a lone check's fresh state first instead (`SET key <this window's count of the cost
+-- alone> PX .. GET`), which is the whole decision on an absent key or one whose windows
+-- have both gone by; otherwise it gives this body the state that SET replaced (`tried`):
+-- decided on, then written again whole (the key holds the guess), or put back when
+-- denied.
 local r = math.fmod(now, w) -- floor_to(now, w)
 if r < 0 then r = r + w end
 local ws = now - r
 local raw, guess = false, false
-if solo and not mode and cost > 0 and need <= limit + EPS then
-  guess = struct.pack('<Bdddd', 2, ws + 2 * w, ws, cost, 0)
-  local ms = max(1, ceil((ws + 2 * w - now) / 1000)) + PAD
-  --@WRITE_FIRST@
+if tried then
+  guess, raw = struct.pack('<Bdddd', 2, ws + 2 * w, ws, cost, 0), tried
 else
   raw = redis.call('GET', key) -- the state, or false
 end
