@@ -53,11 +53,16 @@ Result<int> FreeLoopbackPort() {
   return static_cast<int>(ntohs(a.sin_port));
 }
 
+std::string DefaultRedisServerBinary() {
+  const char* configured = std::getenv("SLUICE_TEST_REDIS_SERVER");
+  return configured != nullptr && *configured != '\0' ? configured : "redis-server";
+}
+
 Result<std::unique_ptr<RedisServer>> RedisServer::Start(RedisServerOptions options) {
   if (!BinaryExists(options.binary)) {
     return Status::NotFound("'" + options.binary +
-                            "' not found: install the redis-server package "
-                            "(scripts/deps.sh installs scripts/packages.txt)");
+                            "' not found: run scripts/deps.sh (it installs redis-server from "
+                            "Debian 12 and valkey-server from bookworm-backports)");
   }
   std::unique_ptr<RedisServer> s(new RedisServer());
   s->options_ = std::move(options);

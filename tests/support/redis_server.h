@@ -30,13 +30,17 @@ namespace sluice::testing {
 // test. Tests of deadlines set their own.
 inline constexpr Micros kPatientCallTimeout = 5'000'000;
 
+// The server binary the tests start when they name none: $SLUICE_TEST_REDIS_SERVER when
+// set (e.g. valkey-server, to run the Redis suites on Valkey), else redis-server.
+std::string DefaultRedisServerBinary();
+
 struct RedisServerOptions {
   // requirepass, when not empty (Url() then carries it).
   std::string password;
   // Extra redis-server arguments, e.g. {"--maxmemory-policy", "allkeys-lru"}.
   std::vector<std::string> args;
   // The binary; found on PATH when not absolute.
-  std::string binary = "redis-server";
+  std::string binary = DefaultRedisServerBinary();
   // The port to listen on; 0: a free one (FreeLoopbackPort).
   int port = 0;
   // Bound on waiting for the server to answer PING.
