@@ -112,12 +112,6 @@ class Raw {
   std::string in_;
 };
 
-std::size_t Count(const std::string& hay, const std::string& needle) {
-  std::size_t n = 0;
-  for (std::size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
-  return n;
-}
-
 // One complete HTTP response (with Content-Length) at the start of `s`, or 0.
 std::size_t ResponseLength(const std::string& s) {
   const std::size_t end = s.find("\r\n\r\n");
