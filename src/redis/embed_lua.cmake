@@ -40,8 +40,8 @@
 # `ops_var` (the rest; empty if none).
 function(read_lua name body_var ops_var)
   file(READ "${LUA_DIR}/${name}.lua" content)
-  # The write-first step and its undo, shared by gcra.lua, token_bucket.lua and
-  # sliding_window_counter.lua as text (inline code: no function to create per call).
+  # The write-first step (gcra.lua, token_bucket.lua) and its undo (those and
+  # sliding_window_counter.lua), shared as text: inline code, no function created per call.
   foreach(snippet write_first put_back)
     string(TOUPPER "${snippet}" marker)
     file(READ "${LUA_DIR}/${snippet}.lua" text)
@@ -118,9 +118,9 @@ function(concat out_var)
       string(APPEND body "${content}")
     elseif(part STREQUAL "lean_bucket")
       # The lean bucket script decides what its first SET does not with gcra.lua's,
-      # token_bucket.lua's and sliding_window_counter.lua's bodies themselves, wrapped as decide_body and created with
-      # write_state.lua's helpers and the bucket's refill at its "--@DECIDE_BODY@" line,
-      # the first time a check needs them.
+      # token_bucket.lua's and sliding_window_counter.lua's bodies themselves, wrapped as
+      # decide_body and created with write_state.lua's helpers and the bucket's refill at
+      # its "--@DECIDE_BODY@" line, the first time a check needs them.
       read_lua(gcra gb ops)
       read_lua(token_bucket tb ops)
       read_lua(sliding_window_counter sc ops)
@@ -178,8 +178,7 @@ emit(kSingleConcurrency prelude write_state bucket_refill concurrency no_logs no
 # INCRBY per decision (lean_fixed_window.lua).
 emit(kLeanFixedWindow lean_fixed_window)
 # Plain GCRA, token-bucket and sliding-counter checks (issue #18): a batch or coalesced
-# callers, one
-# SET ... GET per decision of a check alone in its group (lean_bucket.lua).
+# callers, one SET ... GET per decision of a check alone in its group (lean_bucket.lua).
 emit(kLeanBucket lean_bucket)
 # Plain sliding-log checks (issue #18): one call, a batch or coalesced callers, on the
 # sliding log's state without a table per check (lean_sliding_log.lua).
