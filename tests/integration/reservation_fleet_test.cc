@@ -111,8 +111,10 @@ TEST(ReservationFleet, CancelledReservationsComeBack) {
   FleetOutput f = RunFleet(*url, "cancel");
   ASSERT_TRUE(f.ok);
   // A limiter on Redis's clock, without a deny cache: every policy's key is full again.
+  // (the policies fail closed: a peek that timed out would read as nothing left)
   RedisStoreOptions so;
   so.url = *url;
+  so.call_timeout = kPatientCallTimeout;
   so.on_warning = [](std::string_view) {};
   auto store = RedisStore::Create(so);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
