@@ -36,17 +36,27 @@
 # line); a part named "all:<file>" is the whole file (the sliding log's decision and its
 # operations); everywhere else an algorithm's file gives only its body.
 
+# Reads <name>.lua into `out_var` with its snippets in place: a line that is only
+# "--@<SNIPPET>@" (indented as the snippet's own text is) becomes <snippet>.lua. Snippets
+# are code that several scripts share as text, so that it stays inline (no function
+# created per call): the write-first step (gcra.lua, token_bucket.lua) and its undo
+# (those and sliding_window_counter.lua); the lean scripts' arguments (their head, each
+# group's now, each check's number).
+function(read_part name out_var)
+  file(READ "${LUA_DIR}/${name}.lua" content)
+  foreach(snippet write_first put_back lean_head lean_group_now lean_check)
+    string(TOUPPER "${snippet}" marker)
+    file(READ "${LUA_DIR}/${snippet}.lua" text)
+    string(REGEX MATCH "^ +" indent "${text}")  # (none: an empty match is no match)
+    string(REPLACE "${indent}--@${marker}@\n" "${text}" content "${content}")
+  endforeach()
+  set(${out_var} "${content}" PARENT_SCOPE)
+endfunction()
+
 # Reads <name>.lua into `body_var` (up to a line that starts with "--@OPERATIONS@", if any) and
 # `ops_var` (the rest; empty if none).
 function(read_lua name body_var ops_var)
-  file(READ "${LUA_DIR}/${name}.lua" content)
-  # The write-first step (gcra.lua, token_bucket.lua) and its undo (those and
-  # sliding_window_counter.lua), shared as text: inline code, no function created per call.
-  foreach(snippet write_first put_back)
-    string(TOUPPER "${snippet}" marker)
-    file(READ "${LUA_DIR}/${snippet}.lua" text)
-    string(REPLACE "  --@${marker}@\n" "${text}" content "${content}")
-  endforeach()
+  read_part(${name} content)
   string(FIND "${content}" "\n--@OPERATIONS@" at)
   if(at EQUAL -1)
     set(${body_var} "${content}" PARENT_SCOPE)
@@ -113,7 +123,7 @@ function(concat out_var)
              "${fw}"
              "  return allowed, remaining, reset, retry, state, expires, patch, patch_at, undo\n"
              "end\nend\n")
-      file(READ "${LUA_DIR}/lean_fixed_window.lua" content)
+      read_part(lean_fixed_window content)
       string(REPLACE "--@DECIDE_BODY@\n" "${fn}" content "${content}")
       string(APPEND body "${content}")
     elseif(part STREQUAL "lean_bucket")
@@ -133,7 +143,7 @@ function(concat out_var)
              "  if alg == 4 then\n${gb}  elseif alg == 3 then\n${tb}  else\n${sc}  end\n"
              "  return allowed, remaining, reset, retry, state, expires, patch, patch_at\n"
              "end\nend\n")
-      file(READ "${LUA_DIR}/lean_bucket.lua" content)
+      read_part(lean_bucket content)
       string(REPLACE "      --@DECIDE_BODY@\n" "${fn}" content "${content}")
       string(APPEND body "${content}")
     elseif(part STREQUAL "lean_sliding_log")
@@ -141,7 +151,7 @@ function(concat out_var)
       # search of the log) at its "--@LOG_ENTRIES@" line, the first time a check needs
       # them.
       read_lua(log_entries entries ops)
-      file(READ "${LUA_DIR}/lean_sliding_log.lua" content)
+      read_part(lean_sliding_log content)
       string(REPLACE "        --@LOG_ENTRIES@\n" "${entries}" content "${content}")
       string(APPEND body "${content}")
     else()

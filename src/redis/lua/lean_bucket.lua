@@ -35,15 +35,10 @@
 -- a call of one check answered by one integer: that integer alone.
 local floor, ceil, max, min, type = math.floor, math.ceil, math.max, math.min, type
 local EPS = 1e-9 -- (prelude.lua's)
-local caller_time = ARGV[1] ~= ''
-local PAD = 0
-if caller_time then PAD = 3600000 end
+--@LEAN_HEAD@
 -- The slow path's functions: write_state.lua's `write` (as `store`) and decide_body,
 -- created by the first check that needs them.
 local store, decide_body
-local np = tonumber(ARGV[2])
-local uniform = np == 0 -- (one policy, every check alone in its group)
-if uniform then np = 1 end
 -- Policy i's numbers at pol[11 * i + 1 ..]: 1 limit, 2 window, 3 cost, 4 algorithm, 5
 -- capacity, 6 initial tokens, then for the now at hand: 7 the guess (a fresh state after
 -- this cost), or false when a fresh state does not allow the cost, 8 its TTL in ms as a
@@ -64,11 +59,7 @@ local pend = {}
 -- windows, so on a key seen about once a window the guess would mostly be written twice.
 local a, k, nkeys, pnow, lead = 3 + 6 * np, 1, #KEYS, false, 0
 while k <= nkeys do
-  local gnow = now
-  if caller_time then
-    gnow = tonumber(ARGV[a])
-    a = a + 1
-  end
+  --@LEAN_GROUP_NOW@
   if gnow ~= pnow then -- (every group in caller-time mode; once on Redis's clock)
     pnow = gnow
     for b = 0, 11 * (np - 1), 11 do
@@ -111,12 +102,7 @@ while k <= nkeys do
   end
   local ns, all, first, last = 0, true, true, 0
   repeat
-    local v = 1 -- (uniform: policy 0, last)
-    if not uniform then
-      v = tonumber(ARGV[a])
-      a = a + 1
-    end
-    last = v % 2
+    --@LEAN_CHECK@
     local b = 11 * (v - last) / 2
     local key = KEYS[k]
     k = k + 1

@@ -36,16 +36,11 @@
 -- The reply: the runner's encoding (lua/runner.lua), one flat array, check after check;
 -- a call of one check answered by one integer: that integer alone.
 local floor, ceil, max, min, type = math.floor, math.ceil, math.max, math.min, type
-local caller_time = ARGV[1] ~= ''
-local PAD = 0
-if caller_time then PAD = 3600000 end
+--@LEAN_HEAD@
 -- The slow path's functions: write_state.lua's `write` (as `store`) and decide_body,
 -- created by the first check that needs them (a closure costs every call that creates
 -- it, and most calls need neither).
 local store, decide_body
-local np = tonumber(ARGV[2])
-local uniform = np == 0 -- (one policy, every check alone in its group)
-if uniform then np = 1 end
 -- Policy i's numbers at pol[9 * i + 1 ..]: 1 limit, 2 window, 3 cost, 4 cost as sent,
 -- then for the now at hand: 5 this window's counter base (tag * 2^32), 6 the fresh
 -- counter (base + cost) as a string and 7 its TTL in ms as a string, 8 reset_after, 9
@@ -66,11 +61,7 @@ local undo, slow
 -- (counted from -4 to 4); from 0 up a check writes a fresh window first (`SET ... NX`).
 local a, k, nkeys, pnow, lead = 3 + 3 * np, 1, #KEYS, false, 0
 while k <= nkeys do
-  local gnow = now
-  if caller_time then
-    gnow = tonumber(ARGV[a])
-    a = a + 1
-  end
+  --@LEAN_GROUP_NOW@
   if gnow ~= pnow then -- (every group in caller-time mode; once on Redis's clock)
     pnow = gnow
     for b = 0, 9 * (np - 1), 9 do
@@ -88,12 +79,7 @@ while k <= nkeys do
   end
   local nu, ns, all, first, last = 0, 0, true, true, 0
   repeat
-    local v = 1 -- (uniform: policy 0, last)
-    if not uniform then
-      v = tonumber(ARGV[a])
-      a = a + 1
-    end
-    last = v % 2
+    --@LEAN_CHECK@
     local b = 9 * (v - last) / 2
     local key = KEYS[k]
     k = k + 1

@@ -36,14 +36,9 @@
 -- The reply: the runner's encoding (lua/runner.lua), one flat array, check after check;
 -- a call of one check answered by one integer: that integer alone.
 local floor, ceil, max, fmt, byte = math.floor, math.ceil, math.max, string.format, string.byte
-local caller_time = ARGV[1] ~= ''
-local PAD = 0
-if caller_time then PAD = 3600000 end
+--@LEAN_HEAD@
 -- log_entries.lua's time_freeing, created by the first denial or peek (below).
 local freeing
-local np = tonumber(ARGV[2])
-local uniform = np == 0 -- (one policy, every check alone in its group)
-if uniform then np = 1 end
 -- Policy i's numbers at pol[8 * i + 1 ..]: 1 limit, 2 window, 3 cost, 4 cost as sent,
 -- 5 a fresh log's member, 6 the packed reply of an allowed decision less 2 * remaining
 -- (false: too large to pack), then for the now at hand (false until a check needs
@@ -76,23 +71,14 @@ local pend = {}
 -- first.
 local a, k, nkeys, pnow, snow, guess = 3 + 3 * np, 1, #KEYS, false, false, true
 while k <= nkeys do
-  local gnow = now
-  if caller_time then
-    gnow = tonumber(ARGV[a])
-    a = a + 1
-  end
+  --@LEAN_GROUP_NOW@
   if gnow ~= pnow then -- (every group in caller-time mode; once on Redis's clock)
     pnow, snow = gnow, fmt('%d', gnow)
     for b = 0, 8 * (np - 1), 8 do pol[b + 7], pol[b + 8] = false, false end
   end
   local np_, all, first, last = 0, true, true, 0
   repeat
-    local v = 1 -- (uniform: policy 0, last)
-    if not uniform then
-      v = tonumber(ARGV[a])
-      a = a + 1
-    end
-    last = v % 2
+    --@LEAN_CHECK@
     local b = 8 * (v - last) / 2
     local key, key2 = KEYS[k], KEYS[k + 1]
     k = k + 2
