@@ -41,10 +41,10 @@
 # are code that several scripts share as text, so that it stays inline (no function
 # created per call): the write-first step (gcra.lua, token_bucket.lua) and its undo
 # (those and sliding_window_counter.lua); the lean scripts' arguments (their head, each
-# group's now, each check's number).
+# group's now, each check's number); a decision's reply (the runner, the lean scripts).
 function(read_part name out_var)
   file(READ "${LUA_DIR}/${name}.lua" content)
-  foreach(snippet write_first put_back lean_head lean_group_now lean_check)
+  foreach(snippet write_first put_back lean_head lean_group_now lean_check reply_put)
     string(TOUPPER "${snippet}" marker)
     file(READ "${LUA_DIR}/${snippet}.lua" text)
     string(REGEX MATCH "^ +" indent "${text}")  # (none: an empty match is no match)
@@ -106,7 +106,7 @@ function(concat out_var)
         set(word "elseif")
       endforeach()
       string(APPEND chain "else\n  return redis.error_reply('sluice: unknown algorithm ' .. alg)\nend\n")
-      file(READ "${LUA_DIR}/runner.lua" content)
+      read_part(runner content)
       string(REPLACE "      --@INLINE@\n" "${chain}" content "${content}")
       string(APPEND body "${content}")
     elseif(part STREQUAL "lean_fixed_window")

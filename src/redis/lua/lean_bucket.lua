@@ -106,8 +106,6 @@ while k <= nkeys do
     local b = 11 * (v - last) / 2
     local key = KEYS[k]
     k = k + 1
-    local solo = first and last == 1
-    first = false
     local cost, alg, cap, guess = pol[b + 3], pol[b + 4], pol[b + 5], pol[b + 7]
     local raw, fresh = false, false
     local write = solo and guess and (alg ~= 2 or lead >= 0)
@@ -172,14 +170,7 @@ while k <= nkeys do
           patch or false, patch_at
         ns = ns + 1
       end
-      if allowed and retry == 0 and remaining >= 0 and remaining <= cap and reset >= 0 and
-          (reset * (cap + 1) + remaining) * 2 + 1 < 9007199254740992 then
-        n = n + 1
-        out[n] = (reset * (cap + 1) + remaining) * 2 + 1
-      else
-        out[n + 1], out[n + 2], out[n + 3], out[n + 4] = allowed and 2 or 0, remaining, reset, retry
-        n = n + 4
-      end
+      --@REPLY_PUT@
     end
     all = all and allowed
   until last == 1

@@ -83,8 +83,6 @@ while k <= nkeys do
     local b = 9 * (v - last) / 2
     local key = KEYS[k]
     k = k + 1
-    local solo = first and last == 1
-    first = false
     if not solo and not undo then undo, slow = {}, {} end
     local limit, cost, base = pol[b + 1], pol[b + 3], pol[b + 5]
     local c, wrote = false, false
@@ -118,14 +116,8 @@ while k <= nkeys do
           state or false, expires, patch or false, patch_at
         ns = ns + 1
       end
-      if allowed and retry == 0 and remaining >= 0 and remaining <= limit and reset >= 0 and
-          (reset * (limit + 1) + remaining) * 2 + 1 < 9007199254740992 then
-        n = n + 1
-        out[n] = (reset * (limit + 1) + remaining) * 2 + 1
-      else
-        out[n + 1], out[n + 2], out[n + 3], out[n + 4] = allowed and 2 or 0, remaining, reset, retry
-        n = n + 4
-      end
+      local cap = limit -- (a window's capacity is its limit)
+      --@REPLY_PUT@
     else
       -- the counter after this decision (fixed_window.lua, "the counter")
       local old, reset, remaining, packed = c and c - cost, pol[b + 8], 0, pol[b + 9]

@@ -82,8 +82,6 @@ while k <= nkeys do
     local b = 8 * (v - last) / 2
     local key, key2 = KEYS[k], KEYS[k + 1]
     k = k + 2
-    local solo = first and last == 1
-    first = false
     local limit, w, cost = pol[b + 1], pol[b + 2], pol[b + 3]
     local allowed, written = true, false
     if solo and guess and cost > 0 then

@@ -202,17 +202,7 @@ while a <= nargs do
       local allowed, remaining, reset, retry, state, expires, start, start_expires, patch,
         patch_at, undo
       --@INLINE@
-      if allowed and retry == 0 and remaining >= 0 and remaining <= cap and reset >= 0 and
-          (reset * (cap + 1) + remaining) * 2 + 1 < 9007199254740992 then
-        n = n + 1
-        out[n] = (reset * (cap + 1) + remaining) * 2 + 1
-      else
-        out[n + 1] = allowed and 2 or 0
-        out[n + 2] = remaining
-        out[n + 3] = reset
-        out[n + 4] = retry
-        n = n + 4
-      end
+      --@REPLY_PUT@
       if last == 1 and nc == 0 and ni == 0 then
         -- alone in its group (the common call): committed now, or not at all
         if allowed and cost > 0 then
