@@ -171,8 +171,8 @@ std::size_t AppendLeanArgv(bool caller_time, LeanLane lane,
     }
   }
   // One policy, every check alone in its group (the common coalesced call): P is sent as
-  // 0 and the per-check numbers are left out (an argument costs Redis about 0.08 us to
-  // parse, and the script as much again to read).
+  // 0 and the per-check numbers are left out (each is one more argument for Redis to
+  // parse and for the script to read).
   const bool uniform =
       policies.size() == 1 && std::all_of(groups.begin(), groups.end(), [](const auto* d) {
         return d->size() == 1 + kWireCheckNumbers;

@@ -30,7 +30,7 @@
 -- Then per check ONE number, policy * 2 + last, policy indexing the list from 0, last
 --   1 on a group's last check; none when P is 0, which says that the call has ONE
 --   policy and every check is alone in its group (the common coalesced call: each
---   argument costs Redis about 0.08 us, and reading it as many again).
+--   argument is one more for Redis to parse and for the script to read).
 -- The reply: the runner's encoding (lua/runner.lua), one flat array, check after check;
 -- a call of one check answered by one integer: that integer alone.
 local floor, ceil, max, min, type = math.floor, math.ceil, math.max, math.min, type
