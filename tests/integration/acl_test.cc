@@ -91,6 +91,17 @@ Outcome Workload(RedisServer& server, bool caller_time) {
     check(p, key, kT0 + 2 * kSec, false);  // denied: the log looks up retry and reset
     check(p, key, kT0 + 30 * kSec, true);  // the log prunes its old entries
   }
+  // A log of more than 8 entries is a sorted set (shorter ones live in their state key):
+  // its pruning and its denial's retry lookup.
+  {
+    const Policy big = Policy::SlidingWindowLog("logbig", 12, std::chrono::seconds(10));
+    const std::string key = "sluice:{acl}:logbig";
+    for (int i = 0; i < 12; ++i) check(big, key, kT0 + i, true);
+    check(big, key, kT0 + 2 * kSec, false);
+    check(big, key, kT0 + 30 * kSec, true);
+    for (int i = 1; i < 10; ++i) check(big, key, kT0 + 30 * kSec + i, true);
+    check(big, key, kT0 + 50 * kSec, true);
+  }
   // A request in the window the state holds writes only its count (SETRANGE, or SET
   // when the user may not run SETRANGE): the third is the last allowed.
   for (const Policy& p : {Policy::FixedWindow("fw3", 3, std::chrono::seconds(10)),

@@ -8,9 +8,11 @@
 // TTL'd; and on Redis's clock, all or nothing, denials consuming nothing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "burst.h"
 #include "redis/script_wire.h"
@@ -43,6 +45,21 @@ bool DowngradeLog(const RedisServer& server, const std::string& key) {
   if (!r.ok()) return false;
   EXPECT_FALSE(r->is_error()) << r->str;
   return r->integer == 1;
+}
+
+// The entries of the log at `key`: of its state, inline ("2 <expires> <last_seen>" then
+// " <cost> <time>" each), or of its sorted set.
+long long Entries(const RedisServer& server, const std::string& key) {
+  auto state = server.Command({"GET", key});
+  EXPECT_TRUE(state.ok());
+  if (!state.ok()) return -1;
+  if (state->str.starts_with("2 ")) {
+    const auto words = std::count(state->str.begin(), state->str.end(), ' ') + 1;
+    return (words - 3) / 2;
+  }
+  auto card = server.Command({"ZCARD", key + ":log"});
+  EXPECT_TRUE(card.ok());
+  return card.ok() ? card->integer : -1;
 }
 
 // Differential: random bursts of batches of sliding-log checks (few to many keys,
@@ -169,56 +186,214 @@ TEST(LeanSlidingLog, AKeyMovesToTheBatchScriptAndBackAsTheModel) {
   ExpectEveryKeyHasATtl(*server);
 }
 
+// An inline log that outgrows its state (a ninth entry) moves into its sorted set, and
+// decides as the model from then on, as entries leave the window and requests are
+// denied: the running sums start from its oldest entry.
+TEST(LeanSlidingLog, AnInlineLogMovesIntoItsSortedSetAsTheModel) {
+  auto redis = CoalescingStore(/*caller_time=*/true);
+  ASSERT_NE(redis, nullptr);
+  RedisServer* server = SharedRedis();
+  ReferenceStore model;
+  const Policy p = Policy::SlidingWindowLog("grow", 12, std::chrono::seconds(1));
+  const std::string key = "sluice:{grow}:log";
+  Decision want[1], got[1];
+  int moved = 0, denied = 0;
+  for (int i = 0; i <= 60; ++i) {
+    const StoreCheck one{.policy = &p, .key = key, .cost = i < 9 ? 1u : 1u + (i % 3)};
+    const Micros now = kNoon + i * 50'000;
+    ASSERT_TRUE(model.Run({.checks = {&one, 1}, .now = now}, want).ok());
+    ASSERT_TRUE(redis->Run({.checks = {&one, 1}, .now = now}, got).ok());
+    EXPECT_TRUE(SameDecision(want[0], got[0]))
+        << "step " << i << ": allowed " << got[0].allowed << " remaining " << got[0].remaining
+        << " retry " << got[0].retry_after << ", model " << want[0].allowed << " "
+        << want[0].remaining << " " << want[0].retry_after;
+    denied += !got[0].allowed;
+    auto state = server->Command({"GET", key});
+    ASSERT_TRUE(state.ok());
+    moved += state->str.starts_with("1 ");
+  }
+  EXPECT_GT(moved, 30);
+  EXPECT_GT(denied, 10);
+  ExpectEveryKeyHasATtl(*server);
+}
+
 // On Redis's clock (production mode): a log fills up to its limit, a denial consumes
 // nothing and says when room comes back; a batch of two keys that one of them denies
-// logs nothing on either; leftovers of a log without its state are dropped; every key
-// has a TTL.
+// logs nothing on either; leftovers of a log without its state are not read as the
+// key's; every key has a TTL.
 TEST(LeanSlidingLog, OnRedisClockAllOrNothingAndDenialsConsumeNothing) {
   auto redis = CoalescingStore(/*caller_time=*/false);
   ASSERT_NE(redis, nullptr);
   RedisServer* server = SharedRedis();
   const Policy p = Policy::SlidingWindowLog("rc", 3, std::chrono::hours(1));
+  const Policy big = Policy::SlidingWindowLog("rc-big", 30, std::chrono::hours(1));
   const std::string a = "sluice:{rc}:a", b = "sluice:{rc}:b";
-  const StoreCheck one{.policy = &p, .key = a, .cost = 1};
-  Decision d[2];
-  for (std::uint64_t left : {2, 1, 0}) {
+  for (const Policy* policy : {&p, &big}) {  // (an inline log; a sorted set from 9 entries)
+    SCOPED_TRACE(policy->name);
+    ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+    const std::uint64_t limit = policy->limit;
+    const StoreCheck one{.policy = policy, .key = a, .cost = 1};
+    Decision d[2];
+    for (std::uint64_t used = 1; used <= limit; ++used) {
+      ASSERT_TRUE(redis->Run({.checks = {&one, 1}, .now = 0}, d).ok());
+      EXPECT_TRUE(d[0].allowed);
+      EXPECT_EQ(d[0].remaining, limit - used);
+      EXPECT_EQ(d[0].reset_after, policy->window);
+    }
     ASSERT_TRUE(redis->Run({.checks = {&one, 1}, .now = 0}, d).ok());
+    EXPECT_FALSE(d[0].allowed);
+    EXPECT_EQ(d[0].remaining, 0u);
+    EXPECT_GT(d[0].retry_after, 0);
+    EXPECT_LE(d[0].retry_after, policy->window);
+    const long long entries_a = Entries(*server, a);
+    EXPECT_EQ(entries_a, static_cast<long long>(limit));
+    // b allows, a denies: the batch logs nothing
+    const StoreCheck both[] = {{.policy = policy, .key = b, .cost = 2}, one};
+    ASSERT_TRUE(redis->Run({.checks = both, .now = 0}, d).ok());
     EXPECT_TRUE(d[0].allowed);
-    EXPECT_EQ(d[0].remaining, left);
-    EXPECT_EQ(d[0].reset_after, p.window);
+    EXPECT_FALSE(d[1].allowed);
+    auto absent = server->Command({"EXISTS", b, b + ":log"});
+    ASSERT_TRUE(absent.ok());
+    EXPECT_EQ(absent->integer, 0);
+    EXPECT_EQ(Entries(*server, a), entries_a);
+    ExpectEveryKeyHasATtl(*server);
   }
-  ASSERT_TRUE(redis->Run({.checks = {&one, 1}, .now = 0}, d).ok());
+  // A log whose state key is gone (evicted, deleted) is not read as the key's: the
+  // decisions start a fresh log, and a sorted set it moves into holds its own entries.
+  const std::string c = "sluice:{rc}:c";
+  for (const Policy* policy : {&p, &big}) {
+    SCOPED_TRACE(policy->name);
+    ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+    ASSERT_TRUE(server->Command({"ZADD", c + ":log", "1", "1:3", "2", "2:3"}).ok());
+    ASSERT_TRUE(server->Command({"PEXPIRE", c + ":log", "3600000"}).ok());
+    const StoreCheck on_c{.policy = policy, .key = c, .cost = 1};
+    Decision d[1];
+    for (std::uint64_t used = 1; used <= policy->limit; ++used) {
+      ASSERT_TRUE(redis->Run({.checks = {&on_c, 1}, .now = 0}, d).ok());
+      EXPECT_TRUE(d[0].allowed);
+      EXPECT_EQ(d[0].remaining, policy->limit - used);
+    }
+    auto leftover = server->Command({"ZSCORE", c + ":log", "1:3"});
+    ASSERT_TRUE(leftover.ok());
+    if (policy == &big) {
+      EXPECT_TRUE(leftover->str.empty()) << leftover->str;
+      EXPECT_EQ(server->Command({"ZCARD", c + ":log"})->integer, 30);
+    }
+    ExpectEveryKeyHasATtl(*server);
+  }
+}
+
+// A log of up to 8 entries is its state key alone (the inline form, "2 ..."): a fresh
+// log costs Redis ONE command, a `SET ... NX`, and each entry more a `GET` and a `SET`,
+// with no sorted set. It decides as a log: a limit of one denies the next request until
+// the entry leaves the window, and says so; a ninth entry moves them all into the
+// sorted set ("1 ..."), and so does the group runner's batch script when it reads an
+// inline log.
+TEST(LeanSlidingLog, AShortLogIsItsStateAlone) {
+  auto redis = CoalescingStore(/*caller_time=*/false);
+  ASSERT_NE(redis, nullptr);
+  RedisServer* server = SharedRedis();
+  ASSERT_TRUE(server->Command({"FLUSHALL"}).ok());
+  const Policy p = Policy::SlidingWindowLog("short", 20, std::chrono::hours(1));
+  const Policy single = Policy::SlidingWindowLog("single", 1, std::chrono::hours(1));
+  const Policy fw = Policy::FixedWindow("fw", 100, std::chrono::hours(1));
+  const std::string a = "sluice:{short}:a", b = "sluice:{short}:b", x = "sluice:{short}:x";
+  auto state = [&](const std::string& key) {
+    auto r = server->Command({"GET", key});
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? r->str : std::string();
+  };
+  auto exists = [&](const std::string& key) {
+    auto r = server->Command({"EXISTS", key});
+    EXPECT_TRUE(r.ok());
+    return r.ok() && r->integer == 1;
+  };
+  const char* kCommands[] = {"set", "get", "zadd", "del", "pexpire", "zremrangebyscore"};
+  auto counts = [&] {
+    std::vector<long long> c;
+    for (const char* name : kCommands) c.push_back(server->CommandCalls(name));
+    return c;
+  };
+  Decision d[2];
+  const StoreCheck on_a{.policy = &p, .key = a, .cost = 1};
+  for (std::uint64_t used = 1; used <= 8; ++used) {
+    const std::vector<long long> before = counts();
+    ASSERT_TRUE(redis->Run({.checks = {&on_a, 1}, .now = 0}, d).ok());
+    EXPECT_TRUE(d[0].allowed);
+    EXPECT_EQ(d[0].remaining, 20 - used);
+    const std::vector<long long> after = counts();
+    // the first: SET ... NX; the next ones: that SET refused (a call's first check
+    // guesses a fresh key), then GET and SET
+    const long long expected[][2] = {{1, 0}, {2, 1}};
+    const long long* e = expected[used == 1 ? 0 : 1];
+    for (std::size_t i = 0; i < before.size(); ++i) {
+      EXPECT_EQ(after[i] - before[i], i < 2 ? e[i] : 0) << kCommands[i] << ", entry " << used;
+    }
+    EXPECT_TRUE(state(a).starts_with("2 ")) << state(a);
+    EXPECT_FALSE(exists(a + ":log"));
+  }
+  // the ninth entry: all nine in the sorted set
+  ASSERT_TRUE(redis->Run({.checks = {&on_a, 1}, .now = 0}, d).ok());
+  EXPECT_TRUE(d[0].allowed);
+  EXPECT_EQ(d[0].remaining, 11u);
+  EXPECT_TRUE(state(a).starts_with("1 ")) << state(a);
+  auto card = server->Command({"ZCARD", a + ":log"});
+  ASSERT_TRUE(card.ok());
+  EXPECT_EQ(card->integer, 9);
+  ASSERT_TRUE(redis->Run({.checks = {&on_a, 1}, .now = 0}, d).ok());
+  EXPECT_EQ(d[0].remaining, 10u);
+
+  // A limit of one: the entry denies until it leaves the window, and the denial keeps
+  // the inline form.
+  const StoreCheck on_b{.policy = &single, .key = b, .cost = 1};
+  ASSERT_TRUE(redis->Run({.checks = {&on_b, 1}, .now = 0}, d).ok());
+  EXPECT_TRUE(d[0].allowed);
+  ASSERT_TRUE(redis->Run({.checks = {&on_b, 1}, .now = 0}, d).ok());
   EXPECT_FALSE(d[0].allowed);
   EXPECT_EQ(d[0].remaining, 0u);
   EXPECT_GT(d[0].retry_after, 0);
-  EXPECT_LE(d[0].retry_after, p.window);
-  auto card = server->Command({"ZCARD", a + ":log"});
-  ASSERT_TRUE(card.ok());
-  EXPECT_EQ(card->integer, 3);
-  // b allows, a denies: the batch logs nothing
-  const StoreCheck both[] = {{.policy = &p, .key = b, .cost = 2}, one};
-  ASSERT_TRUE(redis->Run({.checks = both, .now = 0}, d).ok());
+  EXPECT_LE(d[0].retry_after, single.window);
+  EXPECT_EQ(d[0].retry_after, d[0].reset_after);
+  EXPECT_TRUE(state(b).starts_with("2 ")) << state(b);
+  EXPECT_FALSE(exists(b + ":log"));
+
+  // The batch script (a batch with a fixed-window check) reads an inline log as a log
+  // of its entries, and writes it as a sorted set.
+  ASSERT_TRUE(server->Command({"DEL", a, a + ":log"}).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(redis->Run({.checks = {&on_a, 1}, .now = 0}, d).ok());
+  EXPECT_TRUE(state(a).starts_with("2 ")) << state(a);
+  const StoreCheck batch[] = {on_a, {.policy = &fw, .key = x, .cost = 1}};
+  ASSERT_TRUE(redis->Run({.checks = batch, .now = 0}, d).ok());
   EXPECT_TRUE(d[0].allowed);
-  EXPECT_FALSE(d[1].allowed);
-  auto absent = server->Command({"EXISTS", b + ":log"});
-  ASSERT_TRUE(absent.ok());
-  EXPECT_EQ(absent->integer, 0);
+  EXPECT_EQ(d[0].remaining, 16u);
+  EXPECT_TRUE(state(a).starts_with("1 ")) << state(a);
   card = server->Command({"ZCARD", a + ":log"});
   ASSERT_TRUE(card.ok());
-  EXPECT_EQ(card->integer, 3);
-  // A log whose state key is gone (evicted, deleted) is not read as the key's: the
-  // first decision starts a fresh log.
-  const std::string c = "sluice:{rc}:c";
-  ASSERT_TRUE(server->Command({"ZADD", c + ":log", "1", "1:3"}).ok());
-  ASSERT_TRUE(server->Command({"PEXPIRE", c + ":log", "3600000"}).ok());
-  const StoreCheck on_c{.policy = &p, .key = c, .cost = 1};
-  ASSERT_TRUE(redis->Run({.checks = {&on_c, 1}, .now = 0}, d).ok());
-  EXPECT_TRUE(d[0].allowed);
-  EXPECT_EQ(d[0].remaining, 2u);
-  card = server->Command({"ZCARD", c + ":log"});
-  ASSERT_TRUE(card.ok());
-  EXPECT_EQ(card->integer, 1);
+  EXPECT_EQ(card->integer, 4);
   ExpectEveryKeyHasATtl(*server);
+}
+
+// The inline form at the window's edge (caller time): the entry counts up to the
+// last microsecond before it is a window old, and not from then on, as in the model;
+// a denial on it waits exactly that long.
+TEST(LeanSlidingLog, AnInlineLogLeavesTheWindowOnTime) {
+  auto redis = CoalescingStore(/*caller_time=*/true);
+  ASSERT_NE(redis, nullptr);
+  const Policy p = Policy::SlidingWindowLog("edge", 1, std::chrono::seconds(10));
+  const std::string key = "sluice:{edge}:k";
+  const StoreCheck one{.policy = &p, .key = key, .cost = 1};
+  const Micros t0 = 1'000'000'000'000;
+  Decision d[1];
+  ASSERT_TRUE(redis->Run({.checks = {&one, 1}, .now = t0}, d).ok());
+  EXPECT_TRUE(d[0].allowed);
+  ASSERT_TRUE(redis->Run({.checks = {&one, 1}, .now = t0 + p.window - 1}, d).ok());
+  EXPECT_FALSE(d[0].allowed);
+  EXPECT_EQ(d[0].retry_after, 1);
+  EXPECT_EQ(d[0].reset_after, 1);
+  ASSERT_TRUE(redis->Run({.checks = {&one, 1}, .now = t0 + p.window}, d).ok());
+  EXPECT_TRUE(d[0].allowed);
+  EXPECT_EQ(d[0].remaining, 0u);
+  EXPECT_EQ(d[0].reset_after, p.window);
 }
 
 }  // namespace

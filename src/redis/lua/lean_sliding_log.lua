@@ -7,21 +7,30 @@
 -- the same keys and bytes, so a keyspace moves between the two scripts live, and logs
 -- of the older member layout ("<count>:<cost>") are read too.
 --
--- Per decision, for a key with a live log: `GET` of the state key, `ZREMRANGEBYSCORE` of
--- what left the window, and only when it removed something a `ZRANGE 0 0` of the
--- oldest entry left (used = seq - (its cum - its cost); an older member: the costs
--- left, summed); then, allowed with a cost, `ZADD`, `PEXPIRE` and `SET ... PX`. For a
--- fresh log (no state key: most keys of a random key set) a check alone in its group
--- writes the state first, `SET ... PX ... NX`, whose reply says the key was absent:
--- then `DEL` of the log (leftovers of a log whose state key went first), `ZADD` and
--- `PEXPIRE`, four calls; a write refused (a live log) falls back to the `GET`, and the
--- next check reads first until one finds no log. What a check needs beyond that is
--- worked out once per policy (limit, window, cost): a fresh log's member, state and
--- TTL, the reply's packed base; no table per check, no closure per call on the
--- allowed path. A denial or a peek (reset_after from the newest entry, retry_after
--- from a search of the log: log_entries.lua, created by the first check that needs it)
--- writes only what the model does: the advanced clock and the entries dropped, with
--- the state key's TTL kept; a group that is not allowed logs nothing.
+-- A log of up to INLINE entries lives in its state key alone (sliding_window_log.lua,
+-- "the inline form": "2 <expires> <last_seen>" then " <cost> <time>" per entry, oldest
+-- first; no ":log" key): a fresh log starts so, and moves into the sorted set only
+-- when an entry more would not fit. Most keys of a large key set see a few requests a
+-- window, and so do policies with a limit of a few: their logs never need the set.
+--
+-- Per decision, for a fresh log (no state key) a check alone in its group writes that
+-- state first, `SET ... PX ... NX`: one call, the whole decision; a write refused (a
+-- live log) falls back to the `GET`, and the next check reads first until one finds no
+-- log. Otherwise: `GET` of the state key. An inline log is decided on its entries
+-- (those that left the window dropped) and, allowed with a cost, written whole with
+-- `SET ... PX`: two calls. For a log of the sorted set, `ZREMRANGEBYSCORE` of what left
+-- the window, and only when it removed something a `ZRANGE 0 0` of the oldest entry
+-- left (used = seq - (its cum - its cost); an older member: the costs left, summed);
+-- then, allowed with a cost, `ZADD`, `PEXPIRE` and `SET ... PX`. An inline log that
+-- outgrows INLINE entries moves into a sorted set: `DEL` (leftovers of an earlier log),
+-- one `ZADD` of every entry, `PEXPIRE`, `SET`. What a
+-- check needs beyond that is worked out once per policy (limit, window, cost): a fresh
+-- log's member, state and TTL, the reply's packed base; no table per check, no closure
+-- per call on the allowed path. A denial or a peek (reset_after from the newest entry,
+-- retry_after from a search of the log: log_entries.lua, created by the first check
+-- that needs it; an inline log: from its entries) writes only what the model does: the
+-- advanced clock and the entries dropped, with the state key's TTL kept; a group that
+-- is not allowed logs nothing.
 --
 -- The wire layout is the lean fixed-window script's (script_wire.cc, EncodeLean):
 -- KEYS: every check's state key and log key (":log"), group after group.
@@ -36,21 +45,23 @@
 -- The reply: the runner's encoding (lua/runner.lua), one flat array, check after check;
 -- a call of one check answered by one integer: that integer alone.
 local floor, ceil, max, fmt, byte = math.floor, math.ceil, math.max, string.format, string.byte
+local gmatch = string.gmatch
+-- The most entries an inline log holds (a longer one is a sorted set).
+local INLINE = 8
 --@LEAN_HEAD@
--- log_entries.lua's time_freeing, created by the first denial or peek (below).
+-- log_entries.lua's time_freeing, created by the first denial or peek of a sorted-set log.
 local freeing
--- Policy i's numbers at pol[8 * i + 1 ..]: 1 limit, 2 window, 3 cost, 4 cost as sent,
--- 5 a fresh log's member, 6 the packed reply of an allowed decision less 2 * remaining
--- (false: too large to pack), then for the now at hand (false until a check needs
--- them): 7 a fresh log's state and 8 its TTL in ms, as strings (a Lua number given to
--- redis.call is formatted by Redis on every call).
+-- Policy i's numbers at pol[7 * i + 1 ..]: 1 limit, 2 window, 3 cost, 4 cost as sent,
+-- 5 the packed reply of an allowed decision less 2 * remaining (false: too large to
+-- pack), then for the now at hand (false until a check needs them): 6 a fresh log's
+-- state and 7 its TTL in ms, as strings (a Lua number given to redis.call is formatted
+-- by Redis on every call).
 local pol = {}
 for i = 0, np - 1 do
-  local b, a = 8 * i, 3 + 3 * i
+  local b, a = 7 * i, 3 + 3 * i
   local limit, w, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   pol[b + 1], pol[b + 2], pol[b + 3], pol[b + 4] = limit, w, cost, ARGV[a + 2]
-  pol[b + 5] = struct.pack('>d', cost) .. ':' .. ARGV[a + 2]
-  pol[b + 6] = (w * (limit + 1) + limit) * 2 + 1 < 9007199254740992 and w * (limit + 1) * 2 + 1
+  pol[b + 5] = (w * (limit + 1) + limit) * 2 + 1 < 9007199254740992 and w * (limit + 1) * 2 + 1
 end
 
 -- TTL in ms of state that is back to "full" at `expires` (write_state.lua's ttl_ms).
@@ -61,9 +72,10 @@ local function ttl(expires, now)
 end
 
 local out, n = {}, 0
--- A group's checks waiting for its outcome, flat and reused from group to group, 9
+-- A group's checks waiting for its outcome, flat and reused from group to group, 11
 -- each: key, log key, fresh, t, used, seq, policy base, the state's expires to keep
--- ("": nothing to write unless logged), cost.
+-- ("": nothing to write unless logged), cost, and for an inline log its entries left
+-- (" <cost> <time>" each) and their count (else false, 0).
 local pend = {}
 -- `guess`: the last check alone in its group found no log, so the next one writes a
 -- fresh log's state first (`SET ... NX`, which also says whether there was one: one
@@ -74,29 +86,26 @@ while k <= nkeys do
   --@LEAN_GROUP_NOW@
   if gnow ~= pnow then -- (every group in caller-time mode; once on Redis's clock)
     pnow, snow = gnow, fmt('%d', gnow)
-    for b = 0, 8 * (np - 1), 8 do pol[b + 7], pol[b + 8] = false, false end
+    for b = 0, 7 * (np - 1), 7 do pol[b + 6], pol[b + 7] = false, false end
   end
   local np_, all, first, last = 0, true, true, 0
   repeat
     --@LEAN_CHECK@
-    local b = 8 * (v - last) / 2
+    local b = 7 * (v - last) / 2
     local key, key2 = KEYS[k], KEYS[k + 1]
     k = k + 2
     local limit, w, cost = pol[b + 1], pol[b + 2], pol[b + 3]
     local allowed, written = true, false
     if solo and guess and cost > 0 then
-      local state, ms = pol[b + 7], pol[b + 8]
+      local state, ms = pol[b + 6], pol[b + 7]
       if not state then
-        state, ms = fmt('1 %d %d %d %d', gnow + w, gnow, cost, cost), ttl(gnow + w, gnow)
-        pol[b + 7], pol[b + 8] = state, ms
+        state, ms = fmt('2 %d %d %d %d', gnow + w, gnow, cost, gnow), ttl(gnow + w, gnow)
+        pol[b + 6], pol[b + 7] = state, ms
       end
       if redis.call('SET', key, state, 'PX', ms, 'NX') then
-        -- a fresh log (sliding_window_log.lua's COMMIT of a fresh state)
-        redis.call('DEL', key2)
-        redis.call('ZADD', key2, snow, pol[b + 5])
-        redis.call('PEXPIRE', key2, ms)
+        -- a fresh log: its one entry, in the state alone (the inline form)
         written = true
-        local packed = pol[b + 6]
+        local packed = pol[b + 5]
         if packed then
           n = n + 1
           out[n] = packed + 2 * (limit - cost)
@@ -109,9 +118,26 @@ while k <= nkeys do
     if not written then
       -- the state (sliding_window_log.lua's log_state and raise): t = max(now, last_seen),
       -- entries with ts <= t - window dropped
-      local fresh, t, used, seq, keep = true, gnow, 0, 0, ''
+      local fresh, inl, cnt, t, used, seq, keep = true, false, 0, gnow, 0, 0, ''
       local raw = redis.call('GET', key)
-      if raw then
+      if raw and byte(raw, 1) == 50 then
+        -- the inline form: the entries from the first one still in the window
+        local e, l, rest = string.match(raw, '^2 (%S+) (%S+)(.*)$')
+        if e then
+          fresh, l = false, tonumber(l)
+          if l > t then t = l end
+          if l ~= t then keep = e end
+          local h, from = t - w, false
+          for at, c, ts in gmatch(rest, '() (%d+) (%d+)') do
+            if from then
+              used, cnt = used + tonumber(c), cnt + 1
+            elseif tonumber(ts) > h then
+              from, used, cnt = at, tonumber(c), 1
+            end
+          end
+          inl = from and string.sub(rest, from) or ''
+        end
+      elseif raw then
         local f, e, l, u, q = string.match(raw, '^(%d) (%S+) (%S+) (%S+) (%S+)$')
         if f == '1' then
           fresh, used, seq = false, tonumber(u), tonumber(q)
@@ -140,7 +166,7 @@ while k <= nkeys do
       end
       allowed = used + max(cost, 1) <= limit
       if allowed and cost > 0 then
-        local remaining, packed = limit - used - cost, pol[b + 6]
+        local remaining, packed = limit - used - cost, pol[b + 5]
         if packed then
           n = n + 1
           out[n] = packed + 2 * remaining
@@ -151,15 +177,24 @@ while k <= nkeys do
       else
         -- a peek or a denial: reset_after from the newest entry, retry_after (denied) from
         -- the oldest entries whose expiry frees enough room
-        if not freeing then
-          local function int(x)
-            return fmt('%d', x)
-          end
-          --@LOG_ENTRIES@
-          freeing = time_freeing
-        end
         local reset, retry = 0, 0
-        if used > 0 then
+        if used > 0 and inl then
+          -- the entries at hand: the newest, and the oldest whose expiry frees enough
+          local need, freed = used + max(cost, 1) - limit, 0
+          for c, ts in gmatch(inl, ' (%d+) (%d+)') do
+            ts = tonumber(ts)
+            reset = ts + w - t
+            freed = freed + tonumber(c)
+            if not allowed and retry == 0 and freed >= need then retry = reset end
+          end
+        elseif used > 0 then
+          if not freeing then
+            local function int(x)
+              return fmt('%d', x)
+            end
+            --@LOG_ENTRIES@
+            freeing = time_freeing
+          end
           reset = tonumber(redis.call('ZRANGE', key2, -1, -1, 'WITHSCORES')[2]) + w - t
           if not allowed then
             local ts = freeing({key2 = key2}, used + max(cost, 1) - limit)
@@ -171,41 +206,61 @@ while k <= nkeys do
         n = n + 4
       end
       if solo then guess = fresh end
-      local s = 9 * np_
+      local s = 11 * np_
       pend[s + 1], pend[s + 2], pend[s + 3], pend[s + 4], pend[s + 5], pend[s + 6], pend[s + 7],
-        pend[s + 8], pend[s + 9] = key, key2, fresh, t, used, seq, b, keep, cost
+        pend[s + 8], pend[s + 9], pend[s + 10], pend[s + 11] = key, key2, fresh, t, used, seq, b,
+        keep, cost, inl, cnt
       np_ = np_ + 1
     end
     all = all and allowed
   until last == 1
   -- The group's outcome: every check allowed, each one with a cost is logged
-  -- (sliding_window_log.lua's COMMIT); otherwise, and for a peek, the state keeps what
-  -- the decision normalised (its flush_logs), with the state key's TTL.
-  for s = 0, 9 * (np_ - 1), 9 do
-    local key, key2, fresh, t, used, seq, b, keep, cost = pend[s + 1], pend[s + 2], pend[s + 3],
-      pend[s + 4], pend[s + 5], pend[s + 6], pend[s + 7], pend[s + 8], pend[s + 9]
+  -- (sliding_window_log.lua's COMMIT; an empty log, or an inline one with room, stays
+  -- inline); otherwise, and for a peek, the state keeps what the decision normalised
+  -- (its flush_logs), with the state key's TTL.
+  for s = 0, 11 * (np_ - 1), 11 do
+    local key, key2, fresh, t, used, seq, b, keep, cost, inl, cnt = pend[s + 1], pend[s + 2],
+      pend[s + 3], pend[s + 4], pend[s + 5], pend[s + 6], pend[s + 7], pend[s + 8], pend[s + 9],
+      pend[s + 10], pend[s + 11]
     if all and cost > 0 then
-      local w, mem = pol[b + 2], false
-      if fresh then redis.call('DEL', key2) end
-      if used == 0 then
-        seq = cost -- an empty log restarts its running sum
-        mem = pol[b + 5]
-      else
-        seq = seq + cost
-        mem = struct.pack('>d', seq) .. ':' .. pol[b + 4]
-      end
-      local ms, score = pol[b + 8], snow
+      local w, ms = pol[b + 2], pol[b + 7]
       if t ~= gnow then
-        ms, score = ttl(t + w, gnow), fmt('%d', t)
+        ms = ttl(t + w, gnow)
       elseif not ms then
         ms = ttl(t + w, gnow)
-        pol[b + 8] = ms
+        pol[b + 7] = ms
       end
-      redis.call('ZADD', key2, score, mem)
-      redis.call('PEXPIRE', key2, ms)
-      redis.call('SET', key, fmt('1 %d %d %d %d', t + w, t, used + cost, seq), 'PX', ms)
+      local st = t == gnow and snow or fmt('%d', t)
+      if used == 0 or (inl and cnt < INLINE) then
+        redis.call('SET', key, '2 ' .. fmt('%d', t + w) .. ' ' .. st .. (inl or '') .. ' ' ..
+          pol[b + 4] .. ' ' .. st, 'PX', ms)
+      else
+        local mem = struct.pack('>d', used + cost) .. ':' .. pol[b + 4]
+        if inl then
+          -- an inline log outgrows its state: every entry goes into a sorted set (cleared
+          -- of leftovers of an earlier log, which the inline form does not read), the
+          -- running sums starting from its oldest entry
+          redis.call('DEL', key2)
+          local z, sum = {}, 0
+          for c, ts in gmatch(inl, ' (%d+) (%d+)') do
+            sum = sum + tonumber(c)
+            z[#z + 1], z[#z + 2] = ts, struct.pack('>d', sum) .. ':' .. c
+          end
+          z[#z + 1], z[#z + 2] = st, mem
+          redis.call('ZADD', key2, unpack(z))
+          seq = used
+        else
+          redis.call('ZADD', key2, st, struct.pack('>d', seq + cost) .. ':' .. pol[b + 4])
+        end
+        redis.call('PEXPIRE', key2, ms)
+        redis.call('SET', key, fmt('1 %d %d %d %d', t + w, t, used + cost, seq + cost), 'PX', ms)
+      end
     elseif keep ~= '' then
-      redis.call('SET', key, fmt('1 %s %d %d %d', keep, t, used, seq), 'KEEPTTL')
+      if inl then
+        redis.call('SET', key, '2 ' .. keep .. ' ' .. fmt('%d', t) .. inl, 'KEEPTTL')
+      else
+        redis.call('SET', key, fmt('1 %s %d %d %d', keep, t, used, seq), 'KEEPTTL')
+      end
     end
   end
 end

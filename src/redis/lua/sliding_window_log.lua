@@ -13,17 +13,39 @@
 -- against 300,000 entries took Redis 0.7 s). Logs written before this layout (members
 -- "<count>:<cost>", which start with an ASCII digit where a double >= 1 starts with a
 -- byte >= 0x3F) are still read, with the walk, until they expire.
+-- The inline form (issue #18, written by lean_sliding_log.lua): a log of a few entries
+-- is c.key alone, "2 <expires> <last_seen>" then " <cost> <time>" per entry, oldest
+-- first (entries that left the window may still be there), and c.key2 is not read
+-- (leftovers of an earlier log may be there). Here such a log is first put into a fresh
+-- sorted set, the running sums starting from its oldest entry, which the functions
+-- below read; a write of its state makes it "1 ...", and until then "2 ..." still says
+-- what the log is (the next reader builds the set again the same way).
 -- A denied request adds no entry; like the in-process store it only advances the
 -- key's clock (last_seen) and drops entries that have left the window.
 local logs = {} -- state by key, so one key checked twice in a batch sees its own updates
 
-local function log_state(c)
+local function log_state(c, now)
   local st = logs[c.key]
   if st then return st end
   st = {fresh = true, used = 0, seq = 0, expires = 0}
   local raw = redis.call('GET', c.key)
-  if raw then
-    local a, e, l, u, q = string.match(raw, '^(%d) (%S+) (%S+) (%S+) (%S+)$')
+  local e, l, rest = false, false, false
+  if raw then e, l, rest = string.match(raw, '^2 (%S+) (%S+)(.*)$') end
+  if e then
+    redis.call('DEL', c.key2)
+    local z, sum = {}, 0
+    for cost, ts in string.gmatch(rest, ' (%d+) (%d+)') do
+      sum = sum + tonumber(cost)
+      z[#z + 1], z[#z + 2] = ts, member(sum, tonumber(cost))
+    end
+    if sum > 0 then
+      redis.call('ZADD', c.key2, unpack(z))
+      redis.call('PEXPIRE', c.key2, int(ttl_ms(tonumber(e), now)))
+    end
+    st = {fresh = false, expires = tonumber(e), last = tonumber(l), used = sum, seq = sum}
+  elseif raw then
+    local a, u, q
+    a, e, l, u, q = string.match(raw, '^(%d) (%S+) (%S+) (%S+) (%S+)$')
     if a == '1' then
       st = {fresh = false, expires = tonumber(e), last = tonumber(l), used = tonumber(u),
         seq = tonumber(q)}
@@ -60,7 +82,7 @@ local function raise(c, st, now)
 end
 
 DECIDE[1] = function(c, now)
-  local st = log_state(c)
+  local st = log_state(c, now)
   local t = raise(c, st, now)
   local w = c.window
   local need = max(c.cost, 1)
@@ -119,7 +141,7 @@ end
 -- timestamp may come back in another order than they were added, which changes no
 -- decision: only the sum of the costs at each timestamp counts.
 REFUND[1] = function(c, now, cost)
-  local st = log_state(c)
+  local st = log_state(c, now)
   if st.fresh then return end
   local t = raise(c, st, now)
   local newest
@@ -163,7 +185,7 @@ end
 -- Penalty (FORCE, prelude.lua): the log normalised as a decision would, then the units
 -- added up to twice the limit, as a commit of that many.
 FORCE[1] = function(c, now)
-  local st = log_state(c)
+  local st = log_state(c, now)
   raise(c, st, now)
   local add = min(c.cost, c.bound - st.used)
   if add > 0 then
