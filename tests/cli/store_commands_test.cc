@@ -175,6 +175,7 @@ TEST_F(CliRedisTest, JsonOutputCarriesTheDecision) {
 TEST_F(CliRedisTest, SeesAndResetsWhatAnApplicationsLimiterUses) {
   RedisStoreOptions so;
   so.url = server_->Url();
+  so.call_timeout = testing::kPatientCallTimeout;  // (what it decides, not when)
   auto store = RedisStore::Create(so);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   LimiterOptions lo;

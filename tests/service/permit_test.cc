@@ -140,12 +140,14 @@ TEST(SluicedPermits, AcquireReleaseOnTheEmbeddedStore) {
 TEST(SluicedPermits, AcquireReleaseOnRedis) {
   auto redis = testing::RedisServer::Start();
   ASSERT_TRUE(redis.ok()) << redis.status().ToString();
-  auto store = OpenStore((*redis)->Url());
+  auto store = testing::OpenPatientStore((*redis)->Url());
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   Daemon d(*store);
   AcquireReleaseCycle(d);
   // The permit set lives in Redis: a second engine on the same Redis sees the slots.
-  Daemon other(*OpenStore((*redis)->Url()));
+  auto other_store = testing::OpenPatientStore((*redis)->Url());
+  ASSERT_TRUE(other_store.ok()) << other_store.status().ToString();
+  Daemon other(*other_store);
   int status = 0;
   const std::string a = d.Acquire("tenant", "shared", &status);
   const std::string b = other.Acquire("tenant", "shared", &status);

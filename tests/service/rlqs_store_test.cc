@@ -105,8 +105,8 @@ TEST(RlqsStores, EmbeddedStore) {
 // Two engines (two sluiced), each with its own connection to the Redis at `url`.
 void TwoEnginesOn(const std::string& url) {
   auto clock = std::make_shared<ManualClock>(kNoon);
-  auto s1 = OpenStore(url);
-  auto s2 = OpenStore(url);
+  auto s1 = testing::OpenPatientStore(url);
+  auto s2 = testing::OpenPatientStore(url);
   ASSERT_TRUE(s1.ok() && s2.ok()) << s1.status().ToString() << s2.status().ToString();
   auto a = MakeEngine(*s1, clock);
   auto b = MakeEngine(*s2, clock);

@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "sluice/redis_store.h"
+
 namespace sluice::testing {
 namespace {
 
@@ -56,6 +58,15 @@ Result<int> FreeLoopbackPort() {
 std::string DefaultRedisServerBinary() {
   const char* configured = std::getenv("SLUICE_TEST_REDIS_SERVER");
   return configured != nullptr && *configured != '\0' ? configured : "redis-server";
+}
+
+Result<std::shared_ptr<Store>> OpenPatientStore(const std::string& url) {
+  RedisStoreOptions o;
+  o.url = url;
+  o.call_timeout = kPatientCallTimeout;
+  auto s = RedisStore::Create(std::move(o));
+  if (!s.ok()) return s.status();
+  return std::shared_ptr<Store>(std::move(*s));
 }
 
 Result<std::unique_ptr<RedisServer>> RedisServer::Start(RedisServerOptions options) {

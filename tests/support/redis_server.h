@@ -22,6 +22,7 @@
 #include "redis/connection.h"
 #include "sluice/clock.h"
 #include "sluice/status.h"
+#include "sluice/store.h"
 
 namespace sluice::testing {
 
@@ -29,6 +30,10 @@ namespace sluice::testing {
 // loaded 2-core CI machine, so that a slow moment never turns such a test into a timeout
 // test. Tests of deadlines set their own.
 inline constexpr Micros kPatientCallTimeout = 5'000'000;
+
+// A store on the Redis at `url` (any URL OpenStore takes) with kPatientCallTimeout: for
+// tests that hand a store to an engine or a limiter and assert what it decides.
+Result<std::shared_ptr<Store>> OpenPatientStore(const std::string& url);
 
 // The server binary the tests start when they name none: $SLUICE_TEST_REDIS_SERVER when
 // set (e.g. valkey-server, to run the Redis suites on Valkey), else redis-server.
