@@ -235,7 +235,6 @@ while k <= nkeys do
         redis.call('SET', key, '2 ' .. fmt('%d', t + w) .. ' ' .. st .. (inl or '') .. ' ' ..
           pol[b + 4] .. ' ' .. st, 'PX', ms)
       else
-        local mem = struct.pack('>d', used + cost) .. ':' .. pol[b + 4]
         if inl then
           -- an inline log outgrows its state: every entry goes into a sorted set (cleared
           -- of leftovers of an earlier log, which the inline form does not read), the
@@ -246,7 +245,7 @@ while k <= nkeys do
             sum = sum + tonumber(c)
             z[#z + 1], z[#z + 2] = ts, struct.pack('>d', sum) .. ':' .. c
           end
-          z[#z + 1], z[#z + 2] = st, mem
+          z[#z + 1], z[#z + 2] = st, struct.pack('>d', sum + cost) .. ':' .. pol[b + 4]
           redis.call('ZADD', key2, unpack(z))
           seq = used
         else
