@@ -13,10 +13,12 @@
 -- when an entry more would not fit. Most keys of a large key set see a few requests a
 -- window, and so do policies with a limit of a few: their logs never need the set.
 --
--- Per decision, for a fresh log (no state key) a check alone in its group writes that
--- state first, `SET ... PX ... NX`: one call, the whole decision; a write refused (a
--- live log) falls back to the `GET`, and the next check reads first until one finds no
--- log. Otherwise: `GET` of the state key. An inline log is decided on its entries
+-- Per decision, a check alone in its group with a cost writes a fresh log's state first,
+-- `SET ... PX ... NX GET`: for a fresh log (no state key) one call, the whole decision;
+-- for a live one the write is refused and the reply is its state, as a `GET` would
+-- have read it. (A server that refuses NX with GET, before Redis 7.0: `SET ... NX`, a
+-- refused write falls back to the `GET`, and the next check reads first until one
+-- finds no log.) Other checks: `GET` of the state key. An inline log is decided on its entries
 -- (those that left the window dropped) and, allowed with a cost, written whole with
 -- `SET ... PX`: two calls. For a log of the sorted set, `ZREMRANGEBYSCORE` of what left
 -- the window, and only when it removed something a `ZRANGE 0 0` of the oldest entry
@@ -77,11 +79,11 @@ local out, n = {}, 0
 -- ("": nothing to write unless logged), cost, and for an inline log its entries left
 -- (" <cost> <time>" each) and their count (else false, 0).
 local pend = {}
--- `guess`: the last check alone in its group found no log, so the next one writes a
--- fresh log's state first (`SET ... NX`, which also says whether there was one: one
--- call instead of a `GET` and a `SET` when keys are mostly fresh); found one, it reads
--- first.
-local a, k, nkeys, pnow, snow, guess = 3 + 3 * np, 1, #KEYS, false, false, true
+-- `nxget`: the server takes SET's NX and GET together (false from its first refusal in
+-- the call on). Without them, `guess`: the last check alone in its group found no log,
+-- so the next one writes first (`SET ... NX`, one call instead of a `GET` and a `SET`
+-- when keys are mostly fresh); found one, it reads first.
+local a, k, nkeys, pnow, snow, nxget, guess = 3 + 3 * np, 1, #KEYS, false, false, true, true
 while k <= nkeys do
   --@LEAN_GROUP_NOW@
   if gnow ~= pnow then -- (every group in caller-time mode; once on Redis's clock)
@@ -95,14 +97,24 @@ while k <= nkeys do
     local key, key2 = KEYS[k], KEYS[k + 1]
     k = k + 2
     local limit, w, cost = pol[b + 1], pol[b + 2], pol[b + 3]
-    local allowed, written = true, false
-    if solo and guess and cost > 0 then
+    local allowed, written, raw = true, false, false
+    if solo and cost > 0 and (nxget or guess) then
       local state, ms = pol[b + 6], pol[b + 7]
       if not state then
         state, ms = fmt('2 %d %d %d %d', gnow + w, gnow, cost, gnow), ttl(gnow + w, gnow)
         pol[b + 6], pol[b + 7] = state, ms
       end
-      if redis.call('SET', key, state, 'PX', ms, 'NX') then
+      if nxget then
+        -- the reply: none (there was no key: written) or the live log's state
+        local r = redis.pcall('SET', key, state, 'PX', ms, 'NX', 'GET')
+        if type(r) == 'table' then
+          nxget = false -- (refused: a server before Redis 7.0, or a key that is no string)
+        else
+          written, raw = not r, r
+        end
+      end
+      if not nxget then written = redis.call('SET', key, state, 'PX', ms, 'NX') ~= false end
+      if written then
         -- a fresh log: its one entry, in the state alone (the inline form)
         written = true
         local packed = pol[b + 5]
@@ -119,7 +131,7 @@ while k <= nkeys do
       -- the state (sliding_window_log.lua's log_state and raise): t = max(now, last_seen),
       -- entries with ts <= t - window dropped
       local fresh, inl, cnt, t, used, seq, keep = true, false, 0, gnow, 0, 0, ''
-      local raw = redis.call('GET', key)
+      if not raw then raw = redis.call('GET', key) end
       if raw and byte(raw, 1) == 50 then
         -- the inline form: the entries from the first one still in the window
         local e, l, rest = string.match(raw, '^2 (%S+) (%S+)(.*)$')
