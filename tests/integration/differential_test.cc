@@ -226,7 +226,7 @@ bool SameDecision(const Decision& a, const Decision& b) {
 // Deletes every key of `keys` whose state says it has expired by `now`: Redis's expiry
 // at the earliest moment it may happen (caller-time mode pads TTLs, so Redis itself
 // would not drop them). Word states: one byte of algorithm, then `expires` as a
-// little-endian double; the sliding log's: "1 <expires> ..." or, of one entry, "2 <expires> ...".
+// little-endian double; the sliding log's: "1 <expires> ...".
 void DropExpired(RedisServer& server, const std::vector<std::string>& keys, Micros now) {
   for (const std::string& key : keys) {
     auto raw = server.Command({"GET", key});
@@ -236,7 +236,7 @@ void DropExpired(RedisServer& server, const std::vector<std::string>& keys, Micr
     double expires = 0;
     if (v.size() >= 9 && v[0] >= 0 && v[0] <= 4) {
       std::memcpy(&expires, v.data() + 1, sizeof(double));
-    } else if (v.starts_with("1 ") || v.starts_with("2 ")) {
+    } else if (v.starts_with("1 ")) {
       expires = std::stod(v.substr(2));
     } else if (v.find_first_not_of("0123456789.-+e") == std::string::npos) {
       expires = std::ceil(std::stod(v));  // GCRA: the TAT as a number (lua/gcra.lua)

@@ -8,10 +8,12 @@
 -- of the older member layout ("<count>:<cost>") are read too.
 --
 -- A log of up to INLINE entries lives in its state key alone (sliding_window_log.lua,
--- "the inline form": "2 <expires> <last_seen>" then " <cost> <time>" per entry, oldest
--- first; no ":log" key): a fresh log starts so, and moves into the sorted set only
--- when an entry more would not fit. Most keys of a large key set see a few requests a
--- window, and so do policies with a limit of a few: their logs never need the set.
+-- "the inline form": struct.pack('<Bddd', 1, expires, last_seen, used), then
+-- struct.pack('<dd', cost, time) per entry, oldest first; no ":log" key): a fresh log
+-- starts so, and moves into the sorted set only when an entry more would not fit. Most
+-- keys of a large key set see a few requests a window, and so do policies with a limit
+-- of a few: their logs never need the set. (Binary, not text: unpacking and packing
+-- doubles costs Lua a third of what matching and formatting decimal numbers does.)
 --
 -- Per decision, a check alone in its group with a cost writes a fresh log's state first,
 -- `SET ... PX ... NX GET`: for a fresh log (no state key) one call, the whole decision;
@@ -47,20 +49,20 @@
 -- The reply: the runner's encoding (lua/runner.lua), one flat array, check after check;
 -- a call of one check answered by one integer: that integer alone.
 local floor, ceil, max, fmt, byte = math.floor, math.ceil, math.max, string.format, string.byte
-local gmatch = string.gmatch
+local pack, unpack_at = struct.pack, struct.unpack
 -- The most entries an inline log holds (a longer one is a sorted set).
 local INLINE = 8
 --@LEAN_HEAD@
 -- log_entries.lua's time_freeing, created by the first denial or peek of a sorted-set log.
 local freeing
--- Policy i's numbers at pol[7 * i + 1 ..]: 1 limit, 2 window, 3 cost, 4 cost as sent,
+-- Policy i's numbers at pol[8 * i + 1 ..]: 1 limit, 2 window, 3 cost, 4 cost as sent,
 -- 5 the packed reply of an allowed decision less 2 * remaining (false: too large to
 -- pack), then for the now at hand (false until a check needs them): 6 a fresh log's
 -- state and 7 its TTL in ms, as strings (a Lua number given to redis.call is formatted
--- by Redis on every call).
+-- by Redis on every call), 8 an inline entry of the cost at now.
 local pol = {}
 for i = 0, np - 1 do
-  local b, a = 7 * i, 3 + 3 * i
+  local b, a = 8 * i, 3 + 3 * i
   local limit, w, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   pol[b + 1], pol[b + 2], pol[b + 3], pol[b + 4] = limit, w, cost, ARGV[a + 2]
   pol[b + 5] = (w * (limit + 1) + limit) * 2 + 1 < 9007199254740992 and w * (limit + 1) * 2 + 1
@@ -76,8 +78,8 @@ end
 local out, n = {}, 0
 -- A group's checks waiting for its outcome, flat and reused from group to group, 11
 -- each: key, log key, fresh, t, used, seq, policy base, the state's expires to keep
--- ("": nothing to write unless logged), cost, and for an inline log its entries left
--- (" <cost> <time>" each) and their count (else false, 0).
+-- (false: nothing to write unless logged), cost, and for an inline log its entries left
+-- (packed, as in the state) and their count (else false, 0).
 local pend = {}
 -- `nxget`: the server takes SET's NX and GET together (false from its first refusal in
 -- the call on). Without them, `guess`: the last check alone in its group found no log,
@@ -88,12 +90,12 @@ while k <= nkeys do
   --@LEAN_GROUP_NOW@
   if gnow ~= pnow then -- (every group in caller-time mode; once on Redis's clock)
     pnow, snow = gnow, fmt('%d', gnow)
-    for b = 0, 7 * (np - 1), 7 do pol[b + 6], pol[b + 7] = false, false end
+    for b = 0, 8 * (np - 1), 8 do pol[b + 6], pol[b + 7], pol[b + 8] = false, false, false end
   end
   local np_, all, first, last = 0, true, true, 0
   repeat
     --@LEAN_CHECK@
-    local b = 7 * (v - last) / 2
+    local b = 8 * (v - last) / 2
     local key, key2 = KEYS[k], KEYS[k + 1]
     k = k + 2
     local limit, w, cost = pol[b + 1], pol[b + 2], pol[b + 3]
@@ -101,7 +103,7 @@ while k <= nkeys do
     if solo and cost > 0 and (nxget or guess) then
       local state, ms = pol[b + 6], pol[b + 7]
       if not state then
-        state, ms = fmt('2 %d %d %d %d', gnow + w, gnow, cost, gnow), ttl(gnow + w, gnow)
+        state, ms = pack('<Bddddd', 1, gnow + w, gnow, cost, cost, gnow), ttl(gnow + w, gnow)
         pol[b + 6], pol[b + 7] = state, ms
       end
       if nxget then
@@ -130,25 +132,21 @@ while k <= nkeys do
     if not written then
       -- the state (sliding_window_log.lua's log_state and raise): t = max(now, last_seen),
       -- entries with ts <= t - window dropped
-      local fresh, inl, cnt, t, used, seq, keep = true, false, 0, gnow, 0, 0, ''
+      local fresh, inl, cnt, t, used, seq, keep = true, false, 0, gnow, 0, 0, false
       if not raw then raw = redis.call('GET', key) end
-      if raw and byte(raw, 1) == 50 then
+      if raw and byte(raw, 1) == 1 and #raw >= 25 and (#raw - 25) % 16 == 0 then
         -- the inline form: the entries from the first one still in the window
-        local e, l, rest = string.match(raw, '^2 (%S+) (%S+)(.*)$')
-        if e then
-          fresh, l = false, tonumber(l)
-          if l > t then t = l end
-          if l ~= t then keep = e end
-          local h, from = t - w, false
-          for at, c, ts in gmatch(rest, '() (%d+) (%d+)') do
-            if from then
-              used, cnt = used + tonumber(c), cnt + 1
-            elseif tonumber(ts) > h then
-              from, used, cnt = at, tonumber(c), 1
-            end
-          end
-          inl = from and string.sub(rest, from) or ''
+        local _, e, l, u = unpack_at('<Bddd', raw)
+        fresh, used = false, u
+        if l > t then t = l end
+        if l ~= t then keep = e end
+        local h, from, len = t - w, 26, #raw
+        while from < len do
+          local c, ts = unpack_at('<dd', raw, from)
+          if ts > h then break end
+          used, from = used - c, from + 16
         end
+        cnt, inl = (len + 1 - from) / 16, string.sub(raw, from)
       elseif raw then
         local f, e, l, u, q = string.match(raw, '^(%d) (%S+) (%S+) (%S+) (%S+)$')
         if f == '1' then
@@ -193,10 +191,10 @@ while k <= nkeys do
         if used > 0 and inl then
           -- the entries at hand: the newest, and the oldest whose expiry frees enough
           local need, freed = used + max(cost, 1) - limit, 0
-          for c, ts in gmatch(inl, ' (%d+) (%d+)') do
-            ts = tonumber(ts)
+          for at = 1, #inl, 16 do
+            local c, ts = unpack_at('<dd', inl, at)
             reset = ts + w - t
-            freed = freed + tonumber(c)
+            freed = freed + c
             if not allowed and retry == 0 and freed >= need then retry = reset end
           end
         elseif used > 0 then
@@ -242,20 +240,26 @@ while k <= nkeys do
         ms = ttl(t + w, gnow)
         pol[b + 7] = ms
       end
-      local st = t == gnow and snow or fmt('%d', t)
       if used == 0 or (inl and cnt < INLINE) then
-        redis.call('SET', key, '2 ' .. fmt('%d', t + w) .. ' ' .. st .. (inl or '') .. ' ' ..
-          pol[b + 4] .. ' ' .. st, 'PX', ms)
+        local entry = t == gnow and pol[b + 8]
+        if not entry then
+          entry = pack('<dd', cost, t)
+          if t == gnow then pol[b + 8] = entry end
+        end
+        redis.call('SET', key, pack('<Bddd', 1, t + w, t, used + cost) .. (inl or '') .. entry,
+          'PX', ms)
       else
+        local st = t == gnow and snow or fmt('%d', t)
         if inl then
           -- an inline log outgrows its state: every entry goes into a sorted set (cleared
           -- of leftovers of an earlier log, which the inline form does not read), the
           -- running sums starting from its oldest entry
           redis.call('DEL', key2)
           local z, sum = {}, 0
-          for c, ts in gmatch(inl, ' (%d+) (%d+)') do
-            sum = sum + tonumber(c)
-            z[#z + 1], z[#z + 2] = ts, struct.pack('>d', sum) .. ':' .. c
+          for at = 1, #inl, 16 do
+            local c, ts = unpack_at('<dd', inl, at)
+            sum = sum + c
+            z[#z + 1], z[#z + 2] = fmt('%d', ts), pack('>d', sum) .. ':' .. fmt('%d', c)
           end
           z[#z + 1], z[#z + 2] = st, struct.pack('>d', sum + cost) .. ':' .. pol[b + 4]
           redis.call('ZADD', key2, unpack(z))
@@ -266,9 +270,9 @@ while k <= nkeys do
         redis.call('PEXPIRE', key2, ms)
         redis.call('SET', key, fmt('1 %d %d %d %d', t + w, t, used + cost, seq + cost), 'PX', ms)
       end
-    elseif keep ~= '' then
+    elseif keep then
       if inl then
-        redis.call('SET', key, '2 ' .. keep .. ' ' .. fmt('%d', t) .. inl, 'KEEPTTL')
+        redis.call('SET', key, pack('<Bddd', 1, keep, t, used) .. inl, 'KEEPTTL')
       else
         redis.call('SET', key, fmt('1 %s %d %d %d', keep, t, used, seq), 'KEEPTTL')
       end

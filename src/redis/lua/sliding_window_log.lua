@@ -14,12 +14,13 @@
 -- "<count>:<cost>", which start with an ASCII digit where a double >= 1 starts with a
 -- byte >= 0x3F) are still read, with the walk, until they expire.
 -- The inline form (issue #18, written by lean_sliding_log.lua): a log of a few entries
--- is c.key alone, "2 <expires> <last_seen>" then " <cost> <time>" per entry, oldest
--- first (entries that left the window may still be there), and c.key2 is not read
--- (leftovers of an earlier log may be there). Here such a log is first put into a fresh
--- sorted set, the running sums starting from its oldest entry, which the functions
--- below read; a write of its state makes it "1 ...", and until then "2 ..." still says
--- what the log is (the next reader builds the set again the same way).
+-- is c.key alone, struct.pack('<Bddd', 1, expires, last_seen, used) then
+-- struct.pack('<dd', cost, time) per entry, oldest first (entries that left the window
+-- may still be there, and `used` counts them), and c.key2 is not read (leftovers of an
+-- earlier log may be there). Here such a log is first put into a fresh sorted set, the
+-- running sums starting from its oldest entry, which the functions below read; a write
+-- of its state makes it "1 ...", and until then the inline state still says what the
+-- log is (the next reader builds the set again the same way).
 -- A denied request adds no entry; like the in-process store it only advances the
 -- key's clock (last_seen) and drops entries that have left the window.
 local logs = {} -- state by key, so one key checked twice in a batch sees its own updates
@@ -29,23 +30,22 @@ local function log_state(c, now)
   if st then return st end
   st = {fresh = true, used = 0, seq = 0, expires = 0}
   local raw = redis.call('GET', c.key)
-  local e, l, rest = false, false, false
-  if raw then e, l, rest = string.match(raw, '^2 (%S+) (%S+)(.*)$') end
-  if e then
+  if raw and string.byte(raw, 1) == 1 and #raw >= 25 and (#raw - 25) % 16 == 0 then
+    local _, e, l = struct.unpack('<Bddd', raw)
     redis.call('DEL', c.key2)
     local z, sum = {}, 0
-    for cost, ts in string.gmatch(rest, ' (%d+) (%d+)') do
-      sum = sum + tonumber(cost)
-      z[#z + 1], z[#z + 2] = ts, member(sum, tonumber(cost))
+    for at = 26, #raw, 16 do
+      local cost, ts = struct.unpack('<dd', raw, at)
+      sum = sum + cost
+      z[#z + 1], z[#z + 2] = int(ts), member(sum, cost)
     end
     if sum > 0 then
       redis.call('ZADD', c.key2, unpack(z))
-      redis.call('PEXPIRE', c.key2, int(ttl_ms(tonumber(e), now)))
+      redis.call('PEXPIRE', c.key2, int(ttl_ms(e, now)))
     end
-    st = {fresh = false, expires = tonumber(e), last = tonumber(l), used = sum, seq = sum}
+    st = {fresh = false, expires = e, last = l, used = sum, seq = sum}
   elseif raw then
-    local a, u, q
-    a, e, l, u, q = string.match(raw, '^(%d) (%S+) (%S+) (%S+) (%S+)$')
+    local a, e, l, u, q = string.match(raw, '^(%d) (%S+) (%S+) (%S+) (%S+)$')
     if a == '1' then
       st = {fresh = false, expires = tonumber(e), last = tonumber(l), used = tonumber(u),
         seq = tonumber(q)}
