@@ -13,7 +13,8 @@
 -- starts so, and moves into the sorted set only when an entry more would not fit. Most
 -- keys of a large key set see a few requests a window, and so do policies with a limit
 -- of a few: their logs never need the set. (Binary, not text: unpacking and packing
--- doubles costs Lua a third of what matching and formatting decimal numbers does.)
+-- doubles costs Lua a third of what matching and formatting decimal numbers does,
+-- bench/lua_state_codec.sh.)
 --
 -- Per decision, a check alone in its group with a cost writes a fresh log's state first,
 -- `SET ... PX ... NX GET`: for a fresh log (no state key) one call, the whole decision;
