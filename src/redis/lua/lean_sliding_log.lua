@@ -17,11 +17,12 @@
 -- bench/lua_state_codec.sh.)
 --
 -- Per decision, a check alone in its group with a cost writes a fresh log's state first,
--- `SET ... PX ... NX GET`: for a fresh log (no state key) one call, the whole decision;
--- for a live one the write is refused and the reply is its state, as a `GET` would
--- have read it. (A server that refuses NX with GET, before Redis 7.0: `SET ... NX`, a
--- refused write falls back to the `GET`, and the next check reads first until one
--- finds no log.) Other checks: `GET` of the state key. An inline log is decided on its entries
+-- `SET ... PX ... NX GET`, while the call's last such check found no log: for a fresh
+-- log (no state key) one call, the whole decision; for a live one the write is refused
+-- and the reply is its state, as a `GET` would have read it, and the next check reads
+-- first until one finds no log. (A server that refuses NX with GET, before Redis 7.0:
+-- `SET ... NX`, and a refused write falls back to the `GET`.) Other checks: `GET` of the
+-- state key. An inline log is decided on its entries
 -- (those that left the window dropped) and, allowed with a cost, written whole with
 -- `SET ... PX`: two calls. For a log of the sorted set, `ZREMRANGEBYSCORE` of what left
 -- the window, and only when it removed something a `ZRANGE 0 0` of the oldest entry
@@ -82,10 +83,10 @@ local out, n = {}, 0
 -- (false: nothing to write unless logged), cost, and for an inline log its entries left
 -- (packed, as in the state) and their count (else false, 0).
 local pend = {}
--- `nxget`: the server takes SET's NX and GET together (false from its first refusal in
--- the call on). Without them, `guess`: the last check alone in its group found no log,
--- so the next one writes first (`SET ... NX`, one call instead of a `GET` and a `SET`
--- when keys are mostly fresh); found one, it reads first.
+-- `guess`: the last check alone in its group found no log, so the next one writes first
+-- (one call instead of a `GET` and a `SET` when keys are mostly fresh); found one, it
+-- reads first (a `GET` costs Redis less than a refused `SET ... NX GET`). `nxget`: the
+-- server takes SET's NX and GET together (false from its first refusal in the call on).
 local a, k, nkeys, pnow, snow, nxget, guess = 3 + 3 * np, 1, #KEYS, false, false, true, true
 while k <= nkeys do
   --@LEAN_GROUP_NOW@
@@ -101,7 +102,7 @@ while k <= nkeys do
     k = k + 2
     local limit, w, cost = pol[b + 1], pol[b + 2], pol[b + 3]
     local allowed, written, raw = true, false, false
-    if solo and cost > 0 and (nxget or guess) then
+    if solo and guess and cost > 0 then
       local state, ms = pol[b + 6], pol[b + 7]
       if not state then
         state, ms = pack('<Bddddd', 1, gnow + w, gnow, cost, cost, gnow), ttl(gnow + w, gnow)
