@@ -20,7 +20,8 @@
 # callers over --keys random keys; Redis CPU per decision is the growth of INFO cpu
 # (used_cpu_user + used_cpu_sys of the server) over the row divided by its decisions.
 # INFO commandstats gives the calls per decision and the script time per decision.
-# Rows are interleaved over --rounds rounds and the median is reported (a shared
+# Rows are interleaved over --rounds rounds (a --before pair in alternating order: an
+# even number of rounds balances it) and the median is reported (a shared
 # machine). Load generators run under `nice`.
 # With --distribution, each sluice row also records its EVALSHAs with MONITOR (which
 # costs Redis CPU: read the CPU column of a run without it) and reports how many
@@ -153,6 +154,23 @@ swap_module() {  # PATH: the loaded sluice module becomes the one at PATH
   rcli module unload sluice | grep -qx OK || { echo "redis_floor.sh: MODULE UNLOAD sluice failed" >&2; exit 1; }
   rcli module load "$(realpath "$1")" | grep -qx OK || { echo "redis_floor.sh: MODULE LOAD $1 failed" >&2; exit 1; }
 }
+# pair NAME ARGS...: the row of --sluice with ARGS and, with --before, the row of
+# --before: the older build first in odd rounds, second in even ones (the second row of
+# two on one server measured a few percent more in the same round, whichever build it
+# was: alternating keeps that out of the comparison).
+pair() {
+  local name=$1
+  shift
+  if [[ -z "$before" ]]; then
+    row "$name" "$sluice" "$@"
+  elif (( round % 2 == 1 )); then
+    row "$name (before)" "$before" "$@"
+    row "$name" "$sluice" "$@"
+  else
+    row "$name" "$sluice" "$@"
+    row "$name (before)" "$before" "$@"
+  fi
+}
 bench_args() {  # ALGORITHM [URL QUERY]: the flags of one sluice row
   echo bench --store "redis://127.0.0.1:$port${2:-}" --algorithm "$1" --requests "$decisions" \
     -c "$callers" --keys "$keys" --quiet --json
@@ -165,8 +183,7 @@ for round in $(seq "$rounds"); do
   row "article: INCR+EXPIRE script, pipeline 16" python3 bench/redis_pipe.py script "$port" "$decisions" "$keys" "$callers" "$article_sha"
   for a in ${algorithms//,/ }; do
     # shellcheck disable=SC2046 # (bench_args prints plain words)
-    [[ -n "$before" ]] && row "sluice $a (before)" "$before" $(bench_args "$a" "?module=off")
-    row "sluice $a" "$sluice" $(bench_args "$a" "?module=off")
+    pair "sluice $a" $(bench_args "$a" "?module=off")
   done
   if [[ -n $module_before ]]; then
     swap_module "$module_before"
@@ -176,10 +193,7 @@ for round in $(seq "$rounds"); do
   [[ $module != none ]] && module_rows ""
   # A single uncoalesced decision (one script call each), beside the article's script.
   # shellcheck disable=SC2046
-  [[ -n "$before" ]] && row "sluice fixed_window, uncoalesced (before)" "$before" \
-    $(bench_args fixed_window "?module=off") --coalesce 1
-  # shellcheck disable=SC2046
-  row "sluice fixed_window, uncoalesced" "$sluice" $(bench_args fixed_window "?module=off") --coalesce 1
+  pair "sluice fixed_window, uncoalesced" $(bench_args fixed_window "?module=off") --coalesce 1
 done
 
 if [[ $distribution == 1 ]]; then
