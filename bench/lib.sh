@@ -37,6 +37,20 @@ YAML
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# Starts a redis-server without persistence on a free loopback port (set in rport; its
+# pid in rpid and pids), its log in $work/redis.log, any further arguments passed on
+# (e.g. --loadmodule PATH); returns once it answers PING, fails if it does not.
+start_redis() {  # [redis-server arguments...]
+  rport=$(free_port)
+  redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
+    --dir "$work" "$@" >"$work/redis.log" 2>&1 &
+  rpid=$!
+  pids+=("$rpid")
+  for _ in $(seq 200); do redis-cli -p "$rport" ping >/dev/null 2>&1 && return 0; sleep 0.05; done
+  echo "bench: redis-server did not start (log: $work/redis.log)" >&2
+  return 1
+}
+
 # Starts nginx answering `return 200 "ok\n"` on a free port (set in nport) with
 # `workers` worker processes (default 1), its files under $work/nginx.
 start_nginx_200() {  # [workers]

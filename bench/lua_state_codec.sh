@@ -31,24 +31,15 @@ for tool in redis-server redis-cli python3; do
   command -v "$tool" >/dev/null || { echo "lua_state_codec.sh: '$tool' is missing" >&2; exit 1; }
 done
 
-tmp=$(mktemp -d /tmp/sluice-codec.XXXXXX)
-redis_pid=""
-cleanup() {
-  [[ -n "$redis_pid" ]] && kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
-  --dir "$tmp" --logfile "$tmp/redis.log" &
-redis_pid=$!
-rcli() { redis-cli -h 127.0.0.1 -p "$port" "$@"; }
-for _ in $(seq 100); do rcli ping >/dev/null 2>&1 && break; sleep 0.1; done
-rcli ping >/dev/null || { echo "lua_state_codec.sh: redis-server did not start" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+bench_init sluice-codec
+start_redis
+rcli() { redis-cli -h 127.0.0.1 -p "$rport" "$@"; }
 
 # ARGV: form (empty, text, binary), loops, entries. Every entry is in the window (the
 # common case: nothing dropped), cost 1, times 100 us apart.
-cat > "$tmp/codec.lua" <<'EOF'
+cat > "$work/codec.lua" <<'EOF'
 local form, n, k = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local fmt, max = string.format, math.max
 local now, w = 1796434658821029, 1000000
@@ -94,16 +85,16 @@ end
 local t1 = redis.call('TIME')
 return fmt('%.1f', ((t1[1] - t0[1]) * 1e6 + (t1[2] - t0[2])) * 1000 / n)
 EOF
-sha=$(rcli script load "$(cat "$tmp/codec.lua")")
-: > "$tmp/results.txt"
+sha=$(rcli script load "$(cat "$work/codec.lua")")
+: > "$work/results.txt"
 for round in $(seq "$rounds"); do
   for form in empty text binary; do
-    echo "$form $(rcli evalsha "$sha" 0 "$form" "$loops" "$entries")" >> "$tmp/results.txt"
+    echo "$form $(rcli evalsha "$sha" 0 "$form" "$loops" "$entries")" >> "$work/results.txt"
   done
 done
 echo "redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); $entries entries, $loops loops, median of $rounds rounds"
 echo
-python3 - "$tmp/results.txt" <<'PY'
+python3 - "$work/results.txt" <<'PY'
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):

@@ -32,12 +32,7 @@ module=build/release/src/redis/module/sluice_redis_module.so
 source bench/lib.sh
 bench_init sluiced-redis-cpu
 
-rport=$(free_port)
-redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
-  --loadmodule "$(realpath "$module")" >"$work/redis.log" 2>&1 &
-rpid=$!
-pids+=("$rpid")
-for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
+start_redis --loadmodule "$(realpath "$module")"
 url="redis://127.0.0.1:$rport"
 
 bench_sluiced_config "$work/sluiced.yaml"
