@@ -85,7 +85,7 @@ local out, n = {}, 0
 local pend = {}
 -- `guess`: the last check alone in its group found no log, so the next one writes first
 -- (one call instead of a `GET` and a `SET` when keys are mostly fresh); found one, it
--- reads first (a `GET` costs Redis less than a refused `SET ... NX GET`). `nxget`: the
+-- reads first (a `GET` is less for Redis to parse than a refused `SET ... NX GET`). `nxget`: the
 -- server takes SET's NX and GET together (false from its first refusal in the call on).
 local a, k, nkeys, pnow, snow, nxget, guess = 3 + 3 * np, 1, #KEYS, false, false, true, true
 while k <= nkeys do
@@ -120,7 +120,6 @@ while k <= nkeys do
       if not nxget then written = redis.call('SET', key, state, 'PX', ms, 'NX') ~= false end
       if written then
         -- a fresh log: its one entry, in the state alone (the inline form)
-        written = true
         local packed = pol[b + 5]
         if packed then
           n = n + 1
