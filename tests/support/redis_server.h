@@ -31,7 +31,7 @@ namespace sluice::testing {
 // test. Tests of deadlines set their own.
 inline constexpr Micros kPatientCallTimeout = 5'000'000;
 
-// A store on the Redis at `url` (any URL OpenStore takes) with kPatientCallTimeout: for
+// A RedisStore on the Redis at `url` (any URL RedisStore takes) with kPatientCallTimeout: for
 // tests that hand a store to an engine or a limiter and assert what it decides.
 Result<std::shared_ptr<Store>> OpenPatientStore(const std::string& url);
 

@@ -78,8 +78,8 @@ local function ttl(expires, now)
 end
 
 local out, n = {}, 0
--- A group's checks waiting for its outcome, flat and reused from group to group, 11
--- each: key, log key, fresh, t, used, seq, policy base, the state's expires to keep
+-- A group's checks waiting for its outcome, flat and reused from group to group, 10
+-- each: key, log key, t, used, seq, policy base, the state's expires to keep
 -- (false: nothing to write unless logged), cost, and for an inline log its entries left
 -- (packed, as in the state) and their count (else false, 0).
 local pend = {}
@@ -217,10 +217,9 @@ while k <= nkeys do
         n = n + 4
       end
       if solo then guess = fresh end
-      local s = 11 * np_
+      local s = 10 * np_
       pend[s + 1], pend[s + 2], pend[s + 3], pend[s + 4], pend[s + 5], pend[s + 6], pend[s + 7],
-        pend[s + 8], pend[s + 9], pend[s + 10], pend[s + 11] = key, key2, fresh, t, used, seq, b,
-        keep, cost, inl, cnt
+        pend[s + 8], pend[s + 9], pend[s + 10] = key, key2, t, used, seq, b, keep, cost, inl, cnt
       np_ = np_ + 1
     end
     all = all and allowed
@@ -229,10 +228,10 @@ while k <= nkeys do
   -- (sliding_window_log.lua's COMMIT; an empty log, or an inline one with room, stays
   -- inline); otherwise, and for a peek, the state keeps what the decision normalised
   -- (its flush_logs), with the state key's TTL.
-  for s = 0, 11 * (np_ - 1), 11 do
-    local key, key2, fresh, t, used, seq, b, keep, cost, inl, cnt = pend[s + 1], pend[s + 2],
+  for s = 0, 10 * (np_ - 1), 10 do
+    local key, key2, t, used, seq, b, keep, cost, inl, cnt = pend[s + 1], pend[s + 2],
       pend[s + 3], pend[s + 4], pend[s + 5], pend[s + 6], pend[s + 7], pend[s + 8], pend[s + 9],
-      pend[s + 10], pend[s + 11]
+      pend[s + 10]
     if all and cost > 0 then
       local w, ms = pol[b + 2], pol[b + 7]
       if t ~= gnow then
