@@ -79,12 +79,7 @@ TEST(SluicedRedis, RedisConnectionsSetsTheSocketsItOpens) {
   ASSERT_TRUE(redis.ok()) << redis.status().ToString();
   TempDir dir;
   WriteFile(dir.File("sluiced.yaml"), kConfig);
-  const auto clients = [&] {  // sluiced's connections (INFO's count includes this one)
-    auto info = (*redis)->Command({"INFO", "clients"});
-    if (!info.ok()) return -1;
-    const std::size_t at = info->str.find("connected_clients:");
-    return at == std::string::npos ? -1 : std::atoi(info->str.c_str() + at + 18) - 1;
-  };
+  const auto clients = [&] { return (*redis)->ConnectedClients(); };  // sluiced's
   {
     Sluiced a = StartSluiced(
         dir.File("sluiced.yaml"), dir.File("a.log"),

@@ -239,4 +239,12 @@ long long RedisServer::CommandCalls(const std::string& command) const {
   return at == std::string::npos ? 0 : std::stoll(info->str.substr(at + tag.size()));
 }
 
+int RedisServer::ConnectedClients() const {
+  auto info = Command({"INFO", "clients"});
+  if (!info.ok()) return -1;
+  const std::string tag = "connected_clients:";
+  const std::size_t at = info->str.find(tag);
+  return at == std::string::npos ? -1 : std::atoi(info->str.c_str() + at + tag.size()) - 1;
+}
+
 }  // namespace sluice::testing

@@ -93,6 +93,10 @@ class RedisServer {
   // server did not answer.
   long long CommandCalls(const std::string& command) const;
 
+  // The clients connected now (INFO clients), not counting the connection that asks; -1
+  // when the server did not answer.
+  int ConnectedClients() const;
+
  private:
   RedisServer() = default;
   Status Launch();
