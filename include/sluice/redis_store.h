@@ -104,7 +104,9 @@ class RedisStore final : public Store {
   // database; Unavailable for a refused connection, a timeout, or a server that does
   // not speak Redis.
   static Result<std::shared_ptr<RedisStore>> Create(RedisStoreOptions options);
-  // Fails calls still in flight with kUnavailable and joins the I/O threads.
+  // Fails calls still in flight with kUnavailable and joins the I/O threads. When a
+  // `done` callback drops the last reference, that teardown finishes on another thread
+  // once the callback has returned (a thread cannot join itself).
   ~RedisStore() override;
 
   // Store::Run: one script call per batch (atomic), blocking; returns within

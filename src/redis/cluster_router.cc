@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "redis/client_thread.h"
+
 namespace sluice::redis {
 namespace {
 
@@ -43,8 +45,8 @@ Result<std::unique_ptr<ClusterRouter>> ClusterRouter::Create(NodeOptions options
     if (r->options_.connect_now || s.code() != ErrorCode::kUnavailable) return s;
     r->refresh_requested_ = true;
   }
-  r->refresher_ = std::thread([p = r.get()] { p->RefreshLoop(); });
-  r->timer_ = std::thread([p = r.get()] { p->TimerLoop(); });
+  r->refresher_ = StartClientThread([p = r.get()] { p->RefreshLoop(); });
+  r->timer_ = StartClientThread([p = r.get()] { p->TimerLoop(); });
   return r;
 }
 

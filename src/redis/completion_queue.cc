@@ -1,8 +1,10 @@
 #include "redis/completion_queue.h"
 
+#include "redis/client_thread.h"
+
 namespace sluice::redis {
 
-CompletionQueue::CompletionQueue() : thread_([this] { Run(); }) {}
+CompletionQueue::CompletionQueue() : thread_(StartClientThread([this] { Run(); })) {}
 
 CompletionQueue::~CompletionQueue() {
   {

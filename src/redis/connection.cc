@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "redis/client_thread.h"
+
 namespace sluice::redis {
 
 Result<std::unique_ptr<Connection>> Connection::Open(const ConnectOptions& options,
@@ -24,7 +26,7 @@ Result<std::unique_ptr<Connection>> Connection::Open(const ConnectOptions& optio
   c->module_.store(info.module, std::memory_order_release);
   c->connected_.store(true, std::memory_order_release);
   c->ever_connected_ = true;
-  c->thread_ = std::thread([p = c.get()] { p->Run(); });
+  c->thread_ = StartClientThread([p = c.get()] { p->Run(); });
   return c;
 }
 
@@ -34,7 +36,7 @@ std::unique_ptr<Connection> Connection::Start(const ConnectOptions& options,
   std::unique_ptr<Connection> c(
       new Connection(options, std::move(stats), std::move(completions), nullptr));
   c->last_error_ = "connecting in the background";
-  c->thread_ = std::thread([p = c.get()] { p->Run(); });
+  c->thread_ = StartClientThread([p = c.get()] { p->Run(); });
   return c;
 }
 

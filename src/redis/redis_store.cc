@@ -7,8 +7,10 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "core/algorithms.h"
+#include "redis/client_thread.h"
 #include "redis/cluster_router.h"
 #include "redis/cluster_slots.h"
 #include "redis/cross_slot.h"
@@ -281,7 +283,15 @@ Result<std::shared_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options
 }
 
 RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-RedisStore::~RedisStore() = default;
+RedisStore::~RedisStore() {
+  // A callback that held the last reference destroys the store on one of the store's own
+  // threads, which cannot join itself. Another thread tears down instead: it joins this
+  // one once the callback has returned, and until then Impl (which the rest of this
+  // thread's work may still use) stays alive.
+  if (redis::OnClientThread()) {
+    std::thread([impl = std::move(impl_)]() mutable { impl.reset(); }).detach();
+  }
+}
 
 void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& script,
                            std::string wire, std::shared_ptr<Call> call, redis::Deadline deadline,

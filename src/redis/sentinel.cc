@@ -9,6 +9,7 @@
 #include <chrono>
 #include <memory>
 
+#include "redis/client_thread.h"
 #include "redis/handshake.h"
 #include "redis/reply.h"
 #include "redis/resp.h"
@@ -148,7 +149,7 @@ std::optional<std::pair<std::string, HostPort>> ParsePromotion(std::string_view 
 SwitchWatcher::SwitchWatcher(SentinelOptions options, OnChange on_change)
     : options_(std::move(options)), on_change_(std::move(on_change)) {
   if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) wake_[0] = wake_[1] = -1;
-  thread_ = std::thread([this] { Run(); });
+  thread_ = StartClientThread([this] { Run(); });
 }
 
 SwitchWatcher::~SwitchWatcher() {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "redis/client_thread.h"
 #include "redis/reply.h"
 #include "redis/resp.h"
 
@@ -52,7 +53,7 @@ Result<std::unique_ptr<SentinelRouter>> SentinelRouter::Create(SentinelRouterOpt
   if (!node.ok()) return node.status();
   r->node_ = std::move(*node);
   r->primary_ = *at;
-  r->resolver_ = std::thread([p = r.get()] { p->Resolve(); });
+  r->resolver_ = StartClientThread([p = r.get()] { p->Resolve(); });
   for (const HostPort& s : r->options_.sentinel.sentinels) {
     SentinelOptions one = r->options_.sentinel;
     one.sentinels = {s};

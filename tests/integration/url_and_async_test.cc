@@ -3,11 +3,13 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <future>
 #include <map>
 #include <mutex>
 
 #include "redis/url.h"
 #include "store_backends.h"
+#include "wait.h"
 
 namespace sluice::testing {
 namespace {
@@ -158,6 +160,63 @@ TEST(RedisAsync, EveryCallbackFiresByTheDeadlineWhenRedisIsStopped) {
     EXPECT_EQ(d.remaining, 1000u - cost) << "a reply went to the wrong caller";
   }
   EXPECT_GT(answered, 0);
+}
+
+// A callback that holds the last reference to its store (a caller capturing its limiter
+// does) destroys the store on one of the store's own threads, which cannot join itself:
+// the teardown finishes on another thread once the callback has returned. Before that,
+// this aborted the process (std::system_error from std::thread::join).
+TEST(RedisAsync, ACallbackMayDropTheLastReferenceToItsStore) {
+  auto server = RedisServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const int before = (*server)->ConnectedClients();
+  ASSERT_GE(before, 0);
+  auto store = OpenPatientStore((*server)->Url());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_GT((*server)->ConnectedClients(), before);
+  const Policy p = Policy::FixedWindow("api", 10, std::chrono::hours(1));
+  StoreCheck check{.policy = &p, .key = "sluice:{last}:api", .cost = 1};
+  std::promise<Status> answered;
+  Store* raw = store->get();
+  raw->RunAsync(
+      {.checks = std::span<const StoreCheck>(&check, 1), .now = 0},
+      [s = std::move(*store), &answered](const Status& st, std::span<const Decision>) mutable {
+        s.reset();  // on the connection's I/O thread
+        answered.set_value(st);
+      });
+  auto got = answered.get_future();
+  ASSERT_EQ(got.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_TRUE(got.get().ok());
+  EXPECT_TRUE(WaitUntil([&] { return (*server)->ConnectedClients() == before; }))
+      << "the store's connections are closed: " << (*server)->ConnectedClients() << " open";
+}
+
+// The same on the store's completion thread, which reports calls that fail at once (no
+// server to connect to).
+TEST(RedisAsync, AFailureCallbackMayDropTheLastReferenceToItsStore) {
+  auto server = RedisServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::string url = (*server)->Url();
+  (*server)->Stop();
+  RedisStoreOptions o;
+  o.url = url;
+  o.require_connection = false;
+  o.on_warning = [](std::string_view) {};
+  auto store = RedisStore::Create(o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const Policy p = Policy::FixedWindow("api", 10, std::chrono::hours(1));
+  StoreCheck check{.policy = &p, .key = "sluice:{last}:api", .cost = 1};
+  std::promise<Status> answered;
+  RedisStore* raw = store->get();
+  raw->RunAsync(
+      {.checks = std::span<const StoreCheck>(&check, 1), .now = 0},
+      [s = std::move(*store), &answered](const Status& st, std::span<const Decision>) mutable {
+        s.reset();
+        answered.set_value(st);
+      });
+  auto got = answered.get_future();
+  ASSERT_EQ(got.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_EQ(got.get().code(), ErrorCode::kUnavailable);
 }
 
 }  // namespace
