@@ -44,7 +44,7 @@
 # group's now, each check's number); a decision's reply (the runner, the lean scripts).
 function(read_part name out_var)
   file(READ "${LUA_DIR}/${name}.lua" content)
-  foreach(snippet write_first put_back lean_head lean_group_now lean_check reply_put)
+  foreach(snippet write_first put_back lean_head lean_group_now lean_check reply_put log_inline)
     string(TOUPPER "${snippet}" marker)
     file(READ "${LUA_DIR}/${snippet}.lua" text)
     string(REGEX MATCH "^ +" indent "${text}")  # (none: an empty match is no match)

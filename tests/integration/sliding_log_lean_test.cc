@@ -180,9 +180,7 @@ TEST(LeanSlidingLog, AKeyMovesToTheBatchScriptAndBackAsTheModel) {
   for (const Micros at : {0, 0, 600'000, 600'000, 1'200'000})
     expect_as_model({&one, 1}, kNoon + at);
   expect_as_model(mixed, kNoon + 1'300'000);  // the batch script
-  auto card = server->Command({"ZCARD", key + ":log"});
-  ASSERT_TRUE(card.ok());
-  EXPECT_EQ(card->integer, 4);
+  EXPECT_EQ(Entries(*server, key), 4);
   for (const Micros at : {1'400'000, 1'700'000, 1'800'000, 2'300'000})
     expect_as_model({&one, 1}, kNoon + at);
   ExpectEveryKeyHasATtl(*server);
@@ -289,8 +287,9 @@ TEST(LeanSlidingLog, OnRedisClockAllOrNothingAndDenialsConsumeNothing) {
 // log costs Redis ONE command, a `SET ... NX GET`, and each entry more two `SET`s,
 // with no sorted set. It decides as a log: a limit of one denies the next request until
 // the entry leaves the window, and says so; a ninth entry moves them all into the
-// sorted set (the text state "1 ..."), and so does the group runner's batch script when it reads an
-// inline log.
+// sorted set (the text state "1 ..."). The group runner's batch script (a batch with
+// another algorithm's check) keeps the same form: inline up to 8 entries, with no sorted
+// set command, then the sorted set.
 TEST(LeanSlidingLog, AShortLogIsItsStateAlone) {
   auto redis = CoalescingStore(/*caller_time=*/false);
   ASSERT_NE(redis, nullptr);
@@ -360,18 +359,37 @@ TEST(LeanSlidingLog, AShortLogIsItsStateAlone) {
   EXPECT_FALSE(exists(b + ":log"));
 
   // The batch script (a batch with a fixed-window check) reads an inline log as a log
-  // of its entries, and writes it as a sorted set.
+  // of its entries, and adds to it in the same form until it outgrows it.
   ASSERT_TRUE(server->Command({"DEL", a, a + ":log"}).ok());
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(redis->Run({.checks = {&on_a, 1}, .now = 0}, d).ok());
   EXPECT_TRUE(Inline(state(a)));
   const StoreCheck batch[] = {on_a, {.policy = &fw, .key = x, .cost = 1}};
+  for (std::uint64_t used = 4; used <= 8; ++used) {
+    const std::vector<long long> before = counts();
+    ASSERT_TRUE(redis->Run({.checks = batch, .now = 0}, d).ok());
+    EXPECT_TRUE(d[0].allowed);
+    EXPECT_EQ(d[0].remaining, 20 - used);
+    const std::vector<long long> after = counts();
+    for (std::size_t i = 2; i < before.size(); ++i) {
+      EXPECT_EQ(after[i] - before[i], 0) << kCommands[i] << ", entry " << used;
+    }
+    EXPECT_TRUE(Inline(state(a))) << "entry " << used;
+    EXPECT_FALSE(exists(a + ":log"));
+  }
   ASSERT_TRUE(redis->Run({.checks = batch, .now = 0}, d).ok());
   EXPECT_TRUE(d[0].allowed);
-  EXPECT_EQ(d[0].remaining, 16u);
+  EXPECT_EQ(d[0].remaining, 11u);
   EXPECT_TRUE(state(a).starts_with("1 ")) << state(a);
   card = server->Command({"ZCARD", a + ":log"});
   ASSERT_TRUE(card.ok());
-  EXPECT_EQ(card->integer, 4);
+  EXPECT_EQ(card->integer, 9);
+  // A fresh log in a batch starts inline as well.
+  const StoreCheck fresh_batch[] = {{.policy = &p, .key = "sluice:{short}:f", .cost = 2},
+                                    {.policy = &fw, .key = x, .cost = 1}};
+  ASSERT_TRUE(redis->Run({.checks = fresh_batch, .now = 0}, d).ok());
+  EXPECT_EQ(d[0].remaining, 18u);
+  EXPECT_TRUE(Inline(state("sluice:{short}:f")));
+  EXPECT_FALSE(exists("sluice:{short}:f:log"));
   ExpectEveryKeyHasATtl(*server);
 }
 

@@ -52,8 +52,7 @@
 -- a call of one check answered by one integer: that integer alone.
 local floor, ceil, max, fmt, byte = math.floor, math.ceil, math.max, string.format, string.byte
 local pack, unpack_at = struct.pack, struct.unpack
--- The most entries an inline log holds (a longer one is a sorted set).
-local INLINE = 8
+--@LOG_INLINE@
 --@LEAN_HEAD@
 -- log_entries.lua's time_freeing, created by the first denial or peek of a sorted-set log.
 local freeing

@@ -13,17 +13,18 @@
 -- against 300,000 entries took Redis 0.7 s). Logs written before this layout (members
 -- "<count>:<cost>", which start with an ASCII digit where a double >= 1 starts with a
 -- byte >= 0x3F) are still read, with the walk, until they expire.
--- The inline form (issue #18, written by lean_sliding_log.lua): a log of a few entries
--- is c.key alone, struct.pack('<Bddd', 1, expires, last_seen, used) then
--- struct.pack('<dd', cost, time) per entry, oldest first (entries that left the window
--- may still be there, and `used` counts them), and c.key2 is not read (leftovers of an
--- earlier log may be there). Here such a log is first put into a fresh sorted set, the
--- running sums starting from its oldest entry, which the functions below read; a write
--- of its state makes it "1 ...", and until then the inline state still says what the
--- log is (the next reader builds the set again the same way).
+-- The inline form (issue #18): a log of up to INLINE entries is c.key alone,
+-- struct.pack('<Bddd', 1, expires, last_seen, used) then struct.pack('<dd', cost, time)
+-- per entry, oldest first (entries that left the window may still be there, and `used`
+-- counts them), and c.key2 is not read (leftovers of an earlier log may be there). A new
+-- or empty log starts so (here and in lean_sliding_log.lua); here its state is st.inl,
+-- the entries still in the window as they are packed. An entry more than INLINE moves
+-- them all into a fresh sorted set (`spill`), the running sums starting from the oldest
+-- entry, and so does a refund (which works on the sorted set alone).
 -- A denied request adds no entry; like the in-process store it only advances the
 -- key's clock (last_seen) and drops entries that have left the window.
 local logs = {} -- state by key, so one key checked twice in a batch sees its own updates
+--@LOG_INLINE@
 
 local function log_state(c, now)
   local st = logs[c.key]
@@ -31,19 +32,8 @@ local function log_state(c, now)
   st = {fresh = true, used = 0, seq = 0, expires = 0}
   local raw = redis.call('GET', c.key)
   if raw and string.byte(raw, 1) == 1 and #raw >= 25 and (#raw - 25) % 16 == 0 then
-    local _, e, l = struct.unpack('<Bddd', raw)
-    redis.call('DEL', c.key2)
-    local z, sum = {}, 0
-    for at = 26, #raw, 16 do
-      local cost, ts = struct.unpack('<dd', raw, at)
-      sum = sum + cost
-      z[#z + 1], z[#z + 2] = int(ts), member(sum, cost)
-    end
-    if sum > 0 then
-      redis.call('ZADD', c.key2, unpack(z))
-      redis.call('PEXPIRE', c.key2, int(ttl_ms(e, now)))
-    end
-    st = {fresh = false, expires = e, last = l, used = sum, seq = sum}
+    local _, e, l, u = struct.unpack('<Bddd', raw)
+    st = {fresh = false, expires = e, last = l, used = u, seq = 0, inl = string.sub(raw, 26)}
   elseif raw then
     local a, e, l, u, q = string.match(raw, '^(%d) (%S+) (%S+) (%S+) (%S+)$')
     if a == '1' then
@@ -55,6 +45,31 @@ local function log_state(c, now)
   return st
 end
 
+-- An inline log's entries into a fresh sorted set (cleared of leftovers of an earlier
+-- log), the running sums starting from its oldest entry; its state is then the text
+-- form, which the caller writes (or flush_logs, st.dirty).
+local function spill(c, st, now)
+  redis.call('DEL', c.key2)
+  local z, sum, inl = {}, 0, st.inl
+  for at = 1, #inl, 16 do
+    local cost, ts = struct.unpack('<dd', inl, at)
+    sum = sum + cost
+    z[#z + 1], z[#z + 2] = int(ts), member(sum, cost)
+  end
+  if sum > 0 then
+    redis.call('ZADD', c.key2, unpack(z))
+    redis.call('PEXPIRE', c.key2, int(ttl_ms(st.expires, now)))
+  end
+  st.inl, st.seq, st.dirty = nil, sum, true
+end
+
+-- The state key's value for st.
+local function log_value(st)
+  if st.inl then return struct.pack('<Bddd', 1, st.expires, st.last, st.used) .. st.inl end
+  return '1 ' .. int(st.expires) .. ' ' .. int(st.last) .. ' ' .. int(st.used) .. ' ' ..
+    int(st.seq)
+end
+
 -- t = max(now, last_seen); entries with ts <= t - window can never count again.
 -- DECIDE and COMMIT both raise with the same t: the second time every entry up to the
 -- horizon is already gone (entries added since are scored t, above it), so the
@@ -63,7 +78,19 @@ end
 local function raise(c, st, now)
   local t = now
   if st.last and st.last > t then t = st.last end
-  if not st.fresh then
+  if st.inl then
+    local inl, h, from = st.inl, t - c.window, 1
+    while from < #inl do
+      local cost, ts = struct.unpack('<dd', inl, from)
+      if ts > h then break end
+      st.used, from = st.used - cost, from + 16
+    end
+    if from > 1 then
+      st.inl, st.dirty = string.sub(inl, from), true
+    end
+    if st.last ~= t then st.dirty = true end
+    st.last = t
+  elseif not st.fresh then
     local h = t - c.window
     if not st.trimmed or h > st.trimmed then
       st.trimmed = h
@@ -89,15 +116,32 @@ DECIDE[1] = function(c, now)
   local used = st.used
   local allowed = used + need <= c.limit
   local retry = 0
+  local inl = st.inl
   if not allowed then
     -- the oldest entries leave first: find the one whose expiry frees enough room
-    local ts = time_freeing(c, used + need - c.limit)
+    local excess, ts = used + need - c.limit, nil
+    if inl then
+      local freed = 0
+      for at = 1, #inl, 16 do
+        local cost, at_ts = struct.unpack('<dd', inl, at)
+        freed = freed + cost
+        if freed >= excess then
+          ts = at_ts
+          break
+        end
+      end
+    else
+      ts = time_freeing(c, excess)
+    end
     if ts then retry = ts + w - t end
   end
   local reset = 0
   if allowed and c.cost > 0 then
     used = used + c.cost
     reset = w
+  elseif used > 0 and inl then
+    local _, ts = struct.unpack('<dd', inl, #inl - 15)
+    reset = ts + w - t
   elseif used > 0 then
     local last = redis.call('ZRANGE', c.key2, -1, -1, 'WITHSCORES')
     reset = tonumber(last[2]) + w - t
@@ -108,30 +152,32 @@ end
 COMMIT[1] = function(c, now)
   local st = logs[c.key]
   local t = raise(c, st, now)
-  if st.fresh then
-    redis.call('DEL', c.key2) -- leftovers of a log whose state key expired first
-    st.fresh = false
-    st.last = t
+  if st.fresh or (st.used == 0 and not st.inl) then
+    -- a new log, or one left empty: the inline form (a sorted set left by an earlier log
+    -- is not read, and spill clears it)
+    st.fresh, st.inl, st.last = false, '', t
   end
-  if st.used == 0 then st.seq = 0 end -- an empty log restarts its running sum
-  st.seq = st.seq + c.cost
-  st.used = st.used + c.cost
-  redis.call('ZADD', c.key2, int(t), member(st.seq, c.cost))
   st.expires = t + c.window
   local ttl = int(ttl_ms(st.expires, now))
-  redis.call('PEXPIRE', c.key2, ttl)
-  redis.call('SET', c.key, '1 ' .. int(st.expires) .. ' ' .. int(st.last) .. ' ' .. int(st.used) ..
-    ' ' .. int(st.seq), 'PX', ttl)
+  if st.inl and #st.inl < 16 * INLINE then
+    st.inl = st.inl .. struct.pack('<dd', c.cost, t)
+    st.used = st.used + c.cost
+  else
+    if st.inl then spill(c, st, now) end
+    if st.used == 0 then st.seq = 0 end -- an empty log restarts its running sum
+    st.seq = st.seq + c.cost
+    st.used = st.used + c.cost
+    redis.call('ZADD', c.key2, int(t), member(st.seq, c.cost))
+    redis.call('PEXPIRE', c.key2, ttl)
+  end
+  redis.call('SET', c.key, log_value(st), 'PX', ttl)
   st.dirty = false
 end
 
 -- After the batch: keep what raise() normalised for logs that were not committed.
 local function flush_logs()
   for key, st in pairs(logs) do
-    if st.dirty and not st.fresh then
-      redis.call('SET', key, '1 ' .. int(st.expires) .. ' ' .. int(st.last) .. ' ' ..
-        int(st.used) .. ' ' .. int(st.seq), 'KEEPTTL')
-    end
+    if st.dirty and not st.fresh then redis.call('SET', key, log_value(st), 'KEEPTTL') end
   end
 end
 --@OPERATIONS@ (the batch script and the one-check sliding log script only: embed_lua.cmake)
@@ -144,6 +190,7 @@ REFUND[1] = function(c, now, cost)
   local st = log_state(c, now)
   if st.fresh then return end
   local t = raise(c, st, now)
+  if st.inl then spill(c, st, now) end
   local newest
   while true do
     newest = redis.call('ZRANGE', c.key2, -1, -1, 'WITHSCORES')
@@ -177,8 +224,7 @@ REFUND[1] = function(c, now, cost)
   end
   local ttl = int(ttl_ms(st.expires, now))
   redis.call('PEXPIRE', c.key2, ttl)
-  redis.call('SET', c.key, '1 ' .. int(st.expires) .. ' ' .. int(st.last) .. ' ' .. int(st.used) ..
-    ' ' .. int(st.seq), 'PX', ttl)
+  redis.call('SET', c.key, log_value(st), 'PX', ttl)
   st.dirty = false
 end
 
