@@ -7,8 +7,9 @@
 #     configured by default) of --sluice with the Lua scripts (module=off), and of
 #     --before when given (an older build, also module=off, so that before and after run
 #     against the same server in the same run; a build older than the module's URL
-#     option refuses it), and the fixed window uncoalesced (--coalesce 1: one script
-#     call per decision);
+#     option refuses it), the sliding log through the group runner's scripts (with a
+#     block_for), and the fixed window uncoalesced (--coalesce 1: one script call per
+#     decision);
 #   - sluice with the native module (src/redis/module, loaded into the same server with
 #     --loadmodule; --module PATH, or none to leave it out): each O(1) algorithm, and the
 #     fixed window uncoalesced; and each O(1) algorithm sent straight to the module at
@@ -54,7 +55,7 @@ while [[ $# -gt 0 ]]; do
     --rounds) rounds=$2; shift 2 ;;
     --algorithms) algorithms=$2; shift 2 ;;
     --distribution) distribution=1; shift ;;
-    -h|--help) sed -n 2,30p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,33p "$0"; exit 0 ;;
     *) echo "redis_floor.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -185,6 +186,14 @@ for round in $(seq "$rounds"); do
     # shellcheck disable=SC2046 # (bench_args prints plain words)
     pair "sluice $a" $(bench_args "$a" "?module=off")
   done
+  if [[ ,$algorithms, == *,sliding_window_log,* ]]; then
+    # The group runner's scripts, which decide batches with other algorithms, blocks,
+    # penalties and reservations: a block_for sends every call there (and with this many
+    # keys never blocks one).
+    # shellcheck disable=SC2046
+    pair "sluice sliding_window_log, group runner (block_for)" \
+      $(bench_args sliding_window_log "?module=off") --block-for 1m
+  fi
   if [[ -n $module_before ]]; then
     swap_module "$module_before"
     module_rows " (before)"
