@@ -229,8 +229,8 @@ void WireKinds(std::span<const StoreCheck> checks, StoreOp op, WireKind* out) {
   }
 }
 
-bool Mergeable(const StoreCheck& c, WireKind k) {
-  return (k == WireKind::kDecide || k == WireKind::kReserve) && c.policy->block_for == 0;
+bool Mergeable(WireKind k) {
+  return k == WireKind::kDecide || k == WireKind::kReserve;
 }
 
 bool LeanSingle(const StoreCheck& c, WireKind k) {

@@ -34,9 +34,11 @@ enum class WireKind : std::uint8_t {
 // What each check of a batch under `op` does on the wire (lua/runner.lua's kinds).
 void WireKinds(std::span<const StoreCheck> checks, StoreOp op, WireKind* out);
 
-// A decision that a coalesced call can carry (embed_lua.cmake: no penalties, blocks or
-// permits in the coalesced script).
-bool Mergeable(const StoreCheck& c, WireKind k);
+// A decision that a merged call can carry: a decision or a reservation (no penalty,
+// overage charge, usage record or permit operation). One of a policy with block_for
+// merges only into calls of the batch script (embed_lua.cmake: the coalesced script has
+// no blocks).
+bool Mergeable(WireKind k);
 
 // A check that the lean one-check script of its algorithm decides (lua/single_head.lua):
 // a plain decision of an O(1) algorithm under a policy without on_change or block_for.

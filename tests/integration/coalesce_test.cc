@@ -36,7 +36,18 @@ redis::LeanLane LaneOf(std::span<const StoreCheck> checks) {
   return redis::LeanLaneOf(checks, {kinds, checks.size()}, /*caller_time=*/true);
 }
 
-Policy RandomPolicy(std::mt19937_64& rng, int index) {
+// The merged calls a batch of `checks` can share: a lean script's (its LeanLane), the
+// coalesced script's (kNone), or, with a check of a policy with block_for, the batch
+// script's (kBlocksLane).
+constexpr int kBlocksLane = -1;
+int MergeLaneOf(std::span<const StoreCheck> checks) {
+  for (const StoreCheck& c : checks) {
+    if (c.policy->block_for > 0) return kBlocksLane;
+  }
+  return static_cast<int>(LaneOf(checks));
+}
+
+Policy RandomPolicy(std::mt19937_64& rng, int index, bool blocks = false) {
   static const Micros kWindows[] = {1'000, 250'000, 1'000'000, 3'300'000, 60'000'000};
   static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 100};
   Policy p;
@@ -50,6 +61,7 @@ Policy RandomPolicy(std::mt19937_64& rng, int index) {
       p.initial_tokens = rng() % (p.Capacity() + 1);
     }
   }
+  if (blocks && rng() % 3 == 0) p.block_for = p.window * static_cast<Micros>(1 + rng() % 3);
   EXPECT_TRUE(ValidatePolicy(p).ok());
   return p;
 }
@@ -59,18 +71,21 @@ Policy RandomPolicy(std::mt19937_64& rng, int index) {
 // capacity, time moving forward between and within bursts) decided by coalesced calls
 // against MemoryStore (src/core) deciding the same batches one after the other in the
 // order they were sent (queued, lane after lane: calls of plain fixed-window checks only
-// share the lean fixed-window script's calls, the others the coalesced script's).
-TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
+// share the lean fixed-window script's calls, the others the coalesced script's, and
+// with `blocks`, where a third of the policies have a block_for, calls with such a
+// check the batch script's).
+void ExpectRandomInterleavingsAsModel(bool blocks) {
   auto redis = CoalescingStore(/*caller_time=*/true);
   ASSERT_NE(redis, nullptr);
   const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
   int compared = 0, denied = 0;
   std::uint64_t expected_calls = 0, expected_groups = 0, lean_groups = 0;
+  std::uint64_t blocked_groups = 0, blocked_merged = 0;
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
     std::mt19937_64 rng(seed);
     MemoryStore memory;
     std::vector<Policy> policies;
-    for (int i = 0; i < 8; ++i) policies.push_back(RandomPolicy(rng, i));
+    for (int i = 0; i < 8; ++i) policies.push_back(RandomPolicy(rng, i, blocks));
     const char* callers[] = {"alice", "bob", "carol", "dave"};
     std::vector<std::string> keys;  // stable storage for the checks' keys
     for (const char* c : callers) {
@@ -103,31 +118,35 @@ TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
       // group: groups of plain fixed-window checks only share the lean fixed-window
       // script's calls, of plain sliding-log checks only the lean sliding-log script's,
       // the others the coalesced script's. Time moves forward in that order.
-      std::vector<redis::LeanLane> lanes;  // in the order of their first group
+      std::vector<int> lanes;  // in the order of their first group
       for (const Group& g : groups) {
-        if (std::find(lanes.begin(), lanes.end(), LaneOf(g.checks)) == lanes.end())
-          lanes.push_back(LaneOf(g.checks));
+        if (std::find(lanes.begin(), lanes.end(), MergeLaneOf(g.checks)) == lanes.end())
+          lanes.push_back(MergeLaneOf(g.checks));
       }
       std::vector<std::size_t> order;
-      for (const redis::LeanLane lane : lanes) {
+      for (const int lane : lanes) {
         for (std::size_t gi = 0; gi < ngroups; ++gi) {
-          if (LaneOf(groups[gi].checks) == lane) order.push_back(gi);
+          if (MergeLaneOf(groups[gi].checks) == lane) order.push_back(gi);
         }
       }
       for (const std::size_t gi : order) {
         if (rng() % 3 == 0) now += static_cast<Micros>(rng() % 2000);
         groups[gi].now = now;
       }
-      // The lean scripts' lanes are merged from 2 groups on, the coalesced script's from
-      // 8 (redis_store.cc).
+      // The lean scripts' lanes are merged from 2 groups on, the coalesced and batch
+      // scripts' from 8 (redis_store.cc).
       std::size_t lean = 0, calls = 0, merged = 0;
-      for (const redis::LeanLane lane : lanes) {
+      for (const int lane : lanes) {
         std::size_t size = 0;
-        for (const Group& g : groups) size += LaneOf(g.checks) == lane ? 1 : 0;
-        if (lane != redis::LeanLane::kNone) lean += size;
-        if (size >= (lane == redis::LeanLane::kNone ? 8u : 2u)) {
+        for (const Group& g : groups) size += MergeLaneOf(g.checks) == lane ? 1 : 0;
+        const bool grouped =
+            lane == kBlocksLane || lane == static_cast<int>(redis::LeanLane::kNone);
+        if (!grouped) lean += size;
+        if (lane == kBlocksLane) blocked_groups += size;
+        if (size >= (grouped ? 8u : 2u)) {
           ++calls;
           merged += size;
+          if (lane == kBlocksLane) blocked_merged += size;
         }
       }
       lean_groups += lean;
@@ -152,7 +171,24 @@ TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
   EXPECT_GT(lean_groups, 0u);      // some in the lean scripts' calls
   EXPECT_GT(denied, 50);           // and the denials were compared too
   EXPECT_GT(compared, 4 * 60 * 3);
+  if (blocks) {
+    EXPECT_GT(blocked_merged, 100u)
+        << "groups with a block_for in merged calls of the batch script";
+  } else {
+    EXPECT_EQ(blocked_groups, 0u);
+  }
   ExpectEveryKeyHasATtl(*SharedRedis());
+}
+
+TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
+  ExpectRandomInterleavingsAsModel(/*blocks=*/false);
+}
+
+// The same with blocks: a batch with a check of a policy with block_for shares the batch
+// script's merged calls (the coalesced script has no blocks), blocked keys and denials
+// that start a block decided as the model's.
+TEST(CoalesceDifferential, RandomInterleavingsWithBlocks) {
+  ExpectRandomInterleavingsAsModel(/*blocks=*/true);
 }
 
 // What a lean lane's differential test (below) varies.
