@@ -162,6 +162,27 @@ TEST(RedisAsync, EveryCallbackFiresByTheDeadlineWhenRedisIsStopped) {
   EXPECT_GT(answered, 0);
 }
 
+// Makes one call whose callback holds the only reference to `store` and drops it there,
+// on one of the store's own threads; the callback's status once it ran (the wait is
+// bounded: kDeadlineExceeded if it never did).
+Status CallDroppingTheLastReference(std::shared_ptr<Store> store) {
+  const Policy p = Policy::FixedWindow("api", 10, std::chrono::hours(1));
+  StoreCheck check{.policy = &p, .key = "sluice:{last}:api", .cost = 1};
+  std::promise<Status> answered;
+  Store* raw = store.get();
+  raw->RunAsync(
+      {.checks = std::span<const StoreCheck>(&check, 1), .now = 0},
+      [s = std::move(store), &answered](const Status& st, std::span<const Decision>) mutable {
+        s.reset();
+        answered.set_value(st);
+      });
+  auto got = answered.get_future();
+  if (got.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    return Status::DeadlineExceeded("the callback did not run");
+  }
+  return got.get();
+}
+
 // A callback that holds the last reference to its store (a caller capturing its limiter
 // does) destroys the store on one of the store's own threads, which cannot join itself:
 // the teardown finishes on another thread once the callback has returned. Before that,
@@ -174,19 +195,8 @@ TEST(RedisAsync, ACallbackMayDropTheLastReferenceToItsStore) {
   auto store = OpenPatientStore((*server)->Url());
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   ASSERT_GT((*server)->ConnectedClients(), before);
-  const Policy p = Policy::FixedWindow("api", 10, std::chrono::hours(1));
-  StoreCheck check{.policy = &p, .key = "sluice:{last}:api", .cost = 1};
-  std::promise<Status> answered;
-  Store* raw = store->get();
-  raw->RunAsync(
-      {.checks = std::span<const StoreCheck>(&check, 1), .now = 0},
-      [s = std::move(*store), &answered](const Status& st, std::span<const Decision>) mutable {
-        s.reset();  // on the connection's I/O thread
-        answered.set_value(st);
-      });
-  auto got = answered.get_future();
-  ASSERT_EQ(got.wait_for(std::chrono::seconds(30)), std::future_status::ready);
-  EXPECT_TRUE(got.get().ok());
+  // (the reply comes on the connection's I/O thread)
+  EXPECT_TRUE(CallDroppingTheLastReference(std::move(*store)).ok());
   EXPECT_TRUE(WaitUntil([&] { return (*server)->ConnectedClients() == before; }))
       << "the store's connections are closed: " << (*server)->ConnectedClients() << " open";
 }
@@ -204,19 +214,7 @@ TEST(RedisAsync, AFailureCallbackMayDropTheLastReferenceToItsStore) {
   o.on_warning = [](std::string_view) {};
   auto store = RedisStore::Create(o);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
-  const Policy p = Policy::FixedWindow("api", 10, std::chrono::hours(1));
-  StoreCheck check{.policy = &p, .key = "sluice:{last}:api", .cost = 1};
-  std::promise<Status> answered;
-  RedisStore* raw = store->get();
-  raw->RunAsync(
-      {.checks = std::span<const StoreCheck>(&check, 1), .now = 0},
-      [s = std::move(*store), &answered](const Status& st, std::span<const Decision>) mutable {
-        s.reset();
-        answered.set_value(st);
-      });
-  auto got = answered.get_future();
-  ASSERT_EQ(got.wait_for(std::chrono::seconds(30)), std::future_status::ready);
-  EXPECT_EQ(got.get().code(), ErrorCode::kUnavailable);
+  EXPECT_EQ(CallDroppingTheLastReference(std::move(*store)).code(), ErrorCode::kUnavailable);
 }
 
 }  // namespace
