@@ -382,7 +382,14 @@ TEST(LeanSlidingLog, AShortLogIsItsStateAlone) {
     EXPECT_TRUE(Inline(state(a))) << "entry " << used;
     EXPECT_FALSE(exists(a + ":log"));
   }
+  // the ninth: DEL of leftovers, ONE ZADD of every entry, ONE PEXPIRE, and the state
+  const std::vector<long long> before_move = counts();
   ASSERT_TRUE(redis->Run({.checks = batch, .now = 0}, d).ok());
+  const std::vector<long long> after_move = counts();
+  const long long moved[] = {-1, -1, 1, 1, 1, 0};  // (set and get: the fixed window's too)
+  for (std::size_t i = 2; i < before_move.size(); ++i) {
+    EXPECT_EQ(after_move[i] - before_move[i], moved[i]) << kCommands[i] << ", the move";
+  }
   EXPECT_TRUE(d[0].allowed);
   EXPECT_EQ(d[0].remaining, 11u);
   EXPECT_TRUE(state(a).starts_with("1 ")) << state(a);

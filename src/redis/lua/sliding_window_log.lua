@@ -159,11 +159,12 @@ COMMIT[1] = function(c, now)
   end
   st.expires = t + c.window
   local ttl = int(ttl_ms(st.expires, now))
-  if st.inl and #st.inl < 16 * INLINE then
+  if st.inl then
     st.inl = st.inl .. struct.pack('<dd', c.cost, t)
     st.used = st.used + c.cost
+    -- an entry more than INLINE: all of them into the sorted set, one ZADD
+    if #st.inl > 16 * INLINE then spill(c, st, now) end
   else
-    if st.inl then spill(c, st, now) end
     if st.used == 0 then st.seq = 0 end -- an empty log restarts its running sum
     st.seq = st.seq + c.cost
     st.used = st.used + c.cost
