@@ -78,11 +78,11 @@ struct RedisStore::Impl {
   // Calls the native module decides carry its command too (the URL's module=off: never).
   bool module = true;
   // The grouped scripts that merged calls run (connection.h, "Coalescing"): the
-  // coalesced script, the batch script for calls with a check of a policy with
-  // block_for (the same wire; the coalesced script has no blocks), and the lean scripts
+  // coalesced script, the batch script for penalties and calls with a check of a policy
+  // with block_for (the same wire; the coalesced script has neither), and the lean scripts
   // for calls of plain fixed-window, sliding-log and bucket (GCRA, token bucket) checks
   // only; their max_groups is options.coalesce (1: off).
-  redis::CoalesceTarget coalesce_target{}, blocks_target{}, fixed_window_target{},
+  redis::CoalesceTarget coalesce_target{}, batch_target{}, fixed_window_target{},
       sliding_log_target{}, bucket_target{};
   // Last, so it is destroyed first: its shutdown completes calls in flight, whose
   // callbacks still use the members above.
@@ -133,9 +133,9 @@ void RedisStore::Impl::SetCoalesceTargets(const RedisStoreOptions& o) {
                        return redis::EncodeCoalesced(caller_time, groups, out);
                      },
                      redis::DecisionSize};
-  blocks_target = coalesce_target;
-  blocks_target.sha = redis::BatchScript().sha;
-  blocks_target.source = redis::BatchScript().source;
+  batch_target = coalesce_target;
+  batch_target.sha = redis::BatchScript().sha;
+  batch_target.source = redis::BatchScript().source;
   // Each lean script's lane: the coalesced script's bounds, its own script and layout.
   const auto lean = [&](redis::LeanLane lane) {
     redis::CoalesceTarget t = coalesce_target;
@@ -157,7 +157,7 @@ void RedisStore::Impl::SetCoalesceTargets(const RedisStoreOptions& o) {
                                         std::string& out) {
       return redis::EncodeModuleArgv(caller_time, groups, out);
     };
-    blocks_target.encode_module = coalesce_target.encode_module;
+    batch_target.encode_module = coalesce_target.encode_module;
     fixed_window_target.encode_module = coalesce_target.encode_module;
     sliding_log_target.encode_module = coalesce_target.encode_module;
     bucket_target.encode_module = coalesce_target.encode_module;
@@ -421,13 +421,13 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(StoreOp op, std::span<const Sto
   for (const StoreCheck& c : checks) call->capacity[call->n++] = c.policy->Capacity();
   // Coalescing: the connection may merge this call with others queued with it
   // (connection.h); on a cluster only with calls of the same slot.
-  bool coalesce = options.coalesce > 1, blocks = false;
+  bool coalesce = options.coalesce > 1, batch = op == StoreOp::kPenalize;
   for (std::size_t i = 0; i < checks.size(); ++i) {
     coalesce = coalesce && redis::Mergeable(kinds[i]);
-    blocks = blocks || checks[i].policy->block_for > 0;
+    batch = batch || checks[i].policy->block_for > 0;
   }
   if (coalesce) {
-    merge.target = blocks                                     ? &blocks_target
+    merge.target = batch                                      ? &batch_target
                    : sc.lane == redis::LeanLane::kFixedWindow ? &fixed_window_target
                    : sc.lane == redis::LeanLane::kSlidingLog  ? &sliding_log_target
                    : sc.lane == redis::LeanLane::kBucket      ? &bucket_target

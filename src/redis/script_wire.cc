@@ -230,7 +230,7 @@ void WireKinds(std::span<const StoreCheck> checks, StoreOp op, WireKind* out) {
 }
 
 bool Mergeable(WireKind k) {
-  return k == WireKind::kDecide || k == WireKind::kReserve;
+  return k == WireKind::kDecide || k == WireKind::kReserve || k == WireKind::kForce;
 }
 
 bool LeanSingle(const StoreCheck& c, WireKind k) {

@@ -34,10 +34,10 @@ enum class WireKind : std::uint8_t {
 // What each check of a batch under `op` does on the wire (lua/runner.lua's kinds).
 void WireKinds(std::span<const StoreCheck> checks, StoreOp op, WireKind* out);
 
-// A decision that a merged call can carry: a decision or a reservation (no penalty,
-// overage charge, usage record or permit operation). One of a policy with block_for
-// merges only into calls of the batch script (embed_lua.cmake: the coalesced script has
-// no blocks).
+// A check that a merged call can carry: a decision, a reservation or a penalty (no
+// refund, overage charge, usage record or permit operation). A penalty, and a check of a
+// policy with block_for, merge only into calls of the batch script (embed_lua.cmake: the
+// coalesced script has neither penalties nor blocks).
 bool Mergeable(WireKind k);
 
 // A check that the lean one-check script of its algorithm decides (lua/single_head.lua):

@@ -26,10 +26,11 @@ struct Outcome {
   std::vector<Decision> decisions;
 };
 
-// A batch of one caller: its checks and its now.
+// A batch of one caller: its checks, its now and what it does (a decision or a penalty).
 struct Group {
   std::vector<StoreCheck> checks;
   Micros now = 0;
+  StoreOp op = StoreOp::kDecide;
 };
 
 // Evaluates every group, submitted back to back from the callback of a peek on
@@ -51,14 +52,15 @@ inline std::vector<Outcome> Burst(RedisStore& store, const Policy& trigger_polic
                  [&store, &groups, shared](const Status& s, std::span<const Decision>) {
                    EXPECT_TRUE(s.ok()) << s.ToString();
                    for (std::size_t i = 0; i < groups.size(); ++i) {
-                     store.RunAsync({.checks = groups[i].checks, .now = groups[i].now},
-                                    [shared, i](const Status& st, std::span<const Decision> d) {
-                                      std::lock_guard<std::mutex> lock(shared->mu);
-                                      shared->out[i].status = st;
-                                      shared->out[i].decisions.assign(d.begin(), d.end());
-                                      ++shared->answered;
-                                      shared->cv.notify_all();
-                                    });
+                     store.RunAsync(
+                         {.op = groups[i].op, .checks = groups[i].checks, .now = groups[i].now},
+                         [shared, i](const Status& st, std::span<const Decision> d) {
+                           std::lock_guard<std::mutex> lock(shared->mu);
+                           shared->out[i].status = st;
+                           shared->out[i].decisions.assign(d.begin(), d.end());
+                           ++shared->answered;
+                           shared->cv.notify_all();
+                         });
                    }
                  });
   std::unique_lock<std::mutex> lock(shared->mu);
@@ -110,7 +112,7 @@ template <class Model>
 void ExpectAsModel(Model& model, const Group& g, const Outcome& got, const std::string& where,
                    int& denied) {
   Decision want[kMaxBatchChecks];
-  ASSERT_TRUE(model.Run({.checks = g.checks, .now = g.now}, want).ok());
+  ASSERT_TRUE(model.Run({.op = g.op, .checks = g.checks, .now = g.now}, want).ok());
   ASSERT_TRUE(got.status.ok()) << where << ": " << got.status.ToString();
   ASSERT_EQ(got.decisions.size(), g.checks.size());
   for (std::size_t i = 0; i < g.checks.size(); ++i) {

@@ -36,15 +36,16 @@ redis::LeanLane LaneOf(std::span<const StoreCheck> checks) {
   return redis::LeanLaneOf(checks, {kinds, checks.size()}, /*caller_time=*/true);
 }
 
-// The merged calls a batch of `checks` can share: a lean script's (its LeanLane), the
-// coalesced script's (kNone), or, with a check of a policy with block_for, the batch
-// script's (kBlocksLane).
-constexpr int kBlocksLane = -1;
-int MergeLaneOf(std::span<const StoreCheck> checks) {
-  for (const StoreCheck& c : checks) {
-    if (c.policy->block_for > 0) return kBlocksLane;
+// The merged calls a group can share: a lean script's (its LeanLane), the coalesced
+// script's (kNone), or, for a penalty or a group with a check of a policy with
+// block_for, the batch script's (kBatchLane).
+constexpr int kBatchLane = -1;
+int MergeLaneOf(const Group& g) {
+  if (g.op == StoreOp::kPenalize) return kBatchLane;
+  for (const StoreCheck& c : g.checks) {
+    if (c.policy->block_for > 0) return kBatchLane;
   }
-  return static_cast<int>(LaneOf(checks));
+  return static_cast<int>(LaneOf(g.checks));
 }
 
 Policy RandomPolicy(std::mt19937_64& rng, int index, bool blocks = false) {
@@ -72,20 +73,20 @@ Policy RandomPolicy(std::mt19937_64& rng, int index, bool blocks = false) {
 // against MemoryStore (src/core) deciding the same batches one after the other in the
 // order they were sent (queued, lane after lane: calls of plain fixed-window checks only
 // share the lean fixed-window script's calls, the others the coalesced script's, and
-// with `blocks`, where a third of the policies have a block_for, calls with such a
-// check the batch script's).
-void ExpectRandomInterleavingsAsModel(bool blocks) {
+// with `batch`, where a third of the policies have a block_for and a fifth of the
+// batches are penalties, calls with such a check and penalties the batch script's).
+void ExpectRandomInterleavingsAsModel(bool batch) {
   auto redis = CoalescingStore(/*caller_time=*/true);
   ASSERT_NE(redis, nullptr);
   const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
   int compared = 0, denied = 0;
   std::uint64_t expected_calls = 0, expected_groups = 0, lean_groups = 0;
-  std::uint64_t blocked_groups = 0, blocked_merged = 0;
+  std::uint64_t batch_groups = 0, batch_merged = 0, penalties_merged = 0;
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
     std::mt19937_64 rng(seed);
     MemoryStore memory;
     std::vector<Policy> policies;
-    for (int i = 0; i < 8; ++i) policies.push_back(RandomPolicy(rng, i, blocks));
+    for (int i = 0; i < 8; ++i) policies.push_back(RandomPolicy(rng, i, batch));
     const char* callers[] = {"alice", "bob", "carol", "dave"};
     std::vector<std::string> keys;  // stable storage for the checks' keys
     for (const char* c : callers) {
@@ -102,6 +103,8 @@ void ExpectRandomInterleavingsAsModel(bool blocks) {
       const std::size_t ngroups = rng() % 2 ? 8 + rng() % 9 : 1 + rng() % 7;
       std::vector<Group> groups(ngroups);
       for (Group& g : groups) {
+        // (with `batch`, one group in five is a penalty: a cost of 1 up to the capacity)
+        if (batch && rng() % 5 == 0) g.op = StoreOp::kPenalize;
         const std::size_t n = 1 + rng() % 3;
         for (std::size_t i = 0; i < n; ++i) {
           const std::size_t pi = rng() % policies.size();
@@ -109,8 +112,11 @@ void ExpectRandomInterleavingsAsModel(bool blocks) {
           bool dup = false;
           for (const StoreCheck& c : g.checks) dup = dup || c.key == key;
           if (dup) continue;  // the Limiter never sends one key twice in a batch
-          g.checks.push_back(StoreCheck{
-              .policy = &policies[pi], .key = key, .cost = RandomCost(rng, policies[pi])});
+          const std::uint64_t cost = RandomCost(rng, policies[pi]);
+          g.checks.push_back(
+              StoreCheck{.policy = &policies[pi],
+                         .key = key,
+                         .cost = g.op == StoreOp::kPenalize && cost == 0 ? 1 : cost});
         }
       }
       // The connection sends calls queued together lane after lane (connection.cc,
@@ -120,13 +126,13 @@ void ExpectRandomInterleavingsAsModel(bool blocks) {
       // the others the coalesced script's. Time moves forward in that order.
       std::vector<int> lanes;  // in the order of their first group
       for (const Group& g : groups) {
-        if (std::find(lanes.begin(), lanes.end(), MergeLaneOf(g.checks)) == lanes.end())
-          lanes.push_back(MergeLaneOf(g.checks));
+        if (std::find(lanes.begin(), lanes.end(), MergeLaneOf(g)) == lanes.end())
+          lanes.push_back(MergeLaneOf(g));
       }
       std::vector<std::size_t> order;
       for (const int lane : lanes) {
         for (std::size_t gi = 0; gi < ngroups; ++gi) {
-          if (MergeLaneOf(groups[gi].checks) == lane) order.push_back(gi);
+          if (MergeLaneOf(groups[gi]) == lane) order.push_back(gi);
         }
       }
       for (const std::size_t gi : order) {
@@ -138,15 +144,17 @@ void ExpectRandomInterleavingsAsModel(bool blocks) {
       std::size_t lean = 0, calls = 0, merged = 0;
       for (const int lane : lanes) {
         std::size_t size = 0;
-        for (const Group& g : groups) size += MergeLaneOf(g.checks) == lane ? 1 : 0;
-        const bool grouped =
-            lane == kBlocksLane || lane == static_cast<int>(redis::LeanLane::kNone);
+        for (const Group& g : groups) size += MergeLaneOf(g) == lane ? 1 : 0;
+        const bool grouped = lane == kBatchLane || lane == static_cast<int>(redis::LeanLane::kNone);
         if (!grouped) lean += size;
-        if (lane == kBlocksLane) blocked_groups += size;
+        if (lane == kBatchLane) batch_groups += size;
         if (size >= (grouped ? 8u : 2u)) {
           ++calls;
           merged += size;
-          if (lane == kBlocksLane) blocked_merged += size;
+          if (lane == kBatchLane) {
+            batch_merged += size;
+            for (const Group& g : groups) penalties_merged += g.op == StoreOp::kPenalize;
+          }
         }
       }
       lean_groups += lean;
@@ -171,24 +179,26 @@ void ExpectRandomInterleavingsAsModel(bool blocks) {
   EXPECT_GT(lean_groups, 0u);      // some in the lean scripts' calls
   EXPECT_GT(denied, 50);           // and the denials were compared too
   EXPECT_GT(compared, 4 * 60 * 3);
-  if (blocks) {
-    EXPECT_GT(blocked_merged, 100u)
-        << "groups with a block_for in merged calls of the batch script";
+  if (batch) {
+    EXPECT_GT(batch_merged, 100u) << "groups with a block_for or a penalty in merged calls of "
+                                     "the batch script";
+    EXPECT_GT(penalties_merged, 30u) << "penalties in merged calls of the batch script";
   } else {
-    EXPECT_EQ(blocked_groups, 0u);
+    EXPECT_EQ(batch_groups, 0u);
   }
   ExpectEveryKeyHasATtl(*SharedRedis());
 }
 
 TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
-  ExpectRandomInterleavingsAsModel(/*blocks=*/false);
+  ExpectRandomInterleavingsAsModel(/*batch=*/false);
 }
 
-// The same with blocks: a batch with a check of a policy with block_for shares the batch
-// script's merged calls (the coalesced script has no blocks), blocked keys and denials
-// that start a block decided as the model's.
-TEST(CoalesceDifferential, RandomInterleavingsWithBlocks) {
-  ExpectRandomInterleavingsAsModel(/*blocks=*/true);
+// The same with blocks and penalties: a batch with a check of a policy with block_for,
+// and a penalty, share the batch script's merged calls (the coalesced script has
+// neither), blocked keys, denials that start a block and penalties decided as the
+// model's.
+TEST(CoalesceDifferential, RandomInterleavingsWithBlocksAndPenalties) {
+  ExpectRandomInterleavingsAsModel(/*batch=*/true);
 }
 
 // What a lean lane's differential test (below) varies.

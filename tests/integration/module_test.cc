@@ -554,9 +554,11 @@ TEST_P(ModuleStore, CoalescedCallsAreExact) {
   EXPECT_EQ((*server)->CommandCalls("evalsha"), lua0);
 }
 
-// Queues one fresh check of `a` and one of `b` together (Burst) on a one-connection
-// store over a server with the module, and expects them to share one SLUICE.DECIDE.
-void ExpectOneMergedCommand(const std::string& binary, const Policy& a, const Policy& b) {
+// Queues one fresh check of `a` and one of `b` (doing `b_op`) together (Burst) on a
+// one-connection store over a server with the module, and expects them to share one
+// SLUICE.DECIDE, the decision allowed and a penalty's cost taken.
+void ExpectOneMergedCommand(const std::string& binary, const Policy& a, const Policy& b,
+                            StoreOp b_op = StoreOp::kDecide) {
   auto server = StartServerWithModule(binary);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   auto s = RedisStore::Create(
@@ -566,16 +568,22 @@ void ExpectOneMergedCommand(const std::string& binary, const Policy& a, const Po
   std::vector<Group> groups(2);
   groups[0].checks = {StoreCheck{.policy = &a, .key = keys[0]}};
   groups[1].checks = {StoreCheck{.policy = &b, .key = keys[1]}};
+  groups[1].op = b_op;
   const long long before = (*server)->CommandCalls("sluice.decide");
   const std::vector<Outcome> got = Burst(**s, a, groups, 0);
   for (const Outcome& o : got) {
     ASSERT_TRUE(o.status.ok()) << o.status.ToString();
     ASSERT_EQ(o.decisions.size(), 1u);
-    EXPECT_TRUE(o.decisions[0].allowed);
   }
+  EXPECT_TRUE(got[0].decisions[0].allowed);
   EXPECT_EQ((*s)->Stats().coalesced_calls, 1u);
   EXPECT_EQ((*server)->CommandCalls("sluice.decide") - before, 2)
       << "the trigger's and the merged one";
+  // What the merged call left on b's key: one unit taken, by the decision or the penalty.
+  Decision peek;
+  const StoreCheck look{.policy = &b, .key = keys[1], .cost = 0};
+  ASSERT_TRUE((*s)->Run({.checks = {&look, 1}, .now = 0}, {&peek, 1}).ok());
+  EXPECT_EQ(peek.remaining, b.Capacity() - 1);
 }
 
 // Two module calls queued together already share one command: a merged SLUICE.DECIDE
@@ -592,6 +600,13 @@ TEST_P(ModuleStore, TwoQueuedCallsShareOneCommand) {
 TEST_P(ModuleStore, CallsOfEveryAlgorithmShareOneCommand) {
   ExpectOneMergedCommand(Binary(), Policy::FixedWindow("fw", 5, std::chrono::hours(1)),
                          Policy::Gcra("gcra", 5, std::chrono::hours(1), 5));
+}
+
+// A penalty queued with a decision shares its command too (on the scripts it would share
+// the batch script's calls only).
+TEST_P(ModuleStore, APenaltyAndADecisionShareOneCommand) {
+  const Policy p = Policy::Gcra("gcra", 5, std::chrono::hours(1), 5);
+  ExpectOneMergedCommand(Binary(), p, p, StoreOp::kPenalize);
 }
 
 class ModuleCommand : public OnServer {};
