@@ -7,7 +7,8 @@
 # CPU µs per decision (the server's user + system time from /proc over the decisions),
 # decisions per Redis call (EVALSHA or SLUICE.DECIDE calls from INFO commandstats) and
 # per Redis read (INFO stats total_reads_processed),
-# p50 / p99; and the library paced to the rate sluiced reached (the same offered load).
+# p50 / p99; the library with as many callers as sluiced has calls in flight (the same
+# concurrency); and the library paced to the rate sluiced reached (the same offered load).
 # Usage: bench/sluiced/redis_cpu.sh   (builds the release preset's targets first)
 # Settings: DURATION (s per row, default 5), ROUNDS (default 3), CONNECTIONS (sluiced's
 # calls in flight, default 32), VALUES (distinct keys, default 1000).
@@ -98,11 +99,16 @@ grpc() {  # mode
     --key remote_address --values "$values" --concurrency "$conns" --threads 2 \
     --duration "$duration"
 }
-# `sluice bench --json` of the CLI `binary` as "decisions=N rate=R p50_ms=X p99_ms=Y"; with
-# a rate, through sluice::Limiter by CONNECTIONS threads paced to that many decisions/s.
-bench() {  # binary url [rate]
+# `sluice bench --json` of the CLI `binary` as "decisions=N rate=R p50_ms=X p99_ms=Y": 64
+# callers; with "same", CONNECTIONS callers (sluiced's calls in flight); with a rate,
+# through sluice::Limiter by CONNECTIONS threads paced to that many decisions/s.
+bench() {  # binary url [same|rate]
   local pace=(-c 64)
-  [[ -n ${3:-} ]] && pace=(--api limiter -c "$conns" --target-rate "$3")
+  if [[ ${3:-} == same ]]; then
+    pace=(-c "$conns")
+  elif [[ -n ${3:-} ]]; then
+    pace=(--api limiter -c "$conns" --target-rate "$3")
+  fi
   "$1" bench --redis "$2" -a fixed_window --rate 1000000/s "${pace[@]}" \
     -d "${duration}s" --keys "$values" --timeout 1s --json -q |
     python3 -c 'import json, sys
@@ -114,8 +120,8 @@ echo "redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), fixe
   "$values keys, ${duration} s per row, median of $rounds alternating rounds; $(nproc) cores;" \
   "load average $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ)"
 cli=build/release/src/cli/sluice
-# The `sluice bench` rows `name` (and name-before) on `store`, paced to `rate` if given.
-benches() {  # name store [rate]
+# The `sluice bench` rows `name` (and name-before) on `store` (bench's third argument).
+benches() {  # name store [same|rate]
   row "$1" bench "$cli" "${@:2}"
   [[ -z ${SLUICE_BEFORE:-} ]] || row "$1-before" bench "$SLUICE_BEFORE" "${@:2}"
 }
@@ -123,10 +129,12 @@ for _ in $(seq "$rounds"); do
   row sluiced-lua grpc lua
   [[ -z ${SLUICED_ALT_ARGS:-} ]] || row sluiced-lua-alt grpc lua-alt
   benches bench-lua "$url?module=off"
+  benches same-lua "$url?module=off" same
   row sluiced-module grpc module
   [[ -z ${SLUICED_BEFORE:-} ]] || row sluiced-before grpc before
   [[ -z ${SLUICED_ALT_ARGS:-} ]] || row sluiced-module-alt grpc module-alt
   benches bench-module "$url"
+  benches same-module "$url" same
   # The library at the rate sluiced just reached (or PACED_RATE): the same offered load.
   benches paced-lua "$url?module=off" "${PACED_RATE:-$(tail -1 "$work/sluiced-lua.rows" | cut -d' ' -f1)}"
   benches paced-module "$url" "${PACED_RATE:-$(tail -1 "$work/sluiced-module.rows" | cut -d' ' -f1)}"
@@ -135,7 +143,8 @@ echo
 echo '| path | store | decisions/s | Redis CPU µs/decision | decisions per Redis call | decisions per Redis read | p50 / p99 ms |'
 echo '| --- | --- | ---: | ---: | ---: | ---: | ---: |'
 names=()
-for name in sluiced-lua bench-lua paced-lua sluiced-module bench-module paced-module; do
+for name in sluiced-lua bench-lua same-lua paced-lua sluiced-module bench-module same-module \
+  paced-module; do
   names+=("$name")
   if [[ $name == sluiced-* && -n ${SLUICED_ALT_ARGS:-} ]]; then names+=("$name-alt"); fi
   if [[ $name == sluiced-module && -n ${SLUICED_BEFORE:-} ]]; then names+=(sluiced-before); fi
@@ -146,6 +155,7 @@ paced="sluiced's rate"
 for name in "${names[@]}"; do
   path="sluiced, gRPC, $conns in flight"
   [[ $name == bench-* ]] && path='sluice bench, 64 callers'
+  [[ $name == same-* ]] && path="sluice bench, $conns callers"
   [[ $name == paced-* ]] && path="sluice bench, $conns threads paced to $paced"
   [[ $name == *-before ]] && path="$SLUICE_BEFORE: $path"
   [[ $name == sluiced-before ]] && path="$SLUICED_BEFORE, gRPC, $conns in flight"
