@@ -12,6 +12,7 @@
 
 #include "burst.h"
 #include "edge_policies.h"
+#include "many_processes.h"
 #include "redis/module/request.h"
 #include "redis_cluster.h"
 #include "redis_sentinel.h"
@@ -600,6 +601,17 @@ TEST_P(ModuleStore, TwoQueuedCallsShareOneCommand) {
 TEST_P(ModuleStore, CallsOfEveryAlgorithmShareOneCommand) {
   ExpectOneMergedCommand(Binary(), Policy::FixedWindow("fw", 5, std::chrono::hours(1)),
                          Policy::Gcra("gcra", 5, std::chrono::hours(1), 5));
+}
+
+// Exactness under concurrency with the module (many_processes.h): 4 processes x 8
+// threads on one key per algorithm never get more than each algorithm allows. The four
+// O(1) algorithms are decided by the module (its calls counted), the sliding log by the
+// scripts (the module does not decide it).
+TEST_P(ModuleStore, ManyProcessesAndThreadsNeverExceedTheLimit) {
+  auto server = StartWithModule();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ExpectManyProcessesWithinTheLimit((*server)->Url());
+  EXPECT_GT((*server)->CommandCalls("sluice.decide"), 1000);
 }
 
 // A penalty queued with a decision shares its command too (on the scripts it would share
