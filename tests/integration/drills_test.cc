@@ -250,9 +250,14 @@ class AsyncLoad : public Load {
 
 enum class Api { kBlocking, kAsync };
 
-void RunDrill(const Fault& fault, Api api) {
-  SCOPED_TRACE(std::string(fault.name) + (api == Api::kBlocking ? " / blocking" : " / async"));
-  auto server = RedisServer::Start({.args = fault.server_args});
+// `module`: the server loads the native module (SLUICE_REDIS_MODULE), which then decides
+// every drill call; the drill also expects it to decide again after the fault.
+void RunDrill(const Fault& fault, Api api, const char* module = nullptr) {
+  SCOPED_TRACE(std::string(fault.name) + (api == Api::kBlocking ? " / blocking" : " / async") +
+               (module ? " / module" : ""));
+  std::vector<std::string> args = fault.server_args;
+  if (module) args.insert(args.end(), {"--loadmodule", module});
+  auto server = RedisServer::Start({.args = args});
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   RedisServer& redis = **server;
   auto store = ConnectDrill(redis.Url());
@@ -271,6 +276,9 @@ void RunDrill(const Fault& fault, Api api) {
   // Before: Redis decides.
   ASSERT_TRUE(WaitUntil([&] { return t.from_store.load() >= 100; }, milliseconds(30'000)))
       << "no decisions from Redis before the fault";
+  if (module) {
+    ASSERT_GT(redis.CommandCalls("sluice.decide"), 0) << "the module decides";
+  }
 
   fault.inject(redis);
   // During: callers keep getting answers; wait until the fault was felt (a decision not
@@ -285,7 +293,13 @@ void RunDrill(const Fault& fault, Api api) {
   const bool recovered = WaitUntil([&] { return t.from_store.load() > store_at_heal + 20; },
                                    kRecoveryBound + kDrillMargin);
   const auto recovery = steady_clock::now() - healed;
+  // (after the recovery: a SIGSTOP'd server answers this only once it runs again)
+  const long long module_calls_then = module ? redis.CommandCalls("sluice.decide") : 0;
   load->Stop();
+  if (module) {
+    EXPECT_GT(redis.CommandCalls("sluice.decide"), module_calls_then)
+        << "after the fault the module decides again (found again at the reconnect)";
+  }
 
   const auto recovery_ms = std::chrono::duration_cast<milliseconds>(recovery).count();
   std::printf(
@@ -356,6 +370,22 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(Faults()[static_cast<std::size_t>(std::get<0>(info.param))].name) +
              (std::get<1>(info.param) == Api::kBlocking ? "_blocking" : "_async");
     });
+
+#ifdef SLUICE_REDIS_MODULE
+// The same faults with the native module loaded (the release tree builds it; the
+// sanitizer trees do not), through the asynchronous API, which sluiced uses.
+class ModuleDrill : public ::testing::TestWithParam<int> {};
+
+TEST_P(ModuleDrill, CallersGetDecisionsInTimeAndServiceRecovers) {
+  RunDrill(Faults()[static_cast<std::size_t>(GetParam())], Api::kAsync, SLUICE_REDIS_MODULE);
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, ModuleDrill, ::testing::Range(0, 5),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::string(Faults()[static_cast<std::size_t>(info.param)].name) +
+                                  "_async";
+                         });
+#endif
 
 }  // namespace
 }  // namespace sluice::testing
