@@ -13,6 +13,7 @@
 
 #include "child_process.h"
 #include "lease_policies.h"
+#include "many_processes.h"
 #include "sluice/limiter.h"
 #include "sluice/redis_store.h"
 #include "store_backends.h"
@@ -27,22 +28,12 @@ struct Counts {
 TEST(LeaseFleet, ProcessesAndThreadsStayWithinTheBound) {
   auto url = FlushedRedisUrl();
   ASSERT_TRUE(url.ok()) << url.status().ToString();
-  constexpr int kProcesses = 4;
-  constexpr int kThreads = 8;
-  constexpr int kDurationMs = 2500;
-
   const auto start = std::chrono::system_clock::now();
-  std::vector<FILE*> pipes;
-  for (int i = 0; i < kProcesses; ++i) {
-    const std::string cmd = std::string(SLUICE_LEASE_HELPER) + " '" + *url + "' load " +
-                            std::to_string(kDurationMs) + " " + std::to_string(kThreads);
-    FILE* f = popen(cmd.c_str(), "r");
-    ASSERT_NE(f, nullptr) << cmd;
-    pipes.push_back(f);
-  }
+  const std::vector<FILE*> pipes = StartFleet(SLUICE_LEASE_HELPER, *url, "load");
   std::map<std::string, Counts> total;
   unsigned long long calls = 0, decisions = 0, grants = 0;
   for (FILE* f : pipes) {
+    if (f == nullptr) continue;
     char line[256];
     int lines = 0;
     bool summary = false;
@@ -78,7 +69,7 @@ TEST(LeaseFleet, ProcessesAndThreadsStayWithinTheBound) {
   // for the bucket and GCRA.
   const double limit = kConcurrencyLimit;
   const double windows_touched = std::ceil(elapsed) + 1;
-  const double lease_bound = kProcesses * static_cast<double>(kLoadLease);
+  const double lease_bound = kFleetProcesses * static_cast<double>(kLoadLease);
   const std::map<std::string, double> bound = {
       {"lfixed", limit * windows_touched},
       {"lcounter", limit * windows_touched},

@@ -19,27 +19,38 @@
 
 namespace sluice::testing {
 
-// Runs kProcesses helpers (SLUICE_LOAD_HELPER) against `url` and expects each
+// The fleets of the multi-process tests: kFleetProcesses helpers, each running
+// kFleetThreads threads for at least kFleetDurationMs.
+inline constexpr int kFleetProcesses = 4;
+inline constexpr int kFleetThreads = 8;
+inline constexpr int kFleetDurationMs = 2500;
+
+// Starts kFleetProcesses of `helper` with the arguments "'<url>' <mode> <duration-ms>
+// <threads>" (`mode` empty: left out), each with its output on a pipe (popen); null
+// entries for those that could not start.
+inline std::vector<FILE*> StartFleet(const std::string& helper, const std::string& url,
+                                     const std::string& mode = "") {
+  std::vector<FILE*> pipes;
+  for (int i = 0; i < kFleetProcesses; ++i) {
+    const std::string cmd = helper + " '" + url + "' " + (mode.empty() ? "" : mode + " ") +
+                            std::to_string(kFleetDurationMs) + " " + std::to_string(kFleetThreads);
+    pipes.push_back(popen(cmd.c_str(), "r"));
+    EXPECT_NE(pipes.back(), nullptr) << cmd;
+  }
+  return pipes;
+}
+
+// Runs a fleet of SLUICE_LOAD_HELPER against `url` and expects each
 // algorithm's total allowed within its bound, the limit reached, and no error.
 inline void ExpectManyProcessesWithinTheLimit(const std::string& url) {
   struct Counts {
     long allowed = 0, denied = 0, errors = 0;
   };
-  constexpr int kProcesses = 4;
-  constexpr int kThreads = 8;
-  constexpr int kDurationMs = 2500;
-
   const auto start = std::chrono::system_clock::now();
-  std::vector<FILE*> pipes;
-  for (int i = 0; i < kProcesses; ++i) {
-    const std::string cmd = std::string(SLUICE_LOAD_HELPER) + " '" + url + "' " +
-                            std::to_string(kDurationMs) + " " + std::to_string(kThreads);
-    FILE* f = popen(cmd.c_str(), "r");
-    ASSERT_NE(f, nullptr) << cmd;
-    pipes.push_back(f);
-  }
+  const std::vector<FILE*> pipes = StartFleet(SLUICE_LOAD_HELPER, url);
   std::map<std::string, Counts> total;
   for (FILE* f : pipes) {
+    if (f == nullptr) continue;
     char name[64];
     Counts c;
     int lines = 0;
