@@ -95,13 +95,14 @@ Policy RandomPolicy(std::mt19937_64& rng, int index) {
 std::string Describe(const Decision& d) {
   std::ostringstream o;
   o << "allowed=" << d.allowed << " remaining=" << d.remaining << " reset=" << d.reset_after
-    << " retry=" << d.retry_after << " wait=" << d.wait;
+    << " retry=" << d.retry_after << " wait=" << d.wait << " charged=" << d.charged;
   return o.str();
 }
 
 bool Same(const Decision& a, const Decision& b) {
   return a.allowed == b.allowed && a.remaining == b.remaining && a.reset_after == b.reset_after &&
-         a.retry_after == b.retry_after && a.wait == b.wait && a.limit == b.limit;
+         a.retry_after == b.retry_after && a.wait == b.wait && a.limit == b.limit &&
+         a.charged == b.charged;
 }
 
 // One random step: an operation and 1-3 checks on distinct keys of `keys`.

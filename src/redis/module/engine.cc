@@ -34,6 +34,17 @@ void AppendDecision(const Decision& d, std::uint64_t cap, std::vector<long long>
   reply->push_back(d.allowed && d.wait > 0 ? -d.wait : d.retry_after);
 }
 
+// A penalty's reply: as a decision's, or, when it took units (Decision::charged), the
+// five numbers of the runner's emit5 (runner.lua): the flag + 4, then the units.
+void AppendPenalty(const Decision& d, std::uint64_t cap, std::vector<long long>* reply) {
+  if (d.charged == 0) return AppendDecision(d, cap, reply);
+  reply->push_back((d.allowed ? 2 : 0) + 4);
+  reply->push_back(static_cast<long long>(d.remaining));
+  reply->push_back(d.reset_after);
+  reply->push_back(d.retry_after);
+  reply->push_back(static_cast<long long>(d.charged));
+}
+
 // The layout a committed decision writes: the fixed window's counter unless it is a live
 // state in a packed layout (kept to its window's end: a rolling upgrade), else the plain one.
 Layout DecisionLayout(const Policy& p, const ReadState& s, Micros now, long long pad_ms) {
@@ -101,7 +112,7 @@ void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
     if (c.op == 3) {  // penalty: applied now, answered with a peek at the state after it
       const Decision d = ops.penalize(p, s.word, !s.live, now, c.cost, &next[i], &expires[i]);
       Emit(p, next[i], expires[i], DecisionLayout(p, s, now, r.pad_ms), at, now, r.pad_ms, writes);
-      AppendDecision(d, p.Capacity(), reply);
+      AppendPenalty(d, p.Capacity(), reply);
       continue;
     }
     const Decision d = ops.decide(p, s.word, !s.live, now, c.cost, &next[i], &expires[i],
