@@ -91,7 +91,8 @@ inline std::shared_ptr<RedisStore> CoalescingStore(bool caller_time, int coalesc
 
 inline bool SameDecision(const Decision& a, const Decision& b) {
   return a.allowed == b.allowed && a.remaining == b.remaining && a.reset_after == b.reset_after &&
-         a.retry_after == b.retry_after && a.limit == b.limit;
+         a.retry_after == b.retry_after && a.limit == b.limit && a.wait == b.wait &&
+         a.charged == b.charged;
 }
 
 // Every key on `server` (at least one) has a TTL.
@@ -122,8 +123,9 @@ void ExpectAsModel(Model& model, const Group& g, const Outcome& got, const std::
         << where << " check " << i << " key " << g.checks[i].key << " cost " << g.checks[i].cost
         << " now " << g.now << "\n  model: allowed=" << a.allowed << " remaining=" << a.remaining
         << " reset_after=" << a.reset_after << " retry_after=" << a.retry_after
-        << "\n  redis: allowed=" << b.allowed << " remaining=" << b.remaining
-        << " reset_after=" << b.reset_after << " retry_after=" << b.retry_after;
+        << " wait=" << a.wait << " charged=" << a.charged << "\n  redis: allowed=" << b.allowed
+        << " remaining=" << b.remaining << " reset_after=" << b.reset_after
+        << " retry_after=" << b.retry_after << " wait=" << b.wait << " charged=" << b.charged;
     if (!a.allowed) ++denied;
   }
 }
