@@ -15,7 +15,6 @@ namespace sluice::core {
 
 void ApplyBlock(Decision* d, Micros left) {
   d->allowed = false;
-  d->wait = 0;  // a blocked reservation takes nothing (Decision::wait is for allowed ones)
   d->remaining = 0;
   d->retry_after = std::max(d->retry_after, left);
   d->reset_after = std::max(d->reset_after, left);

@@ -10,6 +10,7 @@ namespace sluice::redis {
 namespace {
 
 constexpr std::size_t kPolicyNumbers = 5;  // algorithm, limit, window, capacity, initial
+constexpr std::size_t kBlockFor = 6;       // CoalesceInfo::data's block_for, after on_change
 
 // "a,b,c": the integers joined by commas.
 std::string Joined(const long long* v, std::size_t n) {
@@ -28,8 +29,8 @@ std::string Joined(const long long* v, std::size_t n) {
 bool ModuleDecides(const StoreCheck& c, WireKind k) {
   const Algorithm a = c.policy->algorithm;
   return a != Algorithm::kSlidingWindowLog && a != Algorithm::kConcurrency &&
-         c.policy->block_for == 0 && c.policy->on_change == OnChange::kAsIs &&
-         c.policy->overage == Overage::kReject && c.usage_id.empty() &&
+         c.policy->on_change == OnChange::kAsIs && c.policy->overage == Overage::kReject &&
+         c.usage_id.empty() &&
          (k == WireKind::kDecide || k == WireKind::kReserve || k == WireKind::kRefund ||
           k == WireKind::kForce);
 }
@@ -47,7 +48,10 @@ std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceI
     for (std::size_t i = 0; i < n; ++i) {
       const long long* p = d.data() + 1 + i * kWireCheckNumbers;
       std::size_t at = 0;
-      while (at < policies.size() && !std::equal(p, p + kPolicyNumbers, policies[at])) ++at;
+      while (at < policies.size() && !(std::equal(p, p + kPolicyNumbers, policies[at]) &&
+                                       p[kBlockFor] == policies[at][kBlockFor])) {
+        ++at;
+      }
       if (at == policies.size()) policies.push_back(p);
       const bool reserve = p[7] == static_cast<long long>(WireKind::kReserve);
       const long long f[6] = {static_cast<long long>(at), p[7], p[8], reserve ? p[9] : 0,
@@ -59,7 +63,11 @@ std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceI
   AppendBulk(out, caller_time ? "c" : "");
   AppendBulk(out, std::to_string(caller_time ? kCallerTimeTtlPadMs : 0));
   AppendBulk(out, std::to_string(policies.size()));
-  for (const long long* p : policies) AppendBulk(out, Joined(p, kPolicyNumbers));
+  for (const long long* p : policies) {
+    std::string policy = Joined(p, kPolicyNumbers);
+    if (p[kBlockFor] > 0) policy += "," + std::to_string(p[kBlockFor]);
+    AppendBulk(out, policy);
+  }
   for (const std::string& c : checks) AppendBulk(out, c);
   return 4 + policies.size() + checks.size();
 }

@@ -15,9 +15,9 @@
 namespace sluice::redis {
 
 // True when the module decides `c` doing `k`: a decision, reservation, refund or penalty
-// of a fixed window, sliding window counter, token bucket or GCRA under a policy without
-// on_change, block_for or an overage other than reject, and without a usage record.
-// Everything else runs the Lua scripts.
+// of a fixed window, sliding window counter, token bucket or GCRA (with or without
+// block_for) under a policy without on_change or an overage other than reject, and
+// without a usage record. Everything else runs the Lua scripts.
 bool ModuleDecides(const StoreCheck& c, WireKind k);
 
 // The module's arguments after the keys for `groups` (their data, as EncodeCoalesced
@@ -26,7 +26,8 @@ std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceI
                              std::string& out);
 
 // The module's command for the one group that `script_wire` (EncodeGroup's or
-// EncodeSingle's output) and `merge` describe, with its KEYS (every check ModuleDecides).
+// EncodeSingle's output) and `merge` describe, with its KEYS (every check ModuleDecides:
+// its state key, then its block key when it has one, as the scripts declare them).
 std::string EncodeModuleCall(const std::string& script_wire, const CoalesceInfo& merge,
                              bool caller_time);
 

@@ -30,25 +30,42 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   const std::size_t nkeys = ModuleKeyCount(args);
-  FUZZ_CHECK(nkeys == r.checks.size() && !r.groups.empty());
+  FUZZ_CHECK(nkeys >= r.checks.size() && nkeys <= 2 * r.checks.size() && !r.groups.empty());
+  // Every key is one check's, in order: its state key, then its block key if it has one.
+  std::size_t next_key = 0;
+  for (const ModuleCheck& c : r.checks) {
+    FUZZ_CHECK(c.key == next_key++);
+    FUZZ_CHECK((c.block_key >= 0) == (r.policies[c.policy].block_for > 0));
+    if (c.block_key >= 0) FUZZ_CHECK(static_cast<std::size_t>(c.block_key) == next_key++);
+  }
+  FUZZ_CHECK(next_key == nkeys);
   std::vector<long long> reply;
   std::vector<ModuleWrite> writes;
   for (const ModuleGroup& g : r.groups) {
-    FUZZ_CHECK(g.begin < g.end && g.end <= nkeys && g.end - g.begin <= sluice::kMaxBatchChecks);
-    StoredValue values[sluice::kMaxBatchChecks];
+    FUZZ_CHECK(g.begin < g.end && g.end <= r.checks.size() &&
+               g.end - g.begin <= sluice::kMaxBatchChecks);
+    StoredValue values[sluice::kMaxBatchChecks], blocks[sluice::kMaxBatchChecks];
     for (std::size_t i = g.begin; i < g.end; ++i) {
-      const std::string_view key = args[1 + i];
+      const ModuleCheck& c = r.checks[i];
+      const std::string_view key = args[1 + c.key];
       // (every packed layout is 1 + 8k bytes long, so it is always present)
       values[i - g.begin] = StoredValue{key.size() % 4 != 0, key};
+      // A block key's name stands for its value too: a number, or not one.
+      if (c.block_key >= 0) {
+        const std::string_view b = args[1 + static_cast<std::size_t>(c.block_key)];
+        blocks[i - g.begin] = StoredValue{b.size() % 3 != 0, b};
+      }
     }
     const sluice::Micros now = r.caller_time ? r.checks[g.begin].now : 1'785'000'000'000'000;
     writes.clear();
-    DecideGroup(r, g, now, {values, g.end - g.begin}, &writes, &reply);
+    DecideGroup(r, g, now, {values, g.end - g.begin}, {blocks, g.end - g.begin}, &writes, &reply);
     for (const ModuleWrite& w : writes) {
       FUZZ_CHECK(w.check >= g.begin && w.check < g.end);
       FUZZ_CHECK(w.ttl_ms >= 1 && w.value.size > 0);
+      FUZZ_CHECK(!w.block || r.checks[w.check].block_key >= 0);
     }
   }
-  FUZZ_CHECK(reply.size() <= 4 * r.checks.size());
+  // (at most five numbers a check: a penalty that took units)
+  FUZZ_CHECK(reply.size() <= 5 * r.checks.size());
   return 0;
 }

@@ -88,6 +88,9 @@ Policy RandomPolicy(std::mt19937_64& rng, int index) {
       p.initial_tokens = rng() % (p.Capacity() + 1);
     }
   }
+  // A third with a block (its own key, state key + ":b"): a denial or a penalty over the
+  // limit blocks the key for one to three windows.
+  if (rng() % 3 == 0) p.block_for = p.window * static_cast<Micros>(1 + rng() % 3);
   EXPECT_TRUE(ValidatePolicy(p).ok());
   return p;
 }
@@ -615,6 +618,56 @@ TEST_P(ModuleStore, ManyProcessesAndThreadsNeverExceedTheLimit) {
   EXPECT_GT((*server)->CommandCalls("sluice.decide"), 1000);
 }
 
+// A policy with block_for is decided by the module, its block in the key the scripts
+// keep it in (state key + ":b", its end in us, a TTL to then): the same decisions as the
+// in-process store through a denial that starts the block, a later window still
+// blocked, a penalty that starts a block again once it ended, and no script call.
+TEST_P(ModuleStore, BlocksAreDecidedByTheModule) {
+  auto server = StartWithModule();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto store = Open((*server)->Url());
+  ASSERT_NE(store, nullptr);
+  MemoryStore memory;
+  Policy p = Policy::FixedWindow("login", 3, std::chrono::minutes(1));
+  p.block_for = 10 * 60'000'000LL;
+  const std::string key = "sluice:{u1}:login";
+  const Micros t0 = 1'785'000'000'000'000;  // (on a minute boundary)
+  const long long scripts = (*server)->CommandCalls("evalsha");
+  const long long module_calls = (*server)->CommandCalls("sluice.decide");
+  struct Step {
+    Micros at;
+    StoreOp op;
+    std::uint64_t cost;
+  } steps[] = {
+      {t0, StoreOp::kDecide, 1},
+      {t0 + 1, StoreOp::kDecide, 1},
+      {t0 + 2, StoreOp::kDecide, 1},
+      {t0 + 3, StoreOp::kDecide, 1},              // denied: blocked
+      {t0 + 4, StoreOp::kDecide, 0},              // a peek: blocked
+      {t0 + 120'000'000, StoreOp::kDecide, 1},    // a later window, still blocked
+      {t0 + 660'000'000, StoreOp::kDecide, 1},    // the block is over
+      {t0 + 660'000'001, StoreOp::kPenalize, 3},  // over the limit: blocked again
+      {t0 + 660'000'002, StoreOp::kDecide, 0},
+  };
+  int blocked = 0;
+  for (const Step& st : steps) {
+    const StoreCheck c{.policy = &p, .key = key, .cost = st.cost};
+    Decision want, got;
+    ASSERT_TRUE(memory.Run({.op = st.op, .checks = {&c, 1}, .now = st.at}, {&want, 1}).ok());
+    ASSERT_TRUE(store->Run({.op = st.op, .checks = {&c, 1}, .now = st.at}, {&got, 1}).ok());
+    EXPECT_TRUE(Same(want, got)) << "at +" << st.at - t0 << " us\n  memory: " << Describe(want)
+                                 << "\n  module: " << Describe(got);
+    if (!got.allowed && got.retry_after > 60'000'000) ++blocked;
+  }
+  EXPECT_GE(blocked, 4);
+  auto until = (*server)->Command({"GET", key + ":b"});
+  ASSERT_TRUE(until.ok());
+  EXPECT_EQ(until->str, std::to_string(t0 + 660'000'001 + p.block_for));
+  ExpectEveryKeyHasTtl(**server);
+  EXPECT_EQ((*server)->CommandCalls("evalsha"), scripts) << "no script decided";
+  EXPECT_EQ((*server)->CommandCalls("sluice.decide") - module_calls, std::size(steps));
+}
+
 // A penalty queued with a decision shares its command too (on the scripts it would share
 // the batch script's calls only).
 TEST_P(ModuleStore, APenaltyAndADecisionShareOneCommand) {
@@ -634,7 +687,8 @@ TEST_P(ModuleCommand, RejectsMalformedArgumentsAndDeclaresKeys) {
       {"SLUICE.DECIDE"},
       {"SLUICE.DECIDE", "x"},
       {"SLUICE.DECIDE", "2", "k"},
-      {"SLUICE.DECIDE", "1", "k", "2", "", "0", "1", "0,10,1000000,10,-1", "0,0,1,0,1"},
+      {"SLUICE.DECIDE", "1", "k", "3", "", "0", "1", "0,10,1000000,10,-1", "0,0,1,0,1"},
+      {"SLUICE.DECIDE", "1", "k", "2", "", "0", "1", "0,10,1000000,10,-1,5000", "0,0,1,0,1"},
       {"SLUICE.DECIDE", "1", "k", "1", "", "0", "1", "1,10,1000000,10,-1", "0,0,1,0,1"},
       {"SLUICE.DECIDE", "1", "k", "1", "", "0", "1", "0,10,1000000,10,-1", "0,0,11,0,1"},
       {"SLUICE.DECIDE", "1", "k", "1", "", "0", "1", "0,10,1000000,10,-1", "0,0,1,0,0"},
@@ -914,6 +968,17 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
       {{"1", "k", "1", "", "0", "1", "0,1,1000,1,-1", "0,0,9223372036854775808,0,1"},
        "check 0 is not 5"},
       {{"1", "k", "1", "", "0", "1", "0,1,1000,1,-1", "0,0,-,0,1"}, "check 0 is not 5"},
+      {{"1", "k", "3", "", "0", "1", "0,1,1000,1,-1", "0,0,1,0,1"}, "layout version must be 1-2"},
+      // A block (layout 2): the policy's sixth number, and a second key for its checks.
+      {{"2", "k", "k:b", "1", "", "0", "1", "0,1,1000,1,-1,5000", "0,0,1,0,1"},
+       "policy 0 is not 5 comma-separated"},
+      {{"1", "k", "2", "", "0", "1", "0,1,1000,1,-1,5000", "0,0,1,0,1"}, "leaves it no key"},
+      {{"3", "k", "k:b", "x", "2", "", "0", "1", "0,1,1000,1,-1,5000", "0,0,1,0,1"},
+       "numkeys 3 is not the checks' 2 keys"},
+      {{"2", "k", "k:b", "2", "", "0", "1", "0,1,1000,1,-1,0", "0,0,1,0,1"},
+       "block_for must be positive"},
+      {{"2", "k", "k:b", "2", "", "0", "1", "0,1,1000,1,-1,5000,1", "0,0,1,0,1"},
+       "policy 0 is not 5 or 6"},
   };
   for (const Case& c : cases) {
     redis_module::ModuleRequest r;
@@ -923,6 +988,26 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
   }
   redis_module::ModuleRequest r;
   std::string error;
+  // Layout 2: a check with a block has its state key, then its block key.
+  const std::vector<std::string_view> blocks = {"3",
+                                                "a",
+                                                "a:b",
+                                                "c",
+                                                "2",
+                                                "",
+                                                "0",
+                                                "2",
+                                                "0,5,1000000,5,-1,60000000",
+                                                "3,10,1000000,20,-1",
+                                                "0,0,1,0,0",
+                                                "1,0,1,0,1"};
+  ASSERT_TRUE(redis_module::ParseModuleRequest(blocks, &r, &error)) << error;
+  ASSERT_EQ(r.checks.size(), 2u);
+  EXPECT_EQ(r.policies[0].block_for, 60'000'000);
+  EXPECT_EQ(r.checks[0].key, 0u);
+  EXPECT_EQ(r.checks[0].block_key, 1);
+  EXPECT_EQ(r.checks[1].key, 2u);
+  EXPECT_EQ(r.checks[1].block_key, -1);
   const std::vector<std::string_view> good = {
       "2", "a", "b", "1", "c", "3600000", "1", "3,10,1000000,20,5", "0,1,2,500,0,7", "0,1,1,0,1,7"};
   ASSERT_TRUE(redis_module::ParseModuleRequest(good, &r, &error)) << error;

@@ -3,6 +3,7 @@
 #include "redis/module/engine.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include "core/algorithm_ops.h"
 #include "redis/module/state.h"
@@ -69,6 +70,43 @@ Layout RefundLayout(const ReadState& s) {
   return s.layout == Layout::kNone ? Layout::kPacked : s.layout;
 }
 
+// The block's end a block key holds (penalties.lua reads it with tonumber): false when
+// there is none, or a value that is not a number.
+bool BlockEnd(const StoredValue& v, double* until) {
+  if (!v.present) return false;
+  std::string_view t = v.bytes;
+  while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
+  while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
+  const auto r = std::from_chars(t.data(), t.data() + t.size(), *until);
+  return !t.empty() && r.ec == std::errc() && r.ptr == t.data() + t.size();
+}
+
+// penalties.lua's apply_block for check `c` (its policy has a block_for) after its
+// decision `d`: a blocked key is denied (core::ApplyBlock); a denial by the policy (not
+// a peek), or a penalty (`forced`) that left the key over its limit, starts a block,
+// written at once whatever its group does.
+void ApplyBlock(const Policy& p, const ModuleCheck& c, std::size_t check, const StoredValue& b,
+                Micros now, long long pad_ms, bool forced, Decision* d,
+                std::vector<ModuleWrite>* writes) {
+  Micros left = 0;
+  double until = 0;
+  if (BlockEnd(b, &until) && until > static_cast<double>(now)) {
+    left = static_cast<Micros>(until - static_cast<double>(now));  // (Lua's integer reply)
+  }
+  if (left == 0) {
+    if (d->allowed || (c.cost == 0 && !forced)) return;
+    left = p.block_for;
+    ModuleWrite w;
+    w.check = check;
+    w.block = true;
+    const auto end = std::to_chars(w.value.data, w.value.data + sizeof(w.value.data), now + left);
+    w.value.size = static_cast<std::uint8_t>(end.ptr - w.value.data);
+    w.ttl_ms = TtlMs(now + left, now, pad_ms);
+    writes->push_back(w);
+  }
+  core::ApplyBlock(d, left);
+}
+
 void Emit(const Policy& p, const core::WordState& s, Micros expires, Layout layout,
           std::size_t check, Micros now, long long pad_ms, std::vector<ModuleWrite>* writes,
           const ReadState* read = nullptr) {
@@ -79,8 +117,8 @@ void Emit(const Policy& p, const core::WordState& s, Micros expires, Layout layo
 }  // namespace
 
 void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
-                 std::span<const StoredValue> values, std::vector<ModuleWrite>* writes,
-                 std::vector<long long>* reply) {
+                 std::span<const StoredValue> values, std::span<const StoredValue> blocks,
+                 std::vector<ModuleWrite>* writes, std::vector<long long>* reply) {
   // (per thread, made once: a group of one check then initialises one entry, not 16)
   thread_local ReadState read[kMaxBatchChecks];
   thread_local bool allowed[kMaxBatchChecks];
@@ -110,15 +148,17 @@ void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
       continue;
     }
     if (c.op == 3) {  // penalty: applied now, answered with a peek at the state after it
-      const Decision d = ops.penalize(p, s.word, !s.live, now, c.cost, &next[i], &expires[i]);
+      Decision d = ops.penalize(p, s.word, !s.live, now, c.cost, &next[i], &expires[i]);
       Emit(p, next[i], expires[i], DecisionLayout(p, s, now, r.pad_ms), at, now, r.pad_ms, writes);
+      if (p.block_for > 0) ApplyBlock(p, c, at, blocks[i], now, r.pad_ms, true, &d, writes);
       AppendPenalty(d, p.Capacity(), reply);
       continue;
     }
-    const Decision d = ops.decide(p, s.word, !s.live, now, c.cost, &next[i], &expires[i],
-                                  c.op == 1 ? c.max_wait : 0);
+    Decision d = ops.decide(p, s.word, !s.live, now, c.cost, &next[i], &expires[i],
+                            c.op == 1 ? c.max_wait : 0);
+    allowed[i] = d.allowed;  // (the algorithm's own answer: a fixed window's counter below)
+    if (p.block_for > 0) ApplyBlock(p, c, at, blocks[i], now, r.pad_ms, false, &d, writes);
     AppendDecision(d, p.Capacity(), reply);
-    allowed[i] = d.allowed;
     all = all && d.allowed;
     consumes = consumes || c.cost > 0;
   }

@@ -31,19 +31,22 @@ struct StateBytes {
 };
 
 struct ModuleWrite {
-  std::size_t check = 0;  // the check (and key) it is for
+  std::size_t check = 0;  // the check it is for
   StateBytes value;
   long long ttl_ms = 1;  // >= 1: every key is written with a TTL
   // The key's TTL is already this write's (a live state with the same expiry, as a
   // script's INCRBY or SETRANGE leaves it): the value changes, the TTL stays.
   bool keep_ttl = false;
+  bool block = false;  // to the check's block key (its block's end), not its state key
 };
 
-// Decides group `g` of `r` at `now` on `values` (one per check of the group, in order):
-// all or nothing as the Lua group runner (a refund and a penalty apply per check).
-// Appends the writes, in order, and the reply's integers (redis/reply.cc's encoding).
+// Decides group `g` of `r` at `now` on `values` (one per check of the group, in order)
+// and `blocks` (what each check's block key holds; not present for a check without
+// one): all or nothing as the Lua group runner (a refund and a penalty apply per
+// check; a block starts at once, as penalties.lua's apply_block writes it). Appends the
+// writes, in order, and the reply's integers (redis/reply.cc's encoding).
 void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
-                 std::span<const StoredValue> values, std::vector<ModuleWrite>* writes,
-                 std::vector<long long>* reply);
+                 std::span<const StoredValue> values, std::span<const StoredValue> blocks,
+                 std::vector<ModuleWrite>* writes, std::vector<long long>* reply);
 
 }  // namespace sluice::redis_module

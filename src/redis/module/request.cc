@@ -1,6 +1,7 @@
 // The module's argument parser (request.h; the layout: wire.h).
 #include "redis/module/request.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "redis/module/wire.h"
@@ -56,14 +57,18 @@ bool Fail(std::string* error, std::string what) {
   return false;
 }
 
-// One policy argument: "algorithm,limit,window_us,capacity,initial".
-bool ParsePolicy(std::string_view arg, std::size_t index, Policy* p, std::string* error) {
-  long long f[5];
+// One policy argument: "algorithm,limit,window_us,capacity,initial[,block_for_us]" (the
+// block from layout 2 on).
+bool ParsePolicy(std::string_view arg, std::size_t index, long long version, Policy* p,
+                 std::string* error) {
+  long long f[6];
   // (named only on failure: a valid call builds no strings)
   const auto where = [index] { return "policy " + std::to_string(index); };
-  if (ParseFields(arg, f, 5) != 5) {
-    return Fail(error, where() + " is not 5 comma-separated integers (algorithm,limit,window," +
-                           "capacity,initial)");
+  const std::size_t n = ParseFields(arg, f, 6);
+  if (n != 5 && (n != 6 || version < 2)) {
+    return Fail(error, where() + " is not 5" + (version < 2 ? "" : " or 6") +
+                           " comma-separated integers (algorithm,limit,window,capacity,initial" +
+                           (version < 2 ? ")" : "[,block_for])"));
   }
   if (!Supported(f[0])) {
     return Fail(error, where() + ": algorithm " + std::to_string(f[0]) +
@@ -87,6 +92,10 @@ bool ParsePolicy(std::string_view arg, std::size_t index, Policy* p, std::string
       return Fail(error, where() + ": initial tokens are a token bucket's (-1: none)");
     }
     p->initial_tokens = static_cast<std::uint64_t>(f[4]);
+  }
+  if (n == 6) {
+    if (f[5] < 1) return Fail(error, where() + ": block_for must be positive (left out: none)");
+    p->block_for = f[5];
   }
   if (Status s = ValidatePolicy(*p); !s.ok()) return Fail(error, where() + ": " + s.message());
   return true;
@@ -145,7 +154,7 @@ bool CloseGroup(std::span<const std::string_view> keys, std::size_t begin, std::
                              ": a group's checks share one operation and one now");
     }
     checks[i - begin] = StoreCheck{.policy = &r->policies[c.policy],
-                                   .key = keys[i],
+                                   .key = keys[c.key],
                                    .cost = c.cost,
                                    .max_wait = c.op == 1 ? c.max_wait : 0};
     if (c.op != 1 && c.max_wait != 0) {
@@ -165,7 +174,7 @@ bool CloseGroup(std::span<const std::string_view> keys, std::size_t begin, std::
 std::size_t ModuleKeyCount(std::span<const std::string_view> args) {
   long long n = 0;
   if (args.empty() || !ParseInt(args[0], &n) || n < 1 ||
-      static_cast<unsigned long long>(n) > redis::kModuleMaxChecks ||
+      static_cast<unsigned long long>(n) > redis::kModuleMaxKeys ||
       static_cast<std::size_t>(n) + 1 > args.size()) {
     return 0;
   }
@@ -184,14 +193,17 @@ bool ParseModuleRequest(std::span<const std::string_view> args, ModuleRequest* o
   r.store_checks.clear();
   const std::size_t nkeys = ModuleKeyCount(args);
   if (nkeys == 0) {
-    return Fail(error, "numkeys must be 1-" + std::to_string(redis::kModuleMaxChecks) +
+    return Fail(error, "numkeys must be 1-" + std::to_string(redis::kModuleMaxKeys) +
                            " and at most the number of arguments after it");
   }
   const std::span<const std::string_view> keys = args.subspan(1, nkeys);
   std::span<const std::string_view> rest = args.subspan(1 + nkeys);
   long long version = 0, pad = 0, np = 0;
-  if (rest.size() < 4 || !ParseInt(rest[0], &version) || version != redis::kModuleWireVersion) {
-    return Fail(error, "the layout version must be " + std::to_string(redis::kModuleWireVersion) +
+  if (rest.size() < 4 || !ParseInt(rest[0], &version) ||
+      version < redis::kModuleOldestWireVersion || version > redis::kModuleWireVersion) {
+    return Fail(error, "the layout version must be " +
+                           std::to_string(redis::kModuleOldestWireVersion) + "-" +
+                           std::to_string(redis::kModuleWireVersion) +
                            " (a client of another sluice version?)");
   }
   if (rest[1] != "" && rest[1] != "c") return Fail(error, "clock must be \"\" or \"c\"");
@@ -205,28 +217,43 @@ bool ParseModuleRequest(std::span<const std::string_view> args, ModuleRequest* o
     return Fail(error, "the number of policies must be 1 to numkeys");
   }
   rest = rest.subspan(4);
-  if (rest.size() != static_cast<std::size_t>(np) + nkeys) {
-    return Fail(error, "expected " + std::to_string(np) + " policies and " + std::to_string(nkeys) +
-                           " checks after the head, got " + std::to_string(rest.size()) +
-                           " arguments");
+  // After the policies, one check per key, but for the block keys.
+  if (rest.size() <= static_cast<std::size_t>(np) ||
+      rest.size() - static_cast<std::size_t>(np) > std::min(nkeys, redis::kModuleMaxChecks)) {
+    return Fail(error, "expected " + std::to_string(np) + " policies and 1-" +
+                           std::to_string(nkeys) + " checks after the head, got " +
+                           std::to_string(rest.size()) + " arguments");
   }
   r.policies.resize(static_cast<std::size_t>(np));
   for (std::size_t i = 0; i < r.policies.size(); ++i) {
-    if (!ParsePolicy(rest[i], i, &r.policies[i], error)) return false;
+    if (!ParsePolicy(rest[i], i, version, &r.policies[i], error)) return false;
   }
   rest = rest.subspan(r.policies.size());
-  r.checks.resize(nkeys);
-  r.store_checks.resize(nkeys);
-  std::size_t begin = 0;
-  for (std::size_t i = 0; i < nkeys; ++i) {
+  const std::size_t nchecks = rest.size();
+  r.checks.resize(nchecks);
+  r.store_checks.resize(nchecks);
+  std::size_t begin = 0, key = 0;
+  for (std::size_t i = 0; i < nchecks; ++i) {
     bool last = false;
-    if (!ParseCheck(rest[i], i, r, &r.checks[i], &last, error)) return false;
+    ModuleCheck& c = r.checks[i];
+    if (!ParseCheck(rest[i], i, r, &c, &last, error)) return false;
+    const bool block = r.policies[c.policy].block_for > 0;
+    if (key + (block ? 2 : 1) > nkeys) {
+      return Fail(error, "check " + std::to_string(i) + ": numkeys " + std::to_string(nkeys) +
+                             " leaves it no key (a check with a block has two)");
+    }
+    c.key = static_cast<std::uint32_t>(key++);
+    c.block_key = block ? static_cast<std::int32_t>(key++) : -1;
     if (last) {
       if (!CloseGroup(keys, begin, i + 1, &r, error)) return false;
       begin = i + 1;
     }
   }
-  if (begin != nkeys) return Fail(error, "the last check must end its group (last = 1)");
+  if (begin != nchecks) return Fail(error, "the last check must end its group (last = 1)");
+  if (key != nkeys) {
+    return Fail(error, "numkeys " + std::to_string(nkeys) + " is not the checks' " +
+                           std::to_string(key) + " keys (one each, two with a block)");
+  }
   return true;
 }
 

@@ -20,14 +20,17 @@ namespace sluice::redis_module {
 
 struct ModuleCheck {
   std::uint32_t policy = 0;  // index into ModuleRequest::policies
-  std::uint8_t op = 0;       // redis::WireKind: 0 decide, 1 reserve, 2 refund, 3 penalty
+  std::uint32_t key = 0;     // its state key: index into the call's keys
+  // Its policy's block key (block_for > 0): index into the keys; -1: none.
+  std::int32_t block_key = -1;
+  std::uint8_t op = 0;  // redis::WireKind: 0 decide, 1 reserve, 2 refund, 3 penalty
   std::uint64_t cost = 0;
   Micros max_wait = 0;
   Micros now = 0;  // caller-time mode: the group's now
 };
 
 struct ModuleGroup {
-  std::size_t begin = 0, end = 0;  // [begin, end) of ModuleRequest::checks and of the keys
+  std::size_t begin = 0, end = 0;  // [begin, end) of ModuleRequest::checks
   StoreOp op = StoreOp::kDecide;   // kDecide (ops 0, 1), kRefund or kPenalize
 };
 

@@ -50,6 +50,9 @@ struct GroupKeys {
   RedisModuleKey* keys[kMaxBatchChecks] = {};
   char copies[kMaxBatchChecks][kMaxStateBytes];
   StoredValue values[kMaxBatchChecks];
+  // Each check's block key (a policy with block_for), read and closed; else not present.
+  char block_copies[kMaxBatchChecks][kMaxStateBytes];
+  StoredValue blocks[kMaxBatchChecks];
   std::size_t n = 0;
 
   ~GroupKeys() { Close(); }
@@ -84,24 +87,26 @@ bool Repeats(RedisModuleString** names, std::size_t n) {
 RedisModuleString* word_pxat = nullptr;
 RedisModuleString* word_keepttl = nullptr;
 
-// Reads key i of the group into g (kept open when `keep`); false when it holds another
-// type than a string (a script's GET fails there too).
-bool ReadKey(RedisModuleCtx* ctx, RedisModuleString* name, std::size_t i, bool keep, GroupKeys* g) {
+// Reads key `name` into `*value` (its bytes copied to `copy`), kept open in `*keep`
+// when given; false when it holds another type than a string (a script's GET fails
+// there too).
+bool ReadKey(RedisModuleCtx* ctx, RedisModuleString* name, RedisModuleKey** keep,
+             char (&copy)[kMaxStateBytes], StoredValue* value) {
   RedisModuleKey* key = api.OpenKey(ctx, name, kRead | kWrite);
-  g->values[i] = StoredValue{};
+  *value = StoredValue{};
   const int type = key != nullptr ? api.KeyType(key) : kKeyTypeEmpty;
   if (type == kKeyTypeString) {
     std::size_t len = 0;
     const char* p = api.StringDMA(key, &len, kRead);
     if (p != nullptr && len <= kMaxStateBytes) {
-      std::memcpy(g->copies[i], p, len);
-      g->values[i] = StoredValue{true, {g->copies[i], len}};
+      std::memcpy(copy, p, len);
+      *value = StoredValue{true, {copy, len}};
     } else {
-      g->values[i] = StoredValue{true, kForeign};
+      *value = StoredValue{true, kForeign};
     }
   }
-  if (keep) {
-    g->keys[i] = key;
+  if (keep != nullptr) {
+    *keep = key;
   } else if (key != nullptr) {
     api.CloseKey(key);
   }
@@ -178,12 +183,16 @@ int Decide(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
   for (const ModuleGroup& group : req.groups) {
     // Groups run one after the other, as the script's: a key of another type fails the
     // call there, after the groups before it (a single group writes nothing then).
-    RedisModuleString** keys = names + group.begin;
     const std::size_t n = group.end - group.begin;
+    RedisModuleString* keys[kMaxBatchChecks];
+    for (std::size_t i = 0; i < n; ++i) keys[i] = names[req.checks[group.begin + i].key];
     const bool keep = !Repeats(keys, n);
     g.n = n;
     for (std::size_t i = 0; i < n; ++i) {
-      if (!ReadKey(ctx, keys[i], i, keep, &g)) {
+      const int block = req.checks[group.begin + i].block_key;
+      g.blocks[i] = StoredValue{};
+      if (!ReadKey(ctx, keys[i], keep ? &g.keys[i] : nullptr, g.copies[i], &g.values[i]) ||
+          (block >= 0 && !ReadKey(ctx, names[block], nullptr, g.block_copies[i], &g.blocks[i]))) {
         return api.ReplyWithError(ctx,
                                   "WRONGTYPE Operation against a key holding the wrong kind of "
                                   "value (sluice keys are strings)");
@@ -191,10 +200,14 @@ int Decide(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
     }
     writes.clear();
     const Micros now = req.caller_time ? req.checks[group.begin].now : server_now;
-    DecideGroup(req, group, now, {g.values, n}, &writes, &reply);
+    DecideGroup(req, group, now, {g.values, n}, {g.blocks, n}, &writes, &reply);
     for (const ModuleWrite& w : writes) {
       const std::size_t i = w.check - group.begin;
-      Write(ctx, keys[i], keep ? g.keys[i] : nullptr, w, now_ms);
+      if (w.block) {
+        Write(ctx, names[req.checks[w.check].block_key], nullptr, w, now_ms);
+      } else {
+        Write(ctx, keys[i], keep ? g.keys[i] : nullptr, w, now_ms);
+      }
     }
     g.Close();
   }

@@ -4,13 +4,16 @@
 //
 //   SLUICE.DECIDE <numkeys> <key>... <version> <clock> <pad_ms> <P> <policy>... <check>...
 //
-// - one check per key, in order (the module decides only algorithms with one key);
-// - version: kModuleWireVersion;
+// - keys: each check's state key, in order, followed by its block key (the state key +
+//   ":b") when its policy has a block_for (the module decides only algorithms whose
+//   state is one key);
+// - version: kModuleWireVersion, or an older layout the module still reads (1: no
+//   block_for);
 // - clock: "" decides on the server's clock; "c" on the caller's (tests only): every
 //   check then ends with its group's now (us);
 // - pad_ms: extra TTL in ms (caller-time mode: Redis expires keys on its own clock);
 // - P policies, each ONE argument "algorithm,limit,window_us,capacity,initial_tokens"
-//   (initial -1: a bucket that starts full);
+//   (initial -1: a bucket that starts full), then ",block_for_us" when it has one;
 // - each check ONE argument "policy,op,cost,max_wait_us,last[,now_us]": policy indexes
 //   the list above from 0, op is redis::WireKind's number (0 decide, 1 decide with
 //   max_wait, 2 refund, 3 penalty), last is 1 on the last check of a group.
@@ -26,9 +29,14 @@ inline constexpr const char* kModuleCommand = "SLUICE.DECIDE";
 // Answers kModuleWireVersion: the handshake's probe (a server without the module, or a
 // module of another layout, is decided with Lua).
 inline constexpr const char* kModuleVersionCommand = "SLUICE.VERSION";
-inline constexpr long long kModuleWireVersion = 1;
-// Bounds the parser enforces: 256 groups of at most 16 checks (a coalesced call).
+inline constexpr long long kModuleWireVersion = 2;
+// The oldest layout the module still reads (a client that probed an older module
+// before it was replaced sends it until it reconnects).
+inline constexpr long long kModuleOldestWireVersion = 1;
+// Bounds the parser enforces: 256 groups of at most 16 checks (a coalesced call); a
+// check with a block has two keys.
 inline constexpr std::size_t kModuleMaxChecks = 4096;
+inline constexpr std::size_t kModuleMaxKeys = 2 * kModuleMaxChecks;
 inline constexpr std::size_t kModuleMaxPolicies = 4096;
 
 }  // namespace sluice::redis
