@@ -88,10 +88,13 @@ bool BlockEnd(const StoredValue& v, double* until) {
 void ApplyBlock(const Policy& p, const ModuleCheck& c, std::size_t check, const StoredValue& b,
                 Micros now, long long pad_ms, bool forced, Decision* d,
                 std::vector<ModuleWrite>* writes) {
+  // A block's end more than 2^53 us away (no sluice writes one) blocks for that long:
+  // the largest time left that converts to an integer exactly.
+  constexpr double kMaxLeft = 9007199254740992.0;
   Micros left = 0;
   double until = 0;
   if (BlockEnd(b, &until) && until > static_cast<double>(now)) {
-    left = static_cast<Micros>(until - static_cast<double>(now));  // (Lua's integer reply)
+    left = static_cast<Micros>(std::min(until - static_cast<double>(now), kMaxLeft));
   }
   if (left == 0) {
     if (d->allowed || (c.cost == 0 && !forced)) return;
