@@ -10,7 +10,9 @@ namespace sluice::redis {
 namespace {
 
 constexpr std::size_t kPolicyNumbers = 5;  // algorithm, limit, window, capacity, initial
-constexpr std::size_t kBlockFor = 6;       // CoalesceInfo::data's block_for, after on_change
+constexpr std::size_t kOnChange =
+    5;  // CoalesceInfo::data's on_change (0 as_is, 1 reset, 2 proportional)
+constexpr std::size_t kBlockFor = 6;  // and block_for
 
 // "a,b,c": the integers joined by commas.
 std::string Joined(const long long* v, std::size_t n) {
@@ -29,8 +31,7 @@ std::string Joined(const long long* v, std::size_t n) {
 bool ModuleDecides(const StoreCheck& c, WireKind k) {
   const Algorithm a = c.policy->algorithm;
   return a != Algorithm::kSlidingWindowLog && a != Algorithm::kConcurrency &&
-         c.policy->on_change == OnChange::kAsIs && c.policy->overage == Overage::kReject &&
-         c.usage_id.empty() &&
+         c.policy->overage == Overage::kReject && c.usage_id.empty() &&
          (k == WireKind::kDecide || k == WireKind::kReserve || k == WireKind::kRefund ||
           k == WireKind::kForce);
 }
@@ -49,6 +50,7 @@ std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceI
       const long long* p = d.data() + 1 + i * kWireCheckNumbers;
       std::size_t at = 0;
       while (at < policies.size() && !(std::equal(p, p + kPolicyNumbers, policies[at]) &&
+                                       p[kOnChange] == policies[at][kOnChange] &&
                                        p[kBlockFor] == policies[at][kBlockFor])) {
         ++at;
       }
@@ -65,7 +67,8 @@ std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceI
   AppendBulk(out, std::to_string(policies.size()));
   for (const long long* p : policies) {
     std::string policy = Joined(p, kPolicyNumbers);
-    if (p[kBlockFor] > 0) policy += "," + std::to_string(p[kBlockFor]);
+    if (p[kBlockFor] > 0 || p[kOnChange] != 0) policy += "," + std::to_string(p[kBlockFor]);
+    if (p[kOnChange] != 0) policy += "," + std::to_string(p[kOnChange]);
     AppendBulk(out, policy);
   }
   for (const std::string& c : checks) AppendBulk(out, c);

@@ -15,9 +15,9 @@
 namespace sluice::redis {
 
 // True when the module decides `c` doing `k`: a decision, reservation, refund or penalty
-// of a fixed window, sliding window counter, token bucket or GCRA (with or without
-// block_for) under a policy without on_change or an overage other than reject, and
-// without a usage record. Everything else runs the Lua scripts.
+// of a fixed window, sliding window counter, token bucket or GCRA (any on_change, with
+// or without block_for) under a policy whose overage is reject, without a usage
+// record. Everything else runs the Lua scripts.
 bool ModuleDecides(const StoreCheck& c, WireKind k);
 
 // The module's arguments after the keys for `groups` (their data, as EncodeCoalesced

@@ -91,8 +91,33 @@ Policy RandomPolicy(std::mt19937_64& rng, int index) {
   // A third with a block (its own key, state key + ":b"): a denial or a penalty over the
   // limit blocks the key for one to three windows.
   if (rng() % 3 == 0) p.block_for = p.window * static_cast<Micros>(1 + rng() % 3);
+  // A third with on_change (its states recorded with its parameters).
+  if (rng() % 3 == 0) p.on_change = rng() % 2 ? OnChange::kReset : OnChange::kProportional;
   EXPECT_TRUE(ValidatePolicy(p).ok());
   return p;
+}
+
+// Four versions of one policy, as reloads would make them (`base` first): the same
+// algorithm and name, other limits, bursts, windows and on_change modes, one key
+// space (Policy::on_change decides what a state recorded under another version is).
+std::vector<Policy> Versions(std::mt19937_64& rng, const Policy& base) {
+  static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 17, 100};
+  static const OnChange kModes[] = {OnChange::kAsIs, OnChange::kReset, OnChange::kProportional};
+  std::vector<Policy> out = {base};
+  for (int i = 1; i < 4; ++i) {
+    Policy v = base;
+    v.limit = kLimits[rng() % std::size(kLimits)];
+    if (rng() % 3 == 0) v.window = base.window * 2;
+    v.burst = 0;
+    v.initial_tokens.reset();
+    if ((v.algorithm == Algorithm::kTokenBucket || v.algorithm == Algorithm::kGcra) && rng() % 2) {
+      v.burst = v.limit + rng() % (2 * v.limit + 1);
+    }
+    v.on_change = kModes[rng() % std::size(kModes)];
+    EXPECT_TRUE(ValidatePolicy(v).ok());
+    out.push_back(v);
+  }
+  return out;
 }
 
 std::string Describe(const Decision& d) {
@@ -224,34 +249,56 @@ INSTANTIATE_TEST_SUITE_P(Servers, ModuleKeyspace, kEveryServer, ServerName);
 
 // The same random sequences through the Lua scripts (module=off) and through the
 // module, on keys of their own in one server: identical decisions, field by field.
-TEST_P(ModuleDifferential, RandomSequencesMatchLua) {
+// `versions`: the four policies are versions of one (Versions), sharing their keys, so
+// that states recorded under one are read under another (carry-over).
+void ExpectRandomSequencesAsLua(RedisStore& lua, RedisStore& mod, const RedisServer& server,
+                                bool versions) {
   std::vector<std::string> lk, mk;
   for (std::uint64_t seed = 1; seed <= 12; ++seed) {
     std::mt19937_64 rng(seed);
     std::vector<Policy> policies;
-    for (int i = 0; i < 4; ++i) policies.push_back(RandomPolicy(rng, i));
+    if (versions) {
+      policies = Versions(rng, RandomPolicy(rng, 0));
+    } else {
+      for (int i = 0; i < 4; ++i) policies.push_back(RandomPolicy(rng, i));
+    }
     Micros now = 1'785'000'000'000'000 + static_cast<Micros>(rng() % 1'000'000'000);
     const std::string tag = "s" + std::to_string(seed) + ":";
     for (int step = 0; step < 250; ++step) {
-      const Step s = RandomStep(rng, policies, &now, /*wide=*/true);
+      Step s = RandomStep(rng, policies, &now, /*wide=*/true);
+      if (versions) {
+        // one key space: "k<n>" whichever version decides (the keys stay distinct)
+        for (int& k : s.keys) k %= 100;
+      }
       const auto a = Prefixed(s, "lua:" + tag, &lk);
       const auto b = Prefixed(s, "mod:" + tag, &mk);
       Decision da[kMaxBatchChecks], db[kMaxBatchChecks];
-      const Status sa = RunOn(*lua, s.op, a, s.now, da);
-      const Status sb = RunOn(*mod, s.op, b, s.now, db);
+      const Status sa = RunOn(lua, s.op, a, s.now, da);
+      const Status sb = RunOn(mod, s.op, b, s.now, db);
       ASSERT_TRUE(sa.ok() && sb.ok()) << sa.ToString() << " / " << sb.ToString();
       if (s.op == StoreOp::kRefund) continue;
       for (std::size_t i = 0; i < a.size(); ++i) {
         ASSERT_TRUE(Same(da[i], db[i]))
             << "seed " << seed << " step " << step << " op " << static_cast<int>(s.op) << " check "
             << i << " " << AlgorithmName(a[i].policy->algorithm) << " cost=" << a[i].cost
+            << " on_change=" << static_cast<int>(a[i].policy->on_change)
             << "\n  lua:    " << Describe(da[i]) << "\n  module: " << Describe(db[i]);
       }
     }
   }
   // The module decided the second store's calls, the scripts only the first's.
-  EXPECT_GT(server->CommandCalls("sluice.decide"), 0);
-  ExpectEveryKeyHasTtl(*server);
+  EXPECT_GT(server.CommandCalls("sluice.decide"), 0);
+  ExpectEveryKeyHasTtl(server);
+}
+
+TEST_P(ModuleDifferential, RandomSequencesMatchLua) {
+  ExpectRandomSequencesAsLua(*lua, *mod, *server, /*versions=*/false);
+}
+
+// The same with four versions of one policy on one key space: states recorded under one
+// version, read under another per its on_change (reset, proportional, as it is).
+TEST_P(ModuleDifferential, CarryOverBetweenVersionsMatchesLua) {
+  ExpectRandomSequencesAsLua(*lua, *mod, *server, /*versions=*/true);
 }
 
 // Every algorithm at the edges of what ValidatePolicy accepts, every operation and cost,
@@ -977,8 +1024,12 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
        "numkeys 3 is not the checks' 2 keys"},
       {{"2", "k", "k:b", "2", "", "0", "1", "0,1,1000,1,-1,0", "0,0,1,0,1"},
        "block_for must be positive"},
-      {{"2", "k", "k:b", "2", "", "0", "1", "0,1,1000,1,-1,5000,1", "0,0,1,0,1"},
-       "policy 0 is not 5 or 6"},
+      {{"2", "k", "k:b", "2", "", "0", "1", "0,1,1000,1,-1,5000,1,0", "0,0,1,0,1"},
+       "policy 0 is not 5 to 7"},
+      // on_change (layout 2): the seventh number.
+      {{"1", "k", "2", "", "0", "1", "0,1,1000,1,-1,0,3", "0,0,1,0,1"}, "on_change 3 is not"},
+      {{"1", "k", "1", "", "0", "1", "0,1,1000,1,-1,0,2", "0,0,1,0,1"},
+       "policy 0 is not 5 comma-separated"},
   };
   for (const Case& c : cases) {
     redis_module::ModuleRequest r;
@@ -1008,6 +1059,13 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
   EXPECT_EQ(r.checks[0].block_key, 1);
   EXPECT_EQ(r.checks[1].key, 2u);
   EXPECT_EQ(r.checks[1].block_key, -1);
+  // ... and on_change after a block_for (0: none).
+  const std::vector<std::string_view> carry = {
+      "1", "k", "2", "", "0", "1", "0,5,1000000,5,-1,0,2", "0,0,1,0,1"};
+  ASSERT_TRUE(redis_module::ParseModuleRequest(carry, &r, &error)) << error;
+  EXPECT_EQ(r.policies[0].on_change, OnChange::kProportional);
+  EXPECT_EQ(r.policies[0].block_for, 0);
+  EXPECT_EQ(r.checks[0].block_key, -1);
   const std::vector<std::string_view> good = {
       "2", "a", "b", "1", "c", "3600000", "1", "3,10,1000000,20,5", "0,1,2,500,0,7", "0,1,1,0,1,7"};
   ASSERT_TRUE(redis_module::ParseModuleRequest(good, &r, &error)) << error;

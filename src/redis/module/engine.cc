@@ -46,9 +46,13 @@ void AppendPenalty(const Decision& d, std::uint64_t cap, std::vector<long long>*
   reply->push_back(static_cast<long long>(d.charged));
 }
 
-// The layout a committed decision writes: the fixed window's counter unless it is a live
-// state in a packed layout (kept to its window's end: a rolling upgrade), else the plain one.
-Layout DecisionLayout(const Policy& p, const ReadState& s, Micros now, long long pad_ms) {
+// The layout a committed decision writes: under on_change the recorded one; else the
+// fixed window's counter unless it is a live state in a packed layout (kept to its
+// window's end: a rolling upgrade), else the plain one. A penalty (`forced`) writes the
+// plain layouts whatever the policy's on_change (the scripts' FORCE).
+Layout DecisionLayout(const Policy& p, const ReadState& s, Micros now, long long pad_ms,
+                      bool forced = false) {
+  if (!forced && p.on_change != OnChange::kAsIs) return Layout::kRecorded;
   if (p.algorithm == Algorithm::kGcra) return Layout::kNumber;
   if (p.algorithm != Algorithm::kFixedWindow) return Layout::kPacked;
   const bool packed = (s.layout == Layout::kPacked || s.layout == Layout::kRecorded) && s.live &&
@@ -68,6 +72,23 @@ bool StartsCounter(const Policy& p, const ReadState& s, const StoredValue& v, Mi
 // '<Bdd' becomes its number).
 Layout RefundLayout(const ReadState& s) {
   return s.layout == Layout::kNone ? Layout::kPacked : s.layout;
+}
+
+// Carry-over (Policy::on_change): a live state recorded under other parameters is, for
+// a policy with on_change, fresh (reset, or across a window change) or converted
+// (proportional; a token bucket new again under p is fresh), as the in-process store's
+// NormaliseWord and the scripts' decision bodies read it. A policy without on_change
+// reads it as it is.
+void CarryOver(const Policy& p, Micros now, ReadState* s) {
+  if (p.on_change == OnChange::kAsIs || s->layout != Layout::kRecorded || !s->live ||
+      s->same_params) {
+    return;
+  }
+  const core::WordOps& ops = *core::WordOpsOf(p.algorithm);
+  const bool fresh =
+      p.on_change == OnChange::kReset || !ops.carry(p, s->under, now, &s->word) ||
+      (p.algorithm == Algorithm::kTokenBucket && core::TokenBucketIsNew(p, s->word.bucket, now));
+  if (fresh) s->live = false;
 }
 
 // The block's end a block key holds (penalties.lua reads it with tonumber): false when
@@ -137,6 +158,8 @@ void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
     const std::size_t at = g.begin + i;
     ReadState& s = read[i];
     s = Read(p, values[i], now);
+    // (a refund reads a recorded state only under its own parameters: `usable`)
+    if (c.op != 2) CarryOver(p, now, &s);
     // Refunds use a recorded state only when it records p's parameters; a penalty reads
     // the state as the decision does (FORCE[id] normalises through DECIDE) and writes
     // the layout a decision writes.
@@ -152,7 +175,8 @@ void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
     }
     if (c.op == 3) {  // penalty: applied now, answered with a peek at the state after it
       Decision d = ops.penalize(p, s.word, !s.live, now, c.cost, &next[i], &expires[i]);
-      Emit(p, next[i], expires[i], DecisionLayout(p, s, now, r.pad_ms), at, now, r.pad_ms, writes);
+      Emit(p, next[i], expires[i], DecisionLayout(p, s, now, r.pad_ms, /*forced=*/true), at, now,
+           r.pad_ms, writes);
       if (p.block_for > 0) ApplyBlock(p, c, at, blocks[i], now, r.pad_ms, true, &d, writes);
       AppendPenalty(d, p.Capacity(), reply);
       continue;
@@ -188,7 +212,9 @@ void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
       core::WordState start;
       Micros start_expires = 0;
       core::TokenBucketStart(p, now, &start.bucket, &start_expires);
-      Emit(p, start, start_expires, Layout::kPacked, g.begin + i, now, r.pad_ms, writes);
+      Emit(p, start, start_expires,
+           p.on_change != OnChange::kAsIs ? Layout::kRecorded : Layout::kPacked, g.begin + i, now,
+           r.pad_ms, writes);
     }
   }
 }

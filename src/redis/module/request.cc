@@ -57,18 +57,19 @@ bool Fail(std::string* error, std::string what) {
   return false;
 }
 
-// One policy argument: "algorithm,limit,window_us,capacity,initial[,block_for_us]" (the
-// block from layout 2 on).
+// One policy argument: "algorithm,limit,window_us,capacity,initial[,block_for_us
+// [,on_change]]" (from layout 2 on: the block, then on_change, 0 as_is, 1 reset, 2
+// proportional).
 bool ParsePolicy(std::string_view arg, std::size_t index, long long version, Policy* p,
                  std::string* error) {
-  long long f[6];
+  long long f[7];
   // (named only on failure: a valid call builds no strings)
   const auto where = [index] { return "policy " + std::to_string(index); };
-  const std::size_t n = ParseFields(arg, f, 6);
-  if (n != 5 && (n != 6 || version < 2)) {
-    return Fail(error, where() + " is not 5" + (version < 2 ? "" : " or 6") +
+  const std::size_t n = ParseFields(arg, f, 7);
+  if (n != 5 && (n < 6 || version < 2)) {
+    return Fail(error, where() + " is not 5" + (version < 2 ? "" : " to 7") +
                            " comma-separated integers (algorithm,limit,window,capacity,initial" +
-                           (version < 2 ? ")" : "[,block_for])"));
+                           (version < 2 ? ")" : "[,block_for[,on_change]])"));
   }
   if (!Supported(f[0])) {
     return Fail(error, where() + ": algorithm " + std::to_string(f[0]) +
@@ -93,9 +94,20 @@ bool ParsePolicy(std::string_view arg, std::size_t index, long long version, Pol
     }
     p->initial_tokens = static_cast<std::uint64_t>(f[4]);
   }
-  if (n == 6) {
-    if (f[5] < 1) return Fail(error, where() + ": block_for must be positive (left out: none)");
+  if (n >= 6) {
+    if (f[5] < (n == 6 ? 1 : 0)) {
+      return Fail(error, where() + ": block_for must be positive (0 or left out: none)");
+    }
     p->block_for = f[5];
+  }
+  if (n == 7) {
+    if (f[6] < 0 || f[6] > 2) {
+      return Fail(error, where() + ": on_change " + std::to_string(f[6]) +
+                             " is not 0 (as_is), 1 (reset) or 2 (proportional)");
+    }
+    p->on_change = f[6] == 1   ? OnChange::kReset
+                   : f[6] == 2 ? OnChange::kProportional
+                               : OnChange::kAsIs;
   }
   if (Status s = ValidatePolicy(*p); !s.ok()) return Fail(error, where() + ": " + s.message());
   return true;

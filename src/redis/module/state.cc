@@ -170,14 +170,14 @@ ReadState Read(const Policy& p, const StoredValue& v, Micros now) {
   r.live = f[0] > t;
   r.expires = static_cast<Micros>(f[0]);
   if (recorded) {
-    const core::WrittenUnder w{f[1 + k], f[2 + k], f[3 + k]};
-    r.same_params = core::SameParams(p, w);
+    r.under = core::WrittenUnder{f[1 + k], f[2 + k], f[3 + k]};
+    r.same_params = core::SameParams(p, r.under);
   }
   return r;
 }
 
 bool FixedWindowLean(const Policy& p, long long pad_ms) {
-  return p.limit < 2147483648ULL &&
+  return p.on_change == OnChange::kAsIs && p.limit < 2147483648ULL &&
          static_cast<double>(p.window) * k2p19 > static_cast<double>(pad_ms + 1) * 1000.0;
 }
 

@@ -25,6 +25,8 @@ struct ReadState {
   // A recorded state written under p's own parameters: refunds and penalties use a
   // recorded state only then (word_state.lua's load()).
   bool same_params = false;
+  // A recorded state's parameters (a carry-over converts from them).
+  core::WrittenUnder under;
   core::WordState word;
   // When a live state is back to full: the key's TTL, as its writer set it.
   Micros expires = 0;
@@ -34,7 +36,8 @@ struct ReadState {
 ReadState Read(const Policy& p, const StoredValue& v, Micros now);
 
 // True when a decision of a fixed window writes the counter (fixed_window.lua's
-// `lean`): a limit below 2^31, and a window long enough for the counter's tag.
+// `lean`): no on_change, a limit below 2^31, and a window long enough for the counter's
+// tag.
 bool FixedWindowLean(const Policy& p, long long pad_ms);
 
 // The bytes of `s` (expiring at `expires`) in `layout` (kCounter, kPacked, kRecorded

@@ -8,12 +8,14 @@
 //   ":b") when its policy has a block_for (the module decides only algorithms whose
 //   state is one key);
 // - version: kModuleWireVersion, or an older layout the module still reads (1: no
-//   block_for);
+//   block_for, no on_change);
 // - clock: "" decides on the server's clock; "c" on the caller's (tests only): every
 //   check then ends with its group's now (us);
 // - pad_ms: extra TTL in ms (caller-time mode: Redis expires keys on its own clock);
 // - P policies, each ONE argument "algorithm,limit,window_us,capacity,initial_tokens"
-//   (initial -1: a bucket that starts full), then ",block_for_us" when it has one;
+//   (initial -1: a bucket that starts full), then ",block_for_us" when it has one, or
+//   ",block_for_us,on_change" (0 or the block; 1 reset, 2 proportional) when it has an
+//   on_change;
 // - each check ONE argument "policy,op,cost,max_wait_us,last[,now_us]": policy indexes
 //   the list above from 0, op is redis::WireKind's number (0 decide, 1 decide with
 //   max_wait, 2 refund, 3 penalty), last is 1 on the last check of a group.
