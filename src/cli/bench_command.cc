@@ -55,6 +55,7 @@ struct BenchFlags {
   std::string duration_text = "5s";
   std::string api = "store";
   std::string block_for_text;
+  std::string on_change_text;
   std::string max_wait_text;
   bool hot_key = false;
   bool no_deny_cache = false;
@@ -103,7 +104,11 @@ void AddBenchFlags(CLI::App& app, BenchFlags& f) {
       ->check(MoreThanZero());
   app.add_option("--block-for", f.block_for_text,
                  "the policy's block_for (e.g. 1m): once denied, a key stays denied that long "
-                 "(Policy::block_for; its decisions run the batch script on Redis)");
+                 "(Policy::block_for; on Redis its decisions run the batch script, or the "
+                 "native module where it is loaded)");
+  app.add_option("--on-change", f.on_change_text,
+                 "the policy's on_change: as_is (default), reset or proportional (states are "
+                 "then written with the policy's parameters; Policy::on_change)");
   app.add_option("--seed", f.config.seed, "random seed for key choice")->capture_default_str();
   app.add_option("--max-wait", f.max_wait_text,
                  "reservations: each decision may take budget up to this far ahead "
@@ -122,6 +127,12 @@ std::string ResolveBenchFlags(BenchFlags& f) {
     if (!b.ok()) return b.status().message();
     f.config.policy.block_for = *b;
     if (Status s = ValidatePolicy(f.config.policy); !s.ok()) return "--block-for: " + s.message();
+  }
+  if (!f.on_change_text.empty()) {
+    auto m = ParseOnChange(f.on_change_text);
+    if (!m.ok()) return "--on-change: " + m.status().message();
+    f.config.policy.on_change = *m;
+    if (Status s = ValidatePolicy(f.config.policy); !s.ok()) return "--on-change: " + s.message();
   }
   if (f.hot_key) f.config.keys = 1;
   f.config.api = f.api == "limiter" ? BenchApi::kLimiter : BenchApi::kStore;

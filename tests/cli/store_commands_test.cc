@@ -270,6 +270,8 @@ TEST_F(CliRedisTest, BadFlagsExitTwoNamingTheFlag) {
       {{"bench", "--api", "magic"}, "--api"},
       {{"bench", "-c", "0"}, "--concurrency"},
       {{"bench", "--block-for", "soon"}, "--block-for"},
+      {{"bench", "--on-change", "later"}, "--on-change: unknown on_change mode 'later'"},
+      {{"bench", "-a", "sliding_window_log", "--on-change", "reset"}, "--on-change"},
   };
   for (const Case& c : cases) {
     Outcome r = Sluice(Args(c.args));

@@ -1,36 +1,39 @@
 #!/usr/bin/env bash
-# Policies with block_for on one redis-server that loads the native module (issue #18):
-# `sluice bench --block-for 1m` through the module (the default URL), through the
-# scripts (module=off), and, with --before PATH, another build's `sluice` with the
-# default URL (e.g. one from before the module decided blocks, which then sent them to
-# the batch script). Per row: decisions/s, Redis CPU per decision (INFO cpu, user +
-# system, over the row), script calls and module calls per decision (INFO
-# commandstats), p50 / p99. Rows alternate within each round (a --before pair in
-# alternating order); every round's rows are printed, then the median of each.
+# Policy features the native module decides since issue #18's later steps (block_for,
+# on_change), on one redis-server that loads it: `sluice bench` with --flags (default
+# "--block-for 1m") through the module (the default URL), through the scripts
+# (module=off), and, with --before PATH, another build's `sluice` with the default URL
+# (e.g. one from before the module decided the feature, which then sent it to the
+# scripts). Per row: decisions/s, Redis CPU per decision (INFO cpu, user + system, over
+# the row), script calls and module calls per decision (INFO commandstats), p50 / p99.
+# Rows alternate within each round (a --before pair in alternating order); every
+# round's rows are printed, then the median of each.
 #
-# Usage: bench/redis_blocks.sh [--before PATH] [--rounds R] [--keys K] [--requests N]
-#          [--algorithms a,b,...]
+# Usage: bench/redis_module_features.sh [--flags "..."] [--before PATH] [--rounds R]
+#          [--keys K] [--requests N] [--algorithms a,b,...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-before="" rounds=3 keys=100000 requests=200000 algorithms=fixed_window,gcra
+before="" rounds=3 keys=100000 requests=200000 algorithms=fixed_window,gcra flags="--block-for 1m"
 while [[ $# -gt 0 ]]; do
   case $1 in
+    --flags) flags=$2; shift 2 ;;
     --before) before=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --keys) keys=$2; shift 2 ;;
     --requests) requests=$2; shift 2 ;;
     --algorithms) algorithms=$2; shift 2 ;;
-    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
-    *) echo "redis_blocks.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    *) echo "redis_module_features.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-[[ -z $before || -x $before ]] || { echo "redis_blocks.sh: no sluice at '$before'" >&2; exit 1; }
+[[ -z $before || -x $before ]] || { echo "redis_module_features.sh: no sluice at '$before'" >&2; exit 1; }
+read -r -a extra <<<"$flags"
 cmake --preset release >/dev/null
 cmake --build --preset release -j2 --target sluice_cli sluice_redis_module >/dev/null
 sluice=build/release/src/cli/sluice
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
-bench_init redis-blocks
+bench_init redis-module-features
 start_redis --loadmodule "$(realpath build/release/src/redis/module/sluice_redis_module.so)"
 
 cpu() { redis-cli -p "$rport" info cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'; }
@@ -39,7 +42,7 @@ row() {  # name binary url-query algorithm
   redis-cli -p "$rport" config resetstat >/dev/null
   local c0 out c1 stats
   c0=$(cpu)
-  out=$("$2" bench --store "redis://127.0.0.1:$rport$3" --algorithm "$4" --block-for 1m \
+  out=$("$2" bench --store "redis://127.0.0.1:$rport$3" --algorithm "$4" "${extra[@]}" \
     --keys "$keys" --requests "$requests" -c 64 --quiet --json)
   c1=$(cpu)
   stats=$(redis-cli -p "$rport" info commandstats | tr -d '\r')
@@ -54,7 +57,7 @@ EOF
 }
 echo "redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $(nproc) cores," \
   "load average $(cut -d' ' -f1-3 /proc/loadavg); $requests decisions per row, 64 callers," \
-  "$keys keys, block_for 1m; $(date -u +%FT%TZ)"
+  "$keys keys, sluice bench $flags; $(date -u +%FT%TZ)"
 names=(module lua)
 [[ -z $before ]] || names=(module before lua)
 for round in $(seq "$rounds"); do
