@@ -65,7 +65,12 @@ if command -v redis-server >/dev/null; then
   answer=$(redis-cli -s "$work/redis.sock" sluice.version 2>&1 || true)
   kill "$module_pid" 2>/dev/null || true  # (a server that refused the module has exited)
   wait "$module_pid" 2>/dev/null || true
-  [[ $answer == 1 ]] || { cat "$work/redis-module.log" >&2; fail "SLUICE.VERSION answered '$answer'"; }
+  # (the layout version this source's client asks for: src/redis/module/wire.h)
+  layout=$(sed -n 's/.*kModuleWireVersion = \([0-9]*\);.*/\1/p' src/redis/module/wire.h)
+  [[ -n $layout && $answer == "$layout" ]] || {
+    cat "$work/redis-module.log" >&2
+    fail "SLUICE.VERSION answered '$answer', not $layout"
+  }
 fi
 
 step "sluiced --check-config /etc/sluice/sluiced.yaml"
