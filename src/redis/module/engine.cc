@@ -91,34 +91,23 @@ void CarryOver(const Policy& p, Micros now, ReadState* s) {
   if (fresh) s->live = false;
 }
 
-// The block's end a block key holds (penalties.lua reads it with tonumber): false when
-// there is none, or a value that is not a number.
-bool BlockEnd(const StoredValue& v, double* until) {
-  if (!v.present) return false;
-  std::string_view t = v.bytes;
-  while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
-  while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
-  const auto r = std::from_chars(t.data(), t.data() + t.size(), *until);
-  return !t.empty() && r.ec == std::errc() && r.ptr == t.data() + t.size();
-}
-
 // penalties.lua's apply_block for check `c` (its policy has a block_for) after its
 // decision `d`: a blocked key is denied (core::ApplyBlock); a denial by the policy (not
-// a peek), or a penalty (`forced`) that left the key over its limit, starts a block,
-// written at once whatever its group does.
+// a peek), or a penalty (cost >= 1, so never a peek) that left the key over its limit,
+// starts a block, written at once whatever its group does. The block key `b` holds the
+// block's end in us, read as the script reads it (tonumber).
 void ApplyBlock(const Policy& p, const ModuleCheck& c, std::size_t check, const StoredValue& b,
-                Micros now, long long pad_ms, bool forced, Decision* d,
-                std::vector<ModuleWrite>* writes) {
+                Micros now, long long pad_ms, Decision* d, std::vector<ModuleWrite>* writes) {
   // A block's end more than 2^53 us away (no sluice writes one) blocks for that long:
   // the largest time left that converts to an integer exactly.
   constexpr double kMaxLeft = 9007199254740992.0;
   Micros left = 0;
   double until = 0;
-  if (BlockEnd(b, &until) && until > static_cast<double>(now)) {
+  if (b.present && LuaNumber(b.bytes, &until) && until > static_cast<double>(now)) {
     left = static_cast<Micros>(std::min(until - static_cast<double>(now), kMaxLeft));
   }
   if (left == 0) {
-    if (d->allowed || (c.cost == 0 && !forced)) return;
+    if (d->allowed || c.cost == 0) return;
     left = p.block_for;
     ModuleWrite w;
     w.check = check;
@@ -177,14 +166,14 @@ void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
       Decision d = ops.penalize(p, s.word, !s.live, now, c.cost, &next[i], &expires[i]);
       Emit(p, next[i], expires[i], DecisionLayout(p, s, now, r.pad_ms, /*forced=*/true), at, now,
            r.pad_ms, writes);
-      if (p.block_for > 0) ApplyBlock(p, c, at, blocks[i], now, r.pad_ms, true, &d, writes);
+      if (p.block_for > 0) ApplyBlock(p, c, at, blocks[i], now, r.pad_ms, &d, writes);
       AppendPenalty(d, p.Capacity(), reply);
       continue;
     }
     Decision d = ops.decide(p, s.word, !s.live, now, c.cost, &next[i], &expires[i],
                             c.op == 1 ? c.max_wait : 0);
     allowed[i] = d.allowed;  // (the algorithm's own answer: a fixed window's counter below)
-    if (p.block_for > 0) ApplyBlock(p, c, at, blocks[i], now, r.pad_ms, false, &d, writes);
+    if (p.block_for > 0) ApplyBlock(p, c, at, blocks[i], now, r.pad_ms, &d, writes);
     AppendDecision(d, p.Capacity(), reply);
     all = all && d.allowed;
     consumes = consumes || c.cost > 0;

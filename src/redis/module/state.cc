@@ -26,32 +26,6 @@ double LuaMod(double a, double b) {
   return a - std::floor(a / b) * b;
 }
 
-// Lua 5.1's tonumber of a string (luaO_str2d): strtod, a hexadecimal constant, then
-// only white space. `bytes` of a state are short; a longer value is not a number here.
-bool LuaNumber(std::string_view bytes, double* out) {
-  // The common case first: a plain decimal number (a counter, a TAT), which from_chars
-  // rounds correctly, as strtod does, without strtod's multi-precision path.
-  double fast = 0;
-  const char* last = bytes.data() + bytes.size();
-  const auto r = std::from_chars(bytes.data(), last, fast);
-  if (r.ec == std::errc() && r.ptr == last && std::isfinite(fast)) {
-    *out = fast;
-    return true;
-  }
-  char buf[72];
-  if (bytes.empty() || bytes.size() >= sizeof(buf)) return false;
-  std::memcpy(buf, bytes.data(), bytes.size());
-  buf[bytes.size()] = '\0';
-  char* end = nullptr;
-  double v = std::strtod(buf, &end);
-  if (end == buf) return false;
-  if (*end == 'x' || *end == 'X') v = static_cast<double>(std::strtoul(buf, &end, 16));
-  while (std::isspace(static_cast<unsigned char>(*end))) ++end;
-  if (*end != '\0') return false;
-  *out = v;
-  return true;
-}
-
 bool Field(double v) {
   return std::isfinite(v) && std::fabs(v) <= kMaxField;
 }
@@ -135,6 +109,30 @@ bool ReadCounter(const Policy& p, double n, Micros now, core::FixedWindowState* 
 }
 
 }  // namespace
+
+bool LuaNumber(std::string_view bytes, double* out) {
+  // The common case first: a plain decimal number (a counter, a TAT), which from_chars
+  // rounds correctly, as strtod does, without strtod's multi-precision path.
+  double fast = 0;
+  const char* last = bytes.data() + bytes.size();
+  const auto r = std::from_chars(bytes.data(), last, fast);
+  if (r.ec == std::errc() && r.ptr == last && std::isfinite(fast)) {
+    *out = fast;
+    return true;
+  }
+  char buf[72];
+  if (bytes.empty() || bytes.size() >= sizeof(buf)) return false;
+  std::memcpy(buf, bytes.data(), bytes.size());
+  buf[bytes.size()] = '\0';
+  char* end = nullptr;
+  double v = std::strtod(buf, &end);
+  if (end == buf) return false;
+  if (*end == 'x' || *end == 'X') v = static_cast<double>(std::strtoul(buf, &end, 16));
+  while (std::isspace(static_cast<unsigned char>(*end))) ++end;
+  if (*end != '\0') return false;
+  *out = v;
+  return true;
+}
 
 ReadState Read(const Policy& p, const StoredValue& v, Micros now) {
   ReadState r;

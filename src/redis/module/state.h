@@ -32,6 +32,11 @@ struct ReadState {
   Micros expires = 0;
 };
 
+// Lua 5.1's tonumber of a string (luaO_str2d): strtod, a hexadecimal constant, then
+// only white space; false when `bytes` is not a number (a value longer than a state's
+// never is, here).
+bool LuaNumber(std::string_view bytes, double* out);
+
 // Reads `v` as p's state at `now`.
 ReadState Read(const Policy& p, const StoredValue& v, Micros now);
 
