@@ -2,6 +2,7 @@
 #include "redis/module_wire.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 
 #include "redis/module/wire.h"
@@ -9,10 +10,9 @@
 namespace sluice::redis {
 namespace {
 
-constexpr std::size_t kPolicyNumbers = 5;  // algorithm, limit, window, capacity, initial
-constexpr std::size_t kOnChange =
-    5;  // CoalesceInfo::data's on_change (0 as_is, 1 reset, 2 proportional)
-constexpr std::size_t kBlockFor = 6;  // and block_for
+// CoalesceInfo::data's on_change (0 as_is, 1 reset, 2 proportional) and block_for.
+constexpr std::size_t kOnChange = 5;
+constexpr std::size_t kBlockFor = 6;
 
 // "a,b,c": the integers joined by commas.
 std::string Joined(const long long* v, std::size_t n) {
@@ -26,59 +26,70 @@ std::string Joined(const long long* v, std::size_t n) {
   return s;
 }
 
-}  // namespace
-
-bool ModuleDecides(const StoreCheck& c, WireKind k) {
-  const Algorithm a = c.policy->algorithm;
-  return a != Algorithm::kSlidingWindowLog && a != Algorithm::kConcurrency &&
-         c.policy->overage == Overage::kReject && c.usage_id.empty() &&
-         (k == WireKind::kDecide || k == WireKind::kReserve || k == WireKind::kRefund ||
-          k == WireKind::kForce);
-}
-
-std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
-                             std::string& out) {
-  // CoalesceInfo::data: the group's now, then kWireCheckNumbers per check: the policy's
-  // algorithm, limit, window, capacity, initial tokens (its first five), then after
-  // on_change and block_for the kind, the cost and max_wait.
-  std::vector<const long long*> policies;
-  std::vector<std::string> checks;
+// The module's arguments after the keys for `groups`; `checks`, when not empty, are the
+// one group's checks (their policies' overage and max_debt: a coalesced call has none).
+std::size_t AppendModuleArgv(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
+                             std::span<const StoreCheck> checks, std::string& out) {
+  // A policy's numbers on the wire: the first five of CoalesceInfo::data's (algorithm,
+  // limit, window, capacity, initial tokens), its block_for and on_change, then its
+  // overage and max_debt.
+  using PolicyNumbers = std::array<long long, 9>;
+  std::vector<PolicyNumbers> policies;
+  std::vector<std::string> args;
+  std::size_t check = 0;
   for (const CoalesceInfo* g : groups) {
+    // CoalesceInfo::data: the group's now, then kWireCheckNumbers per check: the
+    // policy's first five numbers, on_change, block_for, then the kind, the cost and
+    // max_wait.
     const std::vector<long long>& d = g->data;
     const std::size_t n = (d.size() - 1) / kWireCheckNumbers;
-    for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t i = 0; i < n; ++i, ++check) {
       const long long* p = d.data() + 1 + i * kWireCheckNumbers;
-      std::size_t at = 0;
-      while (at < policies.size() && !(std::equal(p, p + kPolicyNumbers, policies[at]) &&
-                                       p[kOnChange] == policies[at][kOnChange] &&
-                                       p[kBlockFor] == policies[at][kBlockFor])) {
-        ++at;
+      PolicyNumbers pn{p[0], p[1], p[2], p[3], p[4], p[kBlockFor], p[kOnChange], 0, 0};
+      if (!checks.empty()) {
+        pn[7] = static_cast<long long>(checks[check].policy->overage);
+        pn[8] = static_cast<long long>(checks[check].policy->max_debt);
       }
-      if (at == policies.size()) policies.push_back(p);
+      const auto at = static_cast<std::size_t>(std::find(policies.begin(), policies.end(), pn) -
+                                               policies.begin());
+      if (at == policies.size()) policies.push_back(pn);
       const bool reserve = p[7] == static_cast<long long>(WireKind::kReserve);
       const long long f[6] = {static_cast<long long>(at), p[7], p[8], reserve ? p[9] : 0,
                               i + 1 == n ? 1 : 0,         d[0]};
-      checks.push_back(Joined(f, caller_time ? 6 : 5));
+      args.push_back(Joined(f, caller_time ? 6 : 5));
     }
   }
   AppendBulk(out, std::to_string(kModuleWireVersion));
   AppendBulk(out, caller_time ? "c" : "");
   AppendBulk(out, std::to_string(caller_time ? kCallerTimeTtlPadMs : 0));
   AppendBulk(out, std::to_string(policies.size()));
-  for (const long long* p : policies) {
-    std::string policy = Joined(p, kPolicyNumbers);
-    if (p[kBlockFor] > 0 || p[kOnChange] != 0) policy += "," + std::to_string(p[kBlockFor]);
-    if (p[kOnChange] != 0) policy += "," + std::to_string(p[kOnChange]);
-    AppendBulk(out, policy);
+  for (const PolicyNumbers& p : policies) {
+    // (the tail only as long as the policy needs: block_for, on_change, overage)
+    const std::size_t n = p[7] != 0 ? 9 : p[6] != 0 ? 7 : p[5] > 0 ? 6 : 5;
+    AppendBulk(out, Joined(p.data(), n));
   }
-  for (const std::string& c : checks) AppendBulk(out, c);
-  return 4 + policies.size() + checks.size();
+  for (const std::string& c : args) AppendBulk(out, c);
+  return 4 + policies.size() + args.size();
+}
+
+}  // namespace
+
+bool ModuleDecides(const StoreCheck& c, WireKind k) {
+  const Algorithm a = c.policy->algorithm;
+  return a != Algorithm::kSlidingWindowLog && a != Algorithm::kConcurrency && c.usage_id.empty() &&
+         (k == WireKind::kDecide || k == WireKind::kReserve || k == WireKind::kRefund ||
+          k == WireKind::kForce || k == WireKind::kOverage);
+}
+
+std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
+                             std::string& out) {
+  return AppendModuleArgv(caller_time, groups, {}, out);
 }
 
 std::string EncodeModuleCall(const std::string& script_wire, const CoalesceInfo& merge,
-                             bool caller_time) {
+                             std::span<const StoreCheck> checks, bool caller_time) {
   std::string argv;
-  const std::size_t nargs = EncodeModuleArgv(caller_time, {&merge}, argv);
+  const std::size_t nargs = AppendModuleArgv(caller_time, {&merge}, checks, argv);
   std::string out;
   out.reserve(64 + (merge.keys_end - merge.keys_begin) + argv.size());
   out.push_back('*');

@@ -340,7 +340,7 @@ std::string RedisStore::Impl::ModuleWire(std::span<const StoreCheck> checks,
   for (std::size_t i = 0; i < checks.size(); ++i) {
     if (!redis::ModuleDecides(checks[i], kinds[i])) return {};
   }
-  return redis::EncodeModuleCall(wire, merge, options.use_caller_time);
+  return redis::EncodeModuleCall(wire, merge, checks, options.use_caller_time);
 }
 
 void RedisStore::RunAsync(const StoreBatch& batch, RunCallback done) {

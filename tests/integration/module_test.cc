@@ -93,6 +93,12 @@ Policy RandomPolicy(std::mt19937_64& rng, int index) {
   if (rng() % 3 == 0) p.block_for = p.window * static_cast<Micros>(1 + rng() % 3);
   // A third with on_change (its states recorded with its parameters).
   if (rng() % 3 == 0) p.on_change = rng() % 2 ? OnChange::kReset : OnChange::kProportional;
+  // A quarter whose denied decisions are charged (Policy::overage), into a debt of one
+  // capacity or of a random bound.
+  if (rng() % 4 == 0) {
+    p.overage = rng() % 2 ? Overage::kCharge : Overage::kDrain;
+    if (p.overage == Overage::kCharge && rng() % 2) p.max_debt = 1 + rng() % (3 * p.Capacity());
+  }
   EXPECT_TRUE(ValidatePolicy(p).ok());
   return p;
 }
@@ -172,8 +178,14 @@ Step RandomStep(std::mt19937_64& rng, const std::vector<Policy>& policies, Micro
     c.policy = &p;
     const std::uint64_t cap = p.Capacity();
     c.cost = rng() % 6 == 0 ? 0 : rng() % 4 == 0 ? 1 + rng() % cap : 1;
+    // (under an overage a decision may report more than the capacity: denied, charged)
+    if (p.overage != Overage::kReject && s.op == StoreOp::kDecide && rng() % 8 == 0) {
+      c.cost = cap + 1 + rng() % (2 * cap);
+    }
     if (s.op != StoreOp::kDecide && c.cost == 0) c.cost = 1;
-    if (s.op == StoreOp::kDecide && rng() % 5 == 0) c.max_wait = rng() % (p.window + 1);
+    if (s.op == StoreOp::kDecide && p.overage == Overage::kReject && rng() % 5 == 0) {
+      c.max_wait = rng() % (p.window + 1);  // (a reservation that waits needs reject)
+    }
     s.keys.push_back(static_cast<int>(pi) * 100 + keys[i]);
     s.checks.push_back(c);
   }
@@ -715,6 +727,69 @@ TEST_P(ModuleStore, BlocksAreDecidedByTheModule) {
   EXPECT_EQ((*server)->CommandCalls("sluice.decide") - module_calls, std::size(steps));
 }
 
+// Overage (Policy::overage) is decided by the module: a decision that does not fit, a
+// usage report beyond the capacity, and a check that fits in a group another check
+// denies are each charged per their rule (a debt bounded at max_debt; drain: what
+// remains), answered denied with the units taken, a blocked key staying blocked. The
+// same decisions as the in-process store, and no script call.
+TEST_P(ModuleStore, OverageChargesAreDecidedByTheModule) {
+  auto server = StartWithModule();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto store = Open((*server)->Url());
+  ASSERT_NE(store, nullptr);
+  MemoryStore memory;
+  Policy tokens = Policy::TokenBucket("tokens", 100, 100, std::chrono::minutes(1));
+  tokens.overage = Overage::kCharge;
+  tokens.max_debt = 50;
+  Policy calls = Policy::FixedWindow("calls", 3, std::chrono::minutes(1));
+  calls.overage = Overage::kDrain;
+  calls.block_for = 10 * 60'000'000LL;
+  ASSERT_TRUE(ValidatePolicy(tokens).ok() && ValidatePolicy(calls).ok());
+  const Micros t0 = 1'785'000'000'000'000;  // (on a minute boundary)
+  const long long scripts = (*server)->CommandCalls("evalsha");
+  const long long module_calls = (*server)->CommandCalls("sluice.decide");
+  struct Step {
+    Micros at;
+    std::uint64_t tokens, calls;  // each check's cost (0: no such check)
+    std::uint64_t charged;        // the units all its checks take by their overage
+  } steps[] = {
+      {t0, 80, 0, 0},               // allowed: 20 tokens left
+      {t0 + 1, 60, 0, 60},          // denied, charged: 40 in debt
+      {t0 + 2, 500, 0, 10},         // a report beyond the capacity: charged up to the debt of 50
+      {t0 + 3, 0, 2, 0},            // allowed
+      {t0 + 4, 0, 2, 1},            // denied, drained (the 1 left), blocked
+      {t0 + 60'000'000, 0, 1, 1},   // a later window, still blocked: drained
+      {t0 + 120'000'000, 5, 1, 6},  // the tokens fit, the group is denied: 5 charged, 1 drained
+  };
+  for (const Step& st : steps) {
+    StoreCheck checks[2];
+    std::size_t n = 0;
+    if (st.tokens > 0) {
+      checks[n++] = {.policy = &tokens, .key = "sluice:{u1}:tokens", .cost = st.tokens};
+    }
+    if (st.calls > 0) {
+      checks[n++] = {.policy = &calls, .key = "sluice:{u1}:calls", .cost = st.calls};
+    }
+    Decision want[2], got[2];
+    ASSERT_TRUE(
+        memory.Run({.op = StoreOp::kDecide, .checks = {checks, n}, .now = st.at}, {want, n}).ok());
+    ASSERT_TRUE(
+        store->Run({.op = StoreOp::kDecide, .checks = {checks, n}, .now = st.at}, {got, n}).ok());
+    std::uint64_t charged = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      EXPECT_TRUE(Same(want[i], got[i]))
+          << "at +" << st.at - t0 << " us, check " << i << "\n  memory: " << Describe(want[i])
+          << "\n  module: " << Describe(got[i]);
+      charged += got[i].charged;
+      if (st.charged > 0) EXPECT_FALSE(got[i].allowed);
+    }
+    EXPECT_EQ(charged, st.charged) << "at +" << st.at - t0 << " us";
+  }
+  ExpectEveryKeyHasTtl(**server);
+  EXPECT_EQ((*server)->CommandCalls("evalsha"), scripts) << "no script decided";
+  EXPECT_EQ((*server)->CommandCalls("sluice.decide") - module_calls, std::size(steps));
+}
+
 // A penalty queued with a decision shares its command too (on the scripts it would share
 // the batch script's calls only).
 TEST_P(ModuleStore, APenaltyAndADecisionShareOneCommand) {
@@ -734,7 +809,7 @@ TEST_P(ModuleCommand, RejectsMalformedArgumentsAndDeclaresKeys) {
       {"SLUICE.DECIDE"},
       {"SLUICE.DECIDE", "x"},
       {"SLUICE.DECIDE", "2", "k"},
-      {"SLUICE.DECIDE", "1", "k", "3", "", "0", "1", "0,10,1000000,10,-1", "0,0,1,0,1"},
+      {"SLUICE.DECIDE", "1", "k", "4", "", "0", "1", "0,10,1000000,10,-1", "0,0,1,0,1"},
       {"SLUICE.DECIDE", "1", "k", "2", "", "0", "1", "0,10,1000000,10,-1,5000", "0,0,1,0,1"},
       {"SLUICE.DECIDE", "1", "k", "1", "", "0", "1", "1,10,1000000,10,-1", "0,0,1,0,1"},
       {"SLUICE.DECIDE", "1", "k", "1", "", "0", "1", "0,10,1000000,10,-1", "0,0,11,0,1"},
@@ -1015,7 +1090,7 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
       {{"1", "k", "1", "", "0", "1", "0,1,1000,1,-1", "0,0,9223372036854775808,0,1"},
        "check 0 is not 5"},
       {{"1", "k", "1", "", "0", "1", "0,1,1000,1,-1", "0,0,-,0,1"}, "check 0 is not 5"},
-      {{"1", "k", "3", "", "0", "1", "0,1,1000,1,-1", "0,0,1,0,1"}, "layout version must be 1-2"},
+      {{"1", "k", "4", "", "0", "1", "0,1,1000,1,-1", "0,0,1,0,1"}, "layout version must be 1-3"},
       // A block (layout 2): the policy's sixth number, and a second key for its checks.
       {{"2", "k", "k:b", "1", "", "0", "1", "0,1,1000,1,-1,5000", "0,0,1,0,1"},
        "policy 0 is not 5 comma-separated"},
@@ -1030,6 +1105,15 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
       {{"1", "k", "2", "", "0", "1", "0,1,1000,1,-1,0,3", "0,0,1,0,1"}, "on_change 3 is not"},
       {{"1", "k", "1", "", "0", "1", "0,1,1000,1,-1,0,2", "0,0,1,0,1"},
        "policy 0 is not 5 comma-separated"},
+      // Overage (layout 3): the eighth and ninth numbers, and op 7.
+      {{"1", "k", "2", "", "0", "1", "0,1,1000,1,-1,0,0,1,0", "0,0,1,0,1"},
+       "policy 0 is not 5 to 7"},
+      {{"1", "k", "3", "", "0", "1", "0,1,1000,1,-1,0,0,1", "0,0,1,0,1"},
+       "policy 0 is not 5, 6, 7 or 9"},
+      {{"1", "k", "3", "", "0", "1", "0,1,1000,1,-1,0,0,3,0", "0,0,1,0,1"}, "overage 3 is not"},
+      {{"1", "k", "3", "", "0", "1", "0,1,1000,1,-1,0,0,2,5", "0,0,1,0,1"}, "max_debt"},
+      {{"1", "k", "2", "", "0", "1", "0,1,1000,1,-1", "0,7,1,0,1"}, "op 7 is not"},
+      {{"1", "k", "3", "", "0", "1", "0,1,1000,1,-1", "0,8,1,0,1"}, "or 7 (decide under"},
   };
   for (const Case& c : cases) {
     redis_module::ModuleRequest r;
@@ -1066,6 +1150,14 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
   EXPECT_EQ(r.policies[0].on_change, OnChange::kProportional);
   EXPECT_EQ(r.policies[0].block_for, 0);
   EXPECT_EQ(r.checks[0].block_key, -1);
+  // ... and overage after them (layout 3): charged into a debt of at most 50.
+  const std::vector<std::string_view> overage = {
+      "1", "k", "3", "", "0", "1", "3,100,60000000,100,-1,0,0,1,50", "0,7,500,0,1"};
+  ASSERT_TRUE(redis_module::ParseModuleRequest(overage, &r, &error)) << error;
+  EXPECT_EQ(r.policies[0].overage, Overage::kCharge);
+  EXPECT_EQ(r.policies[0].max_debt, 50u);
+  EXPECT_EQ(r.checks[0].op, 7);
+  EXPECT_EQ(r.checks[0].cost, 500u);
   const std::vector<std::string_view> good = {
       "2", "a", "b", "1", "c", "3600000", "1", "3,10,1000000,20,5", "0,1,2,500,0,7", "0,1,1,0,1,7"};
   ASSERT_TRUE(redis_module::ParseModuleRequest(good, &r, &error)) << error;

@@ -35,15 +35,26 @@ void AppendDecision(const Decision& d, std::uint64_t cap, std::vector<long long>
   reply->push_back(d.allowed && d.wait > 0 ? -d.wait : d.retry_after);
 }
 
-// A penalty's reply: as a decision's, or, when it took units (Decision::charged), the
-// five numbers of the runner's emit5 (runner.lua): the flag + 4, then the units.
+// The five numbers of the runner's emit5 (runner.lua) at `at`: the flag + 4, then the
+// units taken (Decision::charged).
+void PutFive(const Decision& d, long long* at) {
+  at[0] = (d.allowed ? 2 : 0) + 4;
+  at[1] = static_cast<long long>(d.remaining);
+  at[2] = d.reset_after;
+  at[3] = d.retry_after;
+  at[4] = static_cast<long long>(d.charged);
+}
+
+// A penalty's reply: as a decision's, or, when it took units, five numbers.
 void AppendPenalty(const Decision& d, std::uint64_t cap, std::vector<long long>* reply) {
   if (d.charged == 0) return AppendDecision(d, cap, reply);
-  reply->push_back((d.allowed ? 2 : 0) + 4);
-  reply->push_back(static_cast<long long>(d.remaining));
-  reply->push_back(d.reset_after);
-  reply->push_back(d.retry_after);
-  reply->push_back(static_cast<long long>(d.charged));
+  reply->resize(reply->size() + 5);
+  PutFive(d, reply->data() + reply->size() - 5);
+}
+
+// True when check `c` of `p` is charged if its group is denied (Policy::overage).
+bool Charges(const Policy& p, const ModuleCheck& c) {
+  return p.overage != Overage::kReject && c.cost > 0 && c.op != 2 && c.op != 3;
 }
 
 // The layout a committed decision writes: under on_change the recorded one; else the
@@ -95,9 +106,10 @@ void CarryOver(const Policy& p, Micros now, ReadState* s) {
 // decision `d`: a blocked key is denied (core::ApplyBlock); a denial by the policy (not
 // a peek), or a penalty (cost >= 1, so never a peek) that left the key over its limit,
 // starts a block, written at once whatever its group does. The block key `b` holds the
-// block's end in us, read as the script reads it (tonumber).
-void ApplyBlock(const Policy& p, const ModuleCheck& c, std::size_t check, const StoredValue& b,
-                Micros now, long long pad_ms, Decision* d, std::vector<ModuleWrite>* writes) {
+// block's end in us, read as the script reads it (tonumber). Returns the block's time
+// left when `d` is blocked, else 0.
+Micros ApplyBlock(const Policy& p, const ModuleCheck& c, std::size_t check, const StoredValue& b,
+                  Micros now, long long pad_ms, Decision* d, std::vector<ModuleWrite>* writes) {
   // A block's end more than 2^53 us away (no sluice writes one) blocks for that long:
   // the largest time left that converts to an integer exactly.
   constexpr double kMaxLeft = 9007199254740992.0;
@@ -107,7 +119,7 @@ void ApplyBlock(const Policy& p, const ModuleCheck& c, std::size_t check, const 
     left = static_cast<Micros>(std::min(until - static_cast<double>(now), kMaxLeft));
   }
   if (left == 0) {
-    if (d->allowed || c.cost == 0) return;
+    if (d->allowed || c.cost == 0) return 0;
     left = p.block_for;
     ModuleWrite w;
     w.check = check;
@@ -118,6 +130,7 @@ void ApplyBlock(const Policy& p, const ModuleCheck& c, std::size_t check, const 
     writes->push_back(w);
   }
   core::ApplyBlock(d, left);
+  return left;
 }
 
 void Emit(const Policy& p, const core::WordState& s, Micros expires, Layout layout,
@@ -127,25 +140,86 @@ void Emit(const Policy& p, const core::WordState& s, Micros expires, Layout layo
   writes->push_back({check, Encode(p, s, expires, layout), TtlMs(expires, now, pad_ms), keep});
 }
 
+// A group's decisions, kept until its outcome (one per check, in order).
+struct Pending {
+  ReadState read[kMaxBatchChecks];
+  bool allowed[kMaxBatchChecks];  // the algorithm's own answer (a fixed window's counter)
+  core::WordState next[kMaxBatchChecks];
+  Micros expires[kMaxBatchChecks];
+  Micros blocked[kMaxBatchChecks];       // the block's time left when it blocked the check
+  std::size_t five_at[kMaxBatchChecks];  // a charging check's five reply numbers (Charges)
+};
+
+// A group not committed: what the script's decision changed in place stays (a fixed
+// window's counter started at 0; a token bucket with initial tokens below its capacity
+// starts anyway), then the checks that charge (Policy::overage) take their cost per
+// their rule and answer with a peek after it, denied, blocked if their key is, as the
+// runner's `charge`.
+void Unwind(const ModuleRequest& r, const ModuleGroup& g, Micros now,
+            std::span<const StoredValue> values, Pending& pend, std::vector<ModuleWrite>* writes,
+            std::vector<long long>* reply) {
+  const std::size_t n = g.end - g.begin;
+  for (std::size_t i = 0; i < n; ++i) {
+    const ModuleCheck& c = r.checks[g.begin + i];
+    const Policy& p = r.policies[c.policy];
+    const ReadState& s = pend.read[i];
+    if (c.cost == 0) continue;
+    if (p.algorithm == Algorithm::kFixedWindow && pend.allowed[i] &&
+        StartsCounter(p, s, values[i], now, r.pad_ms)) {
+      // The script's INCRBY has already started this window's counter (fixed_window.lua,
+      // SET then the undo): the same counter, at 0.
+      core::WordState zero;
+      zero.fixed = {core::FloorTo(now, p.window), 0};
+      Emit(p, zero, zero.fixed.window_start + p.window, Layout::kCounter, g.begin + i, now,
+           r.pad_ms, writes);
+    } else if (p.algorithm == Algorithm::kTokenBucket && !s.live &&
+               core::TokenBucketStartsOnDenial(p)) {
+      // (core/token_bucket.cc; token_bucket.lua's `start`)
+      core::WordState start;
+      Micros start_expires = 0;
+      core::TokenBucketStart(p, now, &start.bucket, &start_expires);
+      Emit(p, start, start_expires,
+           p.on_change != OnChange::kAsIs ? Layout::kRecorded : Layout::kPacked, g.begin + i, now,
+           r.pad_ms, writes);
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const ModuleCheck& c = r.checks[g.begin + i];
+    const Policy& p = r.policies[c.policy];
+    if (!Charges(p, c)) continue;
+    const ReadState& s = pend.read[i];
+    Decision d = core::WordOpsOf(p.algorithm)
+                     ->charge(p, s.word, !s.live, now, c.cost, &pend.next[i], &pend.expires[i]);
+    // (the plain layouts, as FORCE writes them; a counter only while the debt fits its
+    // 32 bits)
+    Layout layout = DecisionLayout(p, s, now, r.pad_ms, /*forced=*/true);
+    if (layout == Layout::kCounter && pend.next[i].fixed.count >= (std::uint64_t{1} << 32)) {
+      layout = Layout::kPacked;
+    }
+    Emit(p, pend.next[i], pend.expires[i], layout, g.begin + i, now, r.pad_ms, writes);
+    d.allowed = false;
+    if (pend.blocked[i] > 0) core::ApplyBlock(&d, pend.blocked[i]);
+    PutFive(d, reply->data() + pend.five_at[i]);
+  }
+}
+
 }  // namespace
 
 void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
                  std::span<const StoredValue> values, std::span<const StoredValue> blocks,
                  std::vector<ModuleWrite>* writes, std::vector<long long>* reply) {
   // (per thread, made once: a group of one check then initialises one entry, not 16)
-  thread_local ReadState read[kMaxBatchChecks];
-  thread_local bool allowed[kMaxBatchChecks];
-  thread_local core::WordState next[kMaxBatchChecks];
-  thread_local Micros expires[kMaxBatchChecks];
+  thread_local Pending pend;
   bool all = true, consumes = false;
   const std::size_t n = g.end - g.begin;
   for (std::size_t i = 0; i < n; ++i) {
-    allowed[i] = false;
+    pend.allowed[i] = false;
+    pend.blocked[i] = 0;
     const ModuleCheck& c = r.checks[g.begin + i];
     const Policy& p = r.policies[c.policy];
     const core::WordOps& ops = *core::WordOpsOf(p.algorithm);
     const std::size_t at = g.begin + i;
-    ReadState& s = read[i];
+    ReadState& s = pend.read[i];
     s = Read(p, values[i], now);
     // (a refund reads a recorded state only under its own parameters: `usable`)
     if (c.op != 2) CarryOver(p, now, &s);
@@ -155,56 +229,47 @@ void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
     const bool usable = s.live && (s.layout != Layout::kRecorded || s.same_params);
     if (c.op == 2) {  // refund: no reply
       if (!usable) continue;
-      ops.refund(p, s.word, now, c.cost, &next[i], &expires[i]);
-      const StateBytes value = Encode(p, next[i], expires[i], RefundLayout(s));
+      ops.refund(p, s.word, now, c.cost, &pend.next[i], &pend.expires[i]);
+      const StateBytes value = Encode(p, pend.next[i], pend.expires[i], RefundLayout(s));
       if (value.view() != values[i].bytes) {
-        writes->push_back({at, value, TtlMs(expires[i], now, r.pad_ms)});
+        writes->push_back({at, value, TtlMs(pend.expires[i], now, r.pad_ms)});
       }
       continue;
     }
     if (c.op == 3) {  // penalty: applied now, answered with a peek at the state after it
-      Decision d = ops.penalize(p, s.word, !s.live, now, c.cost, &next[i], &expires[i]);
-      Emit(p, next[i], expires[i], DecisionLayout(p, s, now, r.pad_ms, /*forced=*/true), at, now,
-           r.pad_ms, writes);
+      Decision d = ops.penalize(p, s.word, !s.live, now, c.cost, &pend.next[i], &pend.expires[i]);
+      Emit(p, pend.next[i], pend.expires[i], DecisionLayout(p, s, now, r.pad_ms, /*forced=*/true),
+           at, now, r.pad_ms, writes);
       if (p.block_for > 0) ApplyBlock(p, c, at, blocks[i], now, r.pad_ms, &d, writes);
       AppendPenalty(d, p.Capacity(), reply);
       continue;
     }
-    Decision d = ops.decide(p, s.word, !s.live, now, c.cost, &next[i], &expires[i],
+    Decision d = ops.decide(p, s.word, !s.live, now, c.cost, &pend.next[i], &pend.expires[i],
                             c.op == 1 ? c.max_wait : 0);
-    allowed[i] = d.allowed;  // (the algorithm's own answer: a fixed window's counter below)
-    if (p.block_for > 0) ApplyBlock(p, c, at, blocks[i], now, r.pad_ms, &d, writes);
-    AppendDecision(d, p.Capacity(), reply);
+    pend.allowed[i] = d.allowed;
+    // (a cost beyond the capacity, a usage report, never fits: each algorithm denies it)
+    const bool charging = Charges(p, c);
+    if (p.block_for > 0) {
+      pend.blocked[i] = ApplyBlock(p, c, at, blocks[i], now, r.pad_ms, &d, writes);
+    }
+    if (charging) {  // five numbers, rewritten if the group is denied (Unwind)
+      pend.five_at[i] = reply->size();
+      reply->resize(reply->size() + 5);
+      PutFive(d, reply->data() + pend.five_at[i]);
+    } else {
+      AppendDecision(d, p.Capacity(), reply);
+    }
     all = all && d.allowed;
     consumes = consumes || c.cost > 0;
   }
   if (g.op != StoreOp::kDecide) return;
+  if (!all || !consumes) return Unwind(r, g, now, values, pend, writes, reply);
   for (std::size_t i = 0; i < n; ++i) {
     const ModuleCheck& c = r.checks[g.begin + i];
     const Policy& p = r.policies[c.policy];
     if (c.cost == 0) continue;
-    if (all && consumes) {
-      Emit(p, next[i], expires[i], DecisionLayout(p, read[i], now, r.pad_ms), g.begin + i, now,
-           r.pad_ms, writes, &read[i]);
-    } else if (p.algorithm == Algorithm::kFixedWindow && allowed[i] &&
-               StartsCounter(p, read[i], values[i], now, r.pad_ms)) {
-      // Not committed: the script's INCRBY has already started this window's counter
-      // (fixed_window.lua, SET then the undo): the same counter, at 0.
-      core::WordState zero;
-      zero.fixed = {core::FloorTo(now, p.window), 0};
-      Emit(p, zero, zero.fixed.window_start + p.window, Layout::kCounter, g.begin + i, now,
-           r.pad_ms, writes);
-    } else if (p.algorithm == Algorithm::kTokenBucket && !read[i].live &&
-               core::TokenBucketStartsOnDenial(p)) {
-      // Not committed: a new bucket with initial tokens below its capacity starts anyway
-      // (core/token_bucket.cc; token_bucket.lua's `start`).
-      core::WordState start;
-      Micros start_expires = 0;
-      core::TokenBucketStart(p, now, &start.bucket, &start_expires);
-      Emit(p, start, start_expires,
-           p.on_change != OnChange::kAsIs ? Layout::kRecorded : Layout::kPacked, g.begin + i, now,
-           r.pad_ms, writes);
-    }
+    Emit(p, pend.next[i], pend.expires[i], DecisionLayout(p, pend.read[i], now, r.pad_ms),
+         g.begin + i, now, r.pad_ms, writes, &pend.read[i]);
   }
 }
 

@@ -57,19 +57,30 @@ bool Fail(std::string* error, std::string what) {
   return false;
 }
 
+// The most fields a policy argument has in layout `version` (wire.h).
+std::size_t PolicyFields(long long version) {
+  return version < 2 ? 5 : version < 3 ? 7 : 9;
+}
+
 // One policy argument: "algorithm,limit,window_us,capacity,initial[,block_for_us
-// [,on_change]]" (from layout 2 on: the block, then on_change, 0 as_is, 1 reset, 2
-// proportional).
+// [,on_change[,overage,max_debt]]]" (from layout 2 on: the block, then on_change, 0
+// as_is, 1 reset, 2 proportional; from layout 3 on: overage, 0 reject, 1 charge, 2
+// drain, and the most debt, 0: the capacity).
 bool ParsePolicy(std::string_view arg, std::size_t index, long long version, Policy* p,
                  std::string* error) {
-  long long f[7];
+  long long f[9];
   // (named only on failure: a valid call builds no strings)
   const auto where = [index] { return "policy " + std::to_string(index); };
-  const std::size_t n = ParseFields(arg, f, 7);
-  if (n != 5 && (n < 6 || version < 2)) {
-    return Fail(error, where() + " is not 5" + (version < 2 ? "" : " to 7") +
-                           " comma-separated integers (algorithm,limit,window,capacity,initial" +
-                           (version < 2 ? ")" : "[,block_for[,on_change]])"));
+  const std::size_t most = PolicyFields(version);
+  const std::size_t n = ParseFields(arg, f, most);
+  if (n < 5 || n == 8) {
+    static const char* const kForms[] = {
+        "5 comma-separated integers (algorithm,limit,window,capacity,initial)",
+        "5 to 7 comma-separated integers "
+        "(algorithm,limit,window,capacity,initial[,block_for[,on_change]])",
+        "5, 6, 7 or 9 comma-separated integers "
+        "(algorithm,limit,window,capacity,initial[,block_for[,on_change[,overage,max_debt]]])"};
+    return Fail(error, where() + " is not " + kForms[most == 5 ? 0 : most == 7 ? 1 : 2]);
   }
   if (!Supported(f[0])) {
     return Fail(error, where() + ": algorithm " + std::to_string(f[0]) +
@@ -100,7 +111,7 @@ bool ParsePolicy(std::string_view arg, std::size_t index, long long version, Pol
     }
     p->block_for = f[5];
   }
-  if (n == 7) {
+  if (n >= 7) {
     if (f[6] < 0 || f[6] > 2) {
       return Fail(error, where() + ": on_change " + std::to_string(f[6]) +
                              " is not 0 (as_is), 1 (reset) or 2 (proportional)");
@@ -109,13 +120,23 @@ bool ParsePolicy(std::string_view arg, std::size_t index, long long version, Pol
                    : f[6] == 2 ? OnChange::kProportional
                                : OnChange::kAsIs;
   }
+  if (n == 9) {
+    if (f[7] < 0 || f[7] > 2 || f[8] < 0) {
+      return Fail(error, where() + ": overage " + std::to_string(f[7]) +
+                             " is not 0 (reject), 1 (charge) or 2 (drain), or max_debt " +
+                             std::to_string(f[8]) + " is negative");
+    }
+    p->overage = static_cast<Overage>(f[7]);
+    p->max_debt = static_cast<std::uint64_t>(f[8]);
+  }
   if (Status s = ValidatePolicy(*p); !s.ok()) return Fail(error, where() + ": " + s.message());
   return true;
 }
 
-// One check argument: "policy,op,cost,max_wait,last[,now]"; sets *last.
-bool ParseCheck(std::string_view arg, std::size_t index, const ModuleRequest& r, ModuleCheck* c,
-                bool* last, std::string* error) {
+// One check argument: "policy,op,cost,max_wait,last[,now]"; sets *last. Op 7 (a
+// decision under an overage) is from layout 3 on.
+bool ParseCheck(std::string_view arg, std::size_t index, long long version, const ModuleRequest& r,
+                ModuleCheck* c, bool* last, std::string* error) {
   long long f[6];
   const auto where = [index] { return "check " + std::to_string(index); };
   const std::size_t want = r.caller_time ? 6 : 5;
@@ -127,9 +148,10 @@ bool ParseCheck(std::string_view arg, std::size_t index, const ModuleRequest& r,
   if (f[0] < 0 || static_cast<std::size_t>(f[0]) >= r.policies.size()) {
     return Fail(error, where() + ": policy " + std::to_string(f[0]) + " is not in the list");
   }
-  if (f[1] < 0 || f[1] > 3) {
+  if ((f[1] < 0 || f[1] > 3) && (f[1] != 7 || version < 3)) {
     return Fail(error, where() + ": op " + std::to_string(f[1]) +
-                           " is not 0 (decide), 1 (reserve), 2 (refund) or 3 (penalty)");
+                           " is not 0 (decide), 1 (reserve), 2 (refund), 3 (penalty)" +
+                           (version < 3 ? "" : " or 7 (decide under an overage)"));
   }
   if (f[2] < 0 || f[3] < 0 || (f[4] != 0 && f[4] != 1)) {
     return Fail(error, where() + ": cost and max_wait must be >= 0 and last 0 or 1");
@@ -248,7 +270,7 @@ bool ParseModuleRequest(std::span<const std::string_view> args, ModuleRequest* o
   for (std::size_t i = 0; i < nchecks; ++i) {
     bool last = false;
     ModuleCheck& c = r.checks[i];
-    if (!ParseCheck(rest[i], i, r, &c, &last, error)) return false;
+    if (!ParseCheck(rest[i], i, version, r, &c, &last, error)) return false;
     const bool block = r.policies[c.policy].block_for > 0;
     if (key + (block ? 2 : 1) > nkeys) {
       return Fail(error, "check " + std::to_string(i) + ": numkeys " + std::to_string(nkeys) +

@@ -23,7 +23,8 @@ struct ModuleCheck {
   std::uint32_t key = 0;     // its state key: index into the call's keys
   // Its policy's block key (block_for > 0): index into the keys; -1: none.
   std::int32_t block_key = -1;
-  std::uint8_t op = 0;  // redis::WireKind: 0 decide, 1 reserve, 2 refund, 3 penalty
+  // redis::WireKind: 0 decide, 1 reserve, 2 refund, 3 penalty, 7 decide under an overage
+  std::uint8_t op = 0;
   std::uint64_t cost = 0;
   Micros max_wait = 0;
   Micros now = 0;  // caller-time mode: the group's now

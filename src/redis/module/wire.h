@@ -8,17 +8,20 @@
 //   ":b") when its policy has a block_for (the module decides only algorithms whose
 //   state is one key);
 // - version: kModuleWireVersion, or an older layout the module still reads (1: no
-//   block_for, no on_change);
+//   block_for, no on_change; 2: no overage);
 // - clock: "" decides on the server's clock; "c" on the caller's (tests only): every
 //   check then ends with its group's now (us);
 // - pad_ms: extra TTL in ms (caller-time mode: Redis expires keys on its own clock);
 // - P policies, each ONE argument "algorithm,limit,window_us,capacity,initial_tokens"
 //   (initial -1: a bucket that starts full), then ",block_for_us" when it has one, or
 //   ",block_for_us,on_change" (0 or the block; 1 reset, 2 proportional) when it has an
-//   on_change;
+//   on_change, or ",block_for_us,on_change,overage,max_debt" (overage 1 charge, 2
+//   drain; Policy::max_debt) when its overage is not reject;
 // - each check ONE argument "policy,op,cost,max_wait_us,last[,now_us]": policy indexes
 //   the list above from 0, op is redis::WireKind's number (0 decide, 1 decide with
-//   max_wait, 2 refund, 3 penalty), last is 1 on the last check of a group.
+//   max_wait, 2 refund, 3 penalty, 7 decide under an overage), last is 1 on the last
+//   check of a group. A decision whose policy's overage is not reject and whose cost
+//   is not 0 is charged (up to core::OverageBound) when its group is denied.
 // A group is decided and committed all or nothing, then the next one (as the Lua group
 // runner). The reply is the scripts' (redis/reply.cc, DecodeDecisions).
 #pragma once
@@ -31,7 +34,7 @@ inline constexpr const char* kModuleCommand = "SLUICE.DECIDE";
 // Answers kModuleWireVersion: the handshake's probe (a server without the module, or a
 // module of another layout, is decided with Lua).
 inline constexpr const char* kModuleVersionCommand = "SLUICE.VERSION";
-inline constexpr long long kModuleWireVersion = 2;
+inline constexpr long long kModuleWireVersion = 3;
 // The oldest layout the module still reads (a client that probed an older module
 // before it was replaced sends it until it reconnects).
 inline constexpr long long kModuleOldestWireVersion = 1;
