@@ -56,6 +56,7 @@ struct BenchFlags {
   std::string api = "store";
   std::string block_for_text;
   std::string on_change_text;
+  std::string overage_text;
   std::string max_wait_text;
   bool hot_key = false;
   bool no_deny_cache = false;
@@ -109,6 +110,9 @@ void AddBenchFlags(CLI::App& app, BenchFlags& f) {
   app.add_option("--on-change", f.on_change_text,
                  "the policy's on_change: as_is (default), reset or proportional (states are "
                  "then written with the policy's parameters; Policy::on_change)");
+  app.add_option("--overage", f.overage_text,
+                 "the policy's overage: reject (default), charge or drain (a denied decision "
+                 "takes its cost into the key's debt, or what is left; Policy::overage)");
   app.add_option("--seed", f.config.seed, "random seed for key choice")->capture_default_str();
   app.add_option("--max-wait", f.max_wait_text,
                  "reservations: each decision may take budget up to this far ahead "
@@ -134,6 +138,12 @@ std::string ResolveBenchFlags(BenchFlags& f) {
     f.config.policy.on_change = *m;
     if (Status s = ValidatePolicy(f.config.policy); !s.ok()) return "--on-change: " + s.message();
   }
+  if (!f.overage_text.empty()) {
+    auto o = ParseOverage(f.overage_text);
+    if (!o.ok()) return "--overage: " + o.status().message();
+    f.config.policy.overage = *o;
+    if (Status s = ValidatePolicy(f.config.policy); !s.ok()) return "--overage: " + s.message();
+  }
   if (f.hot_key) f.config.keys = 1;
   f.config.api = f.api == "limiter" ? BenchApi::kLimiter : BenchApi::kStore;
   f.config.deny_cache = !f.no_deny_cache;
@@ -146,8 +156,12 @@ std::string ResolveBenchFlags(BenchFlags& f) {
     auto w = ParseDuration(f.max_wait_text);
     if (!w.ok()) return "--max-wait: " + w.status().message();
     f.config.max_wait = *w;
+    if (f.config.max_wait != 0 && f.config.policy.overage != Overage::kReject) {
+      return "--max-wait: a reservation that waits needs --overage reject";
+    }
   }
-  if (f.config.cost > f.config.policy.Capacity()) {
+  // (under an overage a cost may exceed the capacity: it is charged, never admitted)
+  if (f.config.cost > f.config.policy.MaxCost()) {
     return "--cost " + std::to_string(f.config.cost) + " exceeds the policy's capacity " +
            std::to_string(f.config.policy.Capacity());
   }

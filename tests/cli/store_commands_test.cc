@@ -272,6 +272,9 @@ TEST_F(CliRedisTest, BadFlagsExitTwoNamingTheFlag) {
       {{"bench", "--block-for", "soon"}, "--block-for"},
       {{"bench", "--on-change", "later"}, "--on-change: unknown on_change mode 'later'"},
       {{"bench", "-a", "sliding_window_log", "--on-change", "reset"}, "--on-change"},
+      {{"bench", "--overage", "owe"}, "--overage: unknown overage 'owe'"},
+      {{"bench", "--overage", "charge", "--max-wait", "1s"},
+       "--max-wait: a reservation that waits"},
   };
   for (const Case& c : cases) {
     Outcome r = Sluice(Args(c.args));
