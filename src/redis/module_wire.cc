@@ -10,9 +10,11 @@
 namespace sluice::redis {
 namespace {
 
-// CoalesceInfo::data's on_change (0 as_is, 1 reset, 2 proportional) and block_for.
+// CoalesceInfo::data's on_change (0 as_is, 1 reset, 2 proportional), block_for and
+// overage bound.
 constexpr std::size_t kOnChange = 5;
 constexpr std::size_t kBlockFor = 6;
+constexpr std::size_t kOverageBound = 10;
 
 // "a,b,c": the integers joined by commas.
 std::string Joined(const long long* v, std::size_t n) {
@@ -26,29 +28,31 @@ std::string Joined(const long long* v, std::size_t n) {
   return s;
 }
 
-// The module's arguments after the keys for `groups`; `checks`, when not empty, are the
-// one group's checks (their policies' overage and max_debt: a coalesced call has none).
-std::size_t AppendModuleArgv(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
-                             std::span<const StoreCheck> checks, std::string& out) {
+}  // namespace
+
+std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
+                             std::string& out) {
   // A policy's numbers on the wire: the first five of CoalesceInfo::data's (algorithm,
   // limit, window, capacity, initial tokens), its block_for and on_change, then its
   // overage and max_debt.
   using PolicyNumbers = std::array<long long, 9>;
   std::vector<PolicyNumbers> policies;
   std::vector<std::string> args;
-  std::size_t check = 0;
   for (const CoalesceInfo* g : groups) {
     // CoalesceInfo::data: the group's now, then kWireCheckNumbers per check: the
-    // policy's first five numbers, on_change, block_for, then the kind, the cost and
-    // max_wait.
+    // policy's first five numbers, on_change, block_for, then the kind, the cost,
+    // max_wait and the overage bound.
     const std::vector<long long>& d = g->data;
     const std::size_t n = (d.size() - 1) / kWireCheckNumbers;
-    for (std::size_t i = 0; i < n; ++i, ++check) {
+    for (std::size_t i = 0; i < n; ++i) {
       const long long* p = d.data() + 1 + i * kWireCheckNumbers;
       PolicyNumbers pn{p[0], p[1], p[2], p[3], p[4], p[kBlockFor], p[kOnChange], 0, 0};
-      if (!checks.empty()) {
-        pn[7] = static_cast<long long>(checks[check].policy->overage);
-        pn[8] = static_cast<long long>(checks[check].policy->max_debt);
+      // The bound is the capacity under drain, capacity + max debt under charge
+      // (core::OverageBound; a max_debt of 0 is the capacity: the same bound).
+      const long long bound = p[kOverageBound], cap = p[3];
+      if (bound > 0) {
+        pn[7] = static_cast<long long>(bound > cap ? Overage::kCharge : Overage::kDrain);
+        pn[8] = bound > cap ? bound - cap : 0;
       }
       const auto at = static_cast<std::size_t>(std::find(policies.begin(), policies.end(), pn) -
                                                policies.begin());
@@ -72,8 +76,6 @@ std::size_t AppendModuleArgv(bool caller_time, const std::vector<const CoalesceI
   return 4 + policies.size() + args.size();
 }
 
-}  // namespace
-
 bool ModuleDecides(const StoreCheck& c, WireKind k) {
   const Algorithm a = c.policy->algorithm;
   return a != Algorithm::kSlidingWindowLog && a != Algorithm::kConcurrency && c.usage_id.empty() &&
@@ -81,15 +83,10 @@ bool ModuleDecides(const StoreCheck& c, WireKind k) {
           k == WireKind::kForce || k == WireKind::kOverage);
 }
 
-std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
-                             std::string& out) {
-  return AppendModuleArgv(caller_time, groups, {}, out);
-}
-
 std::string EncodeModuleCall(const std::string& script_wire, const CoalesceInfo& merge,
-                             std::span<const StoreCheck> checks, bool caller_time) {
+                             bool caller_time) {
   std::string argv;
-  const std::size_t nargs = AppendModuleArgv(caller_time, {&merge}, checks, argv);
+  const std::size_t nargs = EncodeModuleArgv(caller_time, {&merge}, argv);
   std::string out;
   out.reserve(64 + (merge.keys_end - merge.keys_begin) + argv.size());
   out.push_back('*');

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstddef>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -26,11 +25,10 @@ bool ModuleDecides(const StoreCheck& c, WireKind k);
 std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
                              std::string& out);
 
-// The module's command for the one group of `checks` that `script_wire` (EncodeGroup's
-// or EncodeSingle's output) and `merge` describe, with its KEYS (every check
-// ModuleDecides: its state key, then its block key when it has one, as the scripts
-// declare them).
+// The module's command for the one group that `script_wire` (EncodeGroup's or
+// EncodeSingle's output) and `merge` describe, with its KEYS (every check ModuleDecides:
+// its state key, then its block key when it has one, as the scripts declare them).
 std::string EncodeModuleCall(const std::string& script_wire, const CoalesceInfo& merge,
-                             std::span<const StoreCheck> checks, bool caller_time);
+                             bool caller_time);
 
 }  // namespace sluice::redis

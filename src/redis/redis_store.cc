@@ -340,7 +340,7 @@ std::string RedisStore::Impl::ModuleWire(std::span<const StoreCheck> checks,
   for (std::size_t i = 0; i < checks.size(); ++i) {
     if (!redis::ModuleDecides(checks[i], kinds[i])) return {};
   }
-  return redis::EncodeModuleCall(wire, merge, checks, options.use_caller_time);
+  return redis::EncodeModuleCall(wire, merge, options.use_caller_time);
 }
 
 void RedisStore::RunAsync(const StoreBatch& batch, RunCallback done) {
@@ -421,10 +421,10 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(StoreOp op, std::span<const Sto
   for (const StoreCheck& c : checks) call->capacity[call->n++] = c.policy->Capacity();
   // Coalescing: the connection may merge this call with others queued with it
   // (connection.h); on a cluster only with calls of the same slot.
-  bool coalesce = options.coalesce > 1, batch = op == StoreOp::kPenalize;
+  bool coalesce = options.coalesce > 1, batch = false;
   for (std::size_t i = 0; i < checks.size(); ++i) {
-    coalesce = coalesce && redis::Mergeable(kinds[i]);
-    batch = batch || checks[i].policy->block_for > 0;
+    coalesce = coalesce && redis::Mergeable(checks[i], kinds[i]);
+    batch = batch || redis::MergesIntoBatch(checks[i], kinds[i]);
   }
   if (coalesce) {
     merge.target = batch                                      ? &batch_target

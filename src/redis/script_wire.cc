@@ -95,16 +95,14 @@ std::size_t AppendArgv(bool caller_time, std::span<const GroupView> groups, std:
       } else if (HasPermit(static_cast<WireKind>(kind))) {
         AppendBulk(out, g.checks != nullptr ? g.checks[i].permit : std::string_view());
         ++count;
-      } else if (HasUsage(static_cast<WireKind>(kind)) && g.checks != nullptr) {
-        // (never in a coalesced call: only kinds 0 and 1 are merged)
-        const StoreCheck& sc = g.checks[i];
-        const Policy& p = *sc.policy;
-        AppendNumber(out, p.overage == Overage::kReject
-                              ? 0LL
-                              : static_cast<long long>(core::OverageBound(p)));
-        AppendBulk(out, sc.usage_id);
-        AppendNumber(out, static_cast<WireKind>(kind) == WireKind::kOverage
-                              ? static_cast<long long>(sc.usage_ttl)
+      } else if (HasUsage(static_cast<WireKind>(kind))) {
+        // The overage bound, then the usage record's id and lifetime (a coalesced call,
+        // without the checks, carries none: Mergeable).
+        const StoreCheck* sc = g.checks != nullptr ? &g.checks[i] : nullptr;
+        AppendNumber(out, c[3]);
+        AppendBulk(out, sc != nullptr ? std::string_view(sc->usage_id) : std::string_view());
+        AppendNumber(out, sc != nullptr && static_cast<WireKind>(kind) == WireKind::kOverage
+                              ? static_cast<long long>(sc->usage_ttl)
                               : 0LL);
         count += 3;
       }
@@ -229,8 +227,13 @@ void WireKinds(std::span<const StoreCheck> checks, StoreOp op, WireKind* out) {
   }
 }
 
-bool Mergeable(WireKind k) {
-  return k == WireKind::kDecide || k == WireKind::kReserve || k == WireKind::kForce;
+bool Mergeable(const StoreCheck& c, WireKind k) {
+  return k == WireKind::kDecide || k == WireKind::kReserve || k == WireKind::kForce ||
+         (k == WireKind::kOverage && c.usage_id.empty());
+}
+
+bool MergesIntoBatch(const StoreCheck& c, WireKind k) {
+  return k == WireKind::kForce || k == WireKind::kOverage || c.policy->block_for > 0;
 }
 
 bool LeanSingle(const StoreCheck& c, WireKind k) {
@@ -280,12 +283,14 @@ void GroupData(std::span<const StoreCheck> checks, std::span<const WireKind> kin
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const StoreCheck& c = checks[i];
     const Policy& p = *c.policy;
-    d.insert(d.end(), {static_cast<long long>(p.algorithm), static_cast<long long>(p.limit),
-                       static_cast<long long>(p.window), static_cast<long long>(p.Capacity()),
-                       p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL,
-                       OnChangeNumber(p.on_change), static_cast<long long>(p.block_for),
-                       static_cast<long long>(kinds[i]), static_cast<long long>(c.cost),
-                       static_cast<long long>(c.max_wait)});
+    d.insert(d.end(),
+             {static_cast<long long>(p.algorithm), static_cast<long long>(p.limit),
+              static_cast<long long>(p.window), static_cast<long long>(p.Capacity()),
+              p.initial_tokens ? static_cast<long long>(*p.initial_tokens) : -1LL,
+              OnChangeNumber(p.on_change), static_cast<long long>(p.block_for),
+              static_cast<long long>(kinds[i]), static_cast<long long>(c.cost),
+              static_cast<long long>(c.max_wait),
+              p.overage == Overage::kReject ? 0LL : static_cast<long long>(core::OverageBound(p))});
     if (kinds[i] != WireKind::kRefund) ++decisions;
   }
   merge.nreplies = decisions;

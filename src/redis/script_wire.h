@@ -34,11 +34,14 @@ enum class WireKind : std::uint8_t {
 // What each check of a batch under `op` does on the wire (lua/runner.lua's kinds).
 void WireKinds(std::span<const StoreCheck> checks, StoreOp op, WireKind* out);
 
-// A check that a merged call can carry: a decision, a reservation or a penalty (no
-// refund, overage charge, usage record or permit operation). A penalty, and a check of a
-// policy with block_for, merge only into calls of the batch script (embed_lua.cmake: the
-// coalesced script has neither penalties nor blocks).
-bool Mergeable(WireKind k);
+// A check that a merged call can carry, `c` doing `k`: a decision, a reservation, a
+// penalty or a decision under an overage without a usage record (no refund, usage
+// record or permit operation). A penalty, an overage and a check of a policy with
+// block_for merge only into calls of the batch script (embed_lua.cmake: the coalesced
+// script has no penalties, charges or blocks): MergesIntoBatch.
+bool Mergeable(const StoreCheck& c, WireKind k);
+// True when a merged call with `c` doing `k` is one of the batch script.
+bool MergesIntoBatch(const StoreCheck& c, WireKind k);
 
 // A check that the lean one-check script of its algorithm decides (lua/single_head.lua):
 // a plain decision of an O(1) algorithm under a policy without on_change or block_for.
@@ -98,8 +101,9 @@ ScriptCall EncodeCall(std::span<const StoreCheck> checks, std::span<const WireKi
 
 // The numbers the runner layout has per check in CoalesceInfo::data, after the group's
 // now: the policy's 7 (algorithm, limit, window, capacity, initial tokens or -1,
-// on_change, block_for), then the kind, the cost and max_wait.
-inline constexpr std::size_t kWireCheckNumbers = 10;
+// on_change, block_for), then the kind, the cost, max_wait and the overage bound
+// (core::OverageBound, capacity + debt; 0: overage reject).
+inline constexpr std::size_t kWireCheckNumbers = 11;
 
 // Caller-time mode (tests): TTLs are padded so that Redis's own expiry, which runs on
 // its clock, never drops state that the caller's clock still needs.

@@ -36,14 +36,19 @@ redis::LeanLane LaneOf(std::span<const StoreCheck> checks) {
   return redis::LeanLaneOf(checks, {kinds, checks.size()}, /*caller_time=*/true);
 }
 
+// True when `c`, decided, is charged if its batch is denied (Policy::overage).
+bool Charges(const StoreCheck& c) {
+  return c.policy->overage != Overage::kReject && c.cost > 0;
+}
+
 // The merged calls a group can share: a lean script's (its LeanLane), the coalesced
 // script's (kNone), or, for a penalty or a group with a check of a policy with
-// block_for, the batch script's (kBatchLane).
+// block_for or one that charges an overage, the batch script's (kBatchLane).
 constexpr int kBatchLane = -1;
 int MergeLaneOf(const Group& g) {
   if (g.op == StoreOp::kPenalize) return kBatchLane;
   for (const StoreCheck& c : g.checks) {
-    if (c.policy->block_for > 0) return kBatchLane;
+    if (c.policy->block_for > 0 || Charges(c)) return kBatchLane;
   }
   return static_cast<int>(LaneOf(g.checks));
 }
@@ -63,6 +68,11 @@ Policy RandomPolicy(std::mt19937_64& rng, int index, bool blocks = false) {
     }
   }
   if (blocks && rng() % 3 == 0) p.block_for = p.window * static_cast<Micros>(1 + rng() % 3);
+  // (with blocks, a fifth of the policies charge what does not fit: Policy::overage)
+  if (blocks && rng() % 5 == 0) {
+    p.overage = rng() % 2 ? Overage::kCharge : Overage::kDrain;
+    if (p.overage == Overage::kCharge && rng() % 2) p.max_debt = 1 + rng() % (2 * p.Capacity());
+  }
   EXPECT_TRUE(ValidatePolicy(p).ok());
   return p;
 }
@@ -73,15 +83,16 @@ Policy RandomPolicy(std::mt19937_64& rng, int index, bool blocks = false) {
 // against MemoryStore (src/core) deciding the same batches one after the other in the
 // order they were sent (queued, lane after lane: calls of plain fixed-window checks only
 // share the lean fixed-window script's calls, the others the coalesced script's, and
-// with `batch`, where a third of the policies have a block_for and a fifth of the
-// batches are penalties, calls with such a check and penalties the batch script's).
+// with `batch`, where a third of the policies have a block_for, a fifth charge an
+// overage and a fifth of the batches are penalties, calls with such a check and
+// penalties the batch script's).
 void ExpectRandomInterleavingsAsModel(bool batch) {
   auto redis = CoalescingStore(/*caller_time=*/true);
   ASSERT_NE(redis, nullptr);
   const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
   int compared = 0, denied = 0;
   std::uint64_t expected_calls = 0, expected_groups = 0, lean_groups = 0;
-  std::uint64_t batch_groups = 0, batch_merged = 0, penalties_merged = 0;
+  std::uint64_t batch_groups = 0, batch_merged = 0, penalties_merged = 0, charges_merged = 0;
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
     std::mt19937_64 rng(seed);
     MemoryStore memory;
@@ -153,7 +164,11 @@ void ExpectRandomInterleavingsAsModel(bool batch) {
           merged += size;
           if (lane == kBatchLane) {
             batch_merged += size;
-            for (const Group& g : groups) penalties_merged += g.op == StoreOp::kPenalize;
+            for (const Group& g : groups) {
+              penalties_merged += g.op == StoreOp::kPenalize;
+              charges_merged += g.op == StoreOp::kDecide &&
+                                std::any_of(g.checks.begin(), g.checks.end(), Charges);
+            }
           }
         }
       }
@@ -183,6 +198,7 @@ void ExpectRandomInterleavingsAsModel(bool batch) {
     EXPECT_GT(batch_merged, 100u) << "groups with a block_for or a penalty in merged calls of "
                                      "the batch script";
     EXPECT_GT(penalties_merged, 30u) << "penalties in merged calls of the batch script";
+    EXPECT_GT(charges_merged, 30u) << "overage decisions in merged calls of the batch script";
   } else {
     EXPECT_EQ(batch_groups, 0u);
   }

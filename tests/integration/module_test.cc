@@ -790,6 +790,13 @@ TEST_P(ModuleStore, OverageChargesAreDecidedByTheModule) {
   EXPECT_EQ((*server)->CommandCalls("sluice.decide") - module_calls, std::size(steps));
 }
 
+// So does a decision under an overage (on the scripts: the batch script's calls).
+TEST_P(ModuleStore, AnOverageDecisionSharesOneCommand) {
+  Policy b = Policy::TokenBucket("tokens", 50, 50, std::chrono::minutes(1));
+  b.overage = Overage::kCharge;
+  ExpectOneMergedCommand(Binary(), Policy::Gcra("gcra", 5, std::chrono::hours(1), 5), b);
+}
+
 // A penalty queued with a decision shares its command too (on the scripts it would share
 // the batch script's calls only).
 TEST_P(ModuleStore, APenaltyAndADecisionShareOneCommand) {
