@@ -125,23 +125,52 @@ struct MemoryBackend {
   static std::shared_ptr<Store> Make() { return std::make_shared<MemoryStore>(); }
 };
 
+// A RedisStore on `url` in caller-time mode, patient on a loaded machine (null, with a
+// failure, when it cannot be made).
+inline std::shared_ptr<Store> CallerTimeStore(std::string url) {
+  RedisStoreOptions o;
+  o.url = std::move(url);
+  o.use_caller_time = true;
+  o.call_timeout = kPatientCallTimeout;
+  o.connect_timeout = 10'000'000;  // the handshake too, on a loaded machine
+  o.on_warning = [](std::string_view) {};
+  auto store = RedisStore::Create(std::move(o));
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  return store.ok() ? std::shared_ptr<Store>(*store) : nullptr;
+}
+
 struct RedisBackend {
   static constexpr const char* kName = kRedisBackendName;
   static std::shared_ptr<Store> Make() {
     auto url = FlushedRedisUrl();
     EXPECT_TRUE(url.ok()) << url.status().ToString();
     if (!url.ok()) return nullptr;
-    RedisStoreOptions o;
-    o.url = *url;
-    o.use_caller_time = true;
-    o.call_timeout = kPatientCallTimeout;
-    o.connect_timeout = 10'000'000;  // the handshake too, on a loaded machine
-    o.on_warning = [](std::string_view) {};
-    auto store = RedisStore::Create(std::move(o));
-    EXPECT_TRUE(store.ok()) << store.status().ToString();
-    return store.ok() ? std::shared_ptr<Store>(*store) : nullptr;
+    return CallerTimeStore(*url);
   }
 };
+
+#ifdef SLUICE_REDIS_MODULE
+// RedisStore on a redis-server with the native module loaded (src/redis/module),
+// started once per test binary and emptied before each test: the module decides every
+// check it can (docs/redis.md, "The native module"), the scripts the others.
+struct ModuleBackend {
+  static constexpr const char* kName = "module";
+  static std::shared_ptr<Store> Make() {
+    static Result<std::unique_ptr<RedisServer>> server = [] {
+      RedisServerOptions o;
+      o.args = {"--loadmodule", SLUICE_REDIS_MODULE};
+      return RedisServer::Start(std::move(o));
+    }();
+    if (!server.ok()) {
+      ADD_FAILURE() << "cannot start redis-server with the module: " << server.status().ToString();
+      return nullptr;
+    }
+    auto flushed = (*server)->Command({"FLUSHALL"});
+    EXPECT_TRUE(flushed.ok()) << flushed.status().ToString();
+    return CallerTimeStore((*server)->Url());
+  }
+};
+#endif
 
 // RedisStore through a Sentinel group (1 primary, 1 replica, 3 sentinels), started once
 // per test binary: the store discovers the primary from the sentinels.
@@ -168,15 +197,7 @@ struct SentinelBackend {
     if (group == nullptr) return nullptr;
     auto flushed = group->primary().Command({"FLUSHALL"});
     EXPECT_TRUE(flushed.ok()) << flushed.status().ToString();
-    RedisStoreOptions o;
-    o.url = group->Url();
-    o.use_caller_time = true;
-    o.call_timeout = kPatientCallTimeout;
-    o.connect_timeout = 10'000'000;  // the handshake too, on a loaded machine
-    o.on_warning = [](std::string_view) {};
-    auto store = RedisStore::Create(std::move(o));
-    EXPECT_TRUE(store.ok()) << store.status().ToString();
-    return store.ok() ? std::shared_ptr<Store>(*store) : nullptr;
+    return CallerTimeStore(group->Url());
   }
 };
 
