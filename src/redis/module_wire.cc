@@ -15,6 +15,7 @@ namespace {
 constexpr std::size_t kOnChange = 5;
 constexpr std::size_t kBlockFor = 6;
 constexpr std::size_t kOverageBound = 10;
+constexpr std::size_t kUsageTtl = 11;
 
 // "a,b,c": the integers joined by commas.
 std::string Joined(const long long* v, std::size_t n) {
@@ -57,8 +58,12 @@ std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceI
       const auto at = static_cast<std::size_t>(std::find(policies.begin(), policies.end(), pn) -
                                                policies.begin());
       if (at == policies.size()) policies.push_back(pn);
-      const bool reserve = p[7] == static_cast<long long>(WireKind::kReserve);
-      const long long f[6] = {static_cast<long long>(at), p[7], p[8], reserve ? p[9] : 0,
+      // (the fourth number: a reservation's max_wait, or a usage record's lifetime)
+      const auto kind = static_cast<WireKind>(p[7]);
+      const long long fourth = kind == WireKind::kReserve   ? p[9]
+                               : kind == WireKind::kOverage ? p[kUsageTtl]
+                                                            : 0;
+      const long long f[6] = {static_cast<long long>(at), p[7], p[8], fourth,
                               i + 1 == n ? 1 : 0,         d[0]};
       args.push_back(Joined(f, caller_time ? 6 : 5));
     }
@@ -78,9 +83,9 @@ std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceI
 
 bool ModuleDecides(const StoreCheck& c, WireKind k) {
   const Algorithm a = c.policy->algorithm;
-  return a != Algorithm::kSlidingWindowLog && a != Algorithm::kConcurrency && c.usage_id.empty() &&
+  return a != Algorithm::kSlidingWindowLog && a != Algorithm::kConcurrency &&
          (k == WireKind::kDecide || k == WireKind::kReserve || k == WireKind::kRefund ||
-          k == WireKind::kForce || k == WireKind::kOverage);
+          k == WireKind::kForce || k == WireKind::kOverage || k == WireKind::kSettle);
 }
 
 std::string EncodeModuleCall(const std::string& script_wire, const CoalesceInfo& merge,

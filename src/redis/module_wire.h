@@ -14,10 +14,10 @@
 
 namespace sluice::redis {
 
-// True when the module decides `c` doing `k`: a decision (under any overage),
-// reservation, refund or penalty of a fixed window, sliding window counter, token bucket
-// or GCRA (any on_change, with or without block_for), without a usage record.
-// Everything else runs the Lua scripts.
+// True when the module decides `c` doing `k`: a decision (under any overage, with or
+// without a usage record), reservation, refund, penalty or settle of a fixed window,
+// sliding window counter, token bucket or GCRA (any on_change, with or without
+// block_for). Everything else runs the Lua scripts.
 bool ModuleDecides(const StoreCheck& c, WireKind k);
 
 // The module's arguments after the keys for `groups` (their data, as EncodeCoalesced

@@ -434,10 +434,11 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(StoreOp op, std::span<const Sto
                                                               : &coalesce_target;
     merge.slot = cluster ? redis::KeySlot(checks[0].key) : 0;
   }
-  // (settles and permit operations are the scripts')
-  std::string module_wire = op == StoreOp::kDecide || op == StoreOp::kPenalize
-                                ? ModuleWire(checks, kinds, sc.wire, merge)
-                                : std::string();
+  // (permit operations are the scripts')
+  std::string module_wire =
+      op == StoreOp::kDecide || op == StoreOp::kPenalize || op == StoreOp::kSettle
+          ? ModuleWire(checks, kinds, sc.wire, merge)
+          : std::string();
   // Every key of a batch shares the hash tag of the first one (sluice keys carry
   // one), so the first key routes the whole script.
   impl_->Run(checks[0].key, *sc.script, std::move(sc.wire), call, deadline, std::move(done), merge,

@@ -290,7 +290,8 @@ void GroupData(std::span<const StoreCheck> checks, std::span<const WireKind> kin
               OnChangeNumber(p.on_change), static_cast<long long>(p.block_for),
               static_cast<long long>(kinds[i]), static_cast<long long>(c.cost),
               static_cast<long long>(c.max_wait),
-              p.overage == Overage::kReject ? 0LL : static_cast<long long>(core::OverageBound(p))});
+              p.overage == Overage::kReject ? 0LL : static_cast<long long>(core::OverageBound(p)),
+              c.usage_id.empty() ? 0LL : static_cast<long long>(c.usage_ttl)});
     if (kinds[i] != WireKind::kRefund) ++decisions;
   }
   merge.nreplies = decisions;

@@ -101,9 +101,10 @@ ScriptCall EncodeCall(std::span<const StoreCheck> checks, std::span<const WireKi
 
 // The numbers the runner layout has per check in CoalesceInfo::data, after the group's
 // now: the policy's 7 (algorithm, limit, window, capacity, initial tokens or -1,
-// on_change, block_for), then the kind, the cost, max_wait and the overage bound
-// (core::OverageBound, capacity + debt; 0: overage reject).
-inline constexpr std::size_t kWireCheckNumbers = 11;
+// on_change, block_for), then the kind, the cost, max_wait, the overage bound
+// (core::OverageBound, capacity + debt; 0: overage reject) and a usage record's
+// lifetime (StoreCheck::usage_ttl of a check with a usage_id; else 0).
+inline constexpr std::size_t kWireCheckNumbers = 12;
 
 // Caller-time mode (tests): TTLs are padded so that Redis's own expiry, which runs on
 // its clock, never drops state that the caller's clock still needs.

@@ -30,13 +30,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   const std::size_t nkeys = ModuleKeyCount(args);
-  FUZZ_CHECK(nkeys >= r.checks.size() && nkeys <= 2 * r.checks.size() && !r.groups.empty());
-  // Every key is one check's, in order: its state key, then its block key if it has one.
+  FUZZ_CHECK(nkeys >= r.checks.size() && nkeys <= 3 * r.checks.size() && !r.groups.empty());
+  // Every key is one check's, in order: its state key, then its block key if it has
+  // one, then its usage record's if it has one.
   std::size_t next_key = 0;
   for (const ModuleCheck& c : r.checks) {
     FUZZ_CHECK(c.key == next_key++);
     FUZZ_CHECK((c.block_key >= 0) == (r.policies[c.policy].block_for > 0));
     if (c.block_key >= 0) FUZZ_CHECK(static_cast<std::size_t>(c.block_key) == next_key++);
+    FUZZ_CHECK((c.record_key >= 0) == (c.op == 8 || c.usage_ttl > 0));
+    if (c.record_key >= 0) FUZZ_CHECK(static_cast<std::size_t>(c.record_key) == next_key++);
   }
   FUZZ_CHECK(next_key == nkeys);
   std::vector<long long> reply;
@@ -58,14 +61,27 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     const sluice::Micros now = r.caller_time ? r.checks[g.begin].now : 1'785'000'000'000'000;
     writes.clear();
-    DecideGroup(r, g, now, {values, g.end - g.begin}, {blocks, g.end - g.begin}, &writes, &reply);
+    if (g.op == sluice::StoreOp::kSettle) {
+      // A settle reads its record, here its key's name, as the module does: settled
+      // when it is one, and then as of the state and block its check has.
+      for (std::size_t i = g.begin; i < g.end; ++i) {
+        const std::string_view name = args[1 + static_cast<std::size_t>(r.checks[i].record_key)];
+        UsageRecord record;
+        if (!ReadUsageRecord({true, name}, now, &record)) continue;
+        FUZZ_CHECK(record.expires > now);
+        SettleCheck(r, i, now, record, values[i - g.begin], blocks[i - g.begin], &writes, &reply);
+      }
+    } else {
+      DecideGroup(r, g, now, {values, g.end - g.begin}, {blocks, g.end - g.begin}, &writes, &reply);
+    }
     for (const ModuleWrite& w : writes) {
       FUZZ_CHECK(w.check >= g.begin && w.check < g.end);
       FUZZ_CHECK(w.ttl_ms >= 1 && w.value.size > 0);
-      FUZZ_CHECK(!w.block || r.checks[w.check].block_key >= 0);
+      FUZZ_CHECK(w.to != WriteTo::kBlock || r.checks[w.check].block_key >= 0);
+      FUZZ_CHECK(w.to != WriteTo::kRecord || r.checks[w.check].record_key >= 0);
     }
   }
-  // (at most five numbers a check: a penalty that took units)
+  // (at most five numbers a check: a penalty that took units, a charge, a settle)
   FUZZ_CHECK(reply.size() <= 5 * r.checks.size());
   return 0;
 }

@@ -781,9 +781,72 @@ TEST_P(ModuleStore, OverageChargesAreDecidedByTheModule) {
           << "at +" << st.at - t0 << " us, check " << i << "\n  memory: " << Describe(want[i])
           << "\n  module: " << Describe(got[i]);
       charged += got[i].charged;
-      if (st.charged > 0) EXPECT_FALSE(got[i].allowed);
+      if (st.charged > 0) {
+        EXPECT_FALSE(got[i].allowed);
+      }
     }
     EXPECT_EQ(charged, st.charged) << "at +" << st.at - t0 << " us";
+  }
+  ExpectEveryKeyHasTtl(**server);
+  EXPECT_EQ((*server)->CommandCalls("evalsha"), scripts) << "no script decided";
+  EXPECT_EQ((*server)->CommandCalls("sluice.decide") - module_calls, std::size(steps));
+}
+
+// Usage reservations (StoreCheck::usage_id) and their settles are decided by the
+// module: a reservation records what it took (its cost, or what its overage charged
+// when denied); a settle above it decides the rest (charged when it does not fit),
+// below it refunds the difference, and a second settle, an unknown id or an expired
+// record change nothing. The same decisions and errors as the in-process store, and no
+// script call.
+TEST_P(ModuleStore, UsageReservationsAndSettlesAreDecidedByTheModule) {
+  auto server = StartWithModule();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto store = Open((*server)->Url());
+  ASSERT_NE(store, nullptr);
+  MemoryStore memory;
+  Policy tokens = Policy::TokenBucket("tokens", 100, 100, std::chrono::minutes(1));
+  tokens.overage = Overage::kCharge;
+  tokens.max_debt = 50;
+  const std::string key = "sluice:{u1}:tokens";
+  const Micros t0 = 1'785'000'000'000'000;
+  const long long scripts = (*server)->CommandCalls("evalsha");
+  const long long module_calls = (*server)->CommandCalls("sluice.decide");
+  const std::string a(32, 'a'), b(32, 'b'), c(32, 'c'), d(32, 'd'), e(32, 'e');
+  struct Step {
+    Micros at;
+    StoreOp op;
+    const std::string* id;
+    std::uint64_t cost;
+    Micros keep;  // a reservation's record lifetime
+    ErrorCode code;
+    std::uint64_t charged;
+  } steps[] = {
+      {t0, StoreOp::kDecide, &a, 30, 3'600'000'000, ErrorCode::kOk, 0},  // 70 left
+      {t0 + 1, StoreOp::kSettle, &a, 50, 0, ErrorCode::kOk, 0},          // 20 more decided: 50 left
+      {t0 + 2, StoreOp::kSettle, &a, 50, 0, ErrorCode::kOk, 0},          // settled already: a peek
+      {t0 + 3, StoreOp::kDecide, &b, 40, 3'600'000'000, ErrorCode::kOk, 0},  // 10 left
+      {t0 + 4, StoreOp::kSettle, &b, 10, 0, ErrorCode::kOk, 0},              // 30 refunded: 40 left
+      {t0 + 5, StoreOp::kDecide, &c, 80, 3'600'000'000, ErrorCode::kOk, 80},  // charged: -40
+      {t0 + 6, StoreOp::kSettle, &c, 200, 0, ErrorCode::kOk, 10},         // up to the debt of 50
+      {t0 + 7, StoreOp::kSettle, &d, 5, 0, ErrorCode::kNotFound, 0},      // never reserved
+      {t0 + 8, StoreOp::kDecide, &e, 0, 1'000, ErrorCode::kOk, 0},        // kept 1 ms
+      {t0 + 9'000, StoreOp::kSettle, &e, 5, 0, ErrorCode::kNotFound, 0},  // expired
+  };
+  for (const Step& st : steps) {
+    const StoreCheck check{
+        .policy = &tokens, .key = key, .cost = st.cost, .usage_id = *st.id, .usage_ttl = st.keep};
+    Decision want, got;
+    const Status sw = memory.Run({.op = st.op, .checks = {&check, 1}, .now = st.at}, {&want, 1});
+    const Status sg = store->Run({.op = st.op, .checks = {&check, 1}, .now = st.at}, {&got, 1});
+    ASSERT_EQ(sw.code(), st.code) << "at +" << st.at - t0 << " us: " << sw.ToString();
+    ASSERT_EQ(sg.code(), st.code) << "at +" << st.at - t0 << " us: " << sg.ToString();
+    if (st.code != ErrorCode::kOk) {
+      EXPECT_NE(sg.message().find(*st.id), std::string::npos) << sg.message();
+      continue;
+    }
+    EXPECT_TRUE(Same(want, got)) << "at +" << st.at - t0 << " us\n  memory: " << Describe(want)
+                                 << "\n  module: " << Describe(got);
+    EXPECT_EQ(got.charged, st.charged) << "at +" << st.at - t0 << " us";
   }
   ExpectEveryKeyHasTtl(**server);
   EXPECT_EQ((*server)->CommandCalls("evalsha"), scripts) << "no script decided";
@@ -1120,7 +1183,15 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
       {{"1", "k", "3", "", "0", "1", "0,1,1000,1,-1,0,0,3,0", "0,0,1,0,1"}, "overage 3 is not"},
       {{"1", "k", "3", "", "0", "1", "0,1,1000,1,-1,0,0,2,5", "0,0,1,0,1"}, "max_debt"},
       {{"1", "k", "2", "", "0", "1", "0,1,1000,1,-1", "0,7,1,0,1"}, "op 7 is not"},
-      {{"1", "k", "3", "", "0", "1", "0,1,1000,1,-1", "0,8,1,0,1"}, "or 7 (decide under"},
+      {{"1", "k", "3", "", "0", "1", "0,1,1000,1,-1", "0,9,1,0,1"}, "or 8 (settle)"},
+      // Usage records (layout 3): op 7's fourth number is the record's lifetime, and its
+      // record key follows the check's others; a settle (op 8) always has one.
+      {{"1", "k", "3", "", "0", "1", "0,10,1000000,10,-1", "0,7,1,5000,1"}, "leaves it no key"},
+      {{"2", "k", "k:u:x", "3", "", "0", "1", "0,10,1000000,10,-1", "0,7,1,500,1"},
+       "must be kept 1ms to 366 days"},
+      {{"1", "k", "3", "", "0", "1", "0,10,1000000,10,-1", "0,8,1,0,1"}, "leaves it no key"},
+      {{"3", "k", "k:u:x", "j", "3", "", "0", "1", "0,10,1000000,10,-1", "0,8,1,0,0", "0,0,1,0,1"},
+       "share one operation"},
   };
   for (const Case& c : cases) {
     redis_module::ModuleRequest r;
@@ -1165,6 +1236,34 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
   EXPECT_EQ(r.policies[0].max_debt, 50u);
   EXPECT_EQ(r.checks[0].op, 7);
   EXPECT_EQ(r.checks[0].cost, 500u);
+  EXPECT_EQ(r.checks[0].record_key, -1);
+  // ... a usage record: its key after the block's, its lifetime op 7's fourth number.
+  const std::vector<std::string_view> usage = {"5",
+                                               "a",
+                                               "a:b",
+                                               "a:u:1",
+                                               "b",
+                                               "b:u:1",
+                                               "3",
+                                               "",
+                                               "0",
+                                               "2",
+                                               "0,5,1000000,5,-1,60000000",
+                                               "3,10,1000000,20,-1",
+                                               "0,7,1,9000,0",
+                                               "1,7,2,3600000000,1"};
+  ASSERT_TRUE(redis_module::ParseModuleRequest(usage, &r, &error)) << error;
+  EXPECT_EQ(r.checks[0].block_key, 1);
+  EXPECT_EQ(r.checks[0].record_key, 2);
+  EXPECT_EQ(r.checks[0].usage_ttl, 9000);
+  EXPECT_EQ(r.checks[1].key, 3u);
+  EXPECT_EQ(r.checks[1].record_key, 4);
+  EXPECT_EQ(r.checks[1].max_wait, 0);
+  const std::vector<std::string_view> settle = {
+      "2", "a", "a:u:1", "3", "", "0", "1", "0,5,1000000,5,-1", "0,8,4,0,1"};
+  ASSERT_TRUE(redis_module::ParseModuleRequest(settle, &r, &error)) << error;
+  EXPECT_EQ(r.groups[0].op, StoreOp::kSettle);
+  EXPECT_EQ(r.checks[0].record_key, 1);
   const std::vector<std::string_view> good = {
       "2", "a", "b", "1", "c", "3600000", "1", "3,10,1000000,20,5", "0,1,2,500,0,7", "0,1,1,0,1,7"};
   ASSERT_TRUE(redis_module::ParseModuleRequest(good, &r, &error)) << error;

@@ -54,7 +54,7 @@ void AppendPenalty(const Decision& d, std::uint64_t cap, std::vector<long long>*
 
 // True when check `c` of `p` is charged if its group is denied (Policy::overage).
 bool Charges(const Policy& p, const ModuleCheck& c) {
-  return p.overage != Overage::kReject && c.cost > 0 && c.op != 2 && c.op != 3;
+  return p.overage != Overage::kReject && c.cost > 0 && (c.op == 0 || c.op == 1 || c.op == 7);
 }
 
 // The layout a committed decision writes: under on_change the recorded one; else the
@@ -123,7 +123,7 @@ Micros ApplyBlock(const Policy& p, const ModuleCheck& c, std::size_t check, cons
     left = p.block_for;
     ModuleWrite w;
     w.check = check;
-    w.block = true;
+    w.to = WriteTo::kBlock;
     const auto end = std::to_chars(w.value.data, w.value.data + sizeof(w.value.data), now + left);
     w.value.size = static_cast<std::uint8_t>(end.ptr - w.value.data);
     w.ttl_ms = TtlMs(now + left, now, pad_ms);
@@ -146,8 +146,7 @@ struct Pending {
   bool allowed[kMaxBatchChecks];  // the algorithm's own answer (a fixed window's counter)
   core::WordState next[kMaxBatchChecks];
   Micros expires[kMaxBatchChecks];
-  Micros blocked[kMaxBatchChecks];       // the block's time left when it blocked the check
-  std::size_t five_at[kMaxBatchChecks];  // a charging check's five reply numbers (Charges)
+  Micros blocked[kMaxBatchChecks];  // the block's time left when it blocked the check
 };
 
 // A group not committed: what the script's decision changed in place stays (a fixed
@@ -155,12 +154,11 @@ struct Pending {
 // starts anyway), then the checks that charge (Policy::overage) take their cost per
 // their rule and answer with a peek after it, denied, blocked if their key is, as the
 // runner's `charge`.
-void Unwind(const ModuleRequest& r, const ModuleGroup& g, Micros now,
-            std::span<const StoredValue> values, Pending& pend, std::vector<ModuleWrite>* writes,
-            std::vector<long long>* reply) {
-  const std::size_t n = g.end - g.begin;
-  for (std::size_t i = 0; i < n; ++i) {
-    const ModuleCheck& c = r.checks[g.begin + i];
+void Unwind(const ModuleRequest& r, std::span<const ModuleCheck> checks, std::size_t first,
+            Micros now, std::span<const StoredValue> values, Pending& pend,
+            std::vector<ModuleWrite>* writes, Decision* out) {
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const ModuleCheck& c = checks[i];
     const Policy& p = r.policies[c.policy];
     const ReadState& s = pend.read[i];
     if (c.cost == 0) continue;
@@ -170,8 +168,8 @@ void Unwind(const ModuleRequest& r, const ModuleGroup& g, Micros now,
       // SET then the undo): the same counter, at 0.
       core::WordState zero;
       zero.fixed = {core::FloorTo(now, p.window), 0};
-      Emit(p, zero, zero.fixed.window_start + p.window, Layout::kCounter, g.begin + i, now,
-           r.pad_ms, writes);
+      Emit(p, zero, zero.fixed.window_start + p.window, Layout::kCounter, first + i, now, r.pad_ms,
+           writes);
     } else if (p.algorithm == Algorithm::kTokenBucket && !s.live &&
                core::TokenBucketStartsOnDenial(p)) {
       // (core/token_bucket.cc; token_bucket.lua's `start`)
@@ -179,12 +177,12 @@ void Unwind(const ModuleRequest& r, const ModuleGroup& g, Micros now,
       Micros start_expires = 0;
       core::TokenBucketStart(p, now, &start.bucket, &start_expires);
       Emit(p, start, start_expires,
-           p.on_change != OnChange::kAsIs ? Layout::kRecorded : Layout::kPacked, g.begin + i, now,
+           p.on_change != OnChange::kAsIs ? Layout::kRecorded : Layout::kPacked, first + i, now,
            r.pad_ms, writes);
     }
   }
-  for (std::size_t i = 0; i < n; ++i) {
-    const ModuleCheck& c = r.checks[g.begin + i];
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const ModuleCheck& c = checks[i];
     const Policy& p = r.policies[c.policy];
     if (!Charges(p, c)) continue;
     const ReadState& s = pend.read[i];
@@ -196,29 +194,30 @@ void Unwind(const ModuleRequest& r, const ModuleGroup& g, Micros now,
     if (layout == Layout::kCounter && pend.next[i].fixed.count >= (std::uint64_t{1} << 32)) {
       layout = Layout::kPacked;
     }
-    Emit(p, pend.next[i], pend.expires[i], layout, g.begin + i, now, r.pad_ms, writes);
+    Emit(p, pend.next[i], pend.expires[i], layout, first + i, now, r.pad_ms, writes);
     d.allowed = false;
     if (pend.blocked[i] > 0) core::ApplyBlock(&d, pend.blocked[i]);
-    PutFive(d, reply->data() + pend.five_at[i]);
+    out[i] = d;
   }
 }
 
-}  // namespace
-
-void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
-                 std::span<const StoredValue> values, std::span<const StoredValue> blocks,
-                 std::vector<ModuleWrite>* writes, std::vector<long long>* reply) {
+// Decides `checks` (one group, checks `first`... of the request: the writes name them)
+// on `values` and `blocks` into `out` (a refund's left as it is) and the writes; true
+// when the group committed (a decision group whose checks all allowed, one consuming).
+bool DecideChecks(const ModuleRequest& r, std::span<const ModuleCheck> checks, std::size_t first,
+                  Micros now, std::span<const StoredValue> values,
+                  std::span<const StoredValue> blocks, std::vector<ModuleWrite>* writes,
+                  Decision* out) {
   // (per thread, made once: a group of one check then initialises one entry, not 16)
   thread_local Pending pend;
-  bool all = true, consumes = false;
-  const std::size_t n = g.end - g.begin;
-  for (std::size_t i = 0; i < n; ++i) {
+  bool all = true, consumes = false, decides = false;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
     pend.allowed[i] = false;
     pend.blocked[i] = 0;
-    const ModuleCheck& c = r.checks[g.begin + i];
+    const ModuleCheck& c = checks[i];
     const Policy& p = r.policies[c.policy];
     const core::WordOps& ops = *core::WordOpsOf(p.algorithm);
-    const std::size_t at = g.begin + i;
+    const std::size_t at = first + i;
     ReadState& s = pend.read[i];
     s = Read(p, values[i], now);
     // (a refund reads a recorded state only under its own parameters: `usable`)
@@ -227,7 +226,7 @@ void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
     // the state as the decision does (FORCE[id] normalises through DECIDE) and writes
     // the layout a decision writes.
     const bool usable = s.live && (s.layout != Layout::kRecorded || s.same_params);
-    if (c.op == 2) {  // refund: no reply
+    if (c.op == 2) {  // refund: no decision
       if (!usable) continue;
       ops.refund(p, s.word, now, c.cost, &pend.next[i], &pend.expires[i]);
       const StateBytes value = Encode(p, pend.next[i], pend.expires[i], RefundLayout(s));
@@ -237,40 +236,143 @@ void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
       continue;
     }
     if (c.op == 3) {  // penalty: applied now, answered with a peek at the state after it
-      Decision d = ops.penalize(p, s.word, !s.live, now, c.cost, &pend.next[i], &pend.expires[i]);
+      out[i] = ops.penalize(p, s.word, !s.live, now, c.cost, &pend.next[i], &pend.expires[i]);
       Emit(p, pend.next[i], pend.expires[i], DecisionLayout(p, s, now, r.pad_ms, /*forced=*/true),
            at, now, r.pad_ms, writes);
-      if (p.block_for > 0) ApplyBlock(p, c, at, blocks[i], now, r.pad_ms, &d, writes);
-      AppendPenalty(d, p.Capacity(), reply);
+      if (p.block_for > 0) ApplyBlock(p, c, at, blocks[i], now, r.pad_ms, &out[i], writes);
       continue;
     }
-    Decision d = ops.decide(p, s.word, !s.live, now, c.cost, &pend.next[i], &pend.expires[i],
-                            c.op == 1 ? c.max_wait : 0);
-    pend.allowed[i] = d.allowed;
     // (a cost beyond the capacity, a usage report, never fits: each algorithm denies it)
-    const bool charging = Charges(p, c);
+    Decision& d = out[i];
+    d = ops.decide(p, s.word, !s.live, now, c.cost, &pend.next[i], &pend.expires[i],
+                   c.op == 1 ? c.max_wait : 0);
+    pend.allowed[i] = d.allowed;
     if (p.block_for > 0) {
       pend.blocked[i] = ApplyBlock(p, c, at, blocks[i], now, r.pad_ms, &d, writes);
     }
-    if (charging) {  // five numbers, rewritten if the group is denied (Unwind)
-      pend.five_at[i] = reply->size();
-      reply->resize(reply->size() + 5);
-      PutFive(d, reply->data() + pend.five_at[i]);
-    } else {
-      AppendDecision(d, p.Capacity(), reply);
-    }
     all = all && d.allowed;
     consumes = consumes || c.cost > 0;
+    decides = true;
   }
-  if (g.op != StoreOp::kDecide) return;
-  if (!all || !consumes) return Unwind(r, g, now, values, pend, writes, reply);
-  for (std::size_t i = 0; i < n; ++i) {
-    const ModuleCheck& c = r.checks[g.begin + i];
+  if (!decides) return false;
+  if (!all || !consumes) {
+    Unwind(r, checks, first, now, values, pend, writes, out);
+    return false;
+  }
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const ModuleCheck& c = checks[i];
     const Policy& p = r.policies[c.policy];
     if (c.cost == 0) continue;
     Emit(p, pend.next[i], pend.expires[i], DecisionLayout(p, pend.read[i], now, r.pad_ms),
-         g.begin + i, now, r.pad_ms, writes, &pend.read[i]);
+         first + i, now, r.pad_ms, writes, &pend.read[i]);
   }
+  return true;
+}
+
+// Writes check `i`'s usage record: "<taken> <expires>", "s" in front once settled, with
+// a TTL to its expiry (runner.lua's record_usage).
+void WriteRecord(std::size_t i, const UsageRecord& u, Micros now, long long pad_ms,
+                 std::vector<ModuleWrite>* writes) {
+  ModuleWrite w;
+  w.check = i;
+  w.to = WriteTo::kRecord;
+  char* p = w.value.data;
+  char* const end = p + sizeof(w.value.data);
+  if (u.settled) *p++ = 's';
+  p = std::to_chars(p, end, u.taken).ptr;
+  *p++ = ' ';
+  p = std::to_chars(p, end, u.expires).ptr;
+  w.value.size = static_cast<std::uint8_t>(p - w.value.data);
+  w.ttl_ms = TtlMs(u.expires, now, pad_ms);
+  writes->push_back(w);
+}
+
+}  // namespace
+
+void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
+                 std::span<const StoredValue> values, std::span<const StoredValue> blocks,
+                 std::vector<ModuleWrite>* writes, std::vector<long long>* reply) {
+  const std::span<const ModuleCheck> checks(r.checks.data() + g.begin, g.end - g.begin);
+  Decision out[kMaxBatchChecks];
+  const bool committed = DecideChecks(r, checks, g.begin, now, values, blocks, writes, out);
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const ModuleCheck& c = checks[i];
+    const Policy& p = r.policies[c.policy];
+    if (c.op == 2) continue;  // a refund has no reply
+    if (c.op == 3) {
+      AppendPenalty(out[i], p.Capacity(), reply);
+    } else if (Charges(p, c)) {  // five numbers, whether or not it charged
+      reply->resize(reply->size() + 5);
+      PutFive(out[i], reply->data() + reply->size() - 5);
+    } else {
+      AppendDecision(out[i], p.Capacity(), reply);
+    }
+    if (c.record_key >= 0) {
+      // What it took: its cost when the group committed, else what its overage charged.
+      const std::uint64_t taken = committed ? c.cost : out[i].charged;
+      WriteRecord(g.begin + i, {false, taken, now + c.usage_ttl}, now, r.pad_ms, writes);
+    }
+  }
+}
+
+bool ReadUsageRecord(const StoredValue& v, Micros now, UsageRecord* out) {
+  if (!v.present) return false;
+  const char* p = v.bytes.data();
+  const char* const end = p + v.bytes.size();
+  UsageRecord u;
+  u.settled = p != end && *p == 's';
+  if (u.settled) ++p;
+  // ('^(s?)(%d+) (%-?%d+)$': digits only, then a space, then an optional minus)
+  if (p == end || *p < '0' || *p > '9') return false;
+  auto t = std::from_chars(p, end, u.taken);
+  if (t.ec != std::errc() || t.ptr == end || *t.ptr != ' ') return false;
+  p = t.ptr + 1;
+  if (p == end || *p == '+') return false;
+  auto e = std::from_chars(p, end, u.expires);
+  if (e.ec != std::errc() || e.ptr != end || u.expires <= now) return false;
+  *out = u;
+  return true;
+}
+
+void SettleCheck(const ModuleRequest& r, std::size_t i, Micros now, const UsageRecord& record,
+                 const StoredValue& value, const StoredValue& block,
+                 std::vector<ModuleWrite>* writes, std::vector<long long>* reply) {
+  const ModuleCheck& c = r.checks[i];
+  const Policy& p = r.policies[c.policy];
+  const bool applied = !record.settled;
+  // The same check, deciding (op 7: charged per the overage) without a record.
+  ModuleCheck one = c;
+  one.op = 7;
+  one.record_key = -1;
+  one.usage_ttl = 0;
+  Decision d;
+  if (applied && c.cost > record.taken &&
+      (c.cost - record.taken <= p.Capacity() || p.overage != Overage::kReject)) {
+    one.cost = c.cost - record.taken;  // the rest, decided as one check
+    DecideChecks(r, {&one, 1}, i, now, {&value, 1}, {&block, 1}, writes, &d);
+  } else {
+    StoredValue state = value;
+    StateBytes refunded;
+    if (applied && c.cost < record.taken) {
+      ModuleCheck refund = one;
+      refund.op = 2;
+      refund.cost = record.taken - c.cost;
+      const std::size_t before = writes->size();
+      DecideChecks(r, {&refund, 1}, i, now, {&value, 1}, {&block, 1}, writes, &d);
+      // (the peek reads what the refund wrote, as the script's next GET does)
+      if (writes->size() > before) {
+        refunded = writes->back().value;
+        state = {true, refunded.view()};
+      }
+    }
+    one.cost = 0;
+    DecideChecks(r, {&one, 1}, i, now, {&state, 1}, {&block, 1}, writes, &d);
+    d.charged = 0;
+  }
+  d.allowed = applied;
+  if (applied) WriteRecord(i, {true, record.taken, record.expires}, now, r.pad_ms, writes);
+  reply->resize(reply->size() + 5);
+  PutFive(d, reply->data() + reply->size() - 5);
 }
 
 }  // namespace sluice::redis_module

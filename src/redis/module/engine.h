@@ -30,6 +30,13 @@ struct StateBytes {
   std::string_view view() const { return {data, size}; }
 };
 
+// Which of a check's keys a write is to.
+enum class WriteTo : std::uint8_t {
+  kState,   // its state key
+  kBlock,   // its block key: the block's end in us
+  kRecord,  // its usage record's key
+};
+
 struct ModuleWrite {
   std::size_t check = 0;  // the check it is for
   StateBytes value;
@@ -37,16 +44,38 @@ struct ModuleWrite {
   // The key's TTL is already this write's (a live state with the same expiry, as a
   // script's INCRBY or SETRANGE leaves it): the value changes, the TTL stays.
   bool keep_ttl = false;
-  bool block = false;  // to the check's block key (its block's end), not its state key
+  WriteTo to = WriteTo::kState;
 };
 
-// Decides group `g` of `r` at `now` on `values` (one per check of the group, in order)
-// and `blocks` (what each check's block key holds; not present for a check without
-// one): all or nothing as the Lua group runner (a refund and a penalty apply per
-// check; a block starts at once, as penalties.lua's apply_block writes it). Appends the
-// writes, in order, and the reply's integers (redis/reply.cc's encoding).
+// A usage record (StoreCheck::usage_id) as a decision wrote it.
+struct UsageRecord {
+  bool settled = false;     // "s" in front: a settle applied it already
+  std::uint64_t taken = 0;  // what its decision took
+  Micros expires = 0;       // on the server's (or caller's) clock, us
+};
+
+// Decides group `g` of `r` (not a settle) at `now` on `values` (one per check of the
+// group, in order) and `blocks` (what each check's block key holds; not present for a
+// check without one): all or nothing as the Lua group runner (a refund and a penalty
+// apply per check; a block starts at once, as penalties.lua's apply_block writes it; a
+// denied group's checks under an overage are charged; a check with a usage record
+// records what it took). Appends the writes, in order, and the reply's integers
+// (redis/reply.cc's encoding).
 void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
                  std::span<const StoredValue> values, std::span<const StoredValue> blocks,
+                 std::vector<ModuleWrite>* writes, std::vector<long long>* reply);
+
+// The record `v` holds (runner.lua's record_usage: "<taken> <expires>", "s" in front
+// once settled); false when there is none, it is not a record, or it expired by `now`.
+bool ReadUsageRecord(const StoredValue& v, Micros now, UsageRecord* out);
+
+// Settles check `i` of `r` (op 8), whose record is `record`, on what its keys hold now
+// (`value`, `block`), as runner.lua's settle_one: above what the reservation took the
+// rest is decided (charged per the overage when it does not fit); below it the
+// difference is refunded; then a peek. Appends the writes (the record marked settled)
+// and the reply's five numbers (the first: applied, not yet settled).
+void SettleCheck(const ModuleRequest& r, std::size_t i, Micros now, const UsageRecord& record,
+                 const StoredValue& value, const StoredValue& block,
                  std::vector<ModuleWrite>* writes, std::vector<long long>* reply);
 
 }  // namespace sluice::redis_module

@@ -133,8 +133,9 @@ bool ParsePolicy(std::string_view arg, std::size_t index, long long version, Pol
   return true;
 }
 
-// One check argument: "policy,op,cost,max_wait,last[,now]"; sets *last. Op 7 (a
-// decision under an overage) is from layout 3 on.
+// One check argument: "policy,op,cost,max_wait,last[,now]"; sets *last. Ops 7 (a
+// decision under an overage or with a usage record, whose fourth number is then the
+// record's lifetime) and 8 (a settle) are from layout 3 on.
 bool ParseCheck(std::string_view arg, std::size_t index, long long version, const ModuleRequest& r,
                 ModuleCheck* c, bool* last, std::string* error) {
   long long f[6];
@@ -148,10 +149,10 @@ bool ParseCheck(std::string_view arg, std::size_t index, long long version, cons
   if (f[0] < 0 || static_cast<std::size_t>(f[0]) >= r.policies.size()) {
     return Fail(error, where() + ": policy " + std::to_string(f[0]) + " is not in the list");
   }
-  if ((f[1] < 0 || f[1] > 3) && (f[1] != 7 || version < 3)) {
+  if ((f[1] < 0 || f[1] > 3) && ((f[1] != 7 && f[1] != 8) || version < 3)) {
     return Fail(error, where() + ": op " + std::to_string(f[1]) +
                            " is not 0 (decide), 1 (reserve), 2 (refund), 3 (penalty)" +
-                           (version < 3 ? "" : " or 7 (decide under an overage)"));
+                           (version < 3 ? "" : ", 7 (decide under an overage) or 8 (settle)"));
   }
   if (f[2] < 0 || f[3] < 0 || (f[4] != 0 && f[4] != 1)) {
     return Fail(error, where() + ": cost and max_wait must be >= 0 and last 0 or 1");
@@ -162,15 +163,24 @@ bool ParseCheck(std::string_view arg, std::size_t index, long long version, cons
   c->policy = static_cast<std::uint32_t>(f[0]);
   c->op = static_cast<std::uint8_t>(f[1]);
   c->cost = static_cast<std::uint64_t>(f[2]);
-  c->max_wait = f[3];
+  // (op 7's fourth number is its usage record's lifetime, checked by ValidateBatch)
+  c->max_wait = c->op == 7 ? 0 : f[3];
+  c->usage_ttl = c->op == 7 ? f[3] : 0;
   c->now = r.caller_time ? f[5] : 0;
   *last = f[4] == 1;
   return true;
 }
 
 StoreOp OpOf(std::uint8_t op) {
-  return op == 2 ? StoreOp::kRefund : op == 3 ? StoreOp::kPenalize : StoreOp::kDecide;
+  return op == 2   ? StoreOp::kRefund
+         : op == 3 ? StoreOp::kPenalize
+         : op == 8 ? StoreOp::kSettle
+                   : StoreOp::kDecide;
 }
+
+// A usage record's id as the stores validate it: the module reads the record from its
+// key and never needs the id itself.
+constexpr std::string_view kRecordId = "00000000000000000000000000000000";
 
 // Closes the group [begin, end): one operation, one now, the stores' own validation.
 bool CloseGroup(std::span<const std::string_view> keys, std::size_t begin, std::size_t end,
@@ -190,7 +200,9 @@ bool CloseGroup(std::span<const std::string_view> keys, std::size_t begin, std::
     checks[i - begin] = StoreCheck{.policy = &r->policies[c.policy],
                                    .key = keys[c.key],
                                    .cost = c.cost,
-                                   .max_wait = c.op == 1 ? c.max_wait : 0};
+                                   .max_wait = c.op == 1 ? c.max_wait : 0,
+                                   .usage_id = c.record_key >= 0 ? kRecordId : std::string_view(),
+                                   .usage_ttl = c.usage_ttl};
     if (c.op != 1 && c.max_wait != 0) {
       return Fail(error, "check " + std::to_string(i) + ": max_wait is for op 1 only");
     }
@@ -251,7 +263,7 @@ bool ParseModuleRequest(std::span<const std::string_view> args, ModuleRequest* o
     return Fail(error, "the number of policies must be 1 to numkeys");
   }
   rest = rest.subspan(4);
-  // After the policies, one check per key, but for the block keys.
+  // After the policies, one check per key, but for the block and record keys.
   if (rest.size() <= static_cast<std::size_t>(np) ||
       rest.size() - static_cast<std::size_t>(np) > std::min(nkeys, redis::kModuleMaxChecks)) {
     return Fail(error, "expected " + std::to_string(np) + " policies and 1-" +
@@ -272,12 +284,14 @@ bool ParseModuleRequest(std::span<const std::string_view> args, ModuleRequest* o
     ModuleCheck& c = r.checks[i];
     if (!ParseCheck(rest[i], i, version, r, &c, &last, error)) return false;
     const bool block = r.policies[c.policy].block_for > 0;
-    if (key + (block ? 2 : 1) > nkeys) {
+    const bool record = c.op == 8 || c.usage_ttl > 0;
+    if (key + 1 + (block ? 1 : 0) + (record ? 1 : 0) > nkeys) {
       return Fail(error, "check " + std::to_string(i) + ": numkeys " + std::to_string(nkeys) +
-                             " leaves it no key (a check with a block has two)");
+                             " leaves it no key (a block and a usage record have one each)");
     }
     c.key = static_cast<std::uint32_t>(key++);
     c.block_key = block ? static_cast<std::int32_t>(key++) : -1;
+    c.record_key = record ? static_cast<std::int32_t>(key++) : -1;
     if (last) {
       if (!CloseGroup(keys, begin, i + 1, &r, error)) return false;
       begin = i + 1;
@@ -286,7 +300,8 @@ bool ParseModuleRequest(std::span<const std::string_view> args, ModuleRequest* o
   if (begin != nchecks) return Fail(error, "the last check must end its group (last = 1)");
   if (key != nkeys) {
     return Fail(error, "numkeys " + std::to_string(nkeys) + " is not the checks' " +
-                           std::to_string(key) + " keys (one each, two with a block)");
+                           std::to_string(key) +
+                           " keys (one each, one more for a block and for a usage record)");
   }
   return true;
 }

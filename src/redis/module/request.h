@@ -23,16 +23,22 @@ struct ModuleCheck {
   std::uint32_t key = 0;     // its state key: index into the call's keys
   // Its policy's block key (block_for > 0): index into the keys; -1: none.
   std::int32_t block_key = -1;
+  // Its usage record's key (op 7 with a record lifetime, op 8): index into the keys; -1:
+  // none.
+  std::int32_t record_key = -1;
   // redis::WireKind: 0 decide, 1 reserve, 2 refund, 3 penalty, 7 decide under an overage
+  // or with a usage record, 8 settle
   std::uint8_t op = 0;
   std::uint64_t cost = 0;
   Micros max_wait = 0;
-  Micros now = 0;  // caller-time mode: the group's now
+  Micros usage_ttl = 0;  // op 7: how long its usage record is kept (0: no record)
+  Micros now = 0;        // caller-time mode: the group's now
 };
 
 struct ModuleGroup {
   std::size_t begin = 0, end = 0;  // [begin, end) of ModuleRequest::checks
-  StoreOp op = StoreOp::kDecide;   // kDecide (ops 0, 1), kRefund or kPenalize
+  // kDecide (ops 0, 1, 7), kRefund (2), kPenalize (3) or kSettle (8)
+  StoreOp op = StoreOp::kDecide;
 };
 
 struct ModuleRequest {

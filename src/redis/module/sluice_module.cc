@@ -149,6 +149,110 @@ struct CallStorage {
   std::vector<ModuleWrite> writes;
 };
 
+constexpr const char* kWrongType =
+    "WRONGTYPE Operation against a key holding the wrong kind of value (sluice keys are "
+    "strings)";
+
+// One group of a call: its request, the keys' names (argv after numkeys), its clock.
+struct GroupCall {
+  RedisModuleCtx* ctx;
+  const ModuleRequest& req;
+  const ModuleGroup& group;
+  RedisModuleString** names;
+  Micros now;
+  long long now_ms;
+};
+
+// The key write `w` goes to (state key `state`, open as `open` or not).
+void WriteOne(const GroupCall& c, RedisModuleString* state, RedisModuleKey* open,
+              const ModuleWrite& w) {
+  const ModuleCheck& check = c.req.checks[w.check];
+  switch (w.to) {
+    case WriteTo::kBlock:
+      return Write(c.ctx, c.names[check.block_key], nullptr, w, c.now_ms);
+    case WriteTo::kRecord:
+      return Write(c.ctx, c.names[check.record_key], nullptr, w, c.now_ms);
+    case WriteTo::kState:
+      return Write(c.ctx, state, open, w, c.now_ms);
+  }
+}
+
+// Decides a group (not a settle): every key read, then decided (engine.h), then written.
+// Returns an error reply's text, or null.
+const char* DecideOneGroup(const GroupCall& c, GroupKeys& g, std::vector<ModuleWrite>& writes,
+                           std::vector<long long>& reply) {
+  const ModuleRequest& req = c.req;
+  const std::size_t n = c.group.end - c.group.begin;
+  RedisModuleString* keys[kMaxBatchChecks];
+  for (std::size_t i = 0; i < n; ++i) keys[i] = c.names[req.checks[c.group.begin + i].key];
+  const bool keep = !Repeats(keys, n);
+  g.n = n;
+  for (std::size_t i = 0; i < n; ++i) {
+    const int block = req.checks[c.group.begin + i].block_key;
+    g.blocks[i] = StoredValue{};
+    if (!ReadKey(c.ctx, keys[i], keep ? &g.keys[i] : nullptr, g.copies[i], &g.values[i]) ||
+        (block >= 0 && !ReadKey(c.ctx, c.names[block], nullptr, g.block_copies[i], &g.blocks[i]))) {
+      return kWrongType;
+    }
+  }
+  writes.clear();
+  DecideGroup(req, c.group, c.now, {g.values, n}, {g.blocks, n}, &writes, &reply);
+  for (const ModuleWrite& w : writes) {
+    const std::size_t i = w.check - c.group.begin;
+    WriteOne(c, keys[i], keep ? g.keys[i] : nullptr, w);
+  }
+  g.Close();
+  return nullptr;
+}
+
+// The reservation id of check `check`'s record key (the state key + ":u:" + id).
+std::string RecordId(const GroupCall& c, const ModuleCheck& check) {
+  std::size_t klen = 0, rlen = 0;
+  const char* k = api.StringPtrLen(c.names[check.key], &klen);
+  const char* r = api.StringPtrLen(c.names[check.record_key], &rlen);
+  const std::string_view key(k, klen), record(r, rlen);
+  if (record.size() > key.size() + 3 && record.starts_with(key) &&
+      record.substr(key.size(), 3) == ":u:") {
+    return std::string(record.substr(key.size() + 3));
+  }
+  return std::string(record);
+}
+
+// A group of settles (runner.lua's settle_group): every record found first (one unknown
+// or expired: the NOTFOUND error in `*error`, nothing settled), then each check settled
+// on its own, on what its keys hold after the checks before it. Returns an error reply's
+// text, or null.
+const char* SettleGroup(const GroupCall& c, std::vector<ModuleWrite>& writes,
+                        std::vector<long long>& reply, std::string* error) {
+  const ModuleRequest& req = c.req;
+  UsageRecord records[kMaxBatchChecks];
+  char copy[kMaxStateBytes];
+  for (std::size_t i = c.group.begin; i < c.group.end; ++i) {
+    const ModuleCheck& check = req.checks[i];
+    StoredValue v;
+    if (!ReadKey(c.ctx, c.names[check.record_key], nullptr, copy, &v)) return kWrongType;
+    if (!ReadUsageRecord(v, c.now, &records[i - c.group.begin])) {
+      *error = "NOTFOUND usage reservation '" + RecordId(c, check) +
+               "' is unknown or expired (nothing was settled)";
+      return error->c_str();
+    }
+  }
+  for (std::size_t i = c.group.begin; i < c.group.end; ++i) {
+    const ModuleCheck& check = req.checks[i];
+    char value_copy[kMaxStateBytes], block_copy[kMaxStateBytes];
+    StoredValue value, block;
+    if (!ReadKey(c.ctx, c.names[check.key], nullptr, value_copy, &value) ||
+        (check.block_key >= 0 &&
+         !ReadKey(c.ctx, c.names[check.block_key], nullptr, block_copy, &block))) {
+      return kWrongType;
+    }
+    writes.clear();
+    SettleCheck(req, i, c.now, records[i - c.group.begin], value, block, &writes, &reply);
+    for (const ModuleWrite& w : writes) WriteOne(c, c.names[check.key], nullptr, w);
+  }
+  return nullptr;
+}
+
 int Decide(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
   static CallStorage storage;
   const std::size_t nargs = argc > 1 ? static_cast<std::size_t>(argc - 1) : 0;
@@ -180,36 +284,17 @@ int Decide(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
   reply.clear();
   std::vector<ModuleWrite>& writes = storage.writes;
   GroupKeys g;
+  std::string settle_error;
   for (const ModuleGroup& group : req.groups) {
-    // Groups run one after the other, as the script's: a key of another type fails the
-    // call there, after the groups before it (a single group writes nothing then).
-    const std::size_t n = group.end - group.begin;
-    RedisModuleString* keys[kMaxBatchChecks];
-    for (std::size_t i = 0; i < n; ++i) keys[i] = names[req.checks[group.begin + i].key];
-    const bool keep = !Repeats(keys, n);
-    g.n = n;
-    for (std::size_t i = 0; i < n; ++i) {
-      const int block = req.checks[group.begin + i].block_key;
-      g.blocks[i] = StoredValue{};
-      if (!ReadKey(ctx, keys[i], keep ? &g.keys[i] : nullptr, g.copies[i], &g.values[i]) ||
-          (block >= 0 && !ReadKey(ctx, names[block], nullptr, g.block_copies[i], &g.blocks[i]))) {
-        return api.ReplyWithError(ctx,
-                                  "WRONGTYPE Operation against a key holding the wrong kind of "
-                                  "value (sluice keys are strings)");
-      }
-    }
-    writes.clear();
-    const Micros now = req.caller_time ? req.checks[group.begin].now : server_now;
-    DecideGroup(req, group, now, {g.values, n}, {g.blocks, n}, &writes, &reply);
-    for (const ModuleWrite& w : writes) {
-      const std::size_t i = w.check - group.begin;
-      if (w.block) {
-        Write(ctx, names[req.checks[w.check].block_key], nullptr, w, now_ms);
-      } else {
-        Write(ctx, keys[i], keep ? g.keys[i] : nullptr, w, now_ms);
-      }
-    }
-    g.Close();
+    // Groups run one after the other, as the script's: a key of another type (or a
+    // settle's unknown record) fails the call there, after the groups before it (a
+    // single group writes nothing then).
+    const GroupCall call{
+        ctx, req, group, names, req.caller_time ? req.checks[group.begin].now : server_now, now_ms};
+    const char* error = group.op == StoreOp::kSettle
+                            ? SettleGroup(call, writes, reply, &settle_error)
+                            : DecideOneGroup(call, g, writes, reply);
+    if (error != nullptr) return api.ReplyWithError(ctx, error);
   }
   api.ReplyWithArray(ctx, static_cast<long>(reply.size()));
   for (long long v : reply) api.ReplyWithLongLong(ctx, v);

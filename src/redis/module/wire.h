@@ -5,8 +5,8 @@
 //   SLUICE.DECIDE <numkeys> <key>... <version> <clock> <pad_ms> <P> <policy>... <check>...
 //
 // - keys: each check's state key, in order, followed by its block key (the state key +
-//   ":b") when its policy has a block_for (the module decides only algorithms whose
-//   state is one key);
+//   ":b") when its policy has a block_for, then its usage record's key (the state key +
+//   ":u:" + the reservation id) when it has one (the scripts' KEYS);
 // - version: kModuleWireVersion, or an older layout the module still reads (1: no
 //   block_for, no on_change; 2: no overage);
 // - clock: "" decides on the server's clock; "c" on the caller's (tests only): every
@@ -19,11 +19,16 @@
 //   drain; Policy::max_debt) when its overage is not reject;
 // - each check ONE argument "policy,op,cost,max_wait_us,last[,now_us]": policy indexes
 //   the list above from 0, op is redis::WireKind's number (0 decide, 1 decide with
-//   max_wait, 2 refund, 3 penalty, 7 decide under an overage), last is 1 on the last
-//   check of a group. A decision whose policy's overage is not reject and whose cost
-//   is not 0 is charged (up to core::OverageBound) when its group is denied.
+//   max_wait, 2 refund, 3 penalty, 7 decide under an overage or with a usage record:
+//   its fourth number is then the record's lifetime in us, 0 for none; 8 settle), last
+//   is 1 on the last check of a group. A decision whose policy's overage is not reject
+//   and whose cost is not 0 is charged (up to core::OverageBound) when its group is
+//   denied; a usage record (`<taken> <expires_us>`, "s" in front once settled) keeps
+//   what it took.
 // A group is decided and committed all or nothing, then the next one (as the Lua group
-// runner). The reply is the scripts' (redis/reply.cc, DecodeDecisions).
+// runner); a group of settles finds every record first (one unknown or expired: the
+// error NOTFOUND, and nothing is settled), then settles each check on its own. The
+// reply is the scripts' (redis/reply.cc, DecodeDecisions).
 #pragma once
 
 #include <cstddef>
@@ -39,9 +44,9 @@ inline constexpr long long kModuleWireVersion = 3;
 // before it was replaced sends it until it reconnects).
 inline constexpr long long kModuleOldestWireVersion = 1;
 // Bounds the parser enforces: 256 groups of at most 16 checks (a coalesced call); a
-// check with a block has two keys.
+// check has up to three keys.
 inline constexpr std::size_t kModuleMaxChecks = 4096;
-inline constexpr std::size_t kModuleMaxKeys = 2 * kModuleMaxChecks;
+inline constexpr std::size_t kModuleMaxKeys = 3 * kModuleMaxChecks;
 inline constexpr std::size_t kModuleMaxPolicies = 4096;
 
 }  // namespace sluice::redis
