@@ -30,8 +30,8 @@ std::string Joined(const long long* v, std::size_t n) {
 
 bool ModuleDecides(const StoreCheck& c, WireKind k) {
   const Algorithm a = c.policy->algorithm;
-  return a != Algorithm::kSlidingWindowLog && a != Algorithm::kConcurrency &&
-         c.policy->overage == Overage::kReject && c.usage_id.empty() &&
+  return a != Algorithm::kConcurrency && c.policy->overage == Overage::kReject &&
+         c.usage_id.empty() &&
          (k == WireKind::kDecide || k == WireKind::kReserve || k == WireKind::kRefund ||
           k == WireKind::kForce);
 }

@@ -73,13 +73,16 @@ std::shared_ptr<RedisStore> Open(const std::string& url, bool caller_time = true
 }
 
 Policy RandomPolicy(std::mt19937_64& rng, int index) {
-  static const Algorithm kAlgorithms[] = {Algorithm::kFixedWindow, Algorithm::kSlidingWindowCounter,
-                                          Algorithm::kTokenBucket, Algorithm::kGcra};
+  // (the sliding log with limits above its inline form's 8 entries too: its sorted set,
+  // the spill into it, and the denials that search it)
+  static const Algorithm kAlgorithms[] = {Algorithm::kFixedWindow, Algorithm::kSlidingWindowLog,
+                                          Algorithm::kSlidingWindowCounter, Algorithm::kTokenBucket,
+                                          Algorithm::kGcra};
   static const Micros kWindows[] = {1'000, 7'000, 250'000, 1'000'000, 60'000'000, 3'600'000'000};
   static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 17, 100, 1000};
   Policy p;
   p.name = "p" + std::to_string(index);
-  p.algorithm = kAlgorithms[rng() % 4];
+  p.algorithm = kAlgorithms[rng() % std::size(kAlgorithms)];
   p.limit = kLimits[rng() % std::size(kLimits)];
   p.window = kWindows[rng() % std::size(kWindows)];
   if (p.algorithm == Algorithm::kTokenBucket || p.algorithm == Algorithm::kGcra) {
@@ -91,8 +94,10 @@ Policy RandomPolicy(std::mt19937_64& rng, int index) {
   // A third with a block (its own key, state key + ":b"): a denial or a penalty over the
   // limit blocks the key for one to three windows.
   if (rng() % 3 == 0) p.block_for = p.window * static_cast<Micros>(1 + rng() % 3);
-  // A third with on_change (its states recorded with its parameters).
-  if (rng() % 3 == 0) p.on_change = rng() % 2 ? OnChange::kReset : OnChange::kProportional;
+  // A third with on_change (its states recorded with its parameters; not the log's).
+  if (rng() % 3 == 0 && p.algorithm != Algorithm::kSlidingWindowLog) {
+    p.on_change = rng() % 2 ? OnChange::kReset : OnChange::kProportional;
+  }
   EXPECT_TRUE(ValidatePolicy(p).ok());
   return p;
 }
@@ -114,6 +119,7 @@ std::vector<Policy> Versions(std::mt19937_64& rng, const Policy& base) {
       v.burst = v.limit + rng() % (2 * v.limit + 1);
     }
     v.on_change = kModes[rng() % std::size(kModes)];
+    if (v.algorithm == Algorithm::kSlidingWindowLog) v.on_change = OnChange::kAsIs;
     EXPECT_TRUE(ValidatePolicy(v).ok());
     out.push_back(v);
   }
@@ -655,9 +661,8 @@ TEST_P(ModuleStore, CallsOfEveryAlgorithmShareOneCommand) {
 }
 
 // Exactness under concurrency with the module (many_processes.h): 4 processes x 8
-// threads on one key per algorithm never get more than each algorithm allows. The four
-// O(1) algorithms are decided by the module (its calls counted), the sliding log by the
-// scripts (the module does not decide it).
+// threads on one key per algorithm never get more than each algorithm allows, every
+// algorithm but concurrency decided by the module (its calls counted).
 TEST_P(ModuleStore, ManyProcessesAndThreadsNeverExceedTheLimit) {
   auto server = StartWithModule();
   ASSERT_TRUE(server.ok()) << server.status().ToString();
@@ -734,7 +739,9 @@ TEST_P(ModuleCommand, RejectsMalformedArgumentsAndDeclaresKeys) {
       {"SLUICE.DECIDE"},
       {"SLUICE.DECIDE", "x"},
       {"SLUICE.DECIDE", "2", "k"},
-      {"SLUICE.DECIDE", "1", "k", "3", "", "0", "1", "0,10,1000000,10,-1", "0,0,1,0,1"},
+      {"SLUICE.DECIDE", "1", "k", "4", "", "0", "1", "0,10,1000000,10,-1", "0,0,1,0,1"},
+      // a sliding log (layout 3) without its ":log" key
+      {"SLUICE.DECIDE", "1", "k", "3", "", "0", "1", "1,10,1000000,10,-1", "0,0,1,0,1"},
       {"SLUICE.DECIDE", "1", "k", "2", "", "0", "1", "0,10,1000000,10,-1,5000", "0,0,1,0,1"},
       {"SLUICE.DECIDE", "1", "k", "1", "", "0", "1", "1,10,1000000,10,-1", "0,0,1,0,1"},
       {"SLUICE.DECIDE", "1", "k", "1", "", "0", "1", "0,10,1000000,10,-1", "0,0,11,0,1"},
@@ -1015,7 +1022,14 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
       {{"1", "k", "1", "", "0", "1", "0,1,1000,1,-1", "0,0,9223372036854775808,0,1"},
        "check 0 is not 5"},
       {{"1", "k", "1", "", "0", "1", "0,1,1000,1,-1", "0,0,-,0,1"}, "check 0 is not 5"},
-      {{"1", "k", "3", "", "0", "1", "0,1,1000,1,-1", "0,0,1,0,1"}, "layout version must be 1-2"},
+      {{"1", "k", "4", "", "0", "1", "0,1,1000,1,-1", "0,0,1,0,1"}, "layout version must be 1-3"},
+      // The sliding log (layout 3): not before it, and with its ":log" key after its own.
+      {{"2", "k", "k:log", "2", "", "0", "1", "1,5,1000,5,-1", "0,0,1,0,1"}, "1 from layout 3"},
+      {{"1", "k", "3", "", "0", "1", "1,5,1000,5,-1", "0,0,1,0,1"}, "leaves it no key"},
+      {{"2", "k", "k:log", "3", "", "0", "1", "1,5,1000,5,-1,5000", "0,0,1,0,1"},
+       "leaves it no key"},
+      {{"2", "k", "k:log", "3", "", "0", "1", "1,5,1000,6,-1", "0,0,1,0,1"},
+       "capacity is its limit"},
       // A block (layout 2): the policy's sixth number, and a second key for its checks.
       {{"2", "k", "k:b", "1", "", "0", "1", "0,1,1000,1,-1,5000", "0,0,1,0,1"},
        "policy 0 is not 5 comma-separated"},
@@ -1059,6 +1073,27 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
   EXPECT_EQ(r.checks[0].block_key, 1);
   EXPECT_EQ(r.checks[1].key, 2u);
   EXPECT_EQ(r.checks[1].block_key, -1);
+  // Layout 3: a sliding log's check has its state key, its ":log" key, then its block key.
+  const std::vector<std::string_view> logs = {"4",
+                                              "a",
+                                              "a:log",
+                                              "a:b",
+                                              "c",
+                                              "3",
+                                              "",
+                                              "0",
+                                              "2",
+                                              "1,5,1000000,5,-1,60000000",
+                                              "0,5,1000000,5,-1",
+                                              "0,0,1,0,0",
+                                              "1,0,1,0,1"};
+  ASSERT_TRUE(redis_module::ParseModuleRequest(logs, &r, &error)) << error;
+  ASSERT_EQ(r.checks.size(), 2u);
+  EXPECT_EQ(r.checks[0].key, 0u);
+  EXPECT_EQ(r.checks[0].log_key, 1);
+  EXPECT_EQ(r.checks[0].block_key, 2);
+  EXPECT_EQ(r.checks[1].key, 3u);
+  EXPECT_EQ(r.checks[1].log_key, -1);
   // ... and on_change after a block_for (0: none).
   const std::vector<std::string_view> carry = {
       "1", "k", "2", "", "0", "1", "0,5,1000000,5,-1,0,2", "0,0,1,0,1"};

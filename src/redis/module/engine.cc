@@ -6,17 +6,18 @@
 #include <charconv>
 
 #include "core/algorithm_ops.h"
+#include "redis/module/sliding_log.h"
 #include "redis/module/state.h"
 
 namespace sluice::redis_module {
-namespace {
 
-// prelude.lua's ttl_ms: until `expires`, at least 1 ms, plus the caller-time pad.
 long long TtlMs(Micros expires, Micros now, long long pad_ms) {
   const Micros left = expires - now;
   const long long ms = left <= 0 ? 0 : (left + 999) / 1000;
   return std::max<long long>(ms, 1) + pad_ms;
 }
+
+namespace {
 
 // The scripts' reply for one decision (redis/reply.cc, DecodeDecisions): one odd
 // integer for an allowed decision with nothing to wait when it is below 2^53, else four.
@@ -131,18 +132,34 @@ void Emit(const Policy& p, const core::WordState& s, Micros expires, Layout layo
 
 void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
                  std::span<const StoredValue> values, std::span<const StoredValue> blocks,
-                 std::vector<ModuleWrite>* writes, std::vector<long long>* reply) {
+                 LogCommands& logs, std::vector<ModuleWrite>* writes,
+                 std::vector<long long>* reply) {
   // (per thread, made once: a group of one check then initialises one entry, not 16)
   thread_local ReadState read[kMaxBatchChecks];
   thread_local bool allowed[kMaxBatchChecks];
   thread_local core::WordState next[kMaxBatchChecks];
   thread_local Micros expires[kMaxBatchChecks];
+  thread_local SlidingLogState log_state[kMaxBatchChecks];
   bool all = true, consumes = false;
   const std::size_t n = g.end - g.begin;
   for (std::size_t i = 0; i < n; ++i) {
     allowed[i] = false;
     const ModuleCheck& c = r.checks[g.begin + i];
     const Policy& p = r.policies[c.policy];
+    if (p.algorithm == Algorithm::kSlidingWindowLog) {  // two keys, its own state
+      Decision d;
+      const LogCheck lc{p, c, g.begin + i, now, r.pad_ms, logs, log_state[i], writes};
+      if (!SlidingLogFirst(lc, values[i], &d)) continue;  // a refund: no reply
+      if (p.block_for > 0) ApplyBlock(p, c, g.begin + i, blocks[i], now, r.pad_ms, &d, writes);
+      if (c.op == 3) {
+        AppendPenalty(d, p.Capacity(), reply);
+        continue;
+      }
+      AppendDecision(d, p.Capacity(), reply);
+      all = all && d.allowed;
+      consumes = consumes || c.cost > 0;
+      continue;
+    }
     const core::WordOps& ops = *core::WordOpsOf(p.algorithm);
     const std::size_t at = g.begin + i;
     ReadState& s = read[i];
@@ -182,6 +199,11 @@ void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
   for (std::size_t i = 0; i < n; ++i) {
     const ModuleCheck& c = r.checks[g.begin + i];
     const Policy& p = r.policies[c.policy];
+    if (p.algorithm == Algorithm::kSlidingWindowLog) {
+      SlidingLogLast({p, c, g.begin + i, now, r.pad_ms, logs, log_state[i], writes},
+                     all && consumes);
+      continue;
+    }
     if (c.cost == 0) continue;
     if (all && consumes) {
       Emit(p, next[i], expires[i], DecisionLayout(p, read[i], now, r.pad_ms), g.begin + i, now,

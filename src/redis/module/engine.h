@@ -23,9 +23,10 @@ struct StoredValue {
   std::string_view bytes;  // a string's bytes (valid during DecideGroup)
 };
 
-// A state's bytes (the longest layout has 57), inline: no allocation per write.
+// A state's bytes (the longest layout is a sliding log's inline form, 153), inline: no
+// allocation per write.
 struct StateBytes {
-  char data[64];
+  char data[160];
   std::uint8_t size = 0;
   std::string_view view() const { return {data, size}; }
 };
@@ -40,13 +41,21 @@ struct ModuleWrite {
   bool block = false;  // to the check's block key (its block's end), not its state key
 };
 
+class LogCommands;  // sliding_log.h
+
+// prelude.lua's ttl_ms: until `expires`, at least 1 ms, plus the caller-time pad.
+long long TtlMs(Micros expires, Micros now, long long pad_ms);
+
 // Decides group `g` of `r` at `now` on `values` (one per check of the group, in order)
 // and `blocks` (what each check's block key holds; not present for a check without
 // one): all or nothing as the Lua group runner (a refund and a penalty apply per
 // check; a block starts at once, as penalties.lua's apply_block writes it). Appends the
-// writes, in order, and the reply's integers (redis/reply.cc's encoding).
+// writes, in order, and the reply's integers (redis/reply.cc's encoding). A sliding
+// log's sorted set is read and written through `logs` as its check is decided
+// (sliding_log.h).
 void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
                  std::span<const StoredValue> values, std::span<const StoredValue> blocks,
-                 std::vector<ModuleWrite>* writes, std::vector<long long>* reply);
+                 LogCommands& logs, std::vector<ModuleWrite>* writes,
+                 std::vector<long long>* reply);
 
 }  // namespace sluice::redis_module

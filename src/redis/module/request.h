@@ -23,6 +23,8 @@ struct ModuleCheck {
   std::uint32_t key = 0;     // its state key: index into the call's keys
   // Its policy's block key (block_for > 0): index into the keys; -1: none.
   std::int32_t block_key = -1;
+  // A sliding window log's sorted set (its ":log" key): index into the keys; -1: none.
+  std::int32_t log_key = -1;
   std::uint8_t op = 0;  // redis::WireKind: 0 decide, 1 reserve, 2 refund, 3 penalty
   std::uint64_t cost = 0;
   Micros max_wait = 0;

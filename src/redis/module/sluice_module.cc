@@ -6,8 +6,12 @@
 // at a time) on the server's clock, through engine.h, and writes the states the Lua
 // scripts write, each with a TTL. It replicates its EFFECTS: each write goes to the
 // replicas and the AOF as `SET key value PXAT <ms>`, so a replica never decides on
-// its own clock. Its keys are declared (getkeys-api), so Redis Cluster routes the
-// command and refuses a cross-slot one, as it does for scripts.
+// its own clock; a sliding log's sorted set is written with the script's own commands
+// (RedisModule_Call with "!": replicated as the script's effects are, PEXPIRE as
+// PEXPIREAT), in order with those SETs (Redis 7 and Valkey 8 propagate both, in the
+// order they are made, as one transaction at the command's end). Its keys are
+// declared (getkeys-api), so Redis Cluster routes the command and refuses a cross-slot
+// one, as it does for scripts.
 #include <sys/time.h>
 
 #include <charconv>
@@ -19,6 +23,7 @@
 
 #include "redis/module/engine.h"
 #include "redis/module/module_api.h"
+#include "redis/module/sliding_log.h"
 #include "redis/module/wire.h"
 
 namespace sluice::redis_module {
@@ -27,9 +32,10 @@ ModuleApi api;
 
 namespace {
 
-// A stored value longer than this is not a state any layout has (the longest is 57
-// bytes): it is read as a foreign value, without copying it.
-constexpr std::size_t kMaxStateBytes = 128;
+// A stored value longer than this is not a state any layout has (the longest is a
+// sliding log's inline form, 153 bytes): it is read as a foreign value, without copying
+// it.
+constexpr std::size_t kMaxStateBytes = sizeof(StateBytes::data);
 constexpr std::string_view kForeign = "\xff";
 
 template <typename F>
@@ -66,10 +72,10 @@ struct GroupKeys {
 };
 
 // True when a key of `names` comes twice: two handles on one key are not safe (a read
-// may replace the value the other handle points to), so such a group opens each key
-// for each access instead.
+// may replace the value the other handle points to, a sliding log's command delete
+// it), so such a group opens each key for each access instead.
 bool Repeats(RedisModuleString** names, std::size_t n) {
-  std::string_view seen[kMaxBatchChecks];
+  std::string_view seen[2 * kMaxBatchChecks];
   for (std::size_t i = 0; i < n; ++i) {
     std::size_t len = 0;
     const char* p = api.StringPtrLen(names[i], &len);
@@ -140,6 +146,61 @@ void Write(RedisModuleCtx* ctx, RedisModuleString* name, RedisModuleKey* key, co
   }
 }
 
+// The sliding logs' sorted sets (sliding_log.h) through RedisModule_Call: the script's
+// own commands on the call's keys, writes replicated ("!"). The first failure (a key of
+// another type, or a log that is not sluice's) fails the call: nothing more runs.
+class RedisLogs final : public LogCommands {
+ public:
+  RedisLogs(RedisModuleCtx* ctx, RedisModuleString** names) : ctx_(ctx), names_(names) {}
+
+  bool Run(const char* command, std::uint32_t key, std::span<const std::string_view> args,
+           bool write, LogReply* out) override {
+    out->integer = 0;
+    out->items.clear();
+    if (!error_.empty()) return false;
+    // (at most a spill's ZADD: the key, then a score and a member per entry)
+    RedisModuleString* argv[2 * (kLogInline + 1) + 1];
+    if (args.size() + 1 > std::size(argv)) {
+      Fail(std::string(command) + " with too many arguments");
+      return false;
+    }
+    argv[0] = names_[key];
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      argv[i + 1] = api.CreateString(ctx_, args[i].data(), args[i].size());
+    }
+    RedisModuleCallReply* r = api.Call(ctx_, command, write ? "!v" : "v", argv, args.size() + 1);
+    for (std::size_t i = 0; i < args.size(); ++i) api.FreeString(ctx_, argv[i + 1]);
+    const int type = r != nullptr ? api.CallReplyType(r) : -1;
+    if (type == kReplyInteger) {
+      out->integer = api.CallReplyInteger(r);
+    } else if (type == kReplyArray) {
+      const std::size_t n = api.CallReplyLength(r);
+      for (std::size_t i = 0; i < n; ++i) {
+        std::size_t len = 0;
+        const char* p = api.CallReplyStringPtr(api.CallReplyArrayElement(r, i), &len);
+        out->items.emplace_back(p != nullptr ? p : "", p != nullptr ? len : 0);
+      }
+    } else if (type != kReplyNull && type != kReplyString) {
+      // (WRONGTYPE: a ":log" key that holds no sorted set, as a script's call fails)
+      std::size_t len = 0;
+      const char* p = r != nullptr ? api.CallReplyStringPtr(r, &len) : nullptr;
+      Fail(std::string(command) +
+           " failed: " + (p != nullptr ? std::string(p, len) : std::string("no reply")));
+    }
+    if (r != nullptr) api.FreeCallReply(r);
+    return error_.empty();
+  }
+  void Fail(std::string why) override {
+    if (error_.empty()) error_ = std::move(why);
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  RedisModuleCtx* ctx_;
+  RedisModuleString** names_;
+  std::string error_;
+};
+
 // A call's working storage, kept from one call to the next (Redis runs one command at a
 // time, on one thread): a call allocates nothing once the sizes it needs have been seen.
 struct CallStorage {
@@ -184,9 +245,15 @@ int Decide(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
     // Groups run one after the other, as the script's: a key of another type fails the
     // call there, after the groups before it (a single group writes nothing then).
     const std::size_t n = group.end - group.begin;
-    RedisModuleString* keys[kMaxBatchChecks];
-    for (std::size_t i = 0; i < n; ++i) keys[i] = names[req.checks[group.begin + i].key];
-    const bool keep = !Repeats(keys, n);
+    // (the state keys, then the sliding logs' sorted sets: none may be another's)
+    RedisModuleString* keys[2 * kMaxBatchChecks];
+    std::size_t m = n;
+    for (std::size_t i = 0; i < n; ++i) {
+      const ModuleCheck& c = req.checks[group.begin + i];
+      keys[i] = names[c.key];
+      if (c.log_key >= 0) keys[m++] = names[c.log_key];
+    }
+    const bool keep = !Repeats(keys, m);
     g.n = n;
     for (std::size_t i = 0; i < n; ++i) {
       const int block = req.checks[group.begin + i].block_key;
@@ -200,7 +267,10 @@ int Decide(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
     }
     writes.clear();
     const Micros now = req.caller_time ? req.checks[group.begin].now : server_now;
-    DecideGroup(req, group, now, {g.values, n}, {g.blocks, n}, &writes, &reply);
+    RedisLogs logs(ctx, names);
+    DecideGroup(req, group, now, {g.values, n}, {g.blocks, n}, logs, &writes, &reply);
+    if (!logs.error().empty())
+      return api.ReplyWithError(ctx, ("ERR sluice: " + logs.error()).c_str());
     for (const ModuleWrite& w : writes) {
       const std::size_t i = w.check - group.begin;
       if (w.block) {
@@ -253,7 +323,14 @@ int ModuleApiInit(RedisModuleCtx* ctx, const char* name, int version) {
                   Resolve("RedisModule_Replicate", &api.Replicate) &&
                   Resolve("RedisModule_CreateString", &api.CreateString) &&
                   Resolve("RedisModule_FreeString", &api.FreeString) &&
-                  Resolve("RedisModule_Milliseconds", &api.Milliseconds);
+                  Resolve("RedisModule_Milliseconds", &api.Milliseconds) &&
+                  Resolve("RedisModule_Call", &api.Call) &&
+                  Resolve("RedisModule_CallReplyType", &api.CallReplyType) &&
+                  Resolve("RedisModule_CallReplyLength", &api.CallReplyLength) &&
+                  Resolve("RedisModule_CallReplyArrayElement", &api.CallReplyArrayElement) &&
+                  Resolve("RedisModule_CallReplyStringPtr", &api.CallReplyStringPtr) &&
+                  Resolve("RedisModule_CallReplyInteger", &api.CallReplyInteger) &&
+                  Resolve("RedisModule_FreeCallReply", &api.FreeCallReply);
   if (!ok) return kErr;
   if (!Resolve("RedisModule_Microseconds", &api.Microseconds)) api.Microseconds = nullptr;
   if (Resolve("RedisModule_IsModuleNameBusy", &api.IsModuleNameBusy) &&

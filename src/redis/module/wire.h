@@ -4,18 +4,19 @@
 //
 //   SLUICE.DECIDE <numkeys> <key>... <version> <clock> <pad_ms> <P> <policy>... <check>...
 //
-// - keys: each check's state key, in order, followed by its block key (the state key +
-//   ":b") when its policy has a block_for (the module decides only algorithms whose
-//   state is one key);
+// - keys: each check's state key, in order, followed (layout 3) by its sorted set (the
+//   state key + ":log") when it is a sliding window log's, then by its block key (the
+//   state key + ":b") when its policy has a block_for: the scripts' KEYS order;
 // - version: kModuleWireVersion, or an older layout the module still reads (1: no
-//   block_for, no on_change);
+//   block_for, no on_change; 2: no sliding window log, algorithm 1);
 // - clock: "" decides on the server's clock; "c" on the caller's (tests only): every
 //   check then ends with its group's now (us);
 // - pad_ms: extra TTL in ms (caller-time mode: Redis expires keys on its own clock);
 // - P policies, each ONE argument "algorithm,limit,window_us,capacity,initial_tokens"
 //   (initial -1: a bucket that starts full), then ",block_for_us" when it has one, or
 //   ",block_for_us,on_change" (0 or the block; 1 reset, 2 proportional) when it has an
-//   on_change;
+//   on_change; algorithm is 0, 2, 3 or 4, or from layout 3 on 1 (the sliding window log,
+//   whose on_change the scripts ignore, and so does the module);
 // - each check ONE argument "policy,op,cost,max_wait_us,last[,now_us]": policy indexes
 //   the list above from 0, op is redis::WireKind's number (0 decide, 1 decide with
 //   max_wait, 2 refund, 3 penalty), last is 1 on the last check of a group.
@@ -31,14 +32,14 @@ inline constexpr const char* kModuleCommand = "SLUICE.DECIDE";
 // Answers kModuleWireVersion: the handshake's probe (a server without the module, or a
 // module of another layout, is decided with Lua).
 inline constexpr const char* kModuleVersionCommand = "SLUICE.VERSION";
-inline constexpr long long kModuleWireVersion = 2;
+inline constexpr long long kModuleWireVersion = 3;
 // The oldest layout the module still reads (a client that probed an older module
 // before it was replaced sends it until it reconnects).
 inline constexpr long long kModuleOldestWireVersion = 1;
 // Bounds the parser enforces: 256 groups of at most 16 checks (a coalesced call); a
-// check with a block has two keys.
+// check has up to three keys (a sliding log's with a block).
 inline constexpr std::size_t kModuleMaxChecks = 4096;
-inline constexpr std::size_t kModuleMaxKeys = 2 * kModuleMaxChecks;
+inline constexpr std::size_t kModuleMaxKeys = 3 * kModuleMaxChecks;
 inline constexpr std::size_t kModuleMaxPolicies = 4096;
 
 }  // namespace sluice::redis
