@@ -216,6 +216,25 @@ void ExpectEveryKeyHasTtl(const RedisServer& server) {
   }
 }
 
+// What `key` holds, whatever its type (a sliding log's ":log" key is a sorted set: its
+// members and scores in order), with the type first ("none" when there is no key).
+std::string Contents(const RedisServer& server, const std::string& key) {
+  auto type = server.Command({"TYPE", key});
+  EXPECT_TRUE(type.ok());
+  if (!type.ok()) return "";
+  std::string out = type->str;
+  if (type->str == "zset") {
+    auto z = server.Command({"ZRANGE", key, "0", "-1", "WITHSCORES"});
+    EXPECT_TRUE(z.ok());
+    for (const redis::Reply& e : z.ok() ? z->elements : std::vector<redis::Reply>{}) {
+      out += "|" + e.str;
+    }
+  } else if (type->str == "string") {
+    out += "|" + server.Command({"GET", key})->str;
+  }
+  return out;
+}
+
 // Waits until `replica` has applied everything `primary` has written so far (WAIT would
 // count only the writes of its own connection).
 void WaitReplicated(const RedisServer& primary, const RedisServer& replica) {
@@ -253,25 +272,52 @@ INSTANTIATE_TEST_SUITE_P(Servers, ModuleDifferential, kEveryServer, ServerName);
 INSTANTIATE_TEST_SUITE_P(Servers, ModulePenalty, kEveryServer, ServerName);
 INSTANTIATE_TEST_SUITE_P(Servers, ModuleKeyspace, kEveryServer, ServerName);
 
+// Sliding logs whose keys outgrow the inline form within a window: limits above its 8
+// entries, windows of a minute or an hour; a third with a block.
+Policy RandomSlidingLog(std::mt19937_64& rng, int index) {
+  static const std::uint64_t kLimits[] = {9, 10, 17, 100};
+  Policy p;
+  p.name = "log" + std::to_string(index);
+  p.algorithm = Algorithm::kSlidingWindowLog;
+  p.limit = kLimits[rng() % std::size(kLimits)];
+  p.window = rng() % 2 ? 60'000'000 : 3'600'000'000;
+  if (rng() % 3 == 0) p.block_for = p.window * static_cast<Micros>(1 + rng() % 3);
+  EXPECT_TRUE(ValidatePolicy(p).ok());
+  return p;
+}
+
+// Which policies ExpectRandomSequencesAsLua draws.
+enum class Mix {
+  kRandom,       // four RandomPolicy, the clock wide (idle gaps, a little back)
+  kVersions,     // four versions of one policy sharing their keys (Versions), so that
+                 // states recorded under one are read under another (carry-over)
+  kSlidingLogs,  // four RandomSlidingLog, the clock narrow (each key's requests in a window)
+};
+
 // The same random sequences through the Lua scripts (module=off) and through the
-// module, on keys of their own in one server: identical decisions, field by field.
-// `versions`: the four policies are versions of one (Versions), sharing their keys, so
-// that states recorded under one are read under another (carry-over).
-void ExpectRandomSequencesAsLua(RedisStore& lua, RedisStore& mod, const RedisServer& server,
-                                bool versions) {
+// module, on keys of their own in one server: identical decisions, field by field, and
+// each sliding log's state and sorted set the same bytes. Returns how many of those
+// logs the module moved into their sorted set.
+int ExpectRandomSequencesAsLua(RedisStore& lua, RedisStore& mod, const RedisServer& server,
+                               Mix mix) {
+  const bool versions = mix == Mix::kVersions;
   std::vector<std::string> lk, mk;
+  int sorted_sets = 0;
   for (std::uint64_t seed = 1; seed <= 12; ++seed) {
     std::mt19937_64 rng(seed);
     std::vector<Policy> policies;
     if (versions) {
       policies = Versions(rng, RandomPolicy(rng, 0));
     } else {
-      for (int i = 0; i < 4; ++i) policies.push_back(RandomPolicy(rng, i));
+      for (int i = 0; i < 4; ++i) {
+        policies.push_back(mix == Mix::kSlidingLogs ? RandomSlidingLog(rng, i)
+                                                    : RandomPolicy(rng, i));
+      }
     }
     Micros now = 1'785'000'000'000'000 + static_cast<Micros>(rng() % 1'000'000'000);
     const std::string tag = "s" + std::to_string(seed) + ":";
     for (int step = 0; step < 250; ++step) {
-      Step s = RandomStep(rng, policies, &now, /*wide=*/true);
+      Step s = RandomStep(rng, policies, &now, /*wide=*/mix != Mix::kSlidingLogs);
       if (versions) {
         // one key space: "k<n>" whichever version decides (the keys stay distinct)
         for (int& k : s.keys) k %= 100;
@@ -281,30 +327,55 @@ void ExpectRandomSequencesAsLua(RedisStore& lua, RedisStore& mod, const RedisSer
       Decision da[kMaxBatchChecks], db[kMaxBatchChecks];
       const Status sa = RunOn(lua, s.op, a, s.now, da);
       const Status sb = RunOn(mod, s.op, b, s.now, db);
-      ASSERT_TRUE(sa.ok() && sb.ok()) << sa.ToString() << " / " << sb.ToString();
+      EXPECT_TRUE(sa.ok() && sb.ok()) << sa.ToString() << " / " << sb.ToString();
+      if (!sa.ok() || !sb.ok()) return sorted_sets;
       if (s.op == StoreOp::kRefund) continue;
       for (std::size_t i = 0; i < a.size(); ++i) {
-        ASSERT_TRUE(Same(da[i], db[i]))
+        EXPECT_TRUE(Same(da[i], db[i]))
             << "seed " << seed << " step " << step << " op " << static_cast<int>(s.op) << " check "
             << i << " " << AlgorithmName(a[i].policy->algorithm) << " cost=" << a[i].cost
             << " on_change=" << static_cast<int>(a[i].policy->on_change)
             << "\n  lua:    " << Describe(da[i]) << "\n  module: " << Describe(db[i]);
+        if (!Same(da[i], db[i])) return sorted_sets;
+      }
+    }
+    // Each sliding log's state and sorted set: the scripts' bytes (one key space for the
+    // versions: each key once).
+    for (std::size_t pi = 0; pi < (versions ? 1 : policies.size()); ++pi) {
+      if (policies[pi].algorithm != Algorithm::kSlidingWindowLog) continue;
+      for (std::size_t k = 0; k < 6; ++k) {
+        const std::string name = "k" + std::to_string(versions ? k : pi * 100 + k);
+        for (const std::string suffix : {"", ":log"}) {
+          const std::string a = Contents(server, "lua:" + tag + name + suffix);
+          const std::string b = Contents(server, "mod:" + tag + name + suffix);
+          EXPECT_EQ(a, b) << "seed " << seed << " key " << name << suffix;
+          if (b.starts_with("zset")) ++sorted_sets;
+        }
       }
     }
   }
   // The module decided the second store's calls, the scripts only the first's.
   EXPECT_GT(server.CommandCalls("sluice.decide"), 0);
   ExpectEveryKeyHasTtl(server);
+  return sorted_sets;
 }
 
 TEST_P(ModuleDifferential, RandomSequencesMatchLua) {
-  ExpectRandomSequencesAsLua(*lua, *mod, *server, /*versions=*/false);
+  ExpectRandomSequencesAsLua(*lua, *mod, *server, Mix::kRandom);
 }
 
 // The same with four versions of one policy on one key space: states recorded under one
 // version, read under another per its on_change (reset, proportional, as it is).
 TEST_P(ModuleDifferential, CarryOverBetweenVersionsMatchesLua) {
-  ExpectRandomSequencesAsLua(*lua, *mod, *server, /*versions=*/true);
+  ExpectRandomSequencesAsLua(*lua, *mod, *server, Mix::kVersions);
+}
+
+// Sliding logs past their inline form: the spill into the sorted set, its trims,
+// refunds and penalties on both forms, blocks, and denials whose retry time is searched
+// in the set, as the scripts do them.
+TEST_P(ModuleDifferential, SlidingLogsPastTheInlineFormMatchLua) {
+  EXPECT_GT(ExpectRandomSequencesAsLua(*lua, *mod, *server, Mix::kSlidingLogs), 10)
+      << "too few sliding logs outgrew their inline form";
 }
 
 // Every algorithm at the edges of what ValidatePolicy accepts, every operation and cost,
