@@ -408,6 +408,61 @@ TEST_P(ModuleDifferential, EdgePoliciesMatchLua) {
   EXPECT_GT(server->CommandCalls("sluice.decide"), 0);
 }
 
+// A sorted set of the older member layout ("<count>:<cost>", before the running sums)
+// is read as the scripts read it: a denial's retry time by their walk (past its first
+// page of 64 entries), a partial refund keeping the older member's count, new entries
+// appended after the older ones; decisions and bytes as the scripts'.
+TEST_P(ModuleDifferential, OlderLogMembersAreReadAsTheScriptsReadThem) {
+  const Policy p = Policy::SlidingWindowLog("old", 150, std::chrono::hours(1));
+  const Micros t0 = 1'785'000'000'000'000;
+  for (const std::string prefix : {"lua:old", "mod:old"}) {
+    // 99 entries of 1 and a newest of 5: used 104, the older layout's count 100
+    std::vector<std::string> zadd = {"ZADD", prefix + ":log"};
+    for (int i = 1; i <= 100; ++i) {
+      zadd.push_back(std::to_string(t0 - (100 - i) * 1'000));
+      zadd.push_back(std::to_string(i) + ":" + (i == 100 ? "5" : "1"));
+    }
+    ASSERT_TRUE(server->Command(zadd).ok());
+    ASSERT_TRUE(server->Command({"PEXPIRE", prefix + ":log", "7200000"}).ok());
+    const std::string state =
+        "1 " + std::to_string(t0 + p.window) + " " + std::to_string(t0) + " 104 100";
+    ASSERT_TRUE(server->Command({"SET", prefix, state, "PX", "7200000"}).ok());
+  }
+  const long long before = server->CommandCalls("sluice.decide");
+  struct Step {
+    StoreOp op;
+    std::uint64_t cost;
+  } steps[] = {
+      {StoreOp::kDecide, 60},     // denied: the walk's first page
+      {StoreOp::kDecide, 120},    // denied: its second page
+      {StoreOp::kRefund, 2},      // "100:5" becomes "100:3"
+      {StoreOp::kDecide, 1},      // a member of the current layout after the older ones
+      {StoreOp::kDecide, 100},    // denied: the walk (the oldest member is older)
+      {StoreOp::kPenalize, 150},  // bounded at 300 units
+      {StoreOp::kRefund, 150},   {StoreOp::kDecide, 0},
+  };
+  Micros now = t0;
+  for (const Step& st : steps) {
+    now += 1'000;
+    const StoreCheck a{.policy = &p, .key = "lua:old", .cost = st.cost};
+    const StoreCheck b{.policy = &p, .key = "mod:old", .cost = st.cost};
+    Decision da, db;
+    ASSERT_TRUE(RunOn(*lua, st.op, {&a, 1}, now, &da).ok());
+    ASSERT_TRUE(RunOn(*mod, st.op, {&b, 1}, now, &db).ok());
+    const std::string where =
+        "op " + std::to_string(static_cast<int>(st.op)) + " cost " + std::to_string(st.cost);
+    if (st.op != StoreOp::kRefund) {
+      EXPECT_TRUE(Same(da, db)) << where << "\n  lua:    " << Describe(da)
+                                << "\n  module: " << Describe(db);
+    }
+    EXPECT_EQ(Contents(*server, "lua:old"), Contents(*server, "mod:old")) << where;
+    EXPECT_EQ(Contents(*server, "lua:old:log"), Contents(*server, "mod:old:log")) << where;
+  }
+  EXPECT_NE(Contents(*server, "mod:old:log").find("|100:3|"), std::string::npos);
+  EXPECT_EQ(server->CommandCalls("sluice.decide") - before, std::size(steps));
+  ExpectEveryKeyHasTtl(*server);
+}
+
 // A penalty under an as_is policy on a state recorded under other parameters (written
 // by a policy with on_change) reads it as a decision does, as it is: the scripts, the
 // module and the in-process store agree on the decision and the scripts and the module
@@ -510,12 +565,31 @@ void DecideEachAlgorithmThrice(RedisStore& store, const std::string& prefix,
   }
 }
 
+// A sliding log on key `prefix` + "log" decided kSpillCalls times on the server's clock
+// (each allowed): its ninth entry spills it into its sorted set. Adds its state key and
+// its ":log" key to `keys`.
+constexpr int kSpillCalls = 10;
+void SpillASlidingLog(RedisStore& store, const std::string& prefix,
+                      std::vector<std::string>* keys) {
+  static const Policy p = Policy::SlidingWindowLog("l", 20, std::chrono::minutes(1));
+  const std::string key = prefix + "log";
+  for (int i = 0; i < kSpillCalls; ++i) {
+    const StoreCheck check{.policy = &p, .key = key};
+    Decision d;
+    ASSERT_TRUE(store.Run({.checks = {&check, 1}, .now = 0}, {&d, 1}).ok());
+    EXPECT_TRUE(d.allowed);
+  }
+  keys->push_back(key);
+  keys->push_back(key + ":log");
+}
+
 class ModuleReplication : public OnServer {};
 INSTANTIATE_TEST_SUITE_P(Servers, ModuleReplication, kEveryServer, ServerName);
 
 // A replica (with the module loaded too, so that it could decide if it were sent the
-// command) gets the module's writes as SET ... PXAT: the same values and TTLs, and it
-// never runs SLUICE.DECIDE itself.
+// command) gets the module's writes as SET ... PXAT (a sliding log's sorted set as the
+// script's own ZADD and PEXPIRE): the same values and TTLs, and it never runs
+// SLUICE.DECIDE itself.
 TEST_P(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
   auto primary = StartWithModule();
   ASSERT_TRUE(primary.ok()) << primary.status().ToString();
@@ -529,18 +603,18 @@ TEST_P(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
   ASSERT_TRUE(store);
   std::vector<std::string> keys;
   ASSERT_NO_FATAL_FAILURE(DecideEachAlgorithmThrice(*store, "repl:", &keys));
+  ASSERT_NO_FATAL_FAILURE(SpillASlidingLog(*store, "repl:", &keys));
   ASSERT_NO_FATAL_FAILURE(WaitReplicated(**primary, **replica));
+  EXPECT_EQ(Contents(**primary, "repl:log:log").rfind("zset|", 0), 0u);
   for (const std::string& k : keys) {
-    auto a = (*primary)->Command({"GET", k});
-    auto b = (*replica)->Command({"GET", k});
-    ASSERT_TRUE(a.ok() && b.ok());
-    EXPECT_FALSE(a->str.empty()) << k;
-    EXPECT_EQ(a->str, b->str) << k;
+    const std::string a = Contents(**primary, k), b = Contents(**replica, k);
+    EXPECT_NE(a, "none") << k;
+    EXPECT_EQ(a, b) << k;
     auto ttl = (*replica)->Command({"PTTL", k});
     ASSERT_TRUE(ttl.ok());
     EXPECT_GT(ttl->integer, 0) << k;
   }
-  EXPECT_EQ((*primary)->CommandCalls("sluice.decide"), 3);
+  EXPECT_EQ((*primary)->CommandCalls("sluice.decide"), 3 + kSpillCalls);
   EXPECT_EQ((*replica)->CommandCalls("sluice.decide"), 0);
   EXPECT_GT((*replica)->CommandCalls("set"), 0);
 }
@@ -556,20 +630,21 @@ TEST_P(ModuleReplication, AofReplaysTheEffects) {
   ASSERT_TRUE(store);
   std::vector<std::string> keys;
   ASSERT_NO_FATAL_FAILURE(DecideEachAlgorithmThrice(*store, "aof:", &keys));
-  ASSERT_EQ((*server)->CommandCalls("sluice.decide"), 3);
+  ASSERT_NO_FATAL_FAILURE(SpillASlidingLog(*store, "aof:", &keys));
+  ASSERT_EQ((*server)->CommandCalls("sluice.decide"), 3 + kSpillCalls);
   auto snapshot = [&] {
     std::vector<std::pair<std::string, long long>> out;
     for (const std::string& k : keys) {
-      auto v = (*server)->Command({"GET", k});
       auto at = (*server)->Command({"PEXPIRETIME", k});
-      EXPECT_TRUE(v.ok() && at.ok()) << k;
-      out.emplace_back(v.ok() ? v->str : "", at.ok() ? at->integer : 0);
+      EXPECT_TRUE(at.ok()) << k;
+      out.emplace_back(Contents(**server, k), at.ok() ? at->integer : 0);
     }
     return out;
   };
   const auto before = snapshot();
+  EXPECT_EQ(Contents(**server, "aof:log:log").rfind("zset|", 0), 0u);
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    EXPECT_FALSE(before[i].first.empty()) << keys[i];
+    EXPECT_NE(before[i].first, "none") << keys[i];
     EXPECT_GT(before[i].second, 0) << keys[i] << " has no expiry";
   }
   auto reload = (*server)->Command({"DEBUG", "LOADAOF"});
@@ -786,6 +861,63 @@ TEST_P(ModuleStore, BlocksAreDecidedByTheModule) {
   auto until = (*server)->Command({"GET", key + ":b"});
   ASSERT_TRUE(until.ok());
   EXPECT_EQ(until->str, std::to_string(t0 + 660'000'001 + p.block_for));
+  ExpectEveryKeyHasTtl(**server);
+  EXPECT_EQ((*server)->CommandCalls("evalsha"), scripts) << "no script decided";
+  EXPECT_EQ((*server)->CommandCalls("sluice.decide") - module_calls, std::size(steps));
+}
+
+// A sliding log is decided by the module, on both of its forms: the same decisions as
+// the in-process store through its inline entries, the spill into its sorted set, a
+// peek, a refund, a denial whose retry time is searched in the set and starts a block,
+// a later window still blocked, and a penalty once the block ended; the scripts run
+// nothing, and every key (the state, its ":log" set, the block) has a TTL.
+TEST_P(ModuleStore, SlidingLogsAreDecidedByTheModule) {
+  auto server = StartWithModule();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto store = Open((*server)->Url());
+  ASSERT_NE(store, nullptr);
+  MemoryStore memory;
+  Policy p = Policy::SlidingWindowLog("search", 12, std::chrono::minutes(1));
+  p.block_for = 5 * 60'000'000LL;
+  const std::string key = "sluice:{u1}:search";
+  const Micros t0 = 1'785'000'000'000'000;
+  const long long scripts = (*server)->CommandCalls("evalsha");
+  const long long module_calls = (*server)->CommandCalls("sluice.decide");
+  struct Step {
+    Micros at;
+    StoreOp op;
+    std::uint64_t cost;
+  } steps[] = {
+      {t0 + 1'000, StoreOp::kDecide, 1},          {t0 + 2'000, StoreOp::kDecide, 1},
+      {t0 + 3'000, StoreOp::kDecide, 1},          {t0 + 4'000, StoreOp::kDecide, 1},
+      {t0 + 5'000, StoreOp::kDecide, 1},          {t0 + 6'000, StoreOp::kDecide, 1},
+      {t0 + 7'000, StoreOp::kDecide, 1},          {t0 + 8'000, StoreOp::kDecide, 1},
+      {t0 + 9'000, StoreOp::kDecide, 1},           // the ninth entry: into the sorted set
+      {t0 + 10'000, StoreOp::kDecide, 0},          // a peek
+      {t0 + 11'000, StoreOp::kRefund, 2},          // from the newest entries
+      {t0 + 12'000, StoreOp::kDecide, 5},          // 12 of 12
+      {t0 + 13'000, StoreOp::kDecide, 3},          // denied: its retry searched; blocked
+      {t0 + 70'000'000, StoreOp::kDecide, 1},      // a later window, still blocked
+      {t0 + 400'000'000, StoreOp::kDecide, 1},     // the block is over
+      {t0 + 400'000'001, StoreOp::kPenalize, 12},  // at the limit: blocked again
+      {t0 + 400'000'002, StoreOp::kDecide, 0},
+  };
+  int blocked = 0;
+  for (const Step& st : steps) {
+    const StoreCheck c{.policy = &p, .key = key, .cost = st.cost};
+    const std::size_t n = st.op == StoreOp::kRefund ? 0 : 1;
+    Decision want, got;
+    ASSERT_TRUE(memory.Run({.op = st.op, .checks = {&c, 1}, .now = st.at}, {&want, n}).ok());
+    ASSERT_TRUE(store->Run({.op = st.op, .checks = {&c, 1}, .now = st.at}, {&got, n}).ok());
+    if (st.at == t0 + 9'000) {
+      EXPECT_EQ(Contents(**server, key + ":log").rfind("zset|", 0), 0u) << "not spilled";
+    }
+    if (n == 0) continue;
+    EXPECT_TRUE(Same(want, got)) << "at +" << st.at - t0 << " us\n  memory: " << Describe(want)
+                                 << "\n  module: " << Describe(got);
+    if (!got.allowed && got.retry_after >= 60'000'000) ++blocked;
+  }
+  EXPECT_GE(blocked, 3);
   ExpectEveryKeyHasTtl(**server);
   EXPECT_EQ((*server)->CommandCalls("evalsha"), scripts) << "no script decided";
   EXPECT_EQ((*server)->CommandCalls("sluice.decide") - module_calls, std::size(steps));
