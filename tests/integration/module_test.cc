@@ -806,6 +806,15 @@ TEST_P(ModuleStore, CallsOfEveryAlgorithmShareOneCommand) {
                          Policy::Gcra("gcra", 5, std::chrono::hours(1), 5));
 }
 
+// ... and a sliding log's (the lean sliding-log script's lane, two keys a check) with a
+// fixed window's, a penalty of a sliding log with a decision of another.
+TEST_P(ModuleStore, SlidingLogCallsShareOneCommand) {
+  const Policy log = Policy::SlidingWindowLog("log", 5, std::chrono::hours(1));
+  ExpectOneMergedCommand(Binary(), Policy::FixedWindow("fw", 5, std::chrono::hours(1)), log);
+  ExpectOneMergedCommand(Binary(), Policy::SlidingWindowLog("log2", 9, std::chrono::hours(1)), log,
+                         StoreOp::kPenalize);
+}
+
 // Exactness under concurrency with the module (many_processes.h): 4 processes x 8
 // threads on one key per algorithm never get more than each algorithm allows, every
 // algorithm but concurrency decided by the module (its calls counted).
@@ -976,6 +985,41 @@ TEST_P(ModuleCommand, RejectsMalformedArgumentsAndDeclaresKeys) {
   auto exists = (*server)->Command({"EXISTS", "fresh"});
   ASSERT_TRUE(exists.ok());
   EXPECT_EQ(exists->integer, 0);
+  // A sliding log's keys: the state key, its ":log" set (and a block's key) declared.
+  keys = (*server)->Command({"COMMAND", "GETKEYS", "SLUICE.DECIDE", "3", "l", "l:log", "l:b", "3",
+                             "", "0", "1", "1,10,1000000,10,-1,5000000", "0,0,1,0,1"});
+  ASSERT_TRUE(keys.ok());
+  ASSERT_EQ(keys->elements.size(), 3u) << keys->str;
+  EXPECT_EQ(keys->elements[2].str, "l:b");
+  // A text-form log whose ":log" key is no sorted set, or holds members sluice never
+  // writes: an error (as the script's redis.call), and Redis stays up. A check whose
+  // ":log" key is its own state key, or another check's: decided, no crash.
+  const std::string now = "1785000000000000";
+  ASSERT_TRUE((*server)->Command({"SET", "tl", "1 1785000060000000 " + now + " 3 3"}).ok());
+  ASSERT_TRUE((*server)->Command({"LPUSH", "tl:list", "x"}).ok());
+  ASSERT_TRUE((*server)->Command({"ZADD", "tl:junk", "1785000000000000", "junk"}).ok());
+  const std::vector<std::vector<std::string>> failing = {
+      {"SLUICE.DECIDE", "2", "tl", "tl:list", "3", "c", "0", "1", "1,10,1000000,10,-1",
+       "0,0,1,0,1," + now},
+      {"SLUICE.DECIDE", "2", "tl", "tl:junk", "3", "c", "0", "1", "1,2,1000000,2,-1",
+       "0,0,1,0,1," + now},
+  };
+  for (const auto& args : failing) {
+    auto r = (*server)->Command(args);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->is_error()) << args[3];
+    EXPECT_NE(r->str.find(args[3] == "tl:list" ? "WRONGTYPE" : "not a log sluice writes"),
+              std::string::npos)
+        << r->str;
+    EXPECT_EQ((*server)->Command({"PING"})->str, "PONG");
+  }
+  for (const std::string& log_key : {std::string("same"), std::string("other")}) {
+    auto r =
+        (*server)->Command({"SLUICE.DECIDE", "4", "same", log_key, "other", "same", "3", "c", "0",
+                            "1", "1,10,1000000,10,-1", "0,0,1,0,0," + now, "0,0,1,0,1," + now});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ((*server)->Command({"PING"})->str, "PONG");
+  }
 }
 
 // Redis Cluster routes SLUICE.DECIDE by its declared keys, as it does scripts: a call
