@@ -173,12 +173,13 @@ class Log {
   bool Score(std::size_t i, Micros* ts) {
     double v = 0;
     if (reply_.items.size() <= i || !LuaNumber(reply_.items[i], &v) || !Whole(v)) {
-      Damaged("an entry without a score");
+      Damaged("an entry missing or without a score");
       return false;
     }
     *ts = static_cast<Micros>(v);
     return true;
   }
+  Decision Inline(std::uint64_t cost);
   bool TimeFreeing(std::uint64_t excess, Micros* ts);
   bool BinarySearch(std::uint64_t excess, double base, Micros* ts);
   void Spill();
@@ -195,17 +196,23 @@ class Log {
 
 thread_local LogReply Log::reply_;
 
+// core's decision (core/sliding_window_log.cc) on the inline entries, its raise first:
+// what it dropped or advanced leaves the state to flush.
+Decision Log::Inline(std::uint64_t cost) {
+  const std::size_t n = st_.count;
+  const Micros last = st_.last;
+  InlineLog log(st_);
+  Micros e = 0;
+  const Decision d = core::SlidingWindowLog(p_, log, lc_.now, cost, /*commit=*/false, &e);
+  if (st_.count != n || st_.last != last) st_.dirty = true;
+  return d;
+}
+
 // raise: t = max(now, last_seen); what left the window (ts <= t - window) dropped, once
-// per horizon.
+// per horizon (an inline log: by core's decision of cost 0).
 Micros Log::Raise() {
   if (st_.inline_form) {
-    // core's own raise, as its decision of cost 0 does it (core/sliding_window_log.cc)
-    const std::size_t n = st_.count;
-    const Micros last = st_.last;
-    InlineLog log(st_);
-    Micros e = 0;
-    (void)core::SlidingWindowLog(p_, log, lc_.now, 0, /*commit=*/false, &e);
-    if (st_.count != n || st_.last != last) st_.dirty = true;
+    (void)Inline(0);
     return st_.last;
   }
   if (st_.fresh) return lc_.now;
@@ -237,15 +244,7 @@ Micros Log::Raise() {
 // DECIDE[1]: the inline form by core's algorithm; otherwise (a fresh log too, whose
 // denial searches what the set holds, as the script's) the same rules on the set.
 Decision Log::Decide(std::uint64_t cost) {
-  if (st_.inline_form) {
-    const std::size_t n = st_.count;
-    const Micros last = st_.last;
-    InlineLog log(st_);
-    Micros e = 0;
-    const Decision d = core::SlidingWindowLog(p_, log, lc_.now, cost, /*commit=*/false, &e);
-    if (st_.count != n || st_.last != last) st_.dirty = true;
-    return d;
-  }
+  if (st_.inline_form) return Inline(cost);
   const Micros t = Raise();
   Decision d;
   d.limit = p_.limit;
