@@ -373,7 +373,8 @@ void Log::Commit(std::uint64_t cost) {
     st_.used += cost;
     char member[32];
     const Digits at(t), ms(ttl);
-    Call("ZADD", {at.view(), Member(static_cast<double>(st_.seq), cost, member)}, true);
+    Call("ZADD", {at.view(), Member(static_cast<double>(st_.seq), cost, member)},
+         /*write=*/true);
     Call("PEXPIRE", {ms.view()}, /*write=*/true);
   }
   Write(ttl, /*keep_ttl=*/false);
@@ -392,7 +393,7 @@ void Log::Refund(std::uint64_t cost) {
     if (cost == 0 || !any) break;
     const std::string newest = reply_.items[0], score = reply_.items[1];
     std::uint64_t ec = 0;
-    if (!EntryCost(newest, &ec) || ec > st_.used) return Damaged("an entry without a cost");
+    if (!EntryCost(newest, &ec) || ec > st_.used) return Damaged("more than its state counts");
     Call("ZREM", {newest}, /*write=*/true);
     if (ec > cost) {
       // the rest of the entry kept; its running sum goes down by what was removed
