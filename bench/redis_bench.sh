@@ -205,7 +205,7 @@ for round in $(seq "$rounds"); do
       record "sluice$([[ $co == 1 ]] && echo -nc):$alg" "$json" evalsha
       rcli flushall >/dev/null
     done
-    if [[ $module != none && $alg != sliding_window_log ]]; then  # (the log stays with Lua)
+    if [[ $module != none ]]; then
       note "(b) round $round: sluice bench -a $alg on the native module"
       begin
       json=$(timed "$sluice" bench --redis "$url" -a "$alg" --rate "$rate" -c 64 -d "${seconds}s" \

@@ -82,8 +82,7 @@ std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceI
 }
 
 bool ModuleDecides(const StoreCheck& c, WireKind k) {
-  const Algorithm a = c.policy->algorithm;
-  return a != Algorithm::kSlidingWindowLog && a != Algorithm::kConcurrency &&
+  return c.policy->algorithm != Algorithm::kConcurrency &&
          (k == WireKind::kDecide || k == WireKind::kReserve || k == WireKind::kRefund ||
           k == WireKind::kForce || k == WireKind::kOverage || k == WireKind::kSettle);
 }

@@ -15,9 +15,9 @@
 namespace sluice::redis {
 
 // True when the module decides `c` doing `k`: a decision (under any overage, with or
-// without a usage record), reservation, refund, penalty or settle of a fixed window,
-// sliding window counter, token bucket or GCRA (any on_change, with or without
-// block_for). Everything else runs the Lua scripts.
+// without a usage record), reservation, refund, penalty or settle of any rate algorithm
+// (a sliding window log's ":log" key after its state key; any on_change, with or without
+// block_for). Concurrency limits (permits) run the Lua scripts.
 bool ModuleDecides(const StoreCheck& c, WireKind k);
 
 // The module's arguments after the keys for `groups` (their data, as EncodeCoalesced
@@ -27,7 +27,8 @@ std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceI
 
 // The module's command for the one group that `script_wire` (EncodeGroup's or
 // EncodeSingle's output) and `merge` describe, with its KEYS (every check ModuleDecides:
-// its state key, then its block key when it has one, as the scripts declare them).
+// its state key, then a sliding log's ":log" key, then its block key when it has one,
+// as the scripts declare them).
 std::string EncodeModuleCall(const std::string& script_wire, const CoalesceInfo& merge,
                              bool caller_time);
 

@@ -3,14 +3,94 @@
 // is the command's arguments after its name, one per line; an accepted request is then
 // decided with each key's own bytes as the value it holds (every layout's decoder meets
 // arbitrary bytes; a key of 4k bytes stands for an absent one), on the caller's now or a
-// fixed one.
+// fixed one. A sliding log's sorted set is an in-memory one (FakeLogs), empty at first.
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "fuzz_util.h"
 #include "redis/module/engine.h"
 #include "redis/module/request.h"
+#include "redis/module/sliding_log.h"
+
+namespace {
+
+using sluice::redis_module::LogReply;
+
+// The sorted-set commands sliding_log.cc runs, on sets in memory (by score, then member).
+class FakeLogs final : public sluice::redis_module::LogCommands {
+ public:
+  bool Run(const char* command, std::uint32_t key, std::span<const std::string_view> args,
+           bool /*write*/, LogReply* out) override {
+    out->integer = 0;
+    out->items.clear();
+    if (failed_) return false;
+    std::vector<std::pair<double, std::string>>& z = sets_[key];
+    const std::string cmd = command;
+    const auto num = [](std::string_view s) {
+      return std::strtod(std::string(s).c_str(), nullptr);
+    };
+    if (cmd == "ZRANGEBYSCORE" || cmd == "ZREMRANGEBYSCORE") {
+      FUZZ_CHECK(args.size() == 2 && args[0] == "-inf");
+      const double max = num(args[1]);
+      const auto end =
+          std::find_if(z.begin(), z.end(), [&](const auto& e) { return e.first > max; });
+      if (cmd[1] == 'R') {
+        for (auto it = z.begin(); it != end; ++it) out->items.push_back(it->second);
+      } else {
+        out->integer = end - z.begin();
+        z.erase(z.begin(), end);
+      }
+    } else if (cmd == "ZRANGE") {
+      FUZZ_CHECK(args.size() == 2 || (args.size() == 3 && args[2] == "WITHSCORES"));
+      const long long n = static_cast<long long>(z.size());
+      long long a = std::atoll(std::string(args[0]).c_str());
+      long long b = std::atoll(std::string(args[1]).c_str());
+      if (a < 0) a += n;
+      if (b < 0) b += n;
+      for (long long i = std::max(a, 0LL); i <= b && i < n; ++i) {
+        out->items.push_back(z[static_cast<std::size_t>(i)].second);
+        if (args.size() == 3) out->items.push_back(std::to_string(z[i].first));
+      }
+    } else if (cmd == "ZADD") {
+      FUZZ_CHECK(!args.empty() && args.size() % 2 == 0);
+      for (std::size_t i = 0; i < args.size(); i += 2) {
+        Remove(z, args[i + 1]);
+        z.emplace_back(num(args[i]), std::string(args[i + 1]));
+      }
+      std::sort(z.begin(), z.end());
+    } else if (cmd == "ZREM") {
+      FUZZ_CHECK(args.size() == 1);
+      Remove(z, args[0]);
+    } else if (cmd == "ZCARD") {
+      out->integer = static_cast<long long>(z.size());
+    } else if (cmd == "DEL") {
+      z.clear();
+    } else {
+      FUZZ_CHECK(cmd == "PEXPIRE" && args.size() == 1 && num(args[0]) >= 1);
+    }
+    return true;
+  }
+  void Fail(std::string why) override {
+    FUZZ_CHECK(!why.empty());
+    failed_ = true;
+  }
+
+ private:
+  static void Remove(std::vector<std::pair<double, std::string>>& z, std::string_view m) {
+    z.erase(std::remove_if(z.begin(), z.end(), [&](const auto& e) { return e.second == m; }),
+            z.end());
+  }
+  std::map<std::uint32_t, std::vector<std::pair<double, std::string>>> sets_;
+  bool failed_ = false;
+};
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
@@ -30,12 +110,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   const std::size_t nkeys = ModuleKeyCount(args);
-  FUZZ_CHECK(nkeys >= r.checks.size() && nkeys <= 3 * r.checks.size() && !r.groups.empty());
-  // Every key is one check's, in order: its state key, then its block key if it has
-  // one, then its usage record's if it has one.
+  FUZZ_CHECK(nkeys >= r.checks.size() && nkeys <= 4 * r.checks.size() && !r.groups.empty());
+  // Every key is one check's, in order: its state key, then a sliding log's sorted set,
+  // then its block key if it has one, then its usage record's if it has one.
   std::size_t next_key = 0;
   for (const ModuleCheck& c : r.checks) {
     FUZZ_CHECK(c.key == next_key++);
+    FUZZ_CHECK((c.log_key >= 0) ==
+               (r.policies[c.policy].algorithm == sluice::Algorithm::kSlidingWindowLog));
+    if (c.log_key >= 0) FUZZ_CHECK(static_cast<std::size_t>(c.log_key) == next_key++);
     FUZZ_CHECK((c.block_key >= 0) == (r.policies[c.policy].block_for > 0));
     if (c.block_key >= 0) FUZZ_CHECK(static_cast<std::size_t>(c.block_key) == next_key++);
     FUZZ_CHECK((c.record_key >= 0) == (c.op == 8 || c.usage_ttl > 0));
@@ -44,6 +127,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FUZZ_CHECK(next_key == nkeys);
   std::vector<long long> reply;
   std::vector<ModuleWrite> writes;
+  FakeLogs logs;
   for (const ModuleGroup& g : r.groups) {
     FUZZ_CHECK(g.begin < g.end && g.end <= r.checks.size() &&
                g.end - g.begin <= sluice::kMaxBatchChecks);
@@ -69,10 +153,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         UsageRecord record;
         if (!ReadUsageRecord({true, name}, now, &record)) continue;
         FUZZ_CHECK(record.expires > now);
-        SettleCheck(r, i, now, record, values[i - g.begin], blocks[i - g.begin], &writes, &reply);
+        SettleCheck(r, i, now, record, values[i - g.begin], blocks[i - g.begin], logs, &writes,
+                    &reply);
       }
     } else {
-      DecideGroup(r, g, now, {values, g.end - g.begin}, {blocks, g.end - g.begin}, &writes, &reply);
+      DecideGroup(r, g, now, {values, g.end - g.begin}, {blocks, g.end - g.begin}, logs, &writes,
+                  &reply);
     }
     for (const ModuleWrite& w : writes) {
       FUZZ_CHECK(w.check >= g.begin && w.check < g.end);

@@ -73,13 +73,16 @@ std::shared_ptr<RedisStore> Open(const std::string& url, bool caller_time = true
 }
 
 Policy RandomPolicy(std::mt19937_64& rng, int index) {
-  static const Algorithm kAlgorithms[] = {Algorithm::kFixedWindow, Algorithm::kSlidingWindowCounter,
-                                          Algorithm::kTokenBucket, Algorithm::kGcra};
+  // (the sliding log with limits above its inline form's 8 entries too: its sorted set,
+  // the spill into it, and the denials that search it)
+  static const Algorithm kAlgorithms[] = {Algorithm::kFixedWindow, Algorithm::kSlidingWindowLog,
+                                          Algorithm::kSlidingWindowCounter, Algorithm::kTokenBucket,
+                                          Algorithm::kGcra};
   static const Micros kWindows[] = {1'000, 7'000, 250'000, 1'000'000, 60'000'000, 3'600'000'000};
   static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 17, 100, 1000};
   Policy p;
   p.name = "p" + std::to_string(index);
-  p.algorithm = kAlgorithms[rng() % 4];
+  p.algorithm = kAlgorithms[rng() % std::size(kAlgorithms)];
   p.limit = kLimits[rng() % std::size(kLimits)];
   p.window = kWindows[rng() % std::size(kWindows)];
   if (p.algorithm == Algorithm::kTokenBucket || p.algorithm == Algorithm::kGcra) {
@@ -91,13 +94,16 @@ Policy RandomPolicy(std::mt19937_64& rng, int index) {
   // A third with a block (its own key, state key + ":b"): a denial or a penalty over the
   // limit blocks the key for one to three windows.
   if (rng() % 3 == 0) p.block_for = p.window * static_cast<Micros>(1 + rng() % 3);
-  // A third with on_change (its states recorded with its parameters).
-  if (rng() % 3 == 0) p.on_change = rng() % 2 ? OnChange::kReset : OnChange::kProportional;
+  // A third with on_change (its states recorded with its parameters; not the log's).
+  if (rng() % 3 == 0 && p.algorithm != Algorithm::kSlidingWindowLog) {
+    p.on_change = rng() % 2 ? OnChange::kReset : OnChange::kProportional;
+  }
   // A quarter whose denied decisions are charged (Policy::overage), into a debt of one
-  // capacity or of a random bound.
+  // capacity or of a random bound (a sliding log's at most its limit).
   if (rng() % 4 == 0) {
     p.overage = rng() % 2 ? Overage::kCharge : Overage::kDrain;
     if (p.overage == Overage::kCharge && rng() % 2) p.max_debt = 1 + rng() % (3 * p.Capacity());
+    if (p.algorithm == Algorithm::kSlidingWindowLog) p.max_debt = std::min(p.max_debt, p.limit);
   }
   EXPECT_TRUE(ValidatePolicy(p).ok());
   return p;
@@ -120,6 +126,7 @@ std::vector<Policy> Versions(std::mt19937_64& rng, const Policy& base) {
       v.burst = v.limit + rng() % (2 * v.limit + 1);
     }
     v.on_change = kModes[rng() % std::size(kModes)];
+    if (v.algorithm == Algorithm::kSlidingWindowLog) v.on_change = OnChange::kAsIs;
     EXPECT_TRUE(ValidatePolicy(v).ok());
     out.push_back(v);
   }
@@ -222,6 +229,25 @@ void ExpectEveryKeyHasTtl(const RedisServer& server) {
   }
 }
 
+// What `key` holds, whatever its type (a sliding log's ":log" key is a sorted set: its
+// members and scores in order), with the type first ("none" when there is no key).
+std::string Contents(const RedisServer& server, const std::string& key) {
+  auto type = server.Command({"TYPE", key});
+  EXPECT_TRUE(type.ok());
+  if (!type.ok()) return "";
+  std::string out = type->str;
+  if (type->str == "zset") {
+    auto z = server.Command({"ZRANGE", key, "0", "-1", "WITHSCORES"});
+    EXPECT_TRUE(z.ok());
+    for (const redis::Reply& e : z.ok() ? z->elements : std::vector<redis::Reply>{}) {
+      out += "|" + e.str;
+    }
+  } else if (type->str == "string") {
+    out += "|" + server.Command({"GET", key})->str;
+  }
+  return out;
+}
+
 // Waits until `replica` has applied everything `primary` has written so far (WAIT would
 // count only the writes of its own connection).
 void WaitReplicated(const RedisServer& primary, const RedisServer& replica) {
@@ -259,25 +285,52 @@ INSTANTIATE_TEST_SUITE_P(Servers, ModuleDifferential, kEveryServer, ServerName);
 INSTANTIATE_TEST_SUITE_P(Servers, ModulePenalty, kEveryServer, ServerName);
 INSTANTIATE_TEST_SUITE_P(Servers, ModuleKeyspace, kEveryServer, ServerName);
 
+// Sliding logs whose keys outgrow the inline form within a window: limits above its 8
+// entries, windows of a minute or an hour; a third with a block.
+Policy RandomSlidingLog(std::mt19937_64& rng, int index) {
+  static const std::uint64_t kLimits[] = {9, 10, 17, 100};
+  Policy p;
+  p.name = "log" + std::to_string(index);
+  p.algorithm = Algorithm::kSlidingWindowLog;
+  p.limit = kLimits[rng() % std::size(kLimits)];
+  p.window = rng() % 2 ? 60'000'000 : 3'600'000'000;
+  if (rng() % 3 == 0) p.block_for = p.window * static_cast<Micros>(1 + rng() % 3);
+  EXPECT_TRUE(ValidatePolicy(p).ok());
+  return p;
+}
+
+// Which policies ExpectRandomSequencesAsLua draws.
+enum class Mix {
+  kRandom,       // four RandomPolicy, the clock wide (idle gaps, a little back)
+  kVersions,     // four versions of one policy sharing their keys (Versions), so that
+                 // states recorded under one are read under another (carry-over)
+  kSlidingLogs,  // four RandomSlidingLog, the clock narrow (each key's requests in a window)
+};
+
 // The same random sequences through the Lua scripts (module=off) and through the
-// module, on keys of their own in one server: identical decisions, field by field.
-// `versions`: the four policies are versions of one (Versions), sharing their keys, so
-// that states recorded under one are read under another (carry-over).
-void ExpectRandomSequencesAsLua(RedisStore& lua, RedisStore& mod, const RedisServer& server,
-                                bool versions) {
+// module, on keys of their own in one server: identical decisions, field by field, and
+// each sliding log's state and sorted set the same bytes. Returns how many of those
+// logs the module moved into their sorted set.
+int ExpectRandomSequencesAsLua(RedisStore& lua, RedisStore& mod, const RedisServer& server,
+                               Mix mix) {
+  const bool versions = mix == Mix::kVersions;
   std::vector<std::string> lk, mk;
+  int sorted_sets = 0;
   for (std::uint64_t seed = 1; seed <= 12; ++seed) {
     std::mt19937_64 rng(seed);
     std::vector<Policy> policies;
     if (versions) {
       policies = Versions(rng, RandomPolicy(rng, 0));
     } else {
-      for (int i = 0; i < 4; ++i) policies.push_back(RandomPolicy(rng, i));
+      for (int i = 0; i < 4; ++i) {
+        policies.push_back(mix == Mix::kSlidingLogs ? RandomSlidingLog(rng, i)
+                                                    : RandomPolicy(rng, i));
+      }
     }
     Micros now = 1'785'000'000'000'000 + static_cast<Micros>(rng() % 1'000'000'000);
     const std::string tag = "s" + std::to_string(seed) + ":";
     for (int step = 0; step < 250; ++step) {
-      Step s = RandomStep(rng, policies, &now, /*wide=*/true);
+      Step s = RandomStep(rng, policies, &now, /*wide=*/mix != Mix::kSlidingLogs);
       if (versions) {
         // one key space: "k<n>" whichever version decides (the keys stay distinct)
         for (int& k : s.keys) k %= 100;
@@ -287,30 +340,55 @@ void ExpectRandomSequencesAsLua(RedisStore& lua, RedisStore& mod, const RedisSer
       Decision da[kMaxBatchChecks], db[kMaxBatchChecks];
       const Status sa = RunOn(lua, s.op, a, s.now, da);
       const Status sb = RunOn(mod, s.op, b, s.now, db);
-      ASSERT_TRUE(sa.ok() && sb.ok()) << sa.ToString() << " / " << sb.ToString();
+      EXPECT_TRUE(sa.ok() && sb.ok()) << sa.ToString() << " / " << sb.ToString();
+      if (!sa.ok() || !sb.ok()) return sorted_sets;
       if (s.op == StoreOp::kRefund) continue;
       for (std::size_t i = 0; i < a.size(); ++i) {
-        ASSERT_TRUE(Same(da[i], db[i]))
+        EXPECT_TRUE(Same(da[i], db[i]))
             << "seed " << seed << " step " << step << " op " << static_cast<int>(s.op) << " check "
             << i << " " << AlgorithmName(a[i].policy->algorithm) << " cost=" << a[i].cost
             << " on_change=" << static_cast<int>(a[i].policy->on_change)
             << "\n  lua:    " << Describe(da[i]) << "\n  module: " << Describe(db[i]);
+        if (!Same(da[i], db[i])) return sorted_sets;
+      }
+    }
+    // Each sliding log's state and sorted set: the scripts' bytes (one key space for the
+    // versions: each key once).
+    for (std::size_t pi = 0; pi < (versions ? 1 : policies.size()); ++pi) {
+      if (policies[pi].algorithm != Algorithm::kSlidingWindowLog) continue;
+      for (std::size_t k = 0; k < 6; ++k) {
+        const std::string name = "k" + std::to_string(versions ? k : pi * 100 + k);
+        for (const std::string suffix : {"", ":log"}) {
+          const std::string a = Contents(server, "lua:" + tag + name + suffix);
+          const std::string b = Contents(server, "mod:" + tag + name + suffix);
+          EXPECT_EQ(a, b) << "seed " << seed << " key " << name << suffix;
+          if (b.starts_with("zset")) ++sorted_sets;
+        }
       }
     }
   }
   // The module decided the second store's calls, the scripts only the first's.
   EXPECT_GT(server.CommandCalls("sluice.decide"), 0);
   ExpectEveryKeyHasTtl(server);
+  return sorted_sets;
 }
 
 TEST_P(ModuleDifferential, RandomSequencesMatchLua) {
-  ExpectRandomSequencesAsLua(*lua, *mod, *server, /*versions=*/false);
+  ExpectRandomSequencesAsLua(*lua, *mod, *server, Mix::kRandom);
 }
 
 // The same with four versions of one policy on one key space: states recorded under one
 // version, read under another per its on_change (reset, proportional, as it is).
 TEST_P(ModuleDifferential, CarryOverBetweenVersionsMatchesLua) {
-  ExpectRandomSequencesAsLua(*lua, *mod, *server, /*versions=*/true);
+  ExpectRandomSequencesAsLua(*lua, *mod, *server, Mix::kVersions);
+}
+
+// Sliding logs past their inline form: the spill into the sorted set, its trims,
+// refunds and penalties on both forms, blocks, and denials whose retry time is searched
+// in the set, as the scripts do them.
+TEST_P(ModuleDifferential, SlidingLogsPastTheInlineFormMatchLua) {
+  EXPECT_GT(ExpectRandomSequencesAsLua(*lua, *mod, *server, Mix::kSlidingLogs), 10)
+      << "too few sliding logs outgrew their inline form";
 }
 
 // Every algorithm at the edges of what ValidatePolicy accepts, every operation and cost,
@@ -341,6 +419,61 @@ TEST_P(ModuleDifferential, EdgePoliciesMatchLua) {
   }
   EXPECT_GT(compared, 1000);
   EXPECT_GT(server->CommandCalls("sluice.decide"), 0);
+}
+
+// A sorted set of the older member layout ("<count>:<cost>", before the running sums)
+// is read as the scripts read it: a denial's retry time by their walk (past its first
+// page of 64 entries), a partial refund keeping the older member's count, new entries
+// appended after the older ones; decisions and bytes as the scripts'.
+TEST_P(ModuleDifferential, OlderLogMembersAreReadAsTheScriptsReadThem) {
+  const Policy p = Policy::SlidingWindowLog("old", 150, std::chrono::hours(1));
+  const Micros t0 = 1'785'000'000'000'000;
+  for (const std::string prefix : {"lua:old", "mod:old"}) {
+    // 99 entries of 1 and a newest of 5: used 104, the older layout's count 100
+    std::vector<std::string> zadd = {"ZADD", prefix + ":log"};
+    for (int i = 1; i <= 100; ++i) {
+      zadd.push_back(std::to_string(t0 - (100 - i) * 1'000));
+      zadd.push_back(std::to_string(i) + ":" + (i == 100 ? "5" : "1"));
+    }
+    ASSERT_TRUE(server->Command(zadd).ok());
+    ASSERT_TRUE(server->Command({"PEXPIRE", prefix + ":log", "7200000"}).ok());
+    const std::string state =
+        "1 " + std::to_string(t0 + p.window) + " " + std::to_string(t0) + " 104 100";
+    ASSERT_TRUE(server->Command({"SET", prefix, state, "PX", "7200000"}).ok());
+  }
+  const long long before = server->CommandCalls("sluice.decide");
+  struct Step {
+    StoreOp op;
+    std::uint64_t cost;
+  } steps[] = {
+      {StoreOp::kDecide, 60},     // denied: the walk's first page
+      {StoreOp::kDecide, 120},    // denied: its second page
+      {StoreOp::kRefund, 2},      // "100:5" becomes "100:3"
+      {StoreOp::kDecide, 1},      // a member of the current layout after the older ones
+      {StoreOp::kDecide, 100},    // denied: the walk (the oldest member is older)
+      {StoreOp::kPenalize, 150},  // bounded at 300 units
+      {StoreOp::kRefund, 150},   {StoreOp::kDecide, 0},
+  };
+  Micros now = t0;
+  for (const Step& st : steps) {
+    now += 1'000;
+    const StoreCheck a{.policy = &p, .key = "lua:old", .cost = st.cost};
+    const StoreCheck b{.policy = &p, .key = "mod:old", .cost = st.cost};
+    Decision da, db;
+    ASSERT_TRUE(RunOn(*lua, st.op, {&a, 1}, now, &da).ok());
+    ASSERT_TRUE(RunOn(*mod, st.op, {&b, 1}, now, &db).ok());
+    const std::string where =
+        "op " + std::to_string(static_cast<int>(st.op)) + " cost " + std::to_string(st.cost);
+    if (st.op != StoreOp::kRefund) {
+      EXPECT_TRUE(Same(da, db)) << where << "\n  lua:    " << Describe(da)
+                                << "\n  module: " << Describe(db);
+    }
+    EXPECT_EQ(Contents(*server, "lua:old"), Contents(*server, "mod:old")) << where;
+    EXPECT_EQ(Contents(*server, "lua:old:log"), Contents(*server, "mod:old:log")) << where;
+  }
+  EXPECT_NE(Contents(*server, "mod:old:log").find("|100:3|"), std::string::npos);
+  EXPECT_EQ(server->CommandCalls("sluice.decide") - before, std::size(steps));
+  ExpectEveryKeyHasTtl(*server);
 }
 
 // A penalty under an as_is policy on a state recorded under other parameters (written
@@ -397,13 +530,16 @@ TEST_P(ModulePenalty, ARecordedStateUnderAsIsIsReadAsADecisionReadsIt) {
 }
 
 // One keyspace, each step decided at random by the scripts or by the module, against
-// the in-process store: the layouts each writes are read exactly by the other.
+// the in-process store: the layouts each writes are read exactly by the other (seeds
+// 31-34: sliding logs past their inline form, so that both of its forms move).
 TEST_P(ModuleKeyspace, MovesLiveBetweenLuaAndModule) {
-  for (std::uint64_t seed = 21; seed <= 30; ++seed) {
+  for (std::uint64_t seed = 21; seed <= 34; ++seed) {
     std::mt19937_64 rng(seed);
     MemoryStore memory;
     std::vector<Policy> policies;
-    for (int i = 0; i < 3; ++i) policies.push_back(RandomPolicy(rng, i));
+    for (int i = 0; i < 3; ++i) {
+      policies.push_back(seed <= 30 ? RandomPolicy(rng, i) : RandomSlidingLog(rng, i));
+    }
     Micros now = 1'785'000'000'000'000;
     std::vector<std::string> keys;
     for (int step = 0; step < 300; ++step) {
@@ -423,6 +559,10 @@ TEST_P(ModuleKeyspace, MovesLiveBetweenLuaAndModule) {
       }
     }
   }
+  // (sliding logs among the policies outgrew their inline form: both forms moved too)
+  auto sets = server->Command({"KEYS", "live:*:log"});
+  ASSERT_TRUE(sets.ok());
+  EXPECT_GT(sets->elements.size(), 0u) << "no sliding log reached its sorted set";
   ExpectEveryKeyHasTtl(*server);
 }
 
@@ -445,12 +585,31 @@ void DecideEachAlgorithmThrice(RedisStore& store, const std::string& prefix,
   }
 }
 
+// A sliding log on key `prefix` + "log" decided kSpillCalls times on the server's clock
+// (each allowed): its ninth entry spills it into its sorted set. Adds its state key and
+// its ":log" key to `keys`.
+constexpr int kSpillCalls = 10;
+void SpillASlidingLog(RedisStore& store, const std::string& prefix,
+                      std::vector<std::string>* keys) {
+  static const Policy p = Policy::SlidingWindowLog("l", 20, std::chrono::minutes(1));
+  const std::string key = prefix + "log";
+  for (int i = 0; i < kSpillCalls; ++i) {
+    const StoreCheck check{.policy = &p, .key = key};
+    Decision d;
+    ASSERT_TRUE(store.Run({.checks = {&check, 1}, .now = 0}, {&d, 1}).ok());
+    EXPECT_TRUE(d.allowed);
+  }
+  keys->push_back(key);
+  keys->push_back(key + ":log");
+}
+
 class ModuleReplication : public OnServer {};
 INSTANTIATE_TEST_SUITE_P(Servers, ModuleReplication, kEveryServer, ServerName);
 
 // A replica (with the module loaded too, so that it could decide if it were sent the
-// command) gets the module's writes as SET ... PXAT: the same values and TTLs, and it
-// never runs SLUICE.DECIDE itself.
+// command) gets the module's writes as SET ... PXAT (a sliding log's sorted set as the
+// script's own ZADD and PEXPIRE): the same values and TTLs, and it never runs
+// SLUICE.DECIDE itself.
 TEST_P(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
   auto primary = StartWithModule();
   ASSERT_TRUE(primary.ok()) << primary.status().ToString();
@@ -464,18 +623,18 @@ TEST_P(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
   ASSERT_TRUE(store);
   std::vector<std::string> keys;
   ASSERT_NO_FATAL_FAILURE(DecideEachAlgorithmThrice(*store, "repl:", &keys));
+  ASSERT_NO_FATAL_FAILURE(SpillASlidingLog(*store, "repl:", &keys));
   ASSERT_NO_FATAL_FAILURE(WaitReplicated(**primary, **replica));
+  EXPECT_EQ(Contents(**primary, "repl:log:log").rfind("zset|", 0), 0u);
   for (const std::string& k : keys) {
-    auto a = (*primary)->Command({"GET", k});
-    auto b = (*replica)->Command({"GET", k});
-    ASSERT_TRUE(a.ok() && b.ok());
-    EXPECT_FALSE(a->str.empty()) << k;
-    EXPECT_EQ(a->str, b->str) << k;
+    const std::string a = Contents(**primary, k), b = Contents(**replica, k);
+    EXPECT_NE(a, "none") << k;
+    EXPECT_EQ(a, b) << k;
     auto ttl = (*replica)->Command({"PTTL", k});
     ASSERT_TRUE(ttl.ok());
     EXPECT_GT(ttl->integer, 0) << k;
   }
-  EXPECT_EQ((*primary)->CommandCalls("sluice.decide"), 3);
+  EXPECT_EQ((*primary)->CommandCalls("sluice.decide"), 3 + kSpillCalls);
   EXPECT_EQ((*replica)->CommandCalls("sluice.decide"), 0);
   EXPECT_GT((*replica)->CommandCalls("set"), 0);
 }
@@ -491,20 +650,21 @@ TEST_P(ModuleReplication, AofReplaysTheEffects) {
   ASSERT_TRUE(store);
   std::vector<std::string> keys;
   ASSERT_NO_FATAL_FAILURE(DecideEachAlgorithmThrice(*store, "aof:", &keys));
-  ASSERT_EQ((*server)->CommandCalls("sluice.decide"), 3);
+  ASSERT_NO_FATAL_FAILURE(SpillASlidingLog(*store, "aof:", &keys));
+  ASSERT_EQ((*server)->CommandCalls("sluice.decide"), 3 + kSpillCalls);
   auto snapshot = [&] {
     std::vector<std::pair<std::string, long long>> out;
     for (const std::string& k : keys) {
-      auto v = (*server)->Command({"GET", k});
       auto at = (*server)->Command({"PEXPIRETIME", k});
-      EXPECT_TRUE(v.ok() && at.ok()) << k;
-      out.emplace_back(v.ok() ? v->str : "", at.ok() ? at->integer : 0);
+      EXPECT_TRUE(at.ok()) << k;
+      out.emplace_back(Contents(**server, k), at.ok() ? at->integer : 0);
     }
     return out;
   };
   const auto before = snapshot();
+  EXPECT_EQ(Contents(**server, "aof:log:log").rfind("zset|", 0), 0u);
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    EXPECT_FALSE(before[i].first.empty()) << keys[i];
+    EXPECT_NE(before[i].first, "none") << keys[i];
     EXPECT_GT(before[i].second, 0) << keys[i] << " has no expiry";
   }
   auto reload = (*server)->Command({"DEBUG", "LOADAOF"});
@@ -666,10 +826,18 @@ TEST_P(ModuleStore, CallsOfEveryAlgorithmShareOneCommand) {
                          Policy::Gcra("gcra", 5, std::chrono::hours(1), 5));
 }
 
+// ... and a sliding log's (the lean sliding-log script's lane, two keys a check) with a
+// fixed window's, a penalty of a sliding log with a decision of another.
+TEST_P(ModuleStore, SlidingLogCallsShareOneCommand) {
+  const Policy log = Policy::SlidingWindowLog("log", 5, std::chrono::hours(1));
+  ExpectOneMergedCommand(Binary(), Policy::FixedWindow("fw", 5, std::chrono::hours(1)), log);
+  ExpectOneMergedCommand(Binary(), Policy::SlidingWindowLog("log2", 9, std::chrono::hours(1)), log,
+                         StoreOp::kPenalize);
+}
+
 // Exactness under concurrency with the module (many_processes.h): 4 processes x 8
-// threads on one key per algorithm never get more than each algorithm allows. The four
-// O(1) algorithms are decided by the module (its calls counted), the sliding log by the
-// scripts (the module does not decide it).
+// threads on one key per algorithm never get more than each algorithm allows, every
+// algorithm but concurrency decided by the module (its calls counted).
 TEST_P(ModuleStore, ManyProcessesAndThreadsNeverExceedTheLimit) {
   auto server = StartWithModule();
   ASSERT_TRUE(server.ok()) << server.status().ToString();
@@ -860,6 +1028,63 @@ TEST_P(ModuleStore, AnOverageDecisionSharesOneCommand) {
   ExpectOneMergedCommand(Binary(), Policy::Gcra("gcra", 5, std::chrono::hours(1), 5), b);
 }
 
+// A sliding log is decided by the module, on both of its forms: the same decisions as
+// the in-process store through its inline entries, the spill into its sorted set, a
+// peek, a refund, a denial whose retry time is searched in the set and starts a block,
+// a later window still blocked, and a penalty once the block ended; the scripts run
+// nothing, and every key (the state, its ":log" set, the block) has a TTL.
+TEST_P(ModuleStore, SlidingLogsAreDecidedByTheModule) {
+  auto server = StartWithModule();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto store = Open((*server)->Url());
+  ASSERT_NE(store, nullptr);
+  MemoryStore memory;
+  Policy p = Policy::SlidingWindowLog("search", 12, std::chrono::minutes(1));
+  p.block_for = 5 * 60'000'000LL;
+  const std::string key = "sluice:{u1}:search";
+  const Micros t0 = 1'785'000'000'000'000;
+  const long long scripts = (*server)->CommandCalls("evalsha");
+  const long long module_calls = (*server)->CommandCalls("sluice.decide");
+  struct Step {
+    Micros at;
+    StoreOp op;
+    std::uint64_t cost;
+  } steps[] = {
+      {t0 + 1'000, StoreOp::kDecide, 1},          {t0 + 2'000, StoreOp::kDecide, 1},
+      {t0 + 3'000, StoreOp::kDecide, 1},          {t0 + 4'000, StoreOp::kDecide, 1},
+      {t0 + 5'000, StoreOp::kDecide, 1},          {t0 + 6'000, StoreOp::kDecide, 1},
+      {t0 + 7'000, StoreOp::kDecide, 1},          {t0 + 8'000, StoreOp::kDecide, 1},
+      {t0 + 9'000, StoreOp::kDecide, 1},           // the ninth entry: into the sorted set
+      {t0 + 10'000, StoreOp::kDecide, 0},          // a peek
+      {t0 + 11'000, StoreOp::kRefund, 2},          // from the newest entries
+      {t0 + 12'000, StoreOp::kDecide, 5},          // 12 of 12
+      {t0 + 13'000, StoreOp::kDecide, 3},          // denied: its retry searched; blocked
+      {t0 + 70'000'000, StoreOp::kDecide, 1},      // a later window, still blocked
+      {t0 + 400'000'000, StoreOp::kDecide, 1},     // the block is over
+      {t0 + 400'000'001, StoreOp::kPenalize, 12},  // at the limit: blocked again
+      {t0 + 400'000'002, StoreOp::kDecide, 0},
+  };
+  int blocked = 0;
+  for (const Step& st : steps) {
+    const StoreCheck c{.policy = &p, .key = key, .cost = st.cost};
+    const std::size_t n = st.op == StoreOp::kRefund ? 0 : 1;
+    Decision want, got;
+    ASSERT_TRUE(memory.Run({.op = st.op, .checks = {&c, 1}, .now = st.at}, {&want, n}).ok());
+    ASSERT_TRUE(store->Run({.op = st.op, .checks = {&c, 1}, .now = st.at}, {&got, n}).ok());
+    if (st.at == t0 + 9'000) {
+      EXPECT_EQ(Contents(**server, key + ":log").rfind("zset|", 0), 0u) << "not spilled";
+    }
+    if (n == 0) continue;
+    EXPECT_TRUE(Same(want, got)) << "at +" << st.at - t0 << " us\n  memory: " << Describe(want)
+                                 << "\n  module: " << Describe(got);
+    if (!got.allowed && got.retry_after >= 60'000'000) ++blocked;
+  }
+  EXPECT_GE(blocked, 3);
+  ExpectEveryKeyHasTtl(**server);
+  EXPECT_EQ((*server)->CommandCalls("evalsha"), scripts) << "no script decided";
+  EXPECT_EQ((*server)->CommandCalls("sluice.decide") - module_calls, std::size(steps));
+}
+
 // A penalty queued with a decision shares its command too (on the scripts it would share
 // the batch script's calls only).
 TEST_P(ModuleStore, APenaltyAndADecisionShareOneCommand) {
@@ -880,6 +1105,8 @@ TEST_P(ModuleCommand, RejectsMalformedArgumentsAndDeclaresKeys) {
       {"SLUICE.DECIDE", "x"},
       {"SLUICE.DECIDE", "2", "k"},
       {"SLUICE.DECIDE", "1", "k", "4", "", "0", "1", "0,10,1000000,10,-1", "0,0,1,0,1"},
+      // a sliding log (layout 3) without its ":log" key
+      {"SLUICE.DECIDE", "1", "k", "3", "", "0", "1", "1,10,1000000,10,-1", "0,0,1,0,1"},
       {"SLUICE.DECIDE", "1", "k", "2", "", "0", "1", "0,10,1000000,10,-1,5000", "0,0,1,0,1"},
       {"SLUICE.DECIDE", "1", "k", "1", "", "0", "1", "1,10,1000000,10,-1", "0,0,1,0,1"},
       {"SLUICE.DECIDE", "1", "k", "1", "", "0", "1", "0,10,1000000,10,-1", "0,0,11,0,1"},
@@ -911,6 +1138,41 @@ TEST_P(ModuleCommand, RejectsMalformedArgumentsAndDeclaresKeys) {
   auto exists = (*server)->Command({"EXISTS", "fresh"});
   ASSERT_TRUE(exists.ok());
   EXPECT_EQ(exists->integer, 0);
+  // A sliding log's keys: the state key, its ":log" set (and a block's key) declared.
+  keys = (*server)->Command({"COMMAND", "GETKEYS", "SLUICE.DECIDE", "3", "l", "l:log", "l:b", "3",
+                             "", "0", "1", "1,10,1000000,10,-1,5000000", "0,0,1,0,1"});
+  ASSERT_TRUE(keys.ok());
+  ASSERT_EQ(keys->elements.size(), 3u) << keys->str;
+  EXPECT_EQ(keys->elements[2].str, "l:b");
+  // A text-form log whose ":log" key is no sorted set, or holds members sluice never
+  // writes: an error (as the script's redis.call), and Redis stays up. A check whose
+  // ":log" key is its own state key, or another check's: decided, no crash.
+  const std::string now = "1785000000000000";
+  ASSERT_TRUE((*server)->Command({"SET", "tl", "1 1785000060000000 " + now + " 3 3"}).ok());
+  ASSERT_TRUE((*server)->Command({"LPUSH", "tl:list", "x"}).ok());
+  ASSERT_TRUE((*server)->Command({"ZADD", "tl:junk", "1785000000000000", "junk"}).ok());
+  const std::vector<std::vector<std::string>> failing = {
+      {"SLUICE.DECIDE", "2", "tl", "tl:list", "3", "c", "0", "1", "1,10,1000000,10,-1",
+       "0,0,1,0,1," + now},
+      {"SLUICE.DECIDE", "2", "tl", "tl:junk", "3", "c", "0", "1", "1,2,1000000,2,-1",
+       "0,0,1,0,1," + now},
+  };
+  for (const auto& args : failing) {
+    auto r = (*server)->Command(args);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->is_error()) << args[3];
+    EXPECT_NE(r->str.find(args[3] == "tl:list" ? "WRONGTYPE" : "not a log sluice writes"),
+              std::string::npos)
+        << r->str;
+    EXPECT_EQ((*server)->Command({"PING"})->str, "PONG");
+  }
+  for (const std::string& log_key : {std::string("same"), std::string("other")}) {
+    auto r =
+        (*server)->Command({"SLUICE.DECIDE", "4", "same", log_key, "other", "same", "3", "c", "0",
+                            "1", "1,10,1000000,10,-1", "0,0,1,0,0," + now, "0,0,1,0,1," + now});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ((*server)->Command({"PING"})->str, "PONG");
+  }
 }
 
 // Redis Cluster routes SLUICE.DECIDE by its declared keys, as it does scripts: a call
@@ -1161,6 +1423,14 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
        "check 0 is not 5"},
       {{"1", "k", "1", "", "0", "1", "0,1,1000,1,-1", "0,0,-,0,1"}, "check 0 is not 5"},
       {{"1", "k", "4", "", "0", "1", "0,1,1000,1,-1", "0,0,1,0,1"}, "layout version must be 1-3"},
+      // The sliding log (layout 3): not before it, and with its ":log" key after its own;
+      // under overage reject, without a usage record.
+      {{"2", "k", "k:log", "2", "", "0", "1", "1,5,1000,5,-1", "0,0,1,0,1"}, "1 from layout 3"},
+      {{"1", "k", "3", "", "0", "1", "1,5,1000,5,-1", "0,0,1,0,1"}, "leaves it no key"},
+      {{"2", "k", "k:log", "3", "", "0", "1", "1,5,1000,5,-1,5000", "0,0,1,0,1"},
+       "leaves it no key"},
+      {{"2", "k", "k:log", "3", "", "0", "1", "1,5,1000,6,-1", "0,0,1,0,1"},
+       "capacity is its limit"},
       // A block (layout 2): the policy's sixth number, and a second key for its checks.
       {{"2", "k", "k:b", "1", "", "0", "1", "0,1,1000,1,-1,5000", "0,0,1,0,1"},
        "policy 0 is not 5 comma-separated"},
@@ -1221,6 +1491,27 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
   EXPECT_EQ(r.checks[0].block_key, 1);
   EXPECT_EQ(r.checks[1].key, 2u);
   EXPECT_EQ(r.checks[1].block_key, -1);
+  // Layout 3: a sliding log's check has its state key, its ":log" key, then its block key.
+  const std::vector<std::string_view> logs = {"4",
+                                              "a",
+                                              "a:log",
+                                              "a:b",
+                                              "c",
+                                              "3",
+                                              "",
+                                              "0",
+                                              "2",
+                                              "1,5,1000000,5,-1,60000000",
+                                              "0,5,1000000,5,-1",
+                                              "0,0,1,0,0",
+                                              "1,0,1,0,1"};
+  ASSERT_TRUE(redis_module::ParseModuleRequest(logs, &r, &error)) << error;
+  ASSERT_EQ(r.checks.size(), 2u);
+  EXPECT_EQ(r.checks[0].key, 0u);
+  EXPECT_EQ(r.checks[0].log_key, 1);
+  EXPECT_EQ(r.checks[0].block_key, 2);
+  EXPECT_EQ(r.checks[1].key, 3u);
+  EXPECT_EQ(r.checks[1].log_key, -1);
   // ... and on_change after a block_for (0: none).
   const std::vector<std::string_view> carry = {
       "1", "k", "2", "", "0", "1", "0,5,1000000,5,-1,0,2", "0,0,1,0,1"};

@@ -6,17 +6,18 @@
 #include <charconv>
 
 #include "core/algorithm_ops.h"
+#include "redis/module/sliding_log.h"
 #include "redis/module/state.h"
 
 namespace sluice::redis_module {
-namespace {
 
-// prelude.lua's ttl_ms: until `expires`, at least 1 ms, plus the caller-time pad.
 long long TtlMs(Micros expires, Micros now, long long pad_ms) {
   const Micros left = expires - now;
   const long long ms = left <= 0 ? 0 : (left + 999) / 1000;
   return std::max<long long>(ms, 1) + pad_ms;
 }
+
+namespace {
 
 // The scripts' reply for one decision (redis/reply.cc, DecodeDecisions): one odd
 // integer for an allowed decision with nothing to wait when it is below 2^53, else four.
@@ -146,7 +147,8 @@ struct Pending {
   bool allowed[kMaxBatchChecks];  // the algorithm's own answer (a fixed window's counter)
   core::WordState next[kMaxBatchChecks];
   Micros expires[kMaxBatchChecks];
-  Micros blocked[kMaxBatchChecks];  // the block's time left when it blocked the check
+  Micros blocked[kMaxBatchChecks];       // the block's time left when it blocked the check
+  SlidingLogState log[kMaxBatchChecks];  // a sliding log's (sliding_log.h)
 };
 
 // A group not committed: what the script's decision changed in place stays (a fixed
@@ -155,7 +157,7 @@ struct Pending {
 // their rule and answer with a peek after it, denied, blocked if their key is, as the
 // runner's `charge`.
 void Unwind(const ModuleRequest& r, std::span<const ModuleCheck> checks, std::size_t first,
-            Micros now, std::span<const StoredValue> values, Pending& pend,
+            Micros now, std::span<const StoredValue> values, LogCommands& logs, Pending& pend,
             std::vector<ModuleWrite>* writes, Decision* out) {
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const ModuleCheck& c = checks[i];
@@ -185,29 +187,34 @@ void Unwind(const ModuleRequest& r, std::span<const ModuleCheck> checks, std::si
     const ModuleCheck& c = checks[i];
     const Policy& p = r.policies[c.policy];
     if (!Charges(p, c)) continue;
-    const ReadState& s = pend.read[i];
-    Decision d = core::WordOpsOf(p.algorithm)
-                     ->charge(p, s.word, !s.live, now, c.cost, &pend.next[i], &pend.expires[i]);
-    // (the plain layouts, as FORCE writes them; a counter only while the debt fits its
-    // 32 bits)
-    Layout layout = DecisionLayout(p, s, now, r.pad_ms, /*forced=*/true);
-    if (layout == Layout::kCounter && pend.next[i].fixed.count >= (std::uint64_t{1} << 32)) {
-      layout = Layout::kPacked;
+    Decision& d = out[i];
+    if (p.algorithm == Algorithm::kSlidingWindowLog) {
+      d = SlidingLogCharge({p, c, first + i, now, r.pad_ms, logs, pend.log[i], writes});
+    } else {
+      const ReadState& s = pend.read[i];
+      d = core::WordOpsOf(p.algorithm)
+              ->charge(p, s.word, !s.live, now, c.cost, &pend.next[i], &pend.expires[i]);
+      // (the plain layouts, as FORCE writes them; a counter only while the debt fits its
+      // 32 bits)
+      Layout layout = DecisionLayout(p, s, now, r.pad_ms, /*forced=*/true);
+      if (layout == Layout::kCounter && pend.next[i].fixed.count >= (std::uint64_t{1} << 32)) {
+        layout = Layout::kPacked;
+      }
+      Emit(p, pend.next[i], pend.expires[i], layout, first + i, now, r.pad_ms, writes);
     }
-    Emit(p, pend.next[i], pend.expires[i], layout, first + i, now, r.pad_ms, writes);
     d.allowed = false;
     if (pend.blocked[i] > 0) core::ApplyBlock(&d, pend.blocked[i]);
-    out[i] = d;
   }
 }
 
 // Decides `checks` (one group, checks `first`... of the request: the writes name them)
-// on `values` and `blocks` into `out` (a refund's left as it is) and the writes; true
-// when the group committed (a decision group whose checks all allowed, one consuming).
+// on `values` and `blocks` (a sliding log's sorted set through `logs`) into `out` (a
+// refund's left as it is) and the writes; true when the group committed (a decision
+// group whose checks all allowed, one consuming).
 bool DecideChecks(const ModuleRequest& r, std::span<const ModuleCheck> checks, std::size_t first,
                   Micros now, std::span<const StoredValue> values,
-                  std::span<const StoredValue> blocks, std::vector<ModuleWrite>* writes,
-                  Decision* out) {
+                  std::span<const StoredValue> blocks, LogCommands& logs,
+                  std::vector<ModuleWrite>* writes, Decision* out) {
   // (per thread, made once: a group of one check then initialises one entry, not 16)
   thread_local Pending pend;
   bool all = true, consumes = false, decides = false;
@@ -216,6 +223,18 @@ bool DecideChecks(const ModuleRequest& r, std::span<const ModuleCheck> checks, s
     pend.blocked[i] = 0;
     const ModuleCheck& c = checks[i];
     const Policy& p = r.policies[c.policy];
+    if (p.algorithm == Algorithm::kSlidingWindowLog) {  // two keys, its own state
+      const LogCheck lc{p, c, first + i, now, r.pad_ms, logs, pend.log[i], writes};
+      if (!SlidingLogFirst(lc, values[i], &out[i])) continue;  // a refund: no decision
+      if (p.block_for > 0) {
+        pend.blocked[i] = ApplyBlock(p, c, first + i, blocks[i], now, r.pad_ms, &out[i], writes);
+      }
+      if (c.op == 3) continue;  // a penalty
+      all = all && out[i].allowed;
+      consumes = consumes || c.cost > 0;
+      decides = true;
+      continue;
+    }
     const core::WordOps& ops = *core::WordOpsOf(p.algorithm);
     const std::size_t at = first + i;
     ReadState& s = pend.read[i];
@@ -255,14 +274,21 @@ bool DecideChecks(const ModuleRequest& r, std::span<const ModuleCheck> checks, s
     decides = true;
   }
   if (!decides) return false;
-  if (!all || !consumes) {
-    Unwind(r, checks, first, now, values, pend, writes, out);
+  const bool commit = all && consumes;
+  // A sliding log is logged, or keeps what its decision normalised (SlidingLogLast).
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const Policy& p = r.policies[checks[i].policy];
+    if (p.algorithm != Algorithm::kSlidingWindowLog) continue;
+    SlidingLogLast({p, checks[i], first + i, now, r.pad_ms, logs, pend.log[i], writes}, commit);
+  }
+  if (!commit) {
+    Unwind(r, checks, first, now, values, logs, pend, writes, out);
     return false;
   }
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const ModuleCheck& c = checks[i];
     const Policy& p = r.policies[c.policy];
-    if (c.cost == 0) continue;
+    if (c.cost == 0 || p.algorithm == Algorithm::kSlidingWindowLog) continue;
     Emit(p, pend.next[i], pend.expires[i], DecisionLayout(p, pend.read[i], now, r.pad_ms),
          first + i, now, r.pad_ms, writes, &pend.read[i]);
   }
@@ -291,10 +317,11 @@ void WriteRecord(std::size_t i, const UsageRecord& u, Micros now, long long pad_
 
 void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
                  std::span<const StoredValue> values, std::span<const StoredValue> blocks,
-                 std::vector<ModuleWrite>* writes, std::vector<long long>* reply) {
+                 LogCommands& logs, std::vector<ModuleWrite>* writes,
+                 std::vector<long long>* reply) {
   const std::span<const ModuleCheck> checks(r.checks.data() + g.begin, g.end - g.begin);
   Decision out[kMaxBatchChecks];
-  const bool committed = DecideChecks(r, checks, g.begin, now, values, blocks, writes, out);
+  const bool committed = DecideChecks(r, checks, g.begin, now, values, blocks, logs, writes, out);
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const ModuleCheck& c = checks[i];
     const Policy& p = r.policies[c.policy];
@@ -335,7 +362,7 @@ bool ReadUsageRecord(const StoredValue& v, Micros now, UsageRecord* out) {
 }
 
 void SettleCheck(const ModuleRequest& r, std::size_t i, Micros now, const UsageRecord& record,
-                 const StoredValue& value, const StoredValue& block,
+                 const StoredValue& value, const StoredValue& block, LogCommands& logs,
                  std::vector<ModuleWrite>* writes, std::vector<long long>* reply) {
   const ModuleCheck& c = r.checks[i];
   const Policy& p = r.policies[c.policy];
@@ -349,7 +376,7 @@ void SettleCheck(const ModuleRequest& r, std::size_t i, Micros now, const UsageR
   if (applied && c.cost > record.taken &&
       (c.cost - record.taken <= p.Capacity() || p.overage != Overage::kReject)) {
     one.cost = c.cost - record.taken;  // the rest, decided as one check
-    DecideChecks(r, {&one, 1}, i, now, {&value, 1}, {&block, 1}, writes, &d);
+    DecideChecks(r, {&one, 1}, i, now, {&value, 1}, {&block, 1}, logs, writes, &d);
   } else {
     StoredValue state = value;
     StateBytes refunded;
@@ -358,7 +385,7 @@ void SettleCheck(const ModuleRequest& r, std::size_t i, Micros now, const UsageR
       refund.op = 2;
       refund.cost = record.taken - c.cost;
       const std::size_t before = writes->size();
-      DecideChecks(r, {&refund, 1}, i, now, {&value, 1}, {&block, 1}, writes, &d);
+      DecideChecks(r, {&refund, 1}, i, now, {&value, 1}, {&block, 1}, logs, writes, &d);
       // (the peek reads what the refund wrote, as the script's next GET does)
       if (writes->size() > before) {
         refunded = writes->back().value;
@@ -366,7 +393,7 @@ void SettleCheck(const ModuleRequest& r, std::size_t i, Micros now, const UsageR
       }
     }
     one.cost = 0;
-    DecideChecks(r, {&one, 1}, i, now, {&state, 1}, {&block, 1}, writes, &d);
+    DecideChecks(r, {&one, 1}, i, now, {&state, 1}, {&block, 1}, logs, writes, &d);
     d.charged = 0;
   }
   d.allowed = applied;

@@ -23,9 +23,10 @@ struct StoredValue {
   std::string_view bytes;  // a string's bytes (valid during DecideGroup)
 };
 
-// A state's bytes (the longest layout has 57), inline: no allocation per write.
+// A state's bytes (the longest layout is a sliding log's inline form, 153), inline: no
+// allocation per write.
 struct StateBytes {
-  char data[64];
+  char data[160];
   std::uint8_t size = 0;
   std::string_view view() const { return {data, size}; }
 };
@@ -54,16 +55,23 @@ struct UsageRecord {
   Micros expires = 0;       // on the server's (or caller's) clock, us
 };
 
+class LogCommands;  // sliding_log.h
+
+// prelude.lua's ttl_ms: until `expires`, at least 1 ms, plus the caller-time pad.
+long long TtlMs(Micros expires, Micros now, long long pad_ms);
+
 // Decides group `g` of `r` (not a settle) at `now` on `values` (one per check of the
 // group, in order) and `blocks` (what each check's block key holds; not present for a
 // check without one): all or nothing as the Lua group runner (a refund and a penalty
 // apply per check; a block starts at once, as penalties.lua's apply_block writes it; a
 // denied group's checks under an overage are charged; a check with a usage record
 // records what it took). Appends the writes, in order, and the reply's integers
-// (redis/reply.cc's encoding).
+// (redis/reply.cc's encoding). A sliding log's sorted set is read and written through
+// `logs` as its check is decided (sliding_log.h).
 void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
                  std::span<const StoredValue> values, std::span<const StoredValue> blocks,
-                 std::vector<ModuleWrite>* writes, std::vector<long long>* reply);
+                 LogCommands& logs, std::vector<ModuleWrite>* writes,
+                 std::vector<long long>* reply);
 
 // The record `v` holds (runner.lua's record_usage: "<taken> <expires>", "s" in front
 // once settled); false when there is none, it is not a record, or it expired by `now`.
@@ -74,8 +82,9 @@ bool ReadUsageRecord(const StoredValue& v, Micros now, UsageRecord* out);
 // rest is decided (charged per the overage when it does not fit); below it the
 // difference is refunded; then a peek. Appends the writes (the record marked settled)
 // and the reply's five numbers (the first: applied, not yet settled).
+// (A sliding log's sorted set through `logs`, as DecideGroup's.)
 void SettleCheck(const ModuleRequest& r, std::size_t i, Micros now, const UsageRecord& record,
-                 const StoredValue& value, const StoredValue& block,
+                 const StoredValue& value, const StoredValue& block, LogCommands& logs,
                  std::vector<ModuleWrite>* writes, std::vector<long long>* reply);
 
 }  // namespace sluice::redis_module

@@ -13,6 +13,7 @@ extern "C" {
 typedef struct RedisModuleCtx RedisModuleCtx;
 typedef struct RedisModuleKey RedisModuleKey;
 typedef struct RedisModuleString RedisModuleString;
+typedef struct RedisModuleCallReply RedisModuleCallReply;
 typedef int (*RedisModuleCmdFunc)(RedisModuleCtx* ctx, RedisModuleString** argv, int argc);
 }
 
@@ -25,6 +26,10 @@ inline constexpr int kRead = 1 << 0;   // REDISMODULE_READ
 inline constexpr int kWrite = 1 << 1;  // REDISMODULE_WRITE
 inline constexpr int kKeyTypeEmpty = 0;
 inline constexpr int kKeyTypeString = 1;
+inline constexpr int kReplyString = 0;   // REDISMODULE_REPLY_STRING
+inline constexpr int kReplyInteger = 2;  // REDISMODULE_REPLY_INTEGER
+inline constexpr int kReplyArray = 3;    // REDISMODULE_REPLY_ARRAY
+inline constexpr int kReplyNull = 4;     // REDISMODULE_REPLY_NULL
 
 // The functions, resolved at load. Those marked optional may stay null (an older
 // server): the callers check.
@@ -52,6 +57,17 @@ struct ModuleApi {
                                      std::size_t len) = nullptr;
   void (*FreeString)(RedisModuleCtx* ctx, RedisModuleString* str) = nullptr;
   long long (*Milliseconds)() = nullptr;
+  // A command run from the module (a sliding log's sorted set: "v", an array of strings;
+  // "!v": replicated, as a script's write is), and its reply.
+  RedisModuleCallReply* (*Call)(RedisModuleCtx* ctx, const char* cmd, const char* fmt,
+                                ...) = nullptr;
+  int (*CallReplyType)(RedisModuleCallReply* reply) = nullptr;
+  std::size_t (*CallReplyLength)(RedisModuleCallReply* reply) = nullptr;
+  RedisModuleCallReply* (*CallReplyArrayElement)(RedisModuleCallReply* reply,
+                                                 std::size_t i) = nullptr;
+  const char* (*CallReplyStringPtr)(RedisModuleCallReply* reply, std::size_t* len) = nullptr;
+  long long (*CallReplyInteger)(RedisModuleCallReply* reply) = nullptr;
+  void (*FreeCallReply)(RedisModuleCallReply* reply) = nullptr;
   long long (*Microseconds)() = nullptr;  // optional (7.2): else gettimeofday, as TIME
 };
 

@@ -13,9 +13,11 @@ namespace {
 // scripts' numbers are, and far from overflowing any sum the algorithms form.
 constexpr long long kMaxAbsNow = 1LL << 53;
 constexpr long long kMaxPadMs = 86'400'000;
-// Each algorithm the module decides (one key each); the others stay with Lua.
-constexpr bool Supported(long long alg) {
-  return alg == static_cast<long long>(Algorithm::kFixedWindow) ||
+// Each algorithm the module decides in layout `version` (the sliding log from layout 3:
+// its second key); the others stay with Lua.
+constexpr bool Supported(long long alg, long long version) {
+  return (alg == static_cast<long long>(Algorithm::kSlidingWindowLog) && version >= 3) ||
+         alg == static_cast<long long>(Algorithm::kFixedWindow) ||
          alg == static_cast<long long>(Algorithm::kSlidingWindowCounter) ||
          alg == static_cast<long long>(Algorithm::kTokenBucket) ||
          alg == static_cast<long long>(Algorithm::kGcra);
@@ -82,9 +84,9 @@ bool ParsePolicy(std::string_view arg, std::size_t index, long long version, Pol
         "(algorithm,limit,window,capacity,initial[,block_for[,on_change[,overage,max_debt]]])"};
     return Fail(error, where() + " is not " + kForms[most == 5 ? 0 : most == 7 ? 1 : 2]);
   }
-  if (!Supported(f[0])) {
+  if (!Supported(f[0], version)) {
     return Fail(error, where() + ": algorithm " + std::to_string(f[0]) +
-                           " is not one the module decides (0, 2, 3, 4)");
+                           " is not one the module decides (0, 2, 3, 4; 1 from layout 3)");
   }
   if (f[1] < 1 || f[2] < 1 || f[3] < 1) {
     return Fail(error, where() + ": limit, window and capacity must be positive");
@@ -263,7 +265,7 @@ bool ParseModuleRequest(std::span<const std::string_view> args, ModuleRequest* o
     return Fail(error, "the number of policies must be 1 to numkeys");
   }
   rest = rest.subspan(4);
-  // After the policies, one check per key, but for the block and record keys.
+  // After the policies, one check per key, but for the log, block and record keys.
   if (rest.size() <= static_cast<std::size_t>(np) ||
       rest.size() - static_cast<std::size_t>(np) > std::min(nkeys, redis::kModuleMaxChecks)) {
     return Fail(error, "expected " + std::to_string(np) + " policies and 1-" +
@@ -285,11 +287,14 @@ bool ParseModuleRequest(std::span<const std::string_view> args, ModuleRequest* o
     if (!ParseCheck(rest[i], i, version, r, &c, &last, error)) return false;
     const bool block = r.policies[c.policy].block_for > 0;
     const bool record = c.op == 8 || c.usage_ttl > 0;
-    if (key + 1 + (block ? 1 : 0) + (record ? 1 : 0) > nkeys) {
+    const bool log = r.policies[c.policy].algorithm == Algorithm::kSlidingWindowLog;
+    if (key + 1 + (log ? 1 : 0) + (block ? 1 : 0) + (record ? 1 : 0) > nkeys) {
       return Fail(error, "check " + std::to_string(i) + ": numkeys " + std::to_string(nkeys) +
-                             " leaves it no key (a block and a usage record have one each)");
+                             " leaves it no key (a check has its state key, then a sliding "
+                             "log's \":log\" key, a block's \":b\" key, a usage record's key)");
     }
     c.key = static_cast<std::uint32_t>(key++);
+    c.log_key = log ? static_cast<std::int32_t>(key++) : -1;
     c.block_key = block ? static_cast<std::int32_t>(key++) : -1;
     c.record_key = record ? static_cast<std::int32_t>(key++) : -1;
     if (last) {
@@ -301,7 +306,8 @@ bool ParseModuleRequest(std::span<const std::string_view> args, ModuleRequest* o
   if (key != nkeys) {
     return Fail(error, "numkeys " + std::to_string(nkeys) + " is not the checks' " +
                            std::to_string(key) +
-                           " keys (one each, one more for a block and for a usage record)");
+                           " keys (one each, one more for a sliding log, a block and a usage "
+                           "record)");
   }
   return true;
 }

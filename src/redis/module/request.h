@@ -23,6 +23,8 @@ struct ModuleCheck {
   std::uint32_t key = 0;     // its state key: index into the call's keys
   // Its policy's block key (block_for > 0): index into the keys; -1: none.
   std::int32_t block_key = -1;
+  // A sliding window log's sorted set (its ":log" key): index into the keys; -1: none.
+  std::int32_t log_key = -1;
   // Its usage record's key (op 7 with a record lifetime, op 8): index into the keys; -1:
   // none.
   std::int32_t record_key = -1;

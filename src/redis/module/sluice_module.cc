@@ -6,8 +6,12 @@
 // at a time) on the server's clock, through engine.h, and writes the states the Lua
 // scripts write, each with a TTL. It replicates its EFFECTS: each write goes to the
 // replicas and the AOF as `SET key value PXAT <ms>`, so a replica never decides on
-// its own clock. Its keys are declared (getkeys-api), so Redis Cluster routes the
-// command and refuses a cross-slot one, as it does for scripts.
+// its own clock; a sliding log's sorted set is written with the script's own commands
+// (RedisModule_Call with "!": replicated as the script's effects are, PEXPIRE as
+// PEXPIREAT), in order with those SETs (Redis 7 and Valkey 8 propagate both, in the
+// order they are made, as one transaction at the command's end). Its keys are
+// declared (getkeys-api), so Redis Cluster routes the command and refuses a cross-slot
+// one, as it does for scripts.
 #include <sys/time.h>
 
 #include <charconv>
@@ -19,6 +23,7 @@
 
 #include "redis/module/engine.h"
 #include "redis/module/module_api.h"
+#include "redis/module/sliding_log.h"
 #include "redis/module/wire.h"
 
 namespace sluice::redis_module {
@@ -27,9 +32,10 @@ ModuleApi api;
 
 namespace {
 
-// A stored value longer than this is not a state any layout has (the longest is 57
-// bytes): it is read as a foreign value, without copying it.
-constexpr std::size_t kMaxStateBytes = 128;
+// A stored value longer than this is not a state any layout has (the longest is a
+// sliding log's inline form, 153 bytes): it is read as a foreign value, without copying
+// it.
+constexpr std::size_t kMaxStateBytes = sizeof(StateBytes::data);
 constexpr std::string_view kForeign = "\xff";
 
 template <typename F>
@@ -66,10 +72,10 @@ struct GroupKeys {
 };
 
 // True when a key of `names` comes twice: two handles on one key are not safe (a read
-// may replace the value the other handle points to), so such a group opens each key
-// for each access instead.
+// may replace the value the other handle points to, a sliding log's command delete
+// it), so such a group opens each key for each access instead.
 bool Repeats(RedisModuleString** names, std::size_t n) {
-  std::string_view seen[kMaxBatchChecks];
+  std::string_view seen[2 * kMaxBatchChecks];
   for (std::size_t i = 0; i < n; ++i) {
     std::size_t len = 0;
     const char* p = api.StringPtrLen(names[i], &len);
@@ -140,6 +146,61 @@ void Write(RedisModuleCtx* ctx, RedisModuleString* name, RedisModuleKey* key, co
   }
 }
 
+// The sliding logs' sorted sets (sliding_log.h) through RedisModule_Call: the script's
+// own commands on the call's keys, writes replicated ("!"). The first failure (a key of
+// another type, or a log that is not sluice's) fails the call: nothing more runs.
+class RedisLogs final : public LogCommands {
+ public:
+  RedisLogs(RedisModuleCtx* ctx, RedisModuleString** names) : ctx_(ctx), names_(names) {}
+
+  bool Run(const char* command, std::uint32_t key, std::span<const std::string_view> args,
+           bool write, LogReply* out) override {
+    out->integer = 0;
+    out->items.clear();
+    if (!error_.empty()) return false;
+    // (at most a spill's ZADD: the key, then a score and a member per entry)
+    RedisModuleString* argv[2 * (kLogInline + 1) + 1];
+    if (args.size() + 1 > std::size(argv)) {
+      Fail(std::string(command) + " with too many arguments");
+      return false;
+    }
+    argv[0] = names_[key];
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      argv[i + 1] = api.CreateString(ctx_, args[i].data(), args[i].size());
+    }
+    RedisModuleCallReply* r = api.Call(ctx_, command, write ? "!v" : "v", argv, args.size() + 1);
+    for (std::size_t i = 0; i < args.size(); ++i) api.FreeString(ctx_, argv[i + 1]);
+    const int type = r != nullptr ? api.CallReplyType(r) : -1;
+    if (type == kReplyInteger) {
+      out->integer = api.CallReplyInteger(r);
+    } else if (type == kReplyArray) {
+      const std::size_t n = api.CallReplyLength(r);
+      for (std::size_t i = 0; i < n; ++i) {
+        std::size_t len = 0;
+        const char* p = api.CallReplyStringPtr(api.CallReplyArrayElement(r, i), &len);
+        out->items.emplace_back(p != nullptr ? p : "", p != nullptr ? len : 0);
+      }
+    } else if (type != kReplyNull && type != kReplyString) {
+      // (WRONGTYPE: a ":log" key that holds no sorted set, as a script's call fails)
+      std::size_t len = 0;
+      const char* p = r != nullptr ? api.CallReplyStringPtr(r, &len) : nullptr;
+      Fail(std::string(command) +
+           " failed: " + (p != nullptr ? std::string(p, len) : std::string("no reply")));
+    }
+    if (r != nullptr) api.FreeCallReply(r);
+    return error_.empty();
+  }
+  void Fail(std::string why) override {
+    if (error_.empty()) error_ = std::move(why);
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  RedisModuleCtx* ctx_;
+  RedisModuleString** names_;
+  std::string error_;
+};
+
 // A call's working storage, kept from one call to the next (Redis runs one command at a
 // time, on one thread): a call allocates nothing once the sizes it needs have been seen.
 struct CallStorage {
@@ -177,15 +238,22 @@ void WriteOne(const GroupCall& c, RedisModuleString* state, RedisModuleKey* open
   }
 }
 
-// Decides a group (not a settle): every key read, then decided (engine.h), then written.
-// Returns an error reply's text, or null.
+// Decides a group (not a settle): every key read, then decided (engine.h; a sliding
+// log's sorted set as it goes), then written. Returns an error reply's text (kept in
+// `*error` when it is made here), or null.
 const char* DecideOneGroup(const GroupCall& c, GroupKeys& g, std::vector<ModuleWrite>& writes,
-                           std::vector<long long>& reply) {
+                           std::vector<long long>& reply, std::string* error) {
   const ModuleRequest& req = c.req;
   const std::size_t n = c.group.end - c.group.begin;
-  RedisModuleString* keys[kMaxBatchChecks];
-  for (std::size_t i = 0; i < n; ++i) keys[i] = c.names[req.checks[c.group.begin + i].key];
-  const bool keep = !Repeats(keys, n);
+  // (the state keys, then the sliding logs' sorted sets: none may be another's)
+  RedisModuleString* keys[2 * kMaxBatchChecks];
+  std::size_t m = n;
+  for (std::size_t i = 0; i < n; ++i) {
+    const ModuleCheck& check = req.checks[c.group.begin + i];
+    keys[i] = c.names[check.key];
+    if (check.log_key >= 0) keys[m++] = c.names[check.log_key];
+  }
+  const bool keep = !Repeats(keys, m);
   g.n = n;
   for (std::size_t i = 0; i < n; ++i) {
     const int block = req.checks[c.group.begin + i].block_key;
@@ -196,7 +264,12 @@ const char* DecideOneGroup(const GroupCall& c, GroupKeys& g, std::vector<ModuleW
     }
   }
   writes.clear();
-  DecideGroup(req, c.group, c.now, {g.values, n}, {g.blocks, n}, &writes, &reply);
+  RedisLogs logs(c.ctx, c.names);
+  DecideGroup(req, c.group, c.now, {g.values, n}, {g.blocks, n}, logs, &writes, &reply);
+  if (!logs.error().empty()) {
+    *error = "ERR sluice: " + logs.error();
+    return error->c_str();
+  }
   for (const ModuleWrite& w : writes) {
     const std::size_t i = w.check - c.group.begin;
     WriteOne(c, keys[i], keep ? g.keys[i] : nullptr, w);
@@ -247,7 +320,12 @@ const char* SettleGroup(const GroupCall& c, std::vector<ModuleWrite>& writes,
       return kWrongType;
     }
     writes.clear();
-    SettleCheck(req, i, c.now, records[i - c.group.begin], value, block, &writes, &reply);
+    RedisLogs logs(c.ctx, c.names);
+    SettleCheck(req, i, c.now, records[i - c.group.begin], value, block, logs, &writes, &reply);
+    if (!logs.error().empty()) {
+      *error = "ERR sluice: " + logs.error();
+      return error->c_str();
+    }
     for (const ModuleWrite& w : writes) WriteOne(c, c.names[check.key], nullptr, w);
   }
   return nullptr;
@@ -284,16 +362,16 @@ int Decide(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
   reply.clear();
   std::vector<ModuleWrite>& writes = storage.writes;
   GroupKeys g;
-  std::string settle_error;
+  std::string error_text;
   for (const ModuleGroup& group : req.groups) {
     // Groups run one after the other, as the script's: a key of another type (or a
-    // settle's unknown record) fails the call there, after the groups before it (a
-    // single group writes nothing then).
+    // settle's unknown record, or a damaged sorted set) fails the call there, after the
+    // groups before it (a single group writes nothing then).
     const GroupCall call{
         ctx, req, group, names, req.caller_time ? req.checks[group.begin].now : server_now, now_ms};
     const char* error = group.op == StoreOp::kSettle
-                            ? SettleGroup(call, writes, reply, &settle_error)
-                            : DecideOneGroup(call, g, writes, reply);
+                            ? SettleGroup(call, writes, reply, &error_text)
+                            : DecideOneGroup(call, g, writes, reply, &error_text);
     if (error != nullptr) return api.ReplyWithError(ctx, error);
   }
   api.ReplyWithArray(ctx, static_cast<long>(reply.size()));
@@ -338,7 +416,14 @@ int ModuleApiInit(RedisModuleCtx* ctx, const char* name, int version) {
                   Resolve("RedisModule_Replicate", &api.Replicate) &&
                   Resolve("RedisModule_CreateString", &api.CreateString) &&
                   Resolve("RedisModule_FreeString", &api.FreeString) &&
-                  Resolve("RedisModule_Milliseconds", &api.Milliseconds);
+                  Resolve("RedisModule_Milliseconds", &api.Milliseconds) &&
+                  Resolve("RedisModule_Call", &api.Call) &&
+                  Resolve("RedisModule_CallReplyType", &api.CallReplyType) &&
+                  Resolve("RedisModule_CallReplyLength", &api.CallReplyLength) &&
+                  Resolve("RedisModule_CallReplyArrayElement", &api.CallReplyArrayElement) &&
+                  Resolve("RedisModule_CallReplyStringPtr", &api.CallReplyStringPtr) &&
+                  Resolve("RedisModule_CallReplyInteger", &api.CallReplyInteger) &&
+                  Resolve("RedisModule_FreeCallReply", &api.FreeCallReply);
   if (!ok) return kErr;
   if (!Resolve("RedisModule_Microseconds", &api.Microseconds)) api.Microseconds = nullptr;
   if (Resolve("RedisModule_IsModuleNameBusy", &api.IsModuleNameBusy) &&

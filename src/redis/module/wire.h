@@ -4,11 +4,12 @@
 //
 //   SLUICE.DECIDE <numkeys> <key>... <version> <clock> <pad_ms> <P> <policy>... <check>...
 //
-// - keys: each check's state key, in order, followed by its block key (the state key +
-//   ":b") when its policy has a block_for, then its usage record's key (the state key +
-//   ":u:" + the reservation id) when it has one (the scripts' KEYS);
+// - keys: each check's state key, in order, followed by its sorted set (the state key +
+//   ":log") when it is a sliding window log's, then by its block key (the state key +
+//   ":b") when its policy has a block_for, then by its usage record's key (the state key
+//   + ":u:" + the reservation id) when it has one: the scripts' KEYS order;
 // - version: kModuleWireVersion, or an older layout the module still reads (1: no
-//   block_for, no on_change; 2: no overage);
+//   block_for, no on_change; 2: no sliding window log, no overage, no usage record);
 // - clock: "" decides on the server's clock; "c" on the caller's (tests only): every
 //   check then ends with its group's now (us);
 // - pad_ms: extra TTL in ms (caller-time mode: Redis expires keys on its own clock);
@@ -16,7 +17,9 @@
 //   (initial -1: a bucket that starts full), then ",block_for_us" when it has one, or
 //   ",block_for_us,on_change" (0 or the block; 1 reset, 2 proportional) when it has an
 //   on_change, or ",block_for_us,on_change,overage,max_debt" (overage 1 charge, 2
-//   drain; Policy::max_debt) when its overage is not reject;
+//   drain; Policy::max_debt) when its overage is not reject; algorithm is 0, 2, 3 or 4,
+//   or from layout 3 on 1 (the sliding window log, whose on_change the scripts ignore,
+//   and so does the module);
 // - each check ONE argument "policy,op,cost,max_wait_us,last[,now_us]": policy indexes
 //   the list above from 0, op is redis::WireKind's number (0 decide, 1 decide with
 //   max_wait, 2 refund, 3 penalty, 7 decide under an overage or with a usage record:
@@ -44,9 +47,9 @@ inline constexpr long long kModuleWireVersion = 3;
 // before it was replaced sends it until it reconnects).
 inline constexpr long long kModuleOldestWireVersion = 1;
 // Bounds the parser enforces: 256 groups of at most 16 checks (a coalesced call); a
-// check has up to three keys.
+// check has up to four keys (a sliding log's with a block and a usage record).
 inline constexpr std::size_t kModuleMaxChecks = 4096;
-inline constexpr std::size_t kModuleMaxKeys = 3 * kModuleMaxChecks;
+inline constexpr std::size_t kModuleMaxKeys = 4 * kModuleMaxChecks;
 inline constexpr std::size_t kModuleMaxPolicies = 4096;
 
 }  // namespace sluice::redis
