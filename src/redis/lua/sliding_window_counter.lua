@@ -130,7 +130,8 @@ FORCE[2] = function(c, now)
   else
     curr = max(curr, min(curr + c.cost, c.bound))
   end
-  c.expires = ws + 2 * w
+  -- (back to full as a decision's state: a charge that took nothing leaves curr at 0)
+  if curr > 0 then c.expires = ws + 2 * w else c.expires = ws + w end
   c.state, c.patch = struct.pack('<Bdddd', 2, c.expires, ws, curr, prev), nil
   store_word(c, now)
   return curr - was
