@@ -29,10 +29,10 @@ std::string Joined(const long long* v, std::size_t n) {
   return s;
 }
 
-}  // namespace
-
-std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
-                             std::string& out) {
+// The module's arguments after the keys for `groups`; `checks`, when not empty, are the
+// one group's own (their permit ids: a call with permits is never merged).
+std::size_t AppendModuleArgv(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
+                             std::span<const StoreCheck> checks, std::string& out) {
   // A policy's numbers on the wire: the first five of CoalesceInfo::data's (algorithm,
   // limit, window, capacity, initial tokens), its block_for and on_change, then its
   // overage and max_debt.
@@ -66,6 +66,9 @@ std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceI
       const long long f[6] = {static_cast<long long>(at), p[7], p[8], fourth,
                               i + 1 == n ? 1 : 0,         d[0]};
       args.push_back(Joined(f, caller_time ? 6 : 5));
+      if (kind == WireKind::kAcquire || kind == WireKind::kRelease || kind == WireKind::kExtend) {
+        args.back().append(":").append(i < checks.size() ? checks[i].permit : std::string_view());
+      }
     }
   }
   AppendBulk(out, std::to_string(kModuleWireVersion));
@@ -81,16 +84,23 @@ std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceI
   return 4 + policies.size() + args.size();
 }
 
-bool ModuleDecides(const StoreCheck& c, WireKind k) {
-  return c.policy->algorithm != Algorithm::kConcurrency &&
-         (k == WireKind::kDecide || k == WireKind::kReserve || k == WireKind::kRefund ||
-          k == WireKind::kForce || k == WireKind::kOverage || k == WireKind::kSettle);
+}  // namespace
+
+std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
+                             std::string& out) {
+  return AppendModuleArgv(caller_time, groups, {}, out);
+}
+
+bool ModuleDecides(const StoreCheck& /*c*/, WireKind k) {
+  return k == WireKind::kDecide || k == WireKind::kReserve || k == WireKind::kRefund ||
+         k == WireKind::kForce || k == WireKind::kAcquire || k == WireKind::kRelease ||
+         k == WireKind::kExtend || k == WireKind::kOverage || k == WireKind::kSettle;
 }
 
 std::string EncodeModuleCall(const std::string& script_wire, const CoalesceInfo& merge,
-                             bool caller_time) {
+                             std::span<const StoreCheck> checks, bool caller_time) {
   std::string argv;
-  const std::size_t nargs = EncodeModuleArgv(caller_time, {&merge}, argv);
+  const std::size_t nargs = AppendModuleArgv(caller_time, {&merge}, checks, argv);
   std::string out;
   out.reserve(64 + (merge.keys_end - merge.keys_begin) + argv.size());
   out.push_back('*');

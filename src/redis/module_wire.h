@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,10 +15,11 @@
 
 namespace sluice::redis {
 
-// True when the module decides `c` doing `k`: a decision (under any overage, with or
-// without a usage record), reservation, refund, penalty or settle of any rate algorithm
-// (a sliding window log's ":log" key after its state key; any on_change, with or without
-// block_for). Concurrency limits (permits) run the Lua scripts.
+// True when the module decides `c` doing `k`: every operation of every algorithm (a
+// decision under any overage, with or without a usage record, a reservation, refund,
+// penalty or settle; a concurrency limit's acquire, release and extend), a sliding
+// window log with its ":log" key after its state key, any on_change, with or without
+// block_for. (The scripts decide where the server has no module, or `module=off`.)
 bool ModuleDecides(const StoreCheck& c, WireKind k);
 
 // The module's arguments after the keys for `groups` (their data, as EncodeCoalesced
@@ -25,11 +27,10 @@ bool ModuleDecides(const StoreCheck& c, WireKind k);
 std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
                              std::string& out);
 
-// The module's command for the one group that `script_wire` (EncodeGroup's or
-// EncodeSingle's output) and `merge` describe, with its KEYS (every check ModuleDecides:
-// its state key, then a sliding log's ":log" key, then its block key when it has one,
-// as the scripts declare them).
+// The module's command for the one group of `checks` that `script_wire` (EncodeGroup's
+// or EncodeSingle's output) and `merge` describe, with its KEYS (every check
+// ModuleDecides, its keys as the scripts declare them).
 std::string EncodeModuleCall(const std::string& script_wire, const CoalesceInfo& merge,
-                             bool caller_time);
+                             std::span<const StoreCheck> checks, bool caller_time);
 
 }  // namespace sluice::redis

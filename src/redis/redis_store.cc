@@ -340,7 +340,7 @@ std::string RedisStore::Impl::ModuleWire(std::span<const StoreCheck> checks,
   for (std::size_t i = 0; i < checks.size(); ++i) {
     if (!redis::ModuleDecides(checks[i], kinds[i])) return {};
   }
-  return redis::EncodeModuleCall(wire, merge, options.use_caller_time);
+  return redis::EncodeModuleCall(wire, merge, checks, options.use_caller_time);
 }
 
 void RedisStore::RunAsync(const StoreBatch& batch, RunCallback done) {
@@ -434,11 +434,7 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(StoreOp op, std::span<const Sto
                                                               : &coalesce_target;
     merge.slot = cluster ? redis::KeySlot(checks[0].key) : 0;
   }
-  // (permit operations are the scripts')
-  std::string module_wire =
-      op == StoreOp::kDecide || op == StoreOp::kPenalize || op == StoreOp::kSettle
-          ? ModuleWire(checks, kinds, sc.wire, merge)
-          : std::string();
+  std::string module_wire = ModuleWire(checks, kinds, sc.wire, merge);
   // Every key of a batch shares the hash tag of the first one (sluice keys carry
   // one), so the first key routes the whole script.
   impl_->Run(checks[0].key, *sc.script, std::move(sc.wire), call, deadline, std::move(done), merge,

@@ -3,7 +3,8 @@
 // is the command's arguments after its name, one per line; an accepted request is then
 // decided with each key's own bytes as the value it holds (every layout's decoder meets
 // arbitrary bytes; a key of 4k bytes stands for an absent one), on the caller's now or a
-// fixed one. A sliding log's sorted set is an in-memory one (FakeLogs), empty at first.
+// fixed one. A sliding log's or a permit set's sorted set is an in-memory one
+// (FakeSets), empty at first.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -20,13 +21,14 @@
 
 namespace {
 
-using sluice::redis_module::LogReply;
+using sluice::redis_module::SetReply;
 
-// The sorted-set commands sliding_log.cc runs, on sets in memory (by score, then member).
-class FakeLogs final : public sluice::redis_module::LogCommands {
+// The sorted-set commands sliding_log.cc and permits.cc run, on sets in memory (by score,
+// then member).
+class FakeSets final : public sluice::redis_module::SortedSets {
  public:
   bool Run(const char* command, std::uint32_t key, std::span<const std::string_view> args,
-           bool /*write*/, LogReply* out) override {
+           bool /*write*/, SetReply* out) override {
     out->integer = 0;
     out->items.clear();
     if (failed_) return false;
@@ -57,6 +59,18 @@ class FakeLogs final : public sluice::redis_module::LogCommands {
         out->items.push_back(z[static_cast<std::size_t>(i)].second);
         if (args.size() == 3) out->items.push_back(std::to_string(z[i].first));
       }
+    } else if (cmd == "ZADD" && !args.empty() && args[0] == "XX") {
+      // a permit's extend: XX INCR 0 (its score, or nothing), then XX <score>
+      const bool incr = args.size() == 4 && args[1] == "INCR";
+      FUZZ_CHECK(incr || args.size() == 3);
+      const std::string_view member = args.back();
+      const auto it =
+          std::find_if(z.begin(), z.end(), [&](const auto& e) { return e.second == member; });
+      if (it != z.end()) {
+        if (incr) out->items.push_back(std::to_string(it->first));
+        if (!incr) it->first = num(args[1]);
+        std::sort(z.begin(), z.end());
+      }
     } else if (cmd == "ZADD") {
       FUZZ_CHECK(!args.empty() && args.size() % 2 == 0);
       for (std::size_t i = 0; i < args.size(); i += 2) {
@@ -66,7 +80,9 @@ class FakeLogs final : public sluice::redis_module::LogCommands {
       std::sort(z.begin(), z.end());
     } else if (cmd == "ZREM") {
       FUZZ_CHECK(args.size() == 1);
+      const std::size_t before = z.size();
       Remove(z, args[0]);
+      out->integer = static_cast<long long>(before - z.size());
     } else if (cmd == "ZCARD") {
       out->integer = static_cast<long long>(z.size());
     } else if (cmd == "DEL") {
@@ -127,7 +143,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FUZZ_CHECK(next_key == nkeys);
   std::vector<long long> reply;
   std::vector<ModuleWrite> writes;
-  FakeLogs logs;
+  FakeSets logs;
   for (const ModuleGroup& g : r.groups) {
     FUZZ_CHECK(g.begin < g.end && g.end <= r.checks.size() &&
                g.end - g.begin <= sluice::kMaxBatchChecks);

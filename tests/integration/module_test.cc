@@ -1021,6 +1021,78 @@ TEST_P(ModuleStore, UsageReservationsAndSettlesAreDecidedByTheModule) {
   EXPECT_EQ((*server)->CommandCalls("sluice.decide") - module_calls, std::size(steps));
 }
 
+// Concurrency limits are decided by the module on the scripts' permit set: the same
+// decisions as the scripts (module=off, on keys of their own in the same server)
+// through acquires under two leases of one policy name, a peek, a denial at the limit,
+// an extend and a release, the same permits and expiries in the set, and a TTL that a
+// permit under the shorter lease never shortens; no script call from the module's store.
+TEST_P(ModuleStore, ConcurrencyPermitsAreDecidedByTheModule) {
+  auto server = StartWithModule();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto lua = Open((*server)->Url() + "?module=off");
+  auto mod = Open((*server)->Url());
+  ASSERT_TRUE(lua && mod);
+  const Policy longer = Policy::Concurrency("jobs", 2, std::chrono::minutes(10));
+  const Policy shorter = Policy::Concurrency("jobs", 2, std::chrono::minutes(1));
+  const std::string a(32, 'a'), b(32, 'b'), c(32, 'c');
+  const Micros t0 = 1'785'000'000'000'000;
+  struct Step {
+    Micros at;
+    StoreOp op;
+    const Policy* policy;
+    const std::string* permit;  // null: a peek
+    bool allowed;
+  } steps[] = {
+      {t0, StoreOp::kDecide, &longer, &a, true},
+      {t0 + 1, StoreOp::kDecide, &shorter, &b, true},
+      {t0 + 2, StoreOp::kDecide, &shorter, nullptr, false},  // a peek: no slot left
+      {t0 + 3, StoreOp::kDecide, &shorter, &c, false},       // at the limit
+      {t0 + 4, StoreOp::kExtend, &shorter, &b, true},
+      {t0 + 5, StoreOp::kRelease, &shorter, &b, true},
+      {t0 + 6, StoreOp::kRelease, &shorter, &b, false},  // released already
+      {t0 + 7, StoreOp::kDecide, &shorter, &c, true},
+  };
+  const long long scripts = (*server)->CommandCalls("evalsha");
+  const long long module_calls = (*server)->CommandCalls("sluice.decide");
+  for (int store = 0; store < 2; ++store) {
+    const std::string key = store == 0 ? "sluice:{lua}:jobs" : "sluice:{mod}:jobs";
+    for (const Step& st : steps) {
+      const StoreCheck check{.policy = st.policy,
+                             .key = key,
+                             .cost = st.permit != nullptr ? 1u : 0u,
+                             .permit = st.permit != nullptr ? *st.permit : std::string_view()};
+      Decision d;
+      RedisStore& s = store == 0 ? *lua : *mod;
+      ASSERT_TRUE(s.Run({.op = st.op, .checks = {&check, 1}, .now = st.at}, {&d, 1}).ok());
+      EXPECT_EQ(d.allowed, st.allowed) << "store " << store << " at +" << st.at - t0;
+    }
+    if (store == 0) {
+      EXPECT_EQ((*server)->CommandCalls("sluice.decide"), module_calls) << "module=off";
+    }
+  }
+  EXPECT_EQ((*server)->CommandCalls("sluice.decide") - module_calls, std::size(steps));
+  EXPECT_EQ((*server)->CommandCalls("evalsha") - scripts, std::size(steps)) << "the scripts' only";
+  auto members = [&](const std::string& key) {
+    auto r = (*server)->Command({"ZRANGE", key, "0", "-1", "WITHSCORES"});
+    std::vector<std::string> out;
+    if (r.ok()) {
+      for (const redis::Reply& e : r->elements) out.push_back(e.str);
+    }
+    return out;
+  };
+  EXPECT_EQ(members("sluice:{mod}:jobs"), members("sluice:{lua}:jobs"));
+  EXPECT_EQ(members("sluice:{mod}:jobs").size(), 4u) << "a and c held";
+  // The set's TTL covers permit a's 10-minute lease (plus caller time's hour of pad), as
+  // the scripts' does.
+  auto pttl = [&](const std::string& key) {
+    auto r = (*server)->Command({"PTTL", key});
+    return r.ok() ? r->integer : -1;
+  };
+  EXPECT_GT(pttl("sluice:{mod}:jobs"), 3'600'000 + 9 * 60'000);
+  EXPECT_NEAR(static_cast<double>(pttl("sluice:{mod}:jobs")),
+              static_cast<double>(pttl("sluice:{lua}:jobs")), 30'000);
+}
+
 // So does a decision under an overage (on the scripts: the batch script's calls).
 TEST_P(ModuleStore, AnOverageDecisionSharesOneCommand) {
   Policy b = Policy::TokenBucket("tokens", 50, 50, std::chrono::minutes(1));
@@ -1402,6 +1474,7 @@ TEST(ModuleSentinel, FailoverBackToTheModuleIsDetectedAgain) {
 
 // The parser without Redis: each malformed argument list names what is wrong.
 TEST(ModuleRequest, ErrorsNameTheArgument) {
+  const std::string acquire_a = "0,4,1,0,1:" + std::string(32, 'a');
   struct Case {
     std::vector<std::string_view> args;
     std::string_view says;
@@ -1425,7 +1498,8 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
       {{"1", "k", "4", "", "0", "1", "0,1,1000,1,-1", "0,0,1,0,1"}, "layout version must be 1-3"},
       // The sliding log (layout 3): not before it, and with its ":log" key after its own;
       // under overage reject, without a usage record.
-      {{"2", "k", "k:log", "2", "", "0", "1", "1,5,1000,5,-1", "0,0,1,0,1"}, "1 from layout 3"},
+      {{"2", "k", "k:log", "2", "", "0", "1", "1,5,1000,5,-1", "0,0,1,0,1"},
+       "1 and 5 from layout 3"},
       {{"1", "k", "3", "", "0", "1", "1,5,1000,5,-1", "0,0,1,0,1"}, "leaves it no key"},
       {{"2", "k", "k:log", "3", "", "0", "1", "1,5,1000,5,-1,5000", "0,0,1,0,1"},
        "leaves it no key"},
@@ -1454,6 +1528,14 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
       {{"1", "k", "3", "", "0", "1", "0,1,1000,1,-1,0,0,2,5", "0,0,1,0,1"}, "max_debt"},
       {{"1", "k", "2", "", "0", "1", "0,1,1000,1,-1", "0,7,1,0,1"}, "op 7 is not"},
       {{"1", "k", "3", "", "0", "1", "0,1,1000,1,-1", "0,9,1,0,1"}, "or 8 (settle)"},
+      // Concurrency limits (layout 3): ops 4-6 with a permit after a colon, theirs only.
+      {{"1", "k", "2", "", "0", "1", "5,3,60000000,3,-1", "0,4,1,0,1"}, "1 and 5 from layout 3"},
+      {{"1", "k", "3", "", "0", "1", "0,3,60000000,3,-1", acquire_a},
+       "a concurrency limit's checks are ops 4-6"},
+      {{"1", "k", "3", "", "0", "1", "5,3,60000000,3,-1", "0,0,1,0,1"},
+       "a concurrency limit's checks are ops 4-6"},
+      {{"1", "k", "3", "", "0", "1", "5,3,60000000,3,-1", "0,4,1,0,1:xyz"}, "permit id 'xyz'"},
+      {{"1", "k", "3", "", "0", "1", "5,3,60000000,3,-1", "0,5,1,0,1"}, "permit id ''"},
       // Usage records (layout 3): op 7's fourth number is the record's lifetime, and its
       // record key follows the check's others; a settle (op 8) always has one.
       {{"1", "k", "3", "", "0", "1", "0,10,1000000,10,-1", "0,7,1,5000,1"}, "leaves it no key"},
@@ -1550,6 +1632,12 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
   EXPECT_EQ(r.checks[1].key, 3u);
   EXPECT_EQ(r.checks[1].record_key, 4);
   EXPECT_EQ(r.checks[1].max_wait, 0);
+  const std::string permit = "0,5,1,0,1:" + std::string(32, 'f');
+  const std::vector<std::string_view> release = {"1",   "k", "3", "", "0", "1", "5,3,60000000,3,-1",
+                                                 permit};
+  ASSERT_TRUE(redis_module::ParseModuleRequest(release, &r, &error)) << error;
+  EXPECT_EQ(r.groups[0].op, StoreOp::kRelease);
+  EXPECT_EQ(r.checks[0].permit, std::string(32, 'f'));
   const std::vector<std::string_view> settle = {
       "2", "a", "a:u:1", "3", "", "0", "1", "0,5,1000000,5,-1", "0,8,4,0,1"};
   ASSERT_TRUE(redis_module::ParseModuleRequest(settle, &r, &error)) << error;

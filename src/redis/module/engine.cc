@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "core/algorithm_ops.h"
+#include "redis/module/permits.h"
 #include "redis/module/sliding_log.h"
 #include "redis/module/state.h"
 
@@ -149,6 +150,7 @@ struct Pending {
   Micros expires[kMaxBatchChecks];
   Micros blocked[kMaxBatchChecks];       // the block's time left when it blocked the check
   SlidingLogState log[kMaxBatchChecks];  // a sliding log's (sliding_log.h)
+  std::uint64_t held[kMaxBatchChecks];   // a concurrency limit's permits (permits.h)
 };
 
 // A group not committed: what the script's decision changed in place stays (a fixed
@@ -157,7 +159,7 @@ struct Pending {
 // their rule and answer with a peek after it, denied, blocked if their key is, as the
 // runner's `charge`.
 void Unwind(const ModuleRequest& r, std::span<const ModuleCheck> checks, std::size_t first,
-            Micros now, std::span<const StoredValue> values, LogCommands& logs, Pending& pend,
+            Micros now, std::span<const StoredValue> values, SortedSets& sets, Pending& pend,
             std::vector<ModuleWrite>* writes, Decision* out) {
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const ModuleCheck& c = checks[i];
@@ -189,7 +191,7 @@ void Unwind(const ModuleRequest& r, std::span<const ModuleCheck> checks, std::si
     if (!Charges(p, c)) continue;
     Decision& d = out[i];
     if (p.algorithm == Algorithm::kSlidingWindowLog) {
-      d = SlidingLogCharge({p, c, first + i, now, r.pad_ms, logs, pend.log[i], writes});
+      d = SlidingLogCharge({p, c, first + i, now, r.pad_ms, sets, pend.log[i], writes});
     } else {
       const ReadState& s = pend.read[i];
       d = core::WordOpsOf(p.algorithm)
@@ -207,13 +209,70 @@ void Unwind(const ModuleRequest& r, std::span<const ModuleCheck> checks, std::si
   }
 }
 
+// What a check's first pass did, for its group's outcome.
+enum class Pass : std::uint8_t {
+  kNone,     // a refund: applied, no decision
+  kApplied,  // a penalty, a permit's release or extend: decided and applied on its own
+  kDecided,  // a decision: committed, or not, with its group
+};
+
+// The first pass of check `c` (`at` in the request, `i` in its group) of a word
+// algorithm (core/algorithm_ops.h) on the value its state key holds.
+Pass FirstWord(const ModuleRequest& r, const ModuleCheck& c, std::size_t at, std::size_t i,
+               Micros now, const StoredValue& value, const StoredValue& block, Pending& pend,
+               std::vector<ModuleWrite>* writes, Decision* out) {
+  const Policy& p = r.policies[c.policy];
+  const core::WordOps& ops = *core::WordOpsOf(p.algorithm);
+  ReadState& s = pend.read[i];
+  s = Read(p, value, now);
+  // (a refund reads a recorded state only under its own parameters: `usable`)
+  if (c.op != 2) CarryOver(p, now, &s);
+  // Refunds use a recorded state only when it records p's parameters; a penalty reads
+  // the state as the decision does (FORCE[id] normalises through DECIDE) and writes the
+  // layout a decision writes.
+  const bool usable = s.live && (s.layout != Layout::kRecorded || s.same_params);
+  if (c.op == 2) {
+    if (!usable) return Pass::kNone;
+    ops.refund(p, s.word, now, c.cost, &pend.next[i], &pend.expires[i]);
+    const StateBytes bytes = Encode(p, pend.next[i], pend.expires[i], RefundLayout(s));
+    if (bytes.view() != value.bytes) {
+      writes->push_back({at, bytes, TtlMs(pend.expires[i], now, r.pad_ms)});
+    }
+    return Pass::kNone;
+  }
+  if (c.op == 3) {  // penalty: applied now, answered with a peek at the state after it
+    *out = ops.penalize(p, s.word, !s.live, now, c.cost, &pend.next[i], &pend.expires[i]);
+    Emit(p, pend.next[i], pend.expires[i], DecisionLayout(p, s, now, r.pad_ms, /*forced=*/true), at,
+         now, r.pad_ms, writes);
+    if (p.block_for > 0) ApplyBlock(p, c, at, block, now, r.pad_ms, out, writes);
+    return Pass::kApplied;
+  }
+  // (a cost beyond the capacity, a usage report, never fits: each algorithm denies it)
+  *out = ops.decide(p, s.word, !s.live, now, c.cost, &pend.next[i], &pend.expires[i],
+                    c.op == 1 ? c.max_wait : 0);
+  pend.allowed[i] = out->allowed;
+  if (p.block_for > 0) pend.blocked[i] = ApplyBlock(p, c, at, block, now, r.pad_ms, out, writes);
+  return Pass::kDecided;
+}
+
+// The first pass of a sliding log's check (two keys, its own state: sliding_log.h).
+Pass FirstLog(const ModuleRequest& r, const ModuleCheck& c, std::size_t at, std::size_t i,
+              Micros now, const StoredValue& value, const StoredValue& block, SortedSets& sets,
+              Pending& pend, std::vector<ModuleWrite>* writes, Decision* out) {
+  const Policy& p = r.policies[c.policy];
+  const LogCheck lc{p, c, at, now, r.pad_ms, sets, pend.log[i], writes};
+  if (!SlidingLogFirst(lc, value, out)) return Pass::kNone;  // a refund
+  if (p.block_for > 0) pend.blocked[i] = ApplyBlock(p, c, at, block, now, r.pad_ms, out, writes);
+  return c.op == 3 ? Pass::kApplied : Pass::kDecided;
+}
+
 // Decides `checks` (one group, checks `first`... of the request: the writes name them)
-// on `values` and `blocks` (a sliding log's sorted set through `logs`) into `out` (a
-// refund's left as it is) and the writes; true when the group committed (a decision
-// group whose checks all allowed, one consuming).
+// on `values` and `blocks` (sorted sets through `sets`: sliding logs, permit sets) into
+// `out` (a refund's left as it is) and the writes; true when the group committed (a
+// decision group whose checks all allowed, one consuming).
 bool DecideChecks(const ModuleRequest& r, std::span<const ModuleCheck> checks, std::size_t first,
                   Micros now, std::span<const StoredValue> values,
-                  std::span<const StoredValue> blocks, LogCommands& logs,
+                  std::span<const StoredValue> blocks, SortedSets& sets,
                   std::vector<ModuleWrite>* writes, Decision* out) {
   // (per thread, made once: a group of one check then initialises one entry, not 16)
   thread_local Pending pend;
@@ -223,53 +282,18 @@ bool DecideChecks(const ModuleRequest& r, std::span<const ModuleCheck> checks, s
     pend.blocked[i] = 0;
     const ModuleCheck& c = checks[i];
     const Policy& p = r.policies[c.policy];
-    if (p.algorithm == Algorithm::kSlidingWindowLog) {  // two keys, its own state
-      const LogCheck lc{p, c, first + i, now, r.pad_ms, logs, pend.log[i], writes};
-      if (!SlidingLogFirst(lc, values[i], &out[i])) continue;  // a refund: no decision
-      if (p.block_for > 0) {
-        pend.blocked[i] = ApplyBlock(p, c, first + i, blocks[i], now, r.pad_ms, &out[i], writes);
-      }
-      if (c.op == 3) continue;  // a penalty
-      all = all && out[i].allowed;
-      consumes = consumes || c.cost > 0;
-      decides = true;
-      continue;
+    Pass pass;
+    if (p.algorithm == Algorithm::kSlidingWindowLog) {
+      pass = FirstLog(r, c, first + i, i, now, values[i], blocks[i], sets, pend, writes, &out[i]);
+    } else if (p.algorithm == Algorithm::kConcurrency) {
+      if (c.op == 2) continue;  // (a refund: nothing, as REFUND[5])
+      out[i] = PermitDecide({p, c, now, r.pad_ms, sets}, &pend.held[i]);
+      pass = c.op == 4 ? Pass::kDecided : Pass::kApplied;  // (a release or extend: solo)
+    } else {
+      pass = FirstWord(r, c, first + i, i, now, values[i], blocks[i], pend, writes, &out[i]);
     }
-    const core::WordOps& ops = *core::WordOpsOf(p.algorithm);
-    const std::size_t at = first + i;
-    ReadState& s = pend.read[i];
-    s = Read(p, values[i], now);
-    // (a refund reads a recorded state only under its own parameters: `usable`)
-    if (c.op != 2) CarryOver(p, now, &s);
-    // Refunds use a recorded state only when it records p's parameters; a penalty reads
-    // the state as the decision does (FORCE[id] normalises through DECIDE) and writes
-    // the layout a decision writes.
-    const bool usable = s.live && (s.layout != Layout::kRecorded || s.same_params);
-    if (c.op == 2) {  // refund: no decision
-      if (!usable) continue;
-      ops.refund(p, s.word, now, c.cost, &pend.next[i], &pend.expires[i]);
-      const StateBytes value = Encode(p, pend.next[i], pend.expires[i], RefundLayout(s));
-      if (value.view() != values[i].bytes) {
-        writes->push_back({at, value, TtlMs(pend.expires[i], now, r.pad_ms)});
-      }
-      continue;
-    }
-    if (c.op == 3) {  // penalty: applied now, answered with a peek at the state after it
-      out[i] = ops.penalize(p, s.word, !s.live, now, c.cost, &pend.next[i], &pend.expires[i]);
-      Emit(p, pend.next[i], pend.expires[i], DecisionLayout(p, s, now, r.pad_ms, /*forced=*/true),
-           at, now, r.pad_ms, writes);
-      if (p.block_for > 0) ApplyBlock(p, c, at, blocks[i], now, r.pad_ms, &out[i], writes);
-      continue;
-    }
-    // (a cost beyond the capacity, a usage report, never fits: each algorithm denies it)
-    Decision& d = out[i];
-    d = ops.decide(p, s.word, !s.live, now, c.cost, &pend.next[i], &pend.expires[i],
-                   c.op == 1 ? c.max_wait : 0);
-    pend.allowed[i] = d.allowed;
-    if (p.block_for > 0) {
-      pend.blocked[i] = ApplyBlock(p, c, at, blocks[i], now, r.pad_ms, &d, writes);
-    }
-    all = all && d.allowed;
+    if (pass != Pass::kDecided) continue;
+    all = all && out[i].allowed;
     consumes = consumes || c.cost > 0;
     decides = true;
   }
@@ -279,16 +303,20 @@ bool DecideChecks(const ModuleRequest& r, std::span<const ModuleCheck> checks, s
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const Policy& p = r.policies[checks[i].policy];
     if (p.algorithm != Algorithm::kSlidingWindowLog) continue;
-    SlidingLogLast({p, checks[i], first + i, now, r.pad_ms, logs, pend.log[i], writes}, commit);
+    SlidingLogLast({p, checks[i], first + i, now, r.pad_ms, sets, pend.log[i], writes}, commit);
   }
   if (!commit) {
-    Unwind(r, checks, first, now, values, logs, pend, writes, out);
+    Unwind(r, checks, first, now, values, sets, pend, writes, out);
     return false;
   }
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const ModuleCheck& c = checks[i];
     const Policy& p = r.policies[c.policy];
     if (c.cost == 0 || p.algorithm == Algorithm::kSlidingWindowLog) continue;
+    if (p.algorithm == Algorithm::kConcurrency) {
+      if (c.op == 4) PermitCommit({p, c, now, r.pad_ms, sets}, pend.held[i]);
+      continue;
+    }
     Emit(p, pend.next[i], pend.expires[i], DecisionLayout(p, pend.read[i], now, r.pad_ms),
          first + i, now, r.pad_ms, writes, &pend.read[i]);
   }
@@ -317,11 +345,11 @@ void WriteRecord(std::size_t i, const UsageRecord& u, Micros now, long long pad_
 
 void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
                  std::span<const StoredValue> values, std::span<const StoredValue> blocks,
-                 LogCommands& logs, std::vector<ModuleWrite>* writes,
+                 SortedSets& sets, std::vector<ModuleWrite>* writes,
                  std::vector<long long>* reply) {
   const std::span<const ModuleCheck> checks(r.checks.data() + g.begin, g.end - g.begin);
   Decision out[kMaxBatchChecks];
-  const bool committed = DecideChecks(r, checks, g.begin, now, values, blocks, logs, writes, out);
+  const bool committed = DecideChecks(r, checks, g.begin, now, values, blocks, sets, writes, out);
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const ModuleCheck& c = checks[i];
     const Policy& p = r.policies[c.policy];
@@ -362,7 +390,7 @@ bool ReadUsageRecord(const StoredValue& v, Micros now, UsageRecord* out) {
 }
 
 void SettleCheck(const ModuleRequest& r, std::size_t i, Micros now, const UsageRecord& record,
-                 const StoredValue& value, const StoredValue& block, LogCommands& logs,
+                 const StoredValue& value, const StoredValue& block, SortedSets& sets,
                  std::vector<ModuleWrite>* writes, std::vector<long long>* reply) {
   const ModuleCheck& c = r.checks[i];
   const Policy& p = r.policies[c.policy];
@@ -376,7 +404,7 @@ void SettleCheck(const ModuleRequest& r, std::size_t i, Micros now, const UsageR
   if (applied && c.cost > record.taken &&
       (c.cost - record.taken <= p.Capacity() || p.overage != Overage::kReject)) {
     one.cost = c.cost - record.taken;  // the rest, decided as one check
-    DecideChecks(r, {&one, 1}, i, now, {&value, 1}, {&block, 1}, logs, writes, &d);
+    DecideChecks(r, {&one, 1}, i, now, {&value, 1}, {&block, 1}, sets, writes, &d);
   } else {
     StoredValue state = value;
     StateBytes refunded;
@@ -385,7 +413,7 @@ void SettleCheck(const ModuleRequest& r, std::size_t i, Micros now, const UsageR
       refund.op = 2;
       refund.cost = record.taken - c.cost;
       const std::size_t before = writes->size();
-      DecideChecks(r, {&refund, 1}, i, now, {&value, 1}, {&block, 1}, logs, writes, &d);
+      DecideChecks(r, {&refund, 1}, i, now, {&value, 1}, {&block, 1}, sets, writes, &d);
       // (the peek reads what the refund wrote, as the script's next GET does)
       if (writes->size() > before) {
         refunded = writes->back().value;
@@ -393,7 +421,7 @@ void SettleCheck(const ModuleRequest& r, std::size_t i, Micros now, const UsageR
       }
     }
     one.cost = 0;
-    DecideChecks(r, {&one, 1}, i, now, {&state, 1}, {&block, 1}, logs, writes, &d);
+    DecideChecks(r, {&one, 1}, i, now, {&state, 1}, {&block, 1}, sets, writes, &d);
     d.charged = 0;
   }
   d.allowed = applied;

@@ -55,7 +55,7 @@ struct UsageRecord {
   Micros expires = 0;       // on the server's (or caller's) clock, us
 };
 
-class LogCommands;  // sliding_log.h
+class SortedSets;  // sorted_sets.h
 
 // prelude.lua's ttl_ms: until `expires`, at least 1 ms, plus the caller-time pad.
 long long TtlMs(Micros expires, Micros now, long long pad_ms);
@@ -67,11 +67,11 @@ long long TtlMs(Micros expires, Micros now, long long pad_ms);
 // denied group's checks under an overage are charged; a check with a usage record
 // records what it took). Appends the writes, in order, and the reply's integers
 // (redis/reply.cc's encoding). A sliding log's sorted set is read and written through
-// `logs` as its check is decided (sliding_log.h).
+// `sets` as its check is decided (sliding_log.h), as is a concurrency limit's permit set
+// (permits.h).
 void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
                  std::span<const StoredValue> values, std::span<const StoredValue> blocks,
-                 LogCommands& logs, std::vector<ModuleWrite>* writes,
-                 std::vector<long long>* reply);
+                 SortedSets& sets, std::vector<ModuleWrite>* writes, std::vector<long long>* reply);
 
 // The record `v` holds (runner.lua's record_usage: "<taken> <expires>", "s" in front
 // once settled); false when there is none, it is not a record, or it expired by `now`.
@@ -82,9 +82,9 @@ bool ReadUsageRecord(const StoredValue& v, Micros now, UsageRecord* out);
 // rest is decided (charged per the overage when it does not fit); below it the
 // difference is refunded; then a peek. Appends the writes (the record marked settled)
 // and the reply's five numbers (the first: applied, not yet settled).
-// (A sliding log's sorted set through `logs`, as DecideGroup's.)
+// (Sorted sets through `sets`, as DecideGroup's.)
 void SettleCheck(const ModuleRequest& r, std::size_t i, Micros now, const UsageRecord& record,
-                 const StoredValue& value, const StoredValue& block, LogCommands& logs,
+                 const StoredValue& value, const StoredValue& block, SortedSets& sets,
                  std::vector<ModuleWrite>* writes, std::vector<long long>* reply);
 
 }  // namespace sluice::redis_module

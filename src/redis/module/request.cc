@@ -13,14 +13,19 @@ namespace {
 // scripts' numbers are, and far from overflowing any sum the algorithms form.
 constexpr long long kMaxAbsNow = 1LL << 53;
 constexpr long long kMaxPadMs = 86'400'000;
-// Each algorithm the module decides in layout `version` (the sliding log from layout 3:
-// its second key); the others stay with Lua.
+// Each algorithm the module decides in layout `version`: the four O(1) ones, and from
+// layout 3 on the sliding log (its second key) and concurrency limits (permits).
 constexpr bool Supported(long long alg, long long version) {
-  return (alg == static_cast<long long>(Algorithm::kSlidingWindowLog) && version >= 3) ||
+  return (alg >= 0 && alg <= 5 && version >= 3) ||
          alg == static_cast<long long>(Algorithm::kFixedWindow) ||
          alg == static_cast<long long>(Algorithm::kSlidingWindowCounter) ||
          alg == static_cast<long long>(Algorithm::kTokenBucket) ||
          alg == static_cast<long long>(Algorithm::kGcra);
+}
+
+// A concurrency limit's operations: 4 acquire (or peek), 5 release, 6 extend.
+constexpr bool PermitOp(long long op) {
+  return op >= 4 && op <= 6;
 }
 
 bool ParseInt(std::string_view s, long long* v) {
@@ -86,7 +91,7 @@ bool ParsePolicy(std::string_view arg, std::size_t index, long long version, Pol
   }
   if (!Supported(f[0], version)) {
     return Fail(error, where() + ": algorithm " + std::to_string(f[0]) +
-                           " is not one the module decides (0, 2, 3, 4; 1 from layout 3)");
+                           " is not one the module decides (0, 2, 3, 4; 1 and 5 from layout 3)");
   }
   if (f[1] < 1 || f[2] < 1 || f[3] < 1) {
     return Fail(error, where() + ": limit, window and capacity must be positive");
@@ -135,14 +140,18 @@ bool ParsePolicy(std::string_view arg, std::size_t index, long long version, Pol
   return true;
 }
 
-// One check argument: "policy,op,cost,max_wait,last[,now]"; sets *last. Ops 7 (a
-// decision under an overage or with a usage record, whose fourth number is then the
-// record's lifetime) and 8 (a settle) are from layout 3 on.
+// One check argument: "policy,op,cost,max_wait,last[,now][:permit]"; sets *last. From
+// layout 3 on: ops 4-6 (a concurrency limit's acquire, release, extend of the permit
+// after the colon), 7 (a decision under an overage or with a usage record, whose fourth
+// number is then the record's lifetime) and 8 (a settle).
 bool ParseCheck(std::string_view arg, std::size_t index, long long version, const ModuleRequest& r,
                 ModuleCheck* c, bool* last, std::string* error) {
   long long f[6];
   const auto where = [index] { return "check " + std::to_string(index); };
   const std::size_t want = r.caller_time ? 6 : 5;
+  const std::size_t colon = arg.find(':');
+  c->permit = colon == std::string_view::npos ? std::string_view() : arg.substr(colon + 1);
+  if (colon != std::string_view::npos) arg = arg.substr(0, colon);
   if (ParseFields(arg, f, 6) != want) {
     return Fail(error, where() + " is not " + std::to_string(want) +
                            " comma-separated integers (policy,op,cost,max_wait,last" +
@@ -151,10 +160,21 @@ bool ParseCheck(std::string_view arg, std::size_t index, long long version, cons
   if (f[0] < 0 || static_cast<std::size_t>(f[0]) >= r.policies.size()) {
     return Fail(error, where() + ": policy " + std::to_string(f[0]) + " is not in the list");
   }
-  if ((f[1] < 0 || f[1] > 3) && ((f[1] != 7 && f[1] != 8) || version < 3)) {
+  if ((f[1] < 0 || f[1] > 3) && ((f[1] < 4 || f[1] > 8) || version < 3)) {
     return Fail(error, where() + ": op " + std::to_string(f[1]) +
                            " is not 0 (decide), 1 (reserve), 2 (refund), 3 (penalty)" +
-                           (version < 3 ? "" : ", 7 (decide under an overage) or 8 (settle)"));
+                           (version < 3 ? ""
+                                        : ", 4-6 (a permit's acquire, release, extend), 7 (decide "
+                                          "under an overage) or 8 (settle)"));
+  }
+  const bool permits =
+      r.policies[static_cast<std::size_t>(f[0])].algorithm == Algorithm::kConcurrency;
+  // (a refund of a permit does nothing, as REFUND[5]: a permit is given back by its release)
+  if ((permits ? !PermitOp(f[1]) && f[1] != 2 : PermitOp(f[1])) ||
+      (colon != std::string_view::npos && !PermitOp(f[1]))) {
+    return Fail(error, where() +
+                           ": a concurrency limit's checks are ops 4-6 (or a refund, 2), "
+                           "with a permit after a colon; the rates' are not");
   }
   if (f[2] < 0 || f[3] < 0 || (f[4] != 0 && f[4] != 1)) {
     return Fail(error, where() + ": cost and max_wait must be >= 0 and last 0 or 1");
@@ -174,10 +194,20 @@ bool ParseCheck(std::string_view arg, std::size_t index, long long version, cons
 }
 
 StoreOp OpOf(std::uint8_t op) {
-  return op == 2   ? StoreOp::kRefund
-         : op == 3 ? StoreOp::kPenalize
-         : op == 8 ? StoreOp::kSettle
-                   : StoreOp::kDecide;
+  switch (op) {
+    case 2:
+      return StoreOp::kRefund;
+    case 3:
+      return StoreOp::kPenalize;
+    case 5:
+      return StoreOp::kRelease;
+    case 6:
+      return StoreOp::kExtend;
+    case 8:
+      return StoreOp::kSettle;
+    default:
+      return StoreOp::kDecide;
+  }
 }
 
 // A usage record's id as the stores validate it: the module reads the record from its
@@ -202,6 +232,7 @@ bool CloseGroup(std::span<const std::string_view> keys, std::size_t begin, std::
     checks[i - begin] = StoreCheck{.policy = &r->policies[c.policy],
                                    .key = keys[c.key],
                                    .cost = c.cost,
+                                   .permit = c.permit,
                                    .max_wait = c.op == 1 ? c.max_wait : 0,
                                    .usage_id = c.record_key >= 0 ? kRecordId : std::string_view(),
                                    .usage_ttl = c.usage_ttl};

@@ -28,18 +28,20 @@ struct ModuleCheck {
   // Its usage record's key (op 7 with a record lifetime, op 8): index into the keys; -1:
   // none.
   std::int32_t record_key = -1;
-  // redis::WireKind: 0 decide, 1 reserve, 2 refund, 3 penalty, 7 decide under an overage
-  // or with a usage record, 8 settle
+  // redis::WireKind: 0 decide, 1 reserve, 2 refund, 3 penalty, 4-6 a permit's acquire,
+  // release, extend, 7 decide under an overage or with a usage record, 8 settle
   std::uint8_t op = 0;
   std::uint64_t cost = 0;
   Micros max_wait = 0;
-  Micros usage_ttl = 0;  // op 7: how long its usage record is kept (0: no record)
-  Micros now = 0;        // caller-time mode: the group's now
+  Micros usage_ttl = 0;     // op 7: how long its usage record is kept (0: no record)
+  std::string_view permit;  // ops 4-6: the permit's id (in the call's arguments)
+  Micros now = 0;           // caller-time mode: the group's now
 };
 
 struct ModuleGroup {
   std::size_t begin = 0, end = 0;  // [begin, end) of ModuleRequest::checks
-  // kDecide (ops 0, 1, 7), kRefund (2), kPenalize (3) or kSettle (8)
+  // kDecide (ops 0, 1, 4, 7), kRefund (2), kPenalize (3), kRelease (5), kExtend (6) or
+  // kSettle (8)
   StoreOp op = StoreOp::kDecide;
 };
 

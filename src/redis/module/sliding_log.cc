@@ -27,18 +27,6 @@ bool Whole(double v) {
   return std::isfinite(v) && v == std::floor(v) && std::fabs(v) <= 9007199254740992.0;
 }
 
-// An integer as the scripts format it (int(): '%d').
-struct Digits {
-  char buf[24];
-  std::size_t n = 0;
-  Digits() = default;
-  explicit Digits(long long v) { Set(v); }
-  void Set(long long v) {
-    n = static_cast<std::size_t>(std::to_chars(buf, buf + sizeof(buf), v).ptr - buf);
-  }
-  std::string_view view() const { return {buf, n}; }
-};
-
 // log_entries.lua's entry_cost: the digits after the member's last ':'.
 bool EntryCost(std::string_view m, std::uint64_t* cost) {
   const std::size_t colon = m.rfind(':');
@@ -192,10 +180,10 @@ class Log {
   SlidingLogState& st_;
   const Micros w_;
   // (one per thread, kept: a sorted set's reply allocates only when it grows)
-  static thread_local LogReply reply_;
+  static thread_local SetReply reply_;
 };
 
-thread_local LogReply Log::reply_;
+thread_local SetReply Log::reply_;
 
 // core's decision (core/sliding_window_log.cc) on the inline entries, its raise first:
 // what it dropped or advanced leaves the state to flush.

@@ -6,7 +6,7 @@
 //   ModuleWrite: the inline form (struct.pack('<Bddd', 1, expires, last_seen, used),
 //   then '<dd' (cost, time) per entry, at most kLogInline entries; the ":log" key is not
 //   read), or the text form "1 <expires> <last_seen> <used> <seq>";
-// - the text form's sorted set (the ":log" key), reached through LogCommands: the Redis
+// - the text form's sorted set (the ":log" key), reached through SortedSets: the Redis
 //   commands the script calls, in its order (in the module RedisModule_Call, which
 //   replicates each write as the script's effects replication does).
 // The inline form, the common case, is decided by core's algorithm (core/
@@ -26,32 +26,12 @@
 
 #include "core/algorithms.h"
 #include "redis/module/engine.h"
+#include "redis/module/sorted_sets.h"
 
 namespace sluice::redis_module {
 
 // log_inline.lua's INLINE: the most entries an inline log holds.
 inline constexpr std::size_t kLogInline = 8;
-
-// A command's reply: its integer, or its array's strings (ZRANGE's members, each
-// followed by its score WITHSCORES).
-struct LogReply {
-  long long integer = 0;
-  std::vector<std::string> items;
-};
-
-// The sliding logs' sorted sets of a call (each check's ":log" key).
-class LogCommands {
- public:
-  virtual ~LogCommands() = default;
-  // Runs `command` on key `key` (an index into the call's keys) with `args` after it;
-  // `write`: a write, replicated. False when it failed (a key of another type), as a
-  // script's redis.call fails: the call then fails (Fail), and every later Run does
-  // nothing and returns false.
-  virtual bool Run(const char* command, std::uint32_t key, std::span<const std::string_view> args,
-                   bool write, LogReply* out) = 0;
-  // Fails the call with `why` (a log whose entries are not what sluice writes).
-  virtual void Fail(std::string why) = 0;
-};
 
 // One check's log while its group is decided (sliding_window_log.lua's `st`).
 struct SlidingLogState {
@@ -73,7 +53,7 @@ struct LogCheck {
   std::size_t index;  // its index in the request's checks (ModuleWrite::check)
   Micros now;
   long long pad_ms;
-  LogCommands& logs;
+  SortedSets& logs;
   SlidingLogState& state;
   std::vector<ModuleWrite>* writes;
 };

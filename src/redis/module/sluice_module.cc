@@ -146,15 +146,16 @@ void Write(RedisModuleCtx* ctx, RedisModuleString* name, RedisModuleKey* key, co
   }
 }
 
-// The sliding logs' sorted sets (sliding_log.h) through RedisModule_Call: the script's
-// own commands on the call's keys, writes replicated ("!"). The first failure (a key of
-// another type, or a log that is not sluice's) fails the call: nothing more runs.
-class RedisLogs final : public LogCommands {
+// The sorted sets of a call (sorted_sets.h: sliding logs, permit sets) through
+// RedisModule_Call: the scripts' own commands on the call's keys, writes replicated
+// ("!"). The first failure (a key of another type, or a set that is not sluice's) fails
+// the call: nothing more runs.
+class RedisSets final : public SortedSets {
  public:
-  RedisLogs(RedisModuleCtx* ctx, RedisModuleString** names) : ctx_(ctx), names_(names) {}
+  RedisSets(RedisModuleCtx* ctx, RedisModuleString** names) : ctx_(ctx), names_(names) {}
 
   bool Run(const char* command, std::uint32_t key, std::span<const std::string_view> args,
-           bool write, LogReply* out) override {
+           bool write, SetReply* out) override {
     out->integer = 0;
     out->items.clear();
     if (!error_.empty()) return false;
@@ -180,7 +181,11 @@ class RedisLogs final : public LogCommands {
         const char* p = api.CallReplyStringPtr(api.CallReplyArrayElement(r, i), &len);
         out->items.emplace_back(p != nullptr ? p : "", p != nullptr ? len : 0);
       }
-    } else if (type != kReplyNull && type != kReplyString) {
+    } else if (type == kReplyString) {  // (ZADD ... INCR: the score)
+      std::size_t len = 0;
+      const char* p = api.CallReplyStringPtr(r, &len);
+      out->items.emplace_back(p != nullptr ? p : "", p != nullptr ? len : 0);
+    } else if (type != kReplyNull) {
       // (WRONGTYPE: a ":log" key that holds no sorted set, as a script's call fails)
       std::size_t len = 0;
       const char* p = r != nullptr ? api.CallReplyStringPtr(r, &len) : nullptr;
@@ -245,7 +250,8 @@ const char* DecideOneGroup(const GroupCall& c, GroupKeys& g, std::vector<ModuleW
                            std::vector<long long>& reply, std::string* error) {
   const ModuleRequest& req = c.req;
   const std::size_t n = c.group.end - c.group.begin;
-  // (the state keys, then the sliding logs' sorted sets: none may be another's)
+  // (the state keys, then the sliding logs' sorted sets: none may be another's; a
+  // concurrency limit's state key is its permit set)
   RedisModuleString* keys[2 * kMaxBatchChecks];
   std::size_t m = n;
   for (std::size_t i = 0; i < n; ++i) {
@@ -256,18 +262,23 @@ const char* DecideOneGroup(const GroupCall& c, GroupKeys& g, std::vector<ModuleW
   const bool keep = !Repeats(keys, m);
   g.n = n;
   for (std::size_t i = 0; i < n; ++i) {
-    const int block = req.checks[c.group.begin + i].block_key;
+    const ModuleCheck& check = req.checks[c.group.begin + i];
+    const int block = check.block_key;
     g.blocks[i] = StoredValue{};
+    if (req.policies[check.policy].algorithm == Algorithm::kConcurrency) {
+      g.values[i] = StoredValue{};  // (its set is reached through RedisSets, never held open)
+      continue;
+    }
     if (!ReadKey(c.ctx, keys[i], keep ? &g.keys[i] : nullptr, g.copies[i], &g.values[i]) ||
         (block >= 0 && !ReadKey(c.ctx, c.names[block], nullptr, g.block_copies[i], &g.blocks[i]))) {
       return kWrongType;
     }
   }
   writes.clear();
-  RedisLogs logs(c.ctx, c.names);
-  DecideGroup(req, c.group, c.now, {g.values, n}, {g.blocks, n}, logs, &writes, &reply);
-  if (!logs.error().empty()) {
-    *error = "ERR sluice: " + logs.error();
+  RedisSets sets(c.ctx, c.names);
+  DecideGroup(req, c.group, c.now, {g.values, n}, {g.blocks, n}, sets, &writes, &reply);
+  if (!sets.error().empty()) {
+    *error = "ERR sluice: " + sets.error();
     return error->c_str();
   }
   for (const ModuleWrite& w : writes) {
@@ -320,10 +331,10 @@ const char* SettleGroup(const GroupCall& c, std::vector<ModuleWrite>& writes,
       return kWrongType;
     }
     writes.clear();
-    RedisLogs logs(c.ctx, c.names);
-    SettleCheck(req, i, c.now, records[i - c.group.begin], value, block, logs, &writes, &reply);
-    if (!logs.error().empty()) {
-      *error = "ERR sluice: " + logs.error();
+    RedisSets sets(c.ctx, c.names);
+    SettleCheck(req, i, c.now, records[i - c.group.begin], value, block, sets, &writes, &reply);
+    if (!sets.error().empty()) {
+      *error = "ERR sluice: " + sets.error();
       return error->c_str();
     }
     for (const ModuleWrite& w : writes) WriteOne(c, c.names[check.key], nullptr, w);

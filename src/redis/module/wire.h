@@ -9,7 +9,8 @@
 //   ":b") when its policy has a block_for, then by its usage record's key (the state key
 //   + ":u:" + the reservation id) when it has one: the scripts' KEYS order;
 // - version: kModuleWireVersion, or an older layout the module still reads (1: no
-//   block_for, no on_change; 2: no sliding window log, no overage, no usage record);
+//   block_for, no on_change; 2: no sliding window log, no concurrency limit, no overage,
+//   no usage record);
 // - clock: "" decides on the server's clock; "c" on the caller's (tests only): every
 //   check then ends with its group's now (us);
 // - pad_ms: extra TTL in ms (caller-time mode: Redis expires keys on its own clock);
@@ -19,12 +20,14 @@
 //   on_change, or ",block_for_us,on_change,overage,max_debt" (overage 1 charge, 2
 //   drain; Policy::max_debt) when its overage is not reject; algorithm is 0, 2, 3 or 4,
 //   or from layout 3 on 1 (the sliding window log, whose on_change the scripts ignore,
-//   and so does the module);
-// - each check ONE argument "policy,op,cost,max_wait_us,last[,now_us]": policy indexes
-//   the list above from 0, op is redis::WireKind's number (0 decide, 1 decide with
-//   max_wait, 2 refund, 3 penalty, 7 decide under an overage or with a usage record:
-//   its fourth number is then the record's lifetime in us, 0 for none; 8 settle), last
-//   is 1 on the last check of a group. A decision whose policy's overage is not reject
+//   and so does the module) or 5 (a concurrency limit: its key is its permit set);
+// - each check ONE argument "policy,op,cost,max_wait_us,last[,now_us][:permit]": policy
+//   indexes the list above from 0, op is redis::WireKind's number (0 decide, 1 decide
+//   with max_wait, 2 refund, 3 penalty, 4 a permit's acquire (cost 0: a peek), 5 its
+//   release, 6 its extend, of the permit id after the colon; 7 decide under an overage
+//   or with a usage record: its fourth number is then the record's lifetime in us, 0 for
+//   none; 8 settle), last is 1 on the last check of a group. A release or an extend is
+//   applied whatever its group decides. A decision whose policy's overage is not reject
 //   and whose cost is not 0 is charged (up to core::OverageBound) when its group is
 //   denied; a usage record (`<taken> <expires_us>`, "s" in front once settled) keeps
 //   what it took.
