@@ -1,5 +1,5 @@
 // Exactness under concurrency, shared by concurrency_test.cc (the shared server, or the
-// cluster) and module_test.cc (a server with the native module): 4 processes x 8
+// cluster) and module_store_test.cc (a server with the native module): 4 processes x 8
 // threads on one key per algorithm for a few seconds (and on until each process has
 // seen a denial on every algorithm), deciding on Redis's clock. The total allowed must
 // never exceed what each algorithm permits over the elapsed time.
