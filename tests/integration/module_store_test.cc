@@ -21,6 +21,33 @@ namespace {
 class ModuleStore : public OnServer {};
 INSTANTIATE_TEST_SUITE_P(Servers, ModuleStore, kEveryServer, ServerName);
 
+// The tests of each feature the module decides: a server with the module, a store on it
+// (caller time) and the in-process store that decides the same sequence; each test ends
+// with ExpectOnlyTheModule.
+class ModuleFeature : public OnServer {
+ protected:
+  void SetUp() override {
+    auto started = StartWithModule();
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    server = std::move(*started);
+    store = Open(server->Url());
+    ASSERT_NE(store, nullptr);
+    scripts = server->CommandCalls("evalsha");
+    module_calls = server->CommandCalls("sluice.decide");
+  }
+  // Every key has a TTL, no script decided, and the module was called `calls` times.
+  void ExpectOnlyTheModule(std::size_t calls) const {
+    ExpectEveryKeyHasTtl(*server);
+    EXPECT_EQ(server->CommandCalls("evalsha"), scripts) << "no script decided";
+    EXPECT_EQ(server->CommandCalls("sluice.decide") - module_calls, static_cast<long long>(calls));
+  }
+  std::unique_ptr<RedisServer> server;
+  std::shared_ptr<RedisStore> store;
+  MemoryStore memory;
+  long long scripts = 0, module_calls = 0;
+};
+INSTANTIATE_TEST_SUITE_P(Servers, ModuleFeature, kEveryServer, ServerName);
+
 // Detection at connect: a server with the module decides through it; module=off and a
 // server without it decide through the scripts, with the same answers.
 TEST_P(ModuleStore, DetectedAtConnectAndModuleOffForcesLua) {
@@ -191,18 +218,11 @@ TEST_P(ModuleStore, ManyProcessesAndThreadsNeverExceedTheLimit) {
 // keep it in (state key + ":b", its end in us, a TTL to then): the same decisions as the
 // in-process store through a denial that starts the block, a later window still
 // blocked, a penalty that starts a block again once it ended, and no script call.
-TEST_P(ModuleStore, BlocksAreDecidedByTheModule) {
-  auto server = StartWithModule();
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto store = Open((*server)->Url());
-  ASSERT_NE(store, nullptr);
-  MemoryStore memory;
+TEST_P(ModuleFeature, BlocksAreDecidedByTheModule) {
   Policy p = Policy::FixedWindow("login", 3, std::chrono::minutes(1));
   p.block_for = 10 * 60'000'000LL;
   const std::string key = "sluice:{u1}:login";
   const Micros t0 = 1'785'000'000'000'000;  // (on a minute boundary)
-  const long long scripts = (*server)->CommandCalls("evalsha");
-  const long long module_calls = (*server)->CommandCalls("sluice.decide");
   struct Step {
     Micros at;
     StoreOp op;
@@ -229,12 +249,10 @@ TEST_P(ModuleStore, BlocksAreDecidedByTheModule) {
     if (!got.allowed && got.retry_after > 60'000'000) ++blocked;
   }
   EXPECT_GE(blocked, 4);
-  auto until = (*server)->Command({"GET", key + ":b"});
+  auto until = server->Command({"GET", key + ":b"});
   ASSERT_TRUE(until.ok());
   EXPECT_EQ(until->str, std::to_string(t0 + 660'000'001 + p.block_for));
-  ExpectEveryKeyHasTtl(**server);
-  EXPECT_EQ((*server)->CommandCalls("evalsha"), scripts) << "no script decided";
-  EXPECT_EQ((*server)->CommandCalls("sluice.decide") - module_calls, std::size(steps));
+  ExpectOnlyTheModule(std::size(steps));
 }
 
 // Overage (Policy::overage) is decided by the module: a decision that does not fit, a
@@ -242,12 +260,7 @@ TEST_P(ModuleStore, BlocksAreDecidedByTheModule) {
 // denies are each charged per their rule (a debt bounded at max_debt; drain: what
 // remains), answered denied with the units taken, a blocked key staying blocked. The
 // same decisions as the in-process store, and no script call.
-TEST_P(ModuleStore, OverageChargesAreDecidedByTheModule) {
-  auto server = StartWithModule();
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto store = Open((*server)->Url());
-  ASSERT_NE(store, nullptr);
-  MemoryStore memory;
+TEST_P(ModuleFeature, OverageChargesAreDecidedByTheModule) {
   Policy tokens = Policy::TokenBucket("tokens", 100, 100, std::chrono::minutes(1));
   tokens.overage = Overage::kCharge;
   tokens.max_debt = 50;
@@ -256,8 +269,6 @@ TEST_P(ModuleStore, OverageChargesAreDecidedByTheModule) {
   calls.block_for = 10 * 60'000'000LL;
   ASSERT_TRUE(ValidatePolicy(tokens).ok() && ValidatePolicy(calls).ok());
   const Micros t0 = 1'785'000'000'000'000;  // (on a minute boundary)
-  const long long scripts = (*server)->CommandCalls("evalsha");
-  const long long module_calls = (*server)->CommandCalls("sluice.decide");
   struct Step {
     Micros at;
     std::uint64_t tokens, calls;  // each check's cost (0: no such check)
@@ -297,9 +308,7 @@ TEST_P(ModuleStore, OverageChargesAreDecidedByTheModule) {
     }
     EXPECT_EQ(charged, st.charged) << "at +" << st.at - t0 << " us";
   }
-  ExpectEveryKeyHasTtl(**server);
-  EXPECT_EQ((*server)->CommandCalls("evalsha"), scripts) << "no script decided";
-  EXPECT_EQ((*server)->CommandCalls("sluice.decide") - module_calls, std::size(steps));
+  ExpectOnlyTheModule(std::size(steps));
 }
 
 // Usage reservations (StoreCheck::usage_id) and their settles are decided by the
@@ -308,19 +317,12 @@ TEST_P(ModuleStore, OverageChargesAreDecidedByTheModule) {
 // below it refunds the difference, and a second settle, an unknown id or an expired
 // record change nothing. The same decisions and errors as the in-process store, and no
 // script call.
-TEST_P(ModuleStore, UsageReservationsAndSettlesAreDecidedByTheModule) {
-  auto server = StartWithModule();
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto store = Open((*server)->Url());
-  ASSERT_NE(store, nullptr);
-  MemoryStore memory;
+TEST_P(ModuleFeature, UsageReservationsAndSettlesAreDecidedByTheModule) {
   Policy tokens = Policy::TokenBucket("tokens", 100, 100, std::chrono::minutes(1));
   tokens.overage = Overage::kCharge;
   tokens.max_debt = 50;
   const std::string key = "sluice:{u1}:tokens";
   const Micros t0 = 1'785'000'000'000'000;
-  const long long scripts = (*server)->CommandCalls("evalsha");
-  const long long module_calls = (*server)->CommandCalls("sluice.decide");
   const std::string a(32, 'a'), b(32, 'b'), c(32, 'c'), d(32, 'd'), e(32, 'e');
   struct Step {
     Micros at;
@@ -358,9 +360,7 @@ TEST_P(ModuleStore, UsageReservationsAndSettlesAreDecidedByTheModule) {
                                  << "\n  module: " << Describe(got);
     EXPECT_EQ(got.charged, st.charged) << "at +" << st.at - t0 << " us";
   }
-  ExpectEveryKeyHasTtl(**server);
-  EXPECT_EQ((*server)->CommandCalls("evalsha"), scripts) << "no script decided";
-  EXPECT_EQ((*server)->CommandCalls("sluice.decide") - module_calls, std::size(steps));
+  ExpectOnlyTheModule(std::size(steps));
 }
 
 // Concurrency limits are decided by the module on the scripts' permit set: the same
@@ -447,18 +447,11 @@ TEST_P(ModuleStore, AnOverageDecisionSharesOneCommand) {
 // peek, a refund, a denial whose retry time is searched in the set and starts a block,
 // a later window still blocked, and a penalty once the block ended; the scripts run
 // nothing, and every key (the state, its ":log" set, the block) has a TTL.
-TEST_P(ModuleStore, SlidingLogsAreDecidedByTheModule) {
-  auto server = StartWithModule();
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto store = Open((*server)->Url());
-  ASSERT_NE(store, nullptr);
-  MemoryStore memory;
+TEST_P(ModuleFeature, SlidingLogsAreDecidedByTheModule) {
   Policy p = Policy::SlidingWindowLog("search", 12, std::chrono::minutes(1));
   p.block_for = 5 * 60'000'000LL;
   const std::string key = "sluice:{u1}:search";
   const Micros t0 = 1'785'000'000'000'000;
-  const long long scripts = (*server)->CommandCalls("evalsha");
-  const long long module_calls = (*server)->CommandCalls("sluice.decide");
   struct Step {
     Micros at;
     StoreOp op;
@@ -486,7 +479,7 @@ TEST_P(ModuleStore, SlidingLogsAreDecidedByTheModule) {
     ASSERT_TRUE(memory.Run({.op = st.op, .checks = {&c, 1}, .now = st.at}, {&want, n}).ok());
     ASSERT_TRUE(store->Run({.op = st.op, .checks = {&c, 1}, .now = st.at}, {&got, n}).ok());
     if (st.at == t0 + 9'000) {
-      EXPECT_EQ(Contents(**server, key + ":log").rfind("zset|", 0), 0u) << "not spilled";
+      EXPECT_EQ(Contents(*server, key + ":log").rfind("zset|", 0), 0u) << "not spilled";
     }
     if (n == 0) continue;
     EXPECT_TRUE(Same(want, got)) << "at +" << st.at - t0 << " us\n  memory: " << Describe(want)
@@ -494,9 +487,7 @@ TEST_P(ModuleStore, SlidingLogsAreDecidedByTheModule) {
     if (!got.allowed && got.retry_after >= 60'000'000) ++blocked;
   }
   EXPECT_GE(blocked, 3);
-  ExpectEveryKeyHasTtl(**server);
-  EXPECT_EQ((*server)->CommandCalls("evalsha"), scripts) << "no script decided";
-  EXPECT_EQ((*server)->CommandCalls("sluice.decide") - module_calls, std::size(steps));
+  ExpectOnlyTheModule(std::size(steps));
 }
 
 // A penalty queued with a decision shares its command too (on the scripts it would share
