@@ -11,7 +11,7 @@
 #     block_for), and the fixed window uncoalesced (--coalesce 1: one script call per
 #     decision);
 #   - sluice with the native module (src/redis/module, loaded into the same server with
-#     --loadmodule; --module PATH, or none to leave it out): each O(1) algorithm, and the
+#     --loadmodule; --module PATH, or none to leave it out): each algorithm, and the
 #     fixed window uncoalesced; and each O(1) algorithm sent straight to the module at
 #     16 decisions per call (below), which no client coalescing varies;
 #   - with --module-before PATH (an older build of the module, e.g. of another commit):

@@ -348,7 +348,8 @@ void DecideGroup(const ModuleRequest& r, const ModuleGroup& g, Micros now,
                  SortedSets& sets, std::vector<ModuleWrite>* writes,
                  std::vector<long long>* reply) {
   const std::span<const ModuleCheck> checks(r.checks.data() + g.begin, g.end - g.begin);
-  Decision out[kMaxBatchChecks];
+  // (per thread, made once, as DecideChecks' own: each entry a check reads is set)
+  thread_local Decision out[kMaxBatchChecks];
   const bool committed = DecideChecks(r, checks, g.begin, now, values, blocks, sets, writes, out);
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const ModuleCheck& c = checks[i];
