@@ -11,6 +11,7 @@
 #include "cli/store_wrappers.h"
 #include "sluice/key.h"
 #include "sluice/limiter.h"
+#include "sluice/permit_id.h"
 
 namespace sluice::cli {
 
@@ -95,12 +96,23 @@ class BenchRun {
   bool async() const { return async_; }
 
  private:
+  // One caller's request stream on the store: decisions on random keys, or for a
+  // concurrency policy a permit's acquire on a random key (a new id each time) and, once
+  // one was allowed, that permit's release, each a decision (a release is allowed when
+  // the permit was still held).
+  struct Requests {
+    std::uint64_t rng = 0;
+    std::uint64_t caller = 0, serial = 0;
+    StoreCheck check;
+    StoreOp op = StoreOp::kDecide;
+    bool holding = false;
+    char permit[kPermitIdLength + 1] = {};
+  };
   struct Caller {
     BenchRun* run = nullptr;
-    std::uint64_t rng = 0;
     SteadyClock::time_point start;
     std::atomic<int> phase{0};  // 0 issuing, 1 the issuer returned, 2 completed
-    StoreCheck check;
+    Requests requests;
   };
   enum : int { kIssuing = 0, kReturned = 1, kCompleted = 2 };
 
@@ -131,6 +143,36 @@ class BenchRun {
       done_ = true;
       cv_.notify_all();
     }
+  }
+  // Sets the next request of `r` (its check and op).
+  void NextRequest(Requests& r) {
+    if (config_.policy.algorithm != Algorithm::kConcurrency) {
+      r.check.key = keys_[NextRandom(r.rng) % keys_.size()];
+      return;
+    }
+    if (r.holding) {
+      r.op = StoreOp::kRelease;  // (the permit and key of the acquire)
+      return;
+    }
+    r.op = StoreOp::kDecide;
+    r.check.key = keys_[NextRandom(r.rng) % keys_.size()];
+    std::snprintf(r.permit, sizeof(r.permit), "%016llx%016llx",
+                  static_cast<unsigned long long>(r.caller),
+                  static_cast<unsigned long long>(r.serial++));
+    r.check.permit = std::string_view(r.permit, kPermitIdLength);
+  }
+  // After the decision of `r`'s request: a permit allowed is held until its release.
+  static void Answered(Requests& r, bool allowed) {
+    r.holding =
+        r.op == StoreOp::kDecide && allowed && r.check.policy->algorithm == Algorithm::kConcurrency;
+  }
+  Requests NewRequests(std::uint64_t caller) const {
+    Requests r;
+    r.rng = config_.seed * 1000003 + caller;
+    r.caller = caller;
+    r.check =
+        StoreCheck{.policy = &config_.policy, .cost = config_.cost, .max_wait = config_.max_wait};
+    return r;
   }
   void Issue(Caller* c);
   void ThreadLoop(int index);
@@ -185,6 +227,11 @@ Status BenchRun::Prepare() {
                                    " for this policy (got " + std::to_string(config_.cost) + ")");
   }
   const bool limiter = config_.api == BenchApi::kLimiter;
+  if (limiter && config_.policy.algorithm == Algorithm::kConcurrency) {
+    return Status::InvalidArgument(
+        "a concurrency policy's permits are benchmarked on the store (--api store): "
+        "Limiter::Acquire decides rates");
+  }
   async_ = !limiter && config_.store->IsRemote();
   if (config_.target_rate > 0 && async_) {
     return Status::InvalidArgument(
@@ -221,14 +268,18 @@ void BenchRun::Issue(Caller* c) {
       CallerDone();
       return;
     }
-    c->check.key = keys_[NextRandom(c->rng) % keys_.size()];
+    NextRequest(c->requests);
     c->phase.store(kIssuing, std::memory_order_relaxed);
     c->start = SteadyClock::now();
     config_.store->RunAsync(
-        StoreBatch{.checks = std::span<const StoreCheck>(&c->check, 1), .now = clock_.Now()},
+        StoreBatch{.op = c->requests.op,
+                   .checks = std::span<const StoreCheck>(&c->requests.check, 1),
+                   .now = clock_.Now()},
         [c](const Status& s, std::span<const Decision> d) {
           BenchRun* run = c->run;
-          run->Record(c->start, s, s.ok() && !d.empty() && d[0].allowed);
+          const bool allowed = s.ok() && !d.empty() && d[0].allowed;
+          Answered(c->requests, allowed);
+          run->Record(c->start, s, allowed);
           // Whoever comes second issues the next decision: the issuer (completed
           // inline) or this callback (completed on the store's thread).
           if (c->phase.exchange(kCompleted, std::memory_order_acq_rel) == kReturned) run->Issue(c);
@@ -239,8 +290,7 @@ void BenchRun::Issue(Caller* c) {
 }
 
 void BenchRun::ThreadLoop(int index) {
-  std::uint64_t rng = config_.seed * 1000003 + static_cast<std::uint64_t>(index);
-  StoreCheck check{.policy = &config_.policy, .cost = config_.cost, .max_wait = config_.max_wait};
+  Requests requests = NewRequests(static_cast<std::uint64_t>(index));
   // Pacing: this thread's share of the target rate, from a staggered start.
   const double period_s =
       config_.target_rate > 0 ? static_cast<double>(config_.concurrency) / config_.target_rate : 0;
@@ -253,7 +303,8 @@ void BenchRun::ThreadLoop(int index) {
       std::this_thread::sleep_until(next);
       next += period;
     }
-    const std::string& key = keys_[NextRandom(rng) % keys_.size()];
+    NextRequest(requests);
+    const std::string_view key = requests.check.key;
     const auto t0 = SteadyClock::now();
     if (limiter_) {
       Result<Decision> d = Status::Internal("not decided");
@@ -280,11 +331,13 @@ void BenchRun::ThreadLoop(int index) {
         Record(t0, Status::Ok(), d->allowed);
       }
     } else {
-      check.key = key;
       Decision d;
-      Status s = config_.store->Run(
-          StoreBatch{.checks = std::span<const StoreCheck>(&check, 1), .now = clock_.Now()},
-          std::span<Decision>(&d, 1));
+      Status s =
+          config_.store->Run(StoreBatch{.op = requests.op,
+                                        .checks = std::span<const StoreCheck>(&requests.check, 1),
+                                        .now = clock_.Now()},
+                             std::span<Decision>(&d, 1));
+      Answered(requests, s.ok() && d.allowed);
       Record(t0, s, d.allowed);
     }
   }
@@ -299,9 +352,7 @@ void BenchRun::Start() {
     for (int i = 0; i < config_.concurrency; ++i) {
       auto c = std::make_unique<Caller>();
       c->run = this;
-      c->rng = config_.seed * 1000003 + static_cast<std::uint64_t>(i);
-      c->check =
-          StoreCheck{.policy = &config_.policy, .cost = config_.cost, .max_wait = config_.max_wait};
+      c->requests = NewRequests(static_cast<std::uint64_t>(i));
       callers_.push_back(std::move(c));
     }
     for (auto& c : callers_) Issue(c.get());

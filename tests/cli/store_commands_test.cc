@@ -273,6 +273,7 @@ TEST_F(CliRedisTest, BadFlagsExitTwoNamingTheFlag) {
       {{"bench", "--on-change", "later"}, "--on-change: unknown on_change mode 'later'"},
       {{"bench", "-a", "sliding_window_log", "--on-change", "reset"}, "--on-change"},
       {{"bench", "--overage", "owe"}, "--overage: unknown overage 'owe'"},
+      {{"bench", "-a", "concurrency", "--api", "limiter"}, "benchmarked on the store"},
       {{"bench", "--overage", "charge", "--max-wait", "1s"},
        "--max-wait: a reservation that waits"},
   };
@@ -315,6 +316,26 @@ TEST_F(CliRedisTest, BenchOnAHotKeyAllowsExactlyTheLimit) {
   EXPECT_EQ(JsonNumber(r.out, "allowed"), 100) << r.out;
   EXPECT_EQ(JsonNumber(r.out, "denied"), 900) << r.out;
   EXPECT_EQ(JsonNumber(r.out, "keys"), 1) << r.out;
+}
+
+// A concurrency limit is benchmarked as permits: each caller acquires one (a new id) and
+// releases it in its next call. 16 callers on one key of 4 slots: every call is a
+// decision, none an error, and the set holds at most 4 permits at the end (those
+// acquired by a caller's last call).
+TEST_F(CliRedisTest, BenchOfAConcurrencyLimitAcquiresAndReleasesPermits) {
+  Outcome r = Sluice(Args({"bench", "--requests", "2000", "-c", "16", "--hot-key", "-a",
+                           "concurrency", "--rate", "4/1h", "--timeout", "5s", "--json", "-q"}));
+  ASSERT_EQ(r.rc, 0) << Describe(r);
+  EXPECT_EQ(JsonNumber(r.out, "decisions"), 2000) << r.out;
+  EXPECT_EQ(JsonNumber(r.out, "error_total"), 0) << r.out;
+  // (released permits free their slots: far more than 4 acquires and releases allowed)
+  EXPECT_GT(JsonNumber(r.out, "allowed"), 200) << r.out;
+  auto keys = server_->Command({"KEYS", "sluice:{bench%3A0000000000*}:bench"});
+  ASSERT_TRUE(keys.ok());
+  ASSERT_EQ(keys->elements.size(), 1u);
+  auto held = server_->Command({"ZCARD", keys->elements[0].str});
+  ASSERT_TRUE(held.ok());
+  EXPECT_LE(held->integer, 4) << "at most the limit held";
 }
 
 TEST_F(CliRedisTest, BenchTextSummaryAndProgressGoToTheirStreams) {
