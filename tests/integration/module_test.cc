@@ -393,6 +393,28 @@ TEST_P(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
   EXPECT_GT((*replica)->CommandCalls("set"), 0);
 }
 
+// A malformed call that names one key as a permit set and as a fixed window's state: the
+// permit's commit makes it a sorted set, so the window's write is refused on the primary,
+// and the replica must not get it either (it would hold a string where the primary holds
+// the set).
+TEST_P(ModuleReplication, AWriteThePrimaryRefusesIsNotReplicated) {
+  auto primary = StartWithModule();
+  ASSERT_TRUE(primary.ok()) << primary.status().ToString();
+  auto replica = StartWithModule({"--replicaof", "127.0.0.1", std::to_string((*primary)->port())});
+  ASSERT_TRUE(replica.ok()) << replica.status().ToString();
+  ASSERT_TRUE(WaitUntil([&] {
+    auto info = (*replica)->Command({"INFO", "replication"});
+    return info.ok() && info->str.find("master_link_status:up") != std::string::npos;
+  }));
+  auto r = (*primary)->Command({"SLUICE.DECIDE", "2", "k", "k", "3", "", "0", "2",
+                                "5,3,60000000,3,-1", "0,100,60000000,100,-1",
+                                "0,4,1,0,0:" + std::string(32, 'a'), "1,0,1,0,1"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_NO_FATAL_FAILURE(WaitReplicated(**primary, **replica));
+  EXPECT_EQ(Contents(**primary, "k").rfind("zset|", 0), 0u) << Contents(**primary, "k");
+  EXPECT_EQ(Contents(**replica, "k"), Contents(**primary, "k"));
+}
+
 // The AOF gets the same effects as the replicas: reloading it (DEBUG LOADAOF: the
 // dataset emptied and rebuilt from the file) gives back every value and its absolute
 // expiry, those whose TTL a write kept (SET ... KEEPTTL) included.

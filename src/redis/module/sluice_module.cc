@@ -120,20 +120,25 @@ bool ReadKey(RedisModuleCtx* ctx, RedisModuleString* name, RedisModuleKey** keep
 }
 
 // Writes `w` (with its TTL, an absolute expiry at `now_ms` + ttl) through `key` (open
-// for writing, or null: opened here) and replicates exactly that.
+// for writing, or null: opened here) and replicates exactly that, or nothing when the
+// key refuses it.
 void Write(RedisModuleCtx* ctx, RedisModuleString* name, RedisModuleKey* key, const ModuleWrite& w,
            long long now_ms) {
   const bool own = key == nullptr;
   if (own) key = api.OpenKey(ctx, name, kRead | kWrite);
   if (key == nullptr) return;
   const long long at = now_ms + w.ttl_ms;
-  if (api.StringTruncate(key, w.value.size) == kOk) {
+  // (refused when the key is no longer a string: a malformed call that named it as a
+  // sorted set too. Nothing is written then, and nothing replicated.)
+  const bool written = api.StringTruncate(key, w.value.size) == kOk;
+  if (written) {
     std::size_t len = 0;
     char* p = api.StringDMA(key, &len, kWrite);
     if (p != nullptr && len == w.value.size) std::memcpy(p, w.value.data, len);
     if (!w.keep_ttl) api.SetAbsExpire(key, at);
   }
   if (own) api.CloseKey(key);
+  if (!written) return;
   const auto size = static_cast<std::size_t>(w.value.size);
   if (w.keep_ttl) {
     api.Replicate(ctx, "SET", "sbs", name, w.value.data, size, word_keepttl);
