@@ -357,7 +357,23 @@ void SpillASlidingLog(RedisStore& store, const std::string& prefix,
   keys->push_back(key + ":log");
 }
 
-class ModuleReplication : public OnServer {};
+class ModuleReplication : public OnServer {
+ protected:
+  // A primary and its replica, both with the module, once the replica's link is up.
+  void StartWithReplica() {
+    auto p = StartWithModule();
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    primary = std::move(*p);
+    auto r = StartWithModule({"--replicaof", "127.0.0.1", std::to_string(primary->port())});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    replica = std::move(*r);
+    ASSERT_TRUE(WaitUntil([&] {
+      auto info = replica->Command({"INFO", "replication"});
+      return info.ok() && info->str.find("master_link_status:up") != std::string::npos;
+    }));
+  }
+  std::unique_ptr<RedisServer> primary, replica;
+};
 INSTANTIATE_TEST_SUITE_P(Servers, ModuleReplication, kEveryServer, ServerName);
 
 // A replica (with the module loaded too, so that it could decide if it were sent the
@@ -365,32 +381,25 @@ INSTANTIATE_TEST_SUITE_P(Servers, ModuleReplication, kEveryServer, ServerName);
 // script's own ZADD and PEXPIRE): the same values and TTLs, and it never runs
 // SLUICE.DECIDE itself.
 TEST_P(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
-  auto primary = StartWithModule();
-  ASSERT_TRUE(primary.ok()) << primary.status().ToString();
-  auto replica = StartWithModule({"--replicaof", "127.0.0.1", std::to_string((*primary)->port())});
-  ASSERT_TRUE(replica.ok()) << replica.status().ToString();
-  ASSERT_TRUE(WaitUntil([&] {
-    auto info = (*replica)->Command({"INFO", "replication"});
-    return info.ok() && info->str.find("master_link_status:up") != std::string::npos;
-  }));
-  auto store = Open((*primary)->Url(), /*caller_time=*/false);
+  ASSERT_NO_FATAL_FAILURE(StartWithReplica());
+  auto store = Open(primary->Url(), /*caller_time=*/false);
   ASSERT_TRUE(store);
   std::vector<std::string> keys;
   ASSERT_NO_FATAL_FAILURE(DecideEachAlgorithmThrice(*store, "repl:", &keys));
   ASSERT_NO_FATAL_FAILURE(SpillASlidingLog(*store, "repl:", &keys));
-  ASSERT_NO_FATAL_FAILURE(WaitReplicated(**primary, **replica));
-  EXPECT_EQ(Contents(**primary, "repl:log:log").rfind("zset|", 0), 0u);
+  ASSERT_NO_FATAL_FAILURE(WaitReplicated(*primary, *replica));
+  EXPECT_EQ(Contents(*primary, "repl:log:log").rfind("zset|", 0), 0u);
   for (const std::string& k : keys) {
-    const std::string a = Contents(**primary, k), b = Contents(**replica, k);
+    const std::string a = Contents(*primary, k), b = Contents(*replica, k);
     EXPECT_NE(a, "none") << k;
     EXPECT_EQ(a, b) << k;
-    auto ttl = (*replica)->Command({"PTTL", k});
+    auto ttl = replica->Command({"PTTL", k});
     ASSERT_TRUE(ttl.ok());
     EXPECT_GT(ttl->integer, 0) << k;
   }
-  EXPECT_EQ((*primary)->CommandCalls("sluice.decide"), 3 + kSpillCalls);
-  EXPECT_EQ((*replica)->CommandCalls("sluice.decide"), 0);
-  EXPECT_GT((*replica)->CommandCalls("set"), 0);
+  EXPECT_EQ(primary->CommandCalls("sluice.decide"), 3 + kSpillCalls);
+  EXPECT_EQ(replica->CommandCalls("sluice.decide"), 0);
+  EXPECT_GT(replica->CommandCalls("set"), 0);
 }
 
 // A malformed call that names one key as a permit set and as a fixed window's state: the
@@ -398,21 +407,14 @@ TEST_P(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
 // and the replica must not get it either (it would hold a string where the primary holds
 // the set).
 TEST_P(ModuleReplication, AWriteThePrimaryRefusesIsNotReplicated) {
-  auto primary = StartWithModule();
-  ASSERT_TRUE(primary.ok()) << primary.status().ToString();
-  auto replica = StartWithModule({"--replicaof", "127.0.0.1", std::to_string((*primary)->port())});
-  ASSERT_TRUE(replica.ok()) << replica.status().ToString();
-  ASSERT_TRUE(WaitUntil([&] {
-    auto info = (*replica)->Command({"INFO", "replication"});
-    return info.ok() && info->str.find("master_link_status:up") != std::string::npos;
-  }));
-  auto r = (*primary)->Command({"SLUICE.DECIDE", "2", "k", "k", "3", "", "0", "2",
-                                "5,3,60000000,3,-1", "0,100,60000000,100,-1",
-                                "0,4,1,0,0:" + std::string(32, 'a'), "1,0,1,0,1"});
+  ASSERT_NO_FATAL_FAILURE(StartWithReplica());
+  auto r =
+      primary->Command({"SLUICE.DECIDE", "2", "k", "k", "3", "", "0", "2", "5,3,60000000,3,-1",
+                        "0,100,60000000,100,-1", "0,4,1,0,0:" + std::string(32, 'a'), "1,0,1,0,1"});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ASSERT_NO_FATAL_FAILURE(WaitReplicated(**primary, **replica));
-  EXPECT_EQ(Contents(**primary, "k").rfind("zset|", 0), 0u) << Contents(**primary, "k");
-  EXPECT_EQ(Contents(**replica, "k"), Contents(**primary, "k"));
+  ASSERT_NO_FATAL_FAILURE(WaitReplicated(*primary, *replica));
+  EXPECT_EQ(Contents(*primary, "k").rfind("zset|", 0), 0u) << Contents(*primary, "k");
+  EXPECT_EQ(Contents(*replica, "k"), Contents(*primary, "k"));
 }
 
 // The AOF gets the same effects as the replicas: reloading it (DEBUG LOADAOF: the
