@@ -150,7 +150,6 @@ struct Pending {
   Micros expires[kMaxBatchChecks];
   Micros blocked[kMaxBatchChecks];       // the block's time left when it blocked the check
   SlidingLogState log[kMaxBatchChecks];  // a sliding log's (sliding_log.h)
-  std::uint64_t held[kMaxBatchChecks];   // a concurrency limit's permits (permits.h)
 };
 
 // A group not committed: what the script's decision changed in place stays (a fixed
@@ -287,7 +286,7 @@ bool DecideChecks(const ModuleRequest& r, std::span<const ModuleCheck> checks, s
       pass = FirstLog(r, c, first + i, i, now, values[i], blocks[i], sets, pend, writes, &out[i]);
     } else if (p.algorithm == Algorithm::kConcurrency) {
       if (c.op == 2) continue;  // (a refund: nothing, as REFUND[5])
-      out[i] = PermitDecide({p, c, now, r.pad_ms, sets}, &pend.held[i]);
+      out[i] = PermitDecide({p, c, now, r.pad_ms, sets});
       pass = c.op == 4 ? Pass::kDecided : Pass::kApplied;  // (a release or extend: solo)
     } else {
       pass = FirstWord(r, c, first + i, i, now, values[i], blocks[i], pend, writes, &out[i]);
@@ -314,7 +313,7 @@ bool DecideChecks(const ModuleRequest& r, std::span<const ModuleCheck> checks, s
     const Policy& p = r.policies[c.policy];
     if (c.cost == 0 || p.algorithm == Algorithm::kSlidingWindowLog) continue;
     if (p.algorithm == Algorithm::kConcurrency) {
-      if (c.op == 4) PermitCommit({p, c, now, r.pad_ms, sets}, pend.held[i]);
+      if (c.op == 4) PermitCommit({p, c, now, r.pad_ms, sets}, out[i]);
       continue;
     }
     Emit(p, pend.next[i], pend.expires[i], DecisionLayout(p, pend.read[i], now, r.pad_ms),

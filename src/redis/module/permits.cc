@@ -28,25 +28,19 @@ class Permits {
     return last - pc_.now;
   }
 
-  // permits_expire: the set's TTL covers a permit that now expires at `e`, never
-  // shortened: when `held` permits were there before it, the TTL is taken from the last
-  // expiry in the set (what the scripts' PEXPIRE ... GT leaves, on any Redis version).
-  void Expire(Micros e, std::uint64_t held) {
-    if (held > 0 && Call("ZRANGE", {"-1", "-1", "WITHSCORES"})) Score(1, &e);
-    const Digits ms(TtlMs(e, pc_.now, pc_.pad_ms));
+  // permits_expire: the set's TTL runs to its last expiry, `last` (the latest of the
+  // permit just set and the set's own last one, which a decision has read already): what
+  // the scripts' PEXPIRE ... GT leaves, never shortened, on any Redis version.
+  void Expire(Micros last) {
+    const Digits ms(TtlMs(last, pc_.now, pc_.pad_ms));
     Call("PEXPIRE", {ms.view()}, /*write=*/true);
   }
 
-  // The score of a ZRANGE ... WITHSCORES reply's entry `i` (tonumber).
+  // The score of the reply's entry `i` (ZRANGE ... WITHSCORES).
   bool Score(std::size_t i, Micros* at) {
-    double v = 0;
-    if (reply_.items.size() <= i || !LuaNumber(reply_.items[i], &v) || !(v >= -9.007e15) ||
-        !(v <= 9.007e15)) {
-      pc_.sets.Fail("the permit set has an entry without a score (not a set sluice writes)");
-      return false;
-    }
-    *at = static_cast<Micros>(v);
-    return true;
+    if (ReplyScore(reply_, i, at)) return true;
+    pc_.sets.Fail("the permit set has an entry without a score (not a set sluice writes)");
+    return false;
   }
 
   bool Call(const char* command, std::initializer_list<std::string_view> args, bool write = false) {
@@ -68,11 +62,10 @@ std::uint64_t Free(std::uint64_t limit, std::uint64_t held) {
 
 }  // namespace
 
-Decision PermitDecide(const PermitCheck& pc, std::uint64_t* held_out) {
+Decision PermitDecide(const PermitCheck& pc) {
   Permits set(pc);
   const std::uint64_t limit = pc.policy.limit;
   std::uint64_t held = set.Trim();
-  *held_out = held;
   Decision d;
   d.limit = limit;
   const std::string_view permit = pc.check.permit;
@@ -85,14 +78,14 @@ Decision PermitDecide(const PermitCheck& pc, std::uint64_t* held_out) {
                !set.reply().items.empty()) {
       // (XX INCR 0: the score when held, nothing when not)
       found = true;
-      const Micros e = pc.now + pc.policy.window;
-      const Digits at(e);
+      const Digits at(pc.now + pc.policy.window);
       set.Call("ZADD", {"XX", at.view(), permit}, /*write=*/true);
-      set.Expire(e, held);
     }
     d.allowed = found;
     d.remaining = Free(limit, held);
     d.reset_after = set.Reset(held);
+    // (an extend: the set's TTL to the last expiry, the one the reply has just read)
+    if (found && pc.check.op == 6) set.Expire(pc.now + d.reset_after);
     return d;
   }
   d.remaining = Free(limit, held);
@@ -118,12 +111,11 @@ Decision PermitDecide(const PermitCheck& pc, std::uint64_t* held_out) {
   return d;
 }
 
-void PermitCommit(const PermitCheck& pc, std::uint64_t held) {
+void PermitCommit(const PermitCheck& pc, const Decision& d) {
   Permits set(pc);
-  const Micros e = pc.now + pc.policy.window;
-  const Digits at(e);
+  const Digits at(pc.now + pc.policy.window);
   set.Call("ZADD", {at.view(), pc.check.permit}, /*write=*/true);
-  set.Expire(e, held);
+  set.Expire(pc.now + d.reset_after);
 }
 
 }  // namespace sluice::redis_module

@@ -23,12 +23,11 @@ struct PermitCheck {
 
 // DECIDE[5]. An acquire is decided, and committed by PermitCommit when its group is; a
 // release or an extend is applied at once, whatever its group does (the runner's solo
-// checks), and allowed when the permit was held. `*held`: the permits held, which the
-// commit needs.
-Decision PermitDecide(const PermitCheck& pc, std::uint64_t* held);
+// checks), and allowed when the permit was held.
+Decision PermitDecide(const PermitCheck& pc);
 
-// COMMIT[5]: an allowed acquire's permit, held until now + the lease, the set's TTL
-// covering it.
-void PermitCommit(const PermitCheck& pc, std::uint64_t held);
+// COMMIT[5]: an allowed acquire's permit, held until now + the lease, the set's TTL to
+// its last expiry, which the acquire's decision `d` gives (reset_after).
+void PermitCommit(const PermitCheck& pc, const Decision& d);
 
 }  // namespace sluice::redis_module

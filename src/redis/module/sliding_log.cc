@@ -21,12 +21,6 @@ constexpr std::size_t kHead = 25;   // '<Bddd': 1, expires, last_seen, used
 constexpr std::size_t kEntry = 16;  // '<dd': cost, time
 static_assert(kHead + kEntry * kLogInline <= sizeof(StateBytes::data));
 
-// A number sluice writes in a log: an integer exact in Lua's doubles (a value with
-// another is damaged, and read as no log rather than cast out of range).
-bool Whole(double v) {
-  return std::isfinite(v) && v == std::floor(v) && std::fabs(v) <= 9007199254740992.0;
-}
-
 // log_entries.lua's entry_cost: the digits after the member's last ':'.
 bool EntryCost(std::string_view m, std::uint64_t* cost) {
   const std::size_t colon = m.rfind(':');
@@ -91,12 +85,14 @@ SlidingLogState ReadLog(const StoredValue& v) {
     const std::size_t n = (raw.size() - kHead) / kEntry;
     double h[3];
     std::memcpy(h, raw.data() + 1, sizeof(h));
-    if (n > kLogInline || !Whole(h[0]) || !Whole(h[1]) || !Whole(h[2]) || h[2] < 0) return st;
+    if (n > kLogInline || !WholeNumber(h[0]) || !WholeNumber(h[1]) || !WholeNumber(h[2]) ||
+        h[2] < 0)
+      return st;
     double sum = 0;
     for (std::size_t i = 0; i < n; ++i) {
       double e[2];
       std::memcpy(e, raw.data() + kHead + kEntry * i, sizeof(e));
-      if (!Whole(e[0]) || e[0] < 1 || !Whole(e[1])) return SlidingLogState{};
+      if (!WholeNumber(e[0]) || e[0] < 1 || !WholeNumber(e[1])) return SlidingLogState{};
       st.entries[i] = {static_cast<Micros>(e[1]), static_cast<std::uint64_t>(e[0])};
       sum += e[0];
     }
@@ -120,7 +116,7 @@ SlidingLogState ReadLog(const StoredValue& v) {
     for (char ch : field) {
       if (ch == ' ' || (ch >= '\t' && ch <= '\r')) return st;  // (%S: not Lua's space)
     }
-    if (!LuaNumber(field, &f[i]) || !Whole(f[i])) return st;
+    if (!LuaNumber(field, &f[i]) || !WholeNumber(f[i])) return st;
     rest.remove_prefix(i < 3 ? sp + 1 : sp);
   }
   if (f[2] < 0 || f[3] < 0) return st;
@@ -160,13 +156,9 @@ class Log {
   }
   // The score of a ZRANGE ... WITHSCORES reply's entry `i` (tonumber).
   bool Score(std::size_t i, Micros* ts) {
-    double v = 0;
-    if (reply_.items.size() <= i || !LuaNumber(reply_.items[i], &v) || !Whole(v)) {
-      Damaged("an entry missing or without a score");
-      return false;
-    }
-    *ts = static_cast<Micros>(v);
-    return true;
+    if (ReplyScore(reply_, i, ts)) return true;
+    Damaged("an entry missing or without a score");
+    return false;
   }
   Decision Inline(std::uint64_t cost);
   bool TimeFreeing(std::uint64_t excess, Micros* ts);
@@ -413,7 +405,7 @@ void Log::Refund(std::uint64_t cost) {
     // the next entry continues the running sum from the newest one left
     double cum = 0;
     if (EntryCum(reply_.items[0], &cum)) {
-      if (!Whole(cum) || cum < 0) return Damaged("a running sum out of range");
+      if (!WholeNumber(cum) || cum < 0) return Damaged("a running sum out of range");
       st_.seq = static_cast<std::uint64_t>(cum);
     }
   }

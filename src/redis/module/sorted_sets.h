@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "redis/module/state.h"
+
 namespace sluice::redis_module {
 
 // A command's reply: its integer, or its array's strings (ZRANGE's members, each
@@ -21,6 +23,16 @@ struct SetReply {
   long long integer = 0;
   std::vector<std::string> items;
 };
+
+// The score of `r`'s entry `i` (a ZRANGE ... WITHSCORES reply: member, score, ...), as
+// the scripts read it (tonumber); false when there is none, or it is not an integer a
+// sluice set holds.
+inline bool ReplyScore(const SetReply& r, std::size_t i, Micros* at) {
+  double v = 0;
+  if (r.items.size() <= i || !LuaNumber(r.items[i], &v) || !WholeNumber(v)) return false;
+  *at = static_cast<Micros>(v);
+  return true;
+}
 
 // The sorted sets of a call.
 class SortedSets {

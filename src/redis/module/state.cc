@@ -134,6 +134,10 @@ bool LuaNumber(std::string_view bytes, double* out) {
   return true;
 }
 
+bool WholeNumber(double v) {
+  return std::isfinite(v) && v == std::floor(v) && std::fabs(v) <= k2p53;
+}
+
 ReadState Read(const Policy& p, const StoredValue& v, Micros now) {
   ReadState r;
   if (!v.present) return r;

@@ -37,6 +37,10 @@ struct ReadState {
 // never is, here).
 bool LuaNumber(std::string_view bytes, double* out);
 
+// A number sluice writes in a sorted set or a log: an integer exact in Lua's doubles (a
+// value with another is damaged, and read as such rather than cast out of range).
+bool WholeNumber(double v);
+
 // Reads `v` as p's state at `now`.
 ReadState Read(const Policy& p, const StoredValue& v, Micros now);
 
