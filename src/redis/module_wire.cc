@@ -10,13 +10,6 @@
 namespace sluice::redis {
 namespace {
 
-// CoalesceInfo::data's on_change (0 as_is, 1 reset, 2 proportional), block_for and
-// overage bound.
-constexpr std::size_t kOnChange = 5;
-constexpr std::size_t kBlockFor = 6;
-constexpr std::size_t kOverageBound = 10;
-constexpr std::size_t kUsageTtl = 11;
-
 // "a,b,c": the integers joined by commas.
 std::string Joined(const long long* v, std::size_t n) {
   std::string s;
@@ -40,17 +33,24 @@ std::size_t AppendModuleArgv(bool caller_time, const std::vector<const CoalesceI
   std::vector<PolicyNumbers> policies;
   std::vector<std::string> args;
   for (const CoalesceInfo* g : groups) {
-    // CoalesceInfo::data: the group's now, then kWireCheckNumbers per check: the
-    // policy's first five numbers, on_change, block_for, then the kind, the cost,
-    // max_wait and the overage bound.
+    // CoalesceInfo::data: the group's now, then kWireCheckNumbers per check
+    // (script_wire.h, WireCheckNumber).
     const std::vector<long long>& d = g->data;
     const std::size_t n = (d.size() - 1) / kWireCheckNumbers;
     for (std::size_t i = 0; i < n; ++i) {
       const long long* p = d.data() + 1 + i * kWireCheckNumbers;
-      PolicyNumbers pn{p[0], p[1], p[2], p[3], p[4], p[kBlockFor], p[kOnChange], 0, 0};
+      PolicyNumbers pn{p[kWireAlgorithm],
+                       p[kWireLimit],
+                       p[kWireWindow],
+                       p[kWireCapacity],
+                       p[kWireInitial],
+                       p[kWireBlockFor],
+                       p[kWireOnChange],
+                       0,
+                       0};
       // The bound is the capacity under drain, capacity + max debt under charge
       // (core::OverageBound; a max_debt of 0 is the capacity: the same bound).
-      const long long bound = p[kOverageBound], cap = p[3];
+      const long long bound = p[kWireOverageBound], cap = p[kWireCapacity];
       if (bound > 0) {
         pn[7] = static_cast<long long>(bound > cap ? Overage::kCharge : Overage::kDrain);
         pn[8] = bound > cap ? bound - cap : 0;
@@ -59,11 +59,11 @@ std::size_t AppendModuleArgv(bool caller_time, const std::vector<const CoalesceI
                                                policies.begin());
       if (at == policies.size()) policies.push_back(pn);
       // (the fourth number: a reservation's max_wait, or a usage record's lifetime)
-      const auto kind = static_cast<WireKind>(p[7]);
-      const long long fourth = kind == WireKind::kReserve   ? p[9]
-                               : kind == WireKind::kOverage ? p[kUsageTtl]
+      const auto kind = static_cast<WireKind>(p[kWireKind]);
+      const long long fourth = kind == WireKind::kReserve   ? p[kWireMaxWait]
+                               : kind == WireKind::kOverage ? p[kWireUsageTtl]
                                                             : 0;
-      const long long f[6] = {static_cast<long long>(at), p[7], p[8], fourth,
+      const long long f[6] = {static_cast<long long>(at), p[kWireKind], p[kWireCost], fourth,
                               i + 1 == n ? 1 : 0,         d[0]};
       args.push_back(Joined(f, caller_time ? 6 : 5));
       if (kind == WireKind::kAcquire || kind == WireKind::kRelease || kind == WireKind::kExtend) {

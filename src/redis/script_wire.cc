@@ -14,7 +14,6 @@ namespace {
 // * 2 + last, exact in a Lua double: costs from 2^35 on follow as an argument of their
 // own (big). 4096 policies: at most 256 groups of 16 checks.
 constexpr long long kMaxInlineCost = 1LL << 35;
-constexpr std::size_t kPolicyNumbers = 7;
 
 void AppendNumber(std::string& out, long long v) {
   char buf[24];
@@ -58,7 +57,7 @@ std::size_t AppendArgv(bool caller_time, std::span<const GroupView> groups, std:
     for (std::size_t at = 1; at + kWireCheckNumbers <= g.data->size(); at += kWireCheckNumbers) {
       const long long* p = g.data->data() + at;
       std::size_t i = 0;
-      while (i < policies.size() && !std::equal(p, p + kPolicyNumbers, policies[i])) ++i;
+      while (i < policies.size() && !std::equal(p, p + kWirePolicyNumbers, policies[i])) ++i;
       if (i == policies.size()) policies.push_back(p);
       index.push_back(static_cast<std::uint32_t>(i));
     }
@@ -67,9 +66,9 @@ std::size_t AppendArgv(bool caller_time, std::span<const GroupView> groups, std:
   AppendNumber(out, caller_time ? kCallerTimeTtlPadMs : 0);
   AppendNumber(out, static_cast<long long>(policies.size()));
   for (const long long* p : policies) {
-    for (std::size_t i = 0; i < kPolicyNumbers; ++i) AppendNumber(out, p[i]);
+    for (std::size_t i = 0; i < kWirePolicyNumbers; ++i) AppendNumber(out, p[i]);
   }
-  std::size_t count = 3 + kPolicyNumbers * policies.size(), check = 0;
+  std::size_t count = 3 + kWirePolicyNumbers * policies.size(), check = 0;
   for (const GroupView& g : groups) {
     if (caller_time) {
       AppendNumber(out, (*g.data)[0]);
@@ -77,8 +76,8 @@ std::size_t AppendArgv(bool caller_time, std::span<const GroupView> groups, std:
     }
     const std::size_t n = (g.data->size() - 1) / kWireCheckNumbers;
     for (std::size_t i = 0; i < n; ++i) {
-      const long long* c = g.data->data() + 1 + i * kWireCheckNumbers + kPolicyNumbers;
-      const long long kind = c[0], cost = c[1];
+      const long long* c = g.data->data() + 1 + i * kWireCheckNumbers;
+      const long long kind = c[kWireKind], cost = c[kWireCost];
       const bool big = cost >= kMaxInlineCost;
       const long long last = i + 1 == n ? 1 : 0;
       AppendNumber(
@@ -90,20 +89,17 @@ std::size_t AppendArgv(bool caller_time, std::span<const GroupView> groups, std:
         ++count;
       }
       if (kind == static_cast<long long>(WireKind::kReserve)) {
-        AppendNumber(out, c[2]);
+        AppendNumber(out, c[kWireMaxWait]);
         ++count;
       } else if (HasPermit(static_cast<WireKind>(kind))) {
         AppendBulk(out, g.checks != nullptr ? g.checks[i].permit : std::string_view());
         ++count;
       } else if (HasUsage(static_cast<WireKind>(kind))) {
-        // The overage bound, then the usage record's id and lifetime (a coalesced call,
-        // without the checks, carries none: Mergeable).
-        const StoreCheck* sc = g.checks != nullptr ? &g.checks[i] : nullptr;
-        AppendNumber(out, c[3]);
-        AppendBulk(out, sc != nullptr ? std::string_view(sc->usage_id) : std::string_view());
-        AppendNumber(out, sc != nullptr && static_cast<WireKind>(kind) == WireKind::kOverage
-                              ? static_cast<long long>(sc->usage_ttl)
-                              : 0LL);
+        // The overage bound, then the usage record's id (a coalesced call, without the
+        // checks, carries none: Mergeable) and lifetime (kind 7 only).
+        AppendNumber(out, c[kWireOverageBound]);
+        AppendBulk(out, g.checks != nullptr ? g.checks[i].usage_id : std::string_view());
+        AppendNumber(out, static_cast<WireKind>(kind) == WireKind::kOverage ? c[kWireUsageTtl] : 0);
         count += 3;
       }
     }
@@ -149,18 +145,19 @@ void AppendHead(const Script& script, std::span<const StoreCheck> checks, std::s
 std::size_t AppendLeanArgv(bool caller_time, LeanLane lane,
                            std::span<const std::vector<long long>* const> groups,
                            std::string& out) {
-  // (a policy here is each check's limit, window and cost: its data's numbers 1, 2, 8;
-  // and for the bucket script its algorithm, capacity and initial tokens: 0, 3, 4)
+  // (a policy here is each check's limit, window and cost; and for the bucket script its
+  // algorithm, capacity and initial tokens)
   const std::size_t per_policy = lane == LeanLane::kBucket ? 6 : 3;
   std::vector<std::array<long long, 6>> policies;
   std::vector<std::uint32_t> index;
   for (const std::vector<long long>* d : groups) {
     for (std::size_t at = 1; at + kWireCheckNumbers <= d->size(); at += kWireCheckNumbers) {
-      std::array<long long, 6> p{(*d)[at + 1], (*d)[at + 2], (*d)[at + kPolicyNumbers + 1]};
+      const long long* c = d->data() + at;
+      std::array<long long, 6> p{c[kWireLimit], c[kWireWindow], c[kWireCost]};
       if (per_policy == 6) {
-        p[3] = (*d)[at];
-        p[4] = (*d)[at + 3];
-        p[5] = (*d)[at + 4];
+        p[3] = c[kWireAlgorithm];
+        p[4] = c[kWireCapacity];
+        p[5] = c[kWireInitial];
       }
       const auto i = static_cast<std::size_t>(std::find(policies.begin(), policies.end(), p) -
                                               policies.begin());

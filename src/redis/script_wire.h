@@ -100,11 +100,27 @@ ScriptCall EncodeCall(std::span<const StoreCheck> checks, std::span<const WireKi
                       Micros now, bool caller_time, CoalesceInfo& merge);
 
 // The numbers the runner layout has per check in CoalesceInfo::data, after the group's
-// now: the policy's 7 (algorithm, limit, window, capacity, initial tokens or -1,
-// on_change, block_for), then the kind, the cost, max_wait, the overage bound
-// (core::OverageBound, capacity + debt; 0: overage reject) and a usage record's
-// lifetime (StoreCheck::usage_ttl of a check with a usage_id; else 0).
-inline constexpr std::size_t kWireCheckNumbers = 12;
+// now, each at its offset below: the policy's 7 (algorithm, limit, window, capacity,
+// initial tokens or -1, on_change, block_for), then the kind, the cost, max_wait, the
+// overage bound (core::OverageBound, capacity + debt; 0: overage reject) and a usage
+// record's lifetime (StoreCheck::usage_ttl of a check with a usage_id; else 0).
+enum WireCheckNumber : std::size_t {
+  kWireAlgorithm,
+  kWireLimit,
+  kWireWindow,
+  kWireCapacity,
+  kWireInitial,
+  kWireOnChange,
+  kWireBlockFor,
+  kWireKind,
+  kWireCost,
+  kWireMaxWait,
+  kWireOverageBound,
+  kWireUsageTtl,
+  kWireCheckNumbers,  // how many
+};
+// The policy's numbers, first (the runner's policy list).
+inline constexpr std::size_t kWirePolicyNumbers = kWireKind;
 
 // Caller-time mode (tests): TTLs are padded so that Redis's own expiry, which runs on
 // its clock, never drops state that the caller's clock still needs.
