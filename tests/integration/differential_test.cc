@@ -12,6 +12,7 @@
 
 #include "edge_policies.h"
 #include "previous_layouts.h"
+#include "random_policy.h"
 #include "reference_store.h"
 #include "sluice/key.h"
 #include "sluice/limiter.h"
@@ -29,24 +30,12 @@ std::string Describe(const Policy& p) {
   return o.str();
 }
 
+constexpr Micros kWindows[] = {1'000,     7'000,      250'000,      1'000'000,
+                               3'300'000, 60'000'000, 3'600'000'000};
+constexpr std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 17, 100, 1000};
 Policy RandomPolicy(std::mt19937_64& rng, int index) {
-  static const Micros kWindows[] = {1'000,     7'000,      250'000,      1'000'000,
-                                    3'300'000, 60'000'000, 3'600'000'000};
-  static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 17, 100, 1000};
-  Policy p;
-  p.name = "p" + std::to_string(index);
-  p.algorithm = static_cast<Algorithm>(rng() % 5);
-  p.limit = kLimits[rng() % std::size(kLimits)];
-  if (p.algorithm == Algorithm::kSlidingWindowLog) p.limit = std::min<std::uint64_t>(p.limit, 100);
-  p.window = kWindows[rng() % std::size(kWindows)];
-  if (p.algorithm == Algorithm::kTokenBucket || p.algorithm == Algorithm::kGcra) {
-    if (rng() % 2) p.burst = p.limit + rng() % (2 * p.limit + 1);
-    if (p.algorithm == Algorithm::kTokenBucket && rng() % 3 == 0) {
-      p.initial_tokens = rng() % (p.Capacity() + 1);
-    }
-  }
-  EXPECT_TRUE(ValidatePolicy(p).ok()) << Describe(p);
-  return p;
+  return testing::RandomPolicy(rng, index,
+                               {.windows = kWindows, .limits = kLimits, .log_limit_cap = 100});
 }
 
 std::uint64_t RandomCost(std::mt19937_64& rng, const Policy& p) {
@@ -810,12 +799,6 @@ TEST_F(Differential, PermitsAcquireReleaseExtendAndExpire) {
     for (int i = 0; i < 2; ++i) policies.push_back(RandomPolicy(rng, i));
     const char* names[] = {"alice", "bob"};
     std::vector<std::string> ids[2];  // permits acquired per key (maybe released or expired)
-    auto new_id = [&rng] {
-      static constexpr char kHex[] = "0123456789abcdef";
-      std::string id(kPermitIdLength, '0');
-      for (char& c : id) c = kHex[rng() % 16];
-      return id;
-    };
     Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
     for (int step = 0; step < 800; ++step) {
       const Policy& tp = policies[rng() % 2];
@@ -844,7 +827,7 @@ TEST_F(Differential, PermitsAcquireReleaseExtendAndExpire) {
       StoreOp batch_op = StoreOp::kDecide;
       const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step);
       if (op < 5) {  // acquire under one or both concurrency policies, maybe with rates
-        id = new_id();
+        id = RandomId(rng);
         for (std::size_t pi = 0; pi < policies.size(); ++pi) {
           if (pi == 1 && rng() % 2) continue;
           if (pi >= 2 && rng() % 2) continue;
@@ -863,7 +846,7 @@ TEST_F(Differential, PermitsAcquireReleaseExtendAndExpire) {
         if (!ids[who].empty() && rng() % 5 != 0) {
           id = ids[who][rng() % ids[who].size()];
         } else {
-          id = new_id();
+          id = RandomId(rng);
         }
         for (std::size_t pi = 0; pi < 2; ++pi) {
           keys[used] = *StoreKey("permits" + std::to_string(seed), names[who], policies[pi].name);

@@ -9,6 +9,7 @@
 #include <random>
 #include <sstream>
 
+#include "random_policy.h"
 #include "redis_server.h"
 #include "sluice/redis_store.h"
 #include "wait.h"
@@ -63,41 +64,21 @@ inline std::shared_ptr<RedisStore> Open(const std::string& url, bool caller_time
   return s.ok() ? *s : nullptr;
 }
 
+// The module tests' random policies: every rate algorithm, the sliding log with limits
+// above its inline form's 8 entries too (its sorted set, the spill into it, and the
+// denials that search it), a third with a block, a third with on_change, a quarter
+// whose denials are charged (Policy::overage).
+inline constexpr Micros kModuleWindows[] = {1'000,     7'000,      250'000,
+                                            1'000'000, 60'000'000, 3'600'000'000};
+inline constexpr std::uint64_t kModuleLimits[] = {1, 2, 3, 5, 10, 17, 100, 1000};
 inline Policy RandomPolicy(std::mt19937_64& rng, int index) {
-  // (the sliding log with limits above its inline form's 8 entries too: its sorted set,
-  // the spill into it, and the denials that search it)
-  static const Algorithm kAlgorithms[] = {Algorithm::kFixedWindow, Algorithm::kSlidingWindowLog,
-                                          Algorithm::kSlidingWindowCounter, Algorithm::kTokenBucket,
-                                          Algorithm::kGcra};
-  static const Micros kWindows[] = {1'000, 7'000, 250'000, 1'000'000, 60'000'000, 3'600'000'000};
-  static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 17, 100, 1000};
-  Policy p;
-  p.name = "p" + std::to_string(index);
-  p.algorithm = kAlgorithms[rng() % std::size(kAlgorithms)];
-  p.limit = kLimits[rng() % std::size(kLimits)];
-  p.window = kWindows[rng() % std::size(kWindows)];
-  if (p.algorithm == Algorithm::kTokenBucket || p.algorithm == Algorithm::kGcra) {
-    if (rng() % 2) p.burst = p.limit + rng() % (2 * p.limit + 1);
-    if (p.algorithm == Algorithm::kTokenBucket && rng() % 3 == 0) {
-      p.initial_tokens = rng() % (p.Capacity() + 1);
-    }
-  }
-  // A third with a block (its own key, state key + ":b"): a denial or a penalty over the
-  // limit blocks the key for one to three windows.
-  if (rng() % 3 == 0) p.block_for = p.window * static_cast<Micros>(1 + rng() % 3);
-  // A third with on_change (its states recorded with its parameters; not the log's).
-  if (rng() % 3 == 0 && p.algorithm != Algorithm::kSlidingWindowLog) {
-    p.on_change = rng() % 2 ? OnChange::kReset : OnChange::kProportional;
-  }
-  // A quarter whose denied decisions are charged (Policy::overage), into a debt of one
-  // capacity or of a random bound (a sliding log's at most its limit).
-  if (rng() % 4 == 0) {
-    p.overage = rng() % 2 ? Overage::kCharge : Overage::kDrain;
-    if (p.overage == Overage::kCharge && rng() % 2) p.max_debt = 1 + rng() % (3 * p.Capacity());
-    if (p.algorithm == Algorithm::kSlidingWindowLog) p.max_debt = std::min(p.max_debt, p.limit);
-  }
-  EXPECT_TRUE(ValidatePolicy(p).ok());
-  return p;
+  return RandomPolicy(rng, index,
+                      {.windows = kModuleWindows,
+                       .limits = kModuleLimits,
+                       .block_one_in = 3,
+                       .on_change_one_in = 3,
+                       .overage_one_in = 4,
+                       .debt_capacities = 3});
 }
 
 // Four versions of one policy, as reloads would make them (`base` first): the same
