@@ -135,6 +135,10 @@ struct CoalesceInfo {
   std::uint32_t nkeys = 0;
   std::uint32_t nreplies = 0;   // its units in the merged reply (CoalesceTarget::unit_size)
   std::vector<long long> data;  // what the target's `encode` reads
+  // Each check's string, when one of them has one (else empty): a permit id or a usage
+  // record's id (script_wire.h, GroupData), owned here since the caller's views may be
+  // gone by the time the I/O thread encodes the merged call.
+  std::vector<std::string> ids;
 };
 
 // True when `r` says the server has no such command (a module wire sent to a server

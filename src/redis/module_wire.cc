@@ -22,10 +22,9 @@ std::string Joined(const long long* v, std::size_t n) {
   return s;
 }
 
-// The module's arguments after the keys for `groups`; `checks`, when not empty, are the
-// one group's own (their permit ids: a call with permits is never merged).
-std::size_t AppendModuleArgv(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
-                             std::span<const StoreCheck> checks, std::string& out) {
+// The module's arguments after the keys for `groups`.
+std::size_t AppendModuleArgv(bool caller_time, std::span<const CoalesceInfo* const> groups,
+                             std::string& out) {
   // A policy's numbers on the wire: the first five of CoalesceInfo::data's (algorithm,
   // limit, window, capacity, initial tokens), its block_for and on_change, then its
   // overage and max_debt.
@@ -67,7 +66,7 @@ std::size_t AppendModuleArgv(bool caller_time, const std::vector<const CoalesceI
                               i + 1 == n ? 1 : 0,         d[0]};
       args.push_back(Joined(f, caller_time ? 6 : 5));
       if (kind == WireKind::kAcquire || kind == WireKind::kRelease || kind == WireKind::kExtend) {
-        args.back().append(":").append(i < checks.size() ? checks[i].permit : std::string_view());
+        args.back().append(":").append(i < g->ids.size() ? g->ids[i] : std::string());
       }
     }
   }
@@ -88,7 +87,7 @@ std::size_t AppendModuleArgv(bool caller_time, const std::vector<const CoalesceI
 
 std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
                              std::string& out) {
-  return AppendModuleArgv(caller_time, groups, {}, out);
+  return AppendModuleArgv(caller_time, groups, out);
 }
 
 bool ModuleDecides(const StoreCheck& /*c*/, WireKind k) {
@@ -98,9 +97,10 @@ bool ModuleDecides(const StoreCheck& /*c*/, WireKind k) {
 }
 
 std::string EncodeModuleCall(const std::string& script_wire, const CoalesceInfo& merge,
-                             std::span<const StoreCheck> checks, bool caller_time) {
+                             bool caller_time) {
   std::string argv;
-  const std::size_t nargs = AppendModuleArgv(caller_time, {&merge}, checks, argv);
+  const CoalesceInfo* const group = &merge;
+  const std::size_t nargs = AppendModuleArgv(caller_time, {&group, 1}, argv);
   std::string out;
   out.reserve(64 + (merge.keys_end - merge.keys_begin) + argv.size());
   out.push_back('*');

@@ -27,10 +27,10 @@ bool ModuleDecides(const StoreCheck& c, WireKind k);
 std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
                              std::string& out);
 
-// The module's command for the one group of `checks` that `script_wire` (EncodeGroup's
+// The module's command for the one group that `script_wire` (EncodeGroup's, EncodeLean's
 // or EncodeSingle's output) and `merge` describe, with its KEYS (every check
 // ModuleDecides, its keys as the scripts declare them).
 std::string EncodeModuleCall(const std::string& script_wire, const CoalesceInfo& merge,
-                             std::span<const StoreCheck> checks, bool caller_time);
+                             bool caller_time);
 
 }  // namespace sluice::redis

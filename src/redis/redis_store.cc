@@ -340,7 +340,7 @@ std::string RedisStore::Impl::ModuleWire(std::span<const StoreCheck> checks,
   for (std::size_t i = 0; i < checks.size(); ++i) {
     if (!redis::ModuleDecides(checks[i], kinds[i])) return {};
   }
-  return redis::EncodeModuleCall(wire, merge, checks, options.use_caller_time);
+  return redis::EncodeModuleCall(wire, merge, options.use_caller_time);
 }
 
 void RedisStore::RunAsync(const StoreBatch& batch, RunCallback done) {
@@ -423,7 +423,7 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(StoreOp op, std::span<const Sto
   // (connection.h); on a cluster only with calls of the same slot.
   bool coalesce = options.coalesce > 1, batch = false;
   for (std::size_t i = 0; i < checks.size(); ++i) {
-    coalesce = coalesce && redis::Mergeable(checks[i], kinds[i]);
+    coalesce = coalesce && redis::Mergeable(kinds[i]);
     batch = batch || redis::MergesIntoBatch(checks[i], kinds[i]);
   }
   if (coalesce) {

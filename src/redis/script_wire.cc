@@ -42,20 +42,18 @@ bool HasPermit(WireKind k) {
   return k == WireKind::kAcquire || k == WireKind::kRelease || k == WireKind::kExtend;
 }
 
-// One group as the ARGV encoder reads it: CoalesceInfo::data, and the checks themselves
-// when the group carries permit ids (never in a coalesced call).
-struct GroupView {
-  const std::vector<long long>* data;
-  const StoreCheck* checks;
-};
+// The string a check of `g` carries (its permit or usage record id), or none.
+std::string_view IdOf(const CoalesceInfo& g, std::size_t check) {
+  return check < g.ids.size() ? std::string_view(g.ids[check]) : std::string_view();
+}
 
-// The runner layout's ARGV for `groups`; returns the number of arguments.
-std::size_t AppendArgv(bool caller_time, std::span<const GroupView> groups, std::string& out) {
+std::size_t AppendArgv(bool caller_time, std::span<const CoalesceInfo* const> groups,
+                       std::string& out) {
   std::vector<const long long*> policies;
   std::vector<std::uint32_t> index;
-  for (const GroupView& g : groups) {
-    for (std::size_t at = 1; at + kWireCheckNumbers <= g.data->size(); at += kWireCheckNumbers) {
-      const long long* p = g.data->data() + at;
+  for (const CoalesceInfo* g : groups) {
+    for (std::size_t at = 1; at + kWireCheckNumbers <= g->data.size(); at += kWireCheckNumbers) {
+      const long long* p = g->data.data() + at;
       std::size_t i = 0;
       while (i < policies.size() && !std::equal(p, p + kWirePolicyNumbers, policies[i])) ++i;
       if (i == policies.size()) policies.push_back(p);
@@ -69,14 +67,14 @@ std::size_t AppendArgv(bool caller_time, std::span<const GroupView> groups, std:
     for (std::size_t i = 0; i < kWirePolicyNumbers; ++i) AppendNumber(out, p[i]);
   }
   std::size_t count = 3 + kWirePolicyNumbers * policies.size(), check = 0;
-  for (const GroupView& g : groups) {
+  for (const CoalesceInfo* g : groups) {
     if (caller_time) {
-      AppendNumber(out, (*g.data)[0]);
+      AppendNumber(out, g->data[0]);
       ++count;
     }
-    const std::size_t n = (g.data->size() - 1) / kWireCheckNumbers;
+    const std::size_t n = (g->data.size() - 1) / kWireCheckNumbers;
     for (std::size_t i = 0; i < n; ++i) {
-      const long long* c = g.data->data() + 1 + i * kWireCheckNumbers;
+      const long long* c = g->data.data() + 1 + i * kWireCheckNumbers;
       const long long kind = c[kWireKind], cost = c[kWireCost];
       const bool big = cost >= kMaxInlineCost;
       const long long last = i + 1 == n ? 1 : 0;
@@ -92,13 +90,13 @@ std::size_t AppendArgv(bool caller_time, std::span<const GroupView> groups, std:
         AppendNumber(out, c[kWireMaxWait]);
         ++count;
       } else if (HasPermit(static_cast<WireKind>(kind))) {
-        AppendBulk(out, g.checks != nullptr ? g.checks[i].permit : std::string_view());
+        AppendBulk(out, IdOf(*g, i));
         ++count;
       } else if (HasUsage(static_cast<WireKind>(kind))) {
-        // The overage bound, then the usage record's id (a coalesced call, without the
-        // checks, carries none: Mergeable) and lifetime (kind 7 only).
+        // The overage bound, then the usage record's id ("": none) and lifetime (kind 7
+        // only).
         AppendNumber(out, c[kWireOverageBound]);
-        AppendBulk(out, g.checks != nullptr ? g.checks[i].usage_id : std::string_view());
+        AppendBulk(out, IdOf(*g, i));
         AppendNumber(out, static_cast<WireKind>(kind) == WireKind::kOverage ? c[kWireUsageTtl] : 0);
         count += 3;
       }
@@ -224,13 +222,13 @@ void WireKinds(std::span<const StoreCheck> checks, StoreOp op, WireKind* out) {
   }
 }
 
-bool Mergeable(const StoreCheck& c, WireKind k) {
-  return k == WireKind::kDecide || k == WireKind::kReserve || k == WireKind::kForce ||
-         (k == WireKind::kOverage && c.usage_id.empty());
+bool Mergeable(WireKind k) {
+  return k != WireKind::kRefund && k != WireKind::kSettle;
 }
 
 bool MergesIntoBatch(const StoreCheck& c, WireKind k) {
-  return k == WireKind::kForce || k == WireKind::kOverage || c.policy->block_for > 0;
+  return k == WireKind::kForce || k == WireKind::kOverage || HasPermit(k) ||
+         c.policy->block_for > 0;
 }
 
 bool LeanSingle(const StoreCheck& c, WireKind k) {
@@ -292,14 +290,20 @@ void GroupData(std::span<const StoreCheck> checks, std::span<const WireKind> kin
     if (kinds[i] != WireKind::kRefund) ++decisions;
   }
   merge.nreplies = decisions;
+  merge.ids.clear();
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const std::string_view id = HasPermit(kinds[i])  ? checks[i].permit
+                                : HasUsage(kinds[i]) ? checks[i].usage_id
+                                                     : std::string_view();
+    if (id.empty()) continue;
+    merge.ids.resize(checks.size());
+    merge.ids[i] = id;
+  }
 }
 
 std::size_t EncodeCoalesced(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
                             std::string& out) {
-  std::vector<GroupView> views;
-  views.reserve(groups.size());
-  for (const CoalesceInfo* g : groups) views.push_back({&g->data, nullptr});
-  return AppendArgv(caller_time, views, out);
+  return AppendArgv(caller_time, groups, out);
 }
 
 std::string EncodeGroup(const Script& script, std::span<const StoreCheck> checks,
@@ -307,8 +311,8 @@ std::string EncodeGroup(const Script& script, std::span<const StoreCheck> checks
                         CoalesceInfo& merge) {
   GroupData(checks, kinds, now, merge);
   std::string argv;
-  const GroupView view{&merge.data, checks.data()};
-  const std::size_t nargs = AppendArgv(caller_time, {&view, 1}, argv);
+  const CoalesceInfo* const group = &merge;
+  const std::size_t nargs = AppendArgv(caller_time, {&group, 1}, argv);
   std::string out;
   out.reserve(96 + 48 * checks.size() + argv.size());
   AppendHead(script, checks, nargs, out, merge);

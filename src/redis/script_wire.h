@@ -34,12 +34,13 @@ enum class WireKind : std::uint8_t {
 // What each check of a batch under `op` does on the wire (lua/runner.lua's kinds).
 void WireKinds(std::span<const StoreCheck> checks, StoreOp op, WireKind* out);
 
-// A check that a merged call can carry, `c` doing `k`: a decision, a reservation, a
-// penalty or a decision under an overage without a usage record (no refund, usage
-// record or permit operation). A penalty, an overage and a check of a policy with
-// block_for merge only into calls of the batch script (embed_lua.cmake: the coalesced
-// script has no penalties, charges or blocks): MergesIntoBatch.
-bool Mergeable(const StoreCheck& c, WireKind k);
+// A check that a merged call can carry, doing `k`: anything but a refund (whose
+// call has no reply to split) and a settle (an unknown record fails its whole call).
+// A penalty, a decision under an overage or with a usage record, a permit's operation
+// and a check `c` of a policy with block_for merge only into calls of the batch script
+// (embed_lua.cmake: the coalesced script has no penalties, charges, blocks or permits):
+// MergesIntoBatch.
+bool Mergeable(WireKind k);
 // True when a merged call with `c` doing `k` is one of the batch script.
 bool MergesIntoBatch(const StoreCheck& c, WireKind k);
 

@@ -70,10 +70,11 @@ inline std::vector<Outcome> Burst(RedisStore& store, const Policy& trigger_polic
   return shared->out;
 }
 
-// A store on the shared test server (flushed) that coalesces up to `coalesce` calls, on
-// one connection (Burst), caller time or Redis's clock.
-inline std::shared_ptr<RedisStore> CoalescingStore(bool caller_time, int coalesce = 16) {
-  auto url = FlushedRedisUrl();
+// A store on `server_url` (empty: the shared test server, flushed) that coalesces up to
+// `coalesce` calls, on one connection (Burst), caller time or Redis's clock.
+inline std::shared_ptr<RedisStore> CoalescingStore(bool caller_time, int coalesce = 16,
+                                                   const std::string& server_url = {}) {
+  auto url = server_url.empty() ? FlushedRedisUrl() : Result<std::string>(server_url);
   EXPECT_TRUE(url.ok()) << url.status().ToString();
   if (!url.ok()) return nullptr;
   RedisStoreOptions o;

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "burst.h"
+#include "coalesce_differential.h"
 #include "previous_layouts.h"
 #include "redis/node_client.h"
 #include "redis/script_wire.h"
@@ -23,198 +24,27 @@
 #include "redis/url.h"
 #include "reference_store.h"
 #include "sluice/key.h"
+#include "sluice/permit_id.h"
 #include "store_backends.h"
 
 namespace sluice::testing {
 namespace {
 
-// The lean script lane a batch of `checks` runs in (caller-time mode), as the store
-// decides it (redis/script_wire.h).
-redis::LeanLane LaneOf(std::span<const StoreCheck> checks) {
-  redis::WireKind kinds[kMaxBatchChecks];
-  redis::WireKinds(checks, StoreOp::kDecide, kinds);
-  return redis::LeanLaneOf(checks, {kinds, checks.size()}, /*caller_time=*/true);
-}
-
-// True when `c`, decided, is charged if its batch is denied (Policy::overage).
-bool Charges(const StoreCheck& c) {
-  return c.policy->overage != Overage::kReject && c.cost > 0;
-}
-
-// The merged calls a group can share: a lean script's (its LeanLane), the coalesced
-// script's (kNone), or, for a penalty or a group with a check of a policy with
-// block_for or one that charges an overage, the batch script's (kBatchLane).
-constexpr int kBatchLane = -1;
-int MergeLaneOf(const Group& g) {
-  if (g.op == StoreOp::kPenalize) return kBatchLane;
-  for (const StoreCheck& c : g.checks) {
-    if (c.policy->block_for > 0 || Charges(c)) return kBatchLane;
-  }
-  return static_cast<int>(LaneOf(g.checks));
-}
-
-Policy RandomPolicy(std::mt19937_64& rng, int index, bool blocks = false) {
-  static const Micros kWindows[] = {1'000, 250'000, 1'000'000, 3'300'000, 60'000'000};
-  static const std::uint64_t kLimits[] = {1, 2, 3, 5, 10, 100};
-  Policy p;
-  p.name = "p" + std::to_string(index);
-  p.algorithm = static_cast<Algorithm>(rng() % 5);
-  p.limit = kLimits[rng() % std::size(kLimits)];
-  p.window = kWindows[rng() % std::size(kWindows)];
-  if (p.algorithm == Algorithm::kTokenBucket || p.algorithm == Algorithm::kGcra) {
-    if (rng() % 2) p.burst = p.limit + rng() % (2 * p.limit + 1);
-    if (p.algorithm == Algorithm::kTokenBucket && rng() % 3 == 0) {
-      p.initial_tokens = rng() % (p.Capacity() + 1);
-    }
-  }
-  if (blocks && rng() % 3 == 0) p.block_for = p.window * static_cast<Micros>(1 + rng() % 3);
-  // (with blocks, a fifth of the policies charge what does not fit: Policy::overage)
-  if (blocks && rng() % 5 == 0) {
-    p.overage = rng() % 2 ? Overage::kCharge : Overage::kDrain;
-    if (p.overage == Overage::kCharge && rng() % 2) p.max_debt = 1 + rng() % (2 * p.Capacity());
-  }
-  EXPECT_TRUE(ValidatePolicy(p).ok());
-  return p;
-}
-
-// Differential: random bursts of independent batches (random policies of every
-// algorithm, keys shared between batches of one burst, peeks, costs up to the
-// capacity, time moving forward between and within bursts) decided by coalesced calls
-// against MemoryStore (src/core) deciding the same batches one after the other in the
-// order they were sent (queued, lane after lane: calls of plain fixed-window checks only
-// share the lean fixed-window script's calls, the others the coalesced script's, and
-// with `batch`, where a third of the policies have a block_for, a fifth charge an
-// overage and a fifth of the batches are penalties, calls with such a check and
-// penalties the batch script's).
-void ExpectRandomInterleavingsAsModel(bool batch) {
+TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
   auto redis = CoalescingStore(/*caller_time=*/true);
   ASSERT_NE(redis, nullptr);
-  const Policy trigger = Policy::FixedWindow("t", 1000, std::chrono::hours(1));
-  int compared = 0, denied = 0;
-  std::uint64_t expected_calls = 0, expected_groups = 0, lean_groups = 0;
-  std::uint64_t batch_groups = 0, batch_merged = 0, penalties_merged = 0, charges_merged = 0;
-  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
-    std::mt19937_64 rng(seed);
-    MemoryStore memory;
-    std::vector<Policy> policies;
-    for (int i = 0; i < 8; ++i) policies.push_back(RandomPolicy(rng, i, batch));
-    const char* callers[] = {"alice", "bob", "carol", "dave"};
-    std::vector<std::string> keys;  // stable storage for the checks' keys
-    for (const char* c : callers) {
-      for (const Policy& p : policies) {
-        keys.push_back(*StoreKey("co" + std::to_string(seed), c, p.name));
-      }
-    }
-    Micros now = kNoon + static_cast<Micros>(rng() % 1'000'000'000);
-    for (int burst = 0; burst < 60; ++burst) {
-      const Policy& tp = policies[rng() % policies.size()];
-      now += static_cast<Micros>(rng() % (2 * tp.window / tp.limit + 1));
-      // Half the bursts large enough to be merged (kMinCoalescedBatches = 8 in
-      // redis_store.cc), half not.
-      const std::size_t ngroups = rng() % 2 ? 8 + rng() % 9 : 1 + rng() % 7;
-      std::vector<Group> groups(ngroups);
-      for (Group& g : groups) {
-        // (with `batch`, one group in five is a penalty: a cost of 1 up to the capacity)
-        if (batch && rng() % 5 == 0) g.op = StoreOp::kPenalize;
-        const std::size_t n = 1 + rng() % 3;
-        for (std::size_t i = 0; i < n; ++i) {
-          const std::size_t pi = rng() % policies.size();
-          const std::string& key = keys[(rng() % std::size(callers)) * policies.size() + pi];
-          bool dup = false;
-          for (const StoreCheck& c : g.checks) dup = dup || c.key == key;
-          if (dup) continue;  // the Limiter never sends one key twice in a batch
-          const std::uint64_t cost = RandomCost(rng, policies[pi]);
-          g.checks.push_back(
-              StoreCheck{.policy = &policies[pi],
-                         .key = key,
-                         .cost = g.op == StoreOp::kPenalize && cost == 0 ? 1 : cost});
-        }
-      }
-      // The connection sends calls queued together lane after lane (connection.cc,
-      // Emit), each lane in the order it was queued, lanes in the order of their first
-      // group: groups of plain fixed-window checks only share the lean fixed-window
-      // script's calls, of plain sliding-log checks only the lean sliding-log script's,
-      // the others the coalesced script's. Time moves forward in that order.
-      std::vector<int> lanes;  // in the order of their first group
-      for (const Group& g : groups) {
-        if (std::find(lanes.begin(), lanes.end(), MergeLaneOf(g)) == lanes.end())
-          lanes.push_back(MergeLaneOf(g));
-      }
-      std::vector<std::size_t> order;
-      for (const int lane : lanes) {
-        for (std::size_t gi = 0; gi < ngroups; ++gi) {
-          if (MergeLaneOf(groups[gi]) == lane) order.push_back(gi);
-        }
-      }
-      for (const std::size_t gi : order) {
-        if (rng() % 3 == 0) now += static_cast<Micros>(rng() % 2000);
-        groups[gi].now = now;
-      }
-      // The lean scripts' lanes are merged from 2 groups on, the coalesced and batch
-      // scripts' from 8 (redis_store.cc).
-      std::size_t lean = 0, calls = 0, merged = 0;
-      for (const int lane : lanes) {
-        std::size_t size = 0;
-        for (const Group& g : groups) size += MergeLaneOf(g) == lane ? 1 : 0;
-        const bool grouped = lane == kBatchLane || lane == static_cast<int>(redis::LeanLane::kNone);
-        if (!grouped) lean += size;
-        if (lane == kBatchLane) batch_groups += size;
-        if (size >= (grouped ? 8u : 2u)) {
-          ++calls;
-          merged += size;
-          if (lane == kBatchLane) {
-            batch_merged += size;
-            for (const Group& g : groups) {
-              penalties_merged += g.op == StoreOp::kPenalize;
-              charges_merged += g.op == StoreOp::kDecide &&
-                                std::any_of(g.checks.begin(), g.checks.end(), Charges);
-            }
-          }
-        }
-      }
-      lean_groups += lean;
-      const auto before = redis->Stats();
-      const std::vector<Outcome> got = Burst(*redis, trigger, groups, now);
-      const auto after = redis->Stats();
-      expected_calls += calls;
-      expected_groups += merged;
-      ASSERT_EQ(after.coalesced_calls - before.coalesced_calls, calls)
-          << "seed " << seed << " burst " << burst;
-      ASSERT_EQ(after.coalesced_evaluations - before.coalesced_evaluations, merged);
-      ExpectBurstAsModel(memory, groups, got, order,
-                         "seed " + std::to_string(seed) + " burst " + std::to_string(burst), denied,
-                         compared);
-      if (::testing::Test::HasFatalFailure()) return;
-    }
-  }
-  const auto s = redis->Stats();
-  EXPECT_EQ(s.coalesced_calls, expected_calls);
-  EXPECT_EQ(s.coalesced_evaluations, expected_groups);
-  EXPECT_GT(expected_calls, 80u);  // about half the bursts were merged
-  EXPECT_GT(lean_groups, 0u);      // some in the lean scripts' calls
-  EXPECT_GT(denied, 50);           // and the denials were compared too
-  EXPECT_GT(compared, 4 * 60 * 3);
-  if (batch) {
-    EXPECT_GT(batch_merged, 100u) << "groups with a block_for or a penalty in merged calls of "
-                                     "the batch script";
-    EXPECT_GT(penalties_merged, 30u) << "penalties in merged calls of the batch script";
-    EXPECT_GT(charges_merged, 30u) << "overage decisions in merged calls of the batch script";
-  } else {
-    EXPECT_EQ(batch_groups, 0u);
-  }
-  ExpectEveryKeyHasATtl(*SharedRedis());
+  ExpectRandomInterleavingsAsModel(*redis, *SharedRedis(), /*batch=*/false, /*module=*/false);
 }
 
-TEST(CoalesceDifferential, RandomInterleavingsOfIndependentBatches) {
-  ExpectRandomInterleavingsAsModel(/*batch=*/false);
-}
-
-// The same with blocks and penalties: a batch with a check of a policy with block_for,
-// and a penalty, share the batch script's merged calls (the coalesced script has
-// neither), blocked keys, denials that start a block and penalties decided as the
-// model's.
+// The same with blocks, penalties, overage charges, usage records and permits: a batch
+// with a check of a policy with block_for or an overage, a usage record or a permit's
+// operation, and a penalty, share the batch script's merged calls (the coalesced script
+// has none of them), decided as the model's. (The module's twin:
+// ModuleStore.MergedCallsOfEveryKindMatchTheModel.)
 TEST(CoalesceDifferential, RandomInterleavingsWithBlocksAndPenalties) {
-  ExpectRandomInterleavingsAsModel(/*batch=*/true);
+  auto redis = CoalescingStore(/*caller_time=*/true);
+  ASSERT_NE(redis, nullptr);
+  ExpectRandomInterleavingsAsModel(*redis, *SharedRedis(), /*batch=*/true, /*module=*/false);
 }
 
 // What a lean lane's differential test (below) varies.

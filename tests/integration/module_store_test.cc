@@ -8,6 +8,7 @@
 #include <atomic>
 
 #include "burst.h"
+#include "coalesce_differential.h"
 #include "many_processes.h"
 #include "module_support.h"
 #include "redis_server.h"
@@ -202,6 +203,21 @@ TEST_P(ModuleStore, SlidingLogCallsShareOneCommand) {
   ExpectOneMergedCommand(Binary(), Policy::FixedWindow("fw", 5, std::chrono::hours(1)), log);
   ExpectOneMergedCommand(Binary(), Policy::SlidingWindowLog("log2", 9, std::chrono::hours(1)), log,
                          StoreOp::kPenalize);
+}
+
+// The coalesce differential on the module (coalesce_differential.h): random bursts of
+// decisions, penalties, blocks, overage charges, usage records and permits' acquires,
+// releases and extends, queued together and merged into shared SLUICE.DECIDEs from two
+// groups on, are decided as the in-process model decides them one after the other, and
+// no script runs.
+TEST_P(ModuleStore, MergedCallsOfEveryKindMatchTheModel) {
+  auto server = StartWithModule();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto store = CoalescingStore(/*caller_time=*/true, 16, (*server)->Url());
+  ASSERT_NE(store, nullptr);
+  const long long scripts = (*server)->CommandCalls("evalsha");
+  ExpectRandomInterleavingsAsModel(*store, **server, /*batch=*/true, /*module=*/true);
+  EXPECT_EQ((*server)->CommandCalls("evalsha"), scripts) << "no script decided";
 }
 
 // Exactness under concurrency with the module (many_processes.h): 4 processes x 8
