@@ -36,6 +36,7 @@ std::shared_ptr<Connection::Merged> Connection::Merge(const std::vector<Queued*>
     infos.push_back(&lane[i]->coalesce);
   }
   std::string argv;
+  argv.reserve(128 + 64 * nkeys);  // (about what a check's arguments take)
   const std::size_t nargs = module ? target.encode_module(infos, argv) : target.encode(infos, argv);
   std::string& w = m->wire;
   w.reserve(64 + argv.size() + 64 * nkeys);

@@ -10,16 +10,27 @@
 namespace sluice::redis {
 namespace {
 
-// "a,b,c": the integers joined by commas.
-std::string Joined(const long long* v, std::size_t n) {
-  std::string s;
-  char buf[24];
+// Appends the integers joined by commas as ONE bulk argument, with ":" and `permit`
+// after them when `colon`, formatted on the stack (every check of every merged call
+// comes through here, on the connection's I/O thread).
+void AppendJoined(std::string& out, const long long* v, std::size_t n, bool colon = false,
+                  std::string_view permit = {}) {
+  char buf[24 * 9 + 1 + 64];  // (at most 9 numbers, then a permit id: 32 characters)
+  char* p = buf;
   for (std::size_t i = 0; i < n; ++i) {
-    if (i > 0) s.push_back(',');
-    const auto r = std::to_chars(buf, buf + sizeof(buf), v[i]);
-    s.append(buf, r.ptr);
+    if (i > 0) *p++ = ',';
+    p = std::to_chars(p, buf + 24 * 9, v[i]).ptr;
   }
-  return s;
+  const std::string_view numbers(buf, static_cast<std::size_t>(p - buf));
+  if (!colon) {
+    AppendBulk(out, numbers);
+  } else if (permit.size() < 64) {
+    *p++ = ':';
+    p = std::copy(permit.begin(), permit.end(), p);
+    AppendBulk(out, std::string_view(buf, static_cast<std::size_t>(p - buf)));
+  } else {  // (not an id the stores accept: sent as it is, for the module to refuse)
+    AppendBulk(out, std::string(numbers).append(":").append(permit));
+  }
 }
 
 // The module's arguments after the keys for `groups`.
@@ -30,14 +41,13 @@ std::size_t AppendModuleArgv(bool caller_time, std::span<const CoalesceInfo* con
   // overage and max_debt.
   using PolicyNumbers = std::array<long long, 9>;
   std::vector<PolicyNumbers> policies;
-  std::vector<std::string> args;
+  std::vector<std::uint32_t> index;  // each check's policy, check after check
   for (const CoalesceInfo* g : groups) {
     // CoalesceInfo::data: the group's now, then kWireCheckNumbers per check
     // (script_wire.h, WireCheckNumber).
     const std::vector<long long>& d = g->data;
-    const std::size_t n = (d.size() - 1) / kWireCheckNumbers;
-    for (std::size_t i = 0; i < n; ++i) {
-      const long long* p = d.data() + 1 + i * kWireCheckNumbers;
+    for (std::size_t at = 1; at + kWireCheckNumbers <= d.size(); at += kWireCheckNumbers) {
+      const long long* p = d.data() + at;
       PolicyNumbers pn{p[kWireAlgorithm],
                        p[kWireLimit],
                        p[kWireWindow],
@@ -54,20 +64,10 @@ std::size_t AppendModuleArgv(bool caller_time, std::span<const CoalesceInfo* con
         pn[7] = static_cast<long long>(bound > cap ? Overage::kCharge : Overage::kDrain);
         pn[8] = bound > cap ? bound - cap : 0;
       }
-      const auto at = static_cast<std::size_t>(std::find(policies.begin(), policies.end(), pn) -
-                                               policies.begin());
-      if (at == policies.size()) policies.push_back(pn);
-      // (the fourth number: a reservation's max_wait, or a usage record's lifetime)
-      const auto kind = static_cast<WireKind>(p[kWireKind]);
-      const long long fourth = kind == WireKind::kReserve   ? p[kWireMaxWait]
-                               : kind == WireKind::kOverage ? p[kWireUsageTtl]
-                                                            : 0;
-      const long long f[6] = {static_cast<long long>(at), p[kWireKind], p[kWireCost], fourth,
-                              i + 1 == n ? 1 : 0,         d[0]};
-      args.push_back(Joined(f, caller_time ? 6 : 5));
-      if (kind == WireKind::kAcquire || kind == WireKind::kRelease || kind == WireKind::kExtend) {
-        args.back().append(":").append(i < g->ids.size() ? g->ids[i] : std::string());
-      }
+      const auto i = static_cast<std::size_t>(std::find(policies.begin(), policies.end(), pn) -
+                                              policies.begin());
+      if (i == policies.size()) policies.push_back(pn);
+      index.push_back(static_cast<std::uint32_t>(i));
     }
   }
   AppendBulk(out, std::to_string(kModuleWireVersion));
@@ -76,13 +76,30 @@ std::size_t AppendModuleArgv(bool caller_time, std::span<const CoalesceInfo* con
   AppendBulk(out, std::to_string(policies.size()));
   for (const PolicyNumbers& p : policies) {
     // (the tail only as long as the policy needs: block_for, on_change, overage)
-    const std::size_t n = p[7] != 0 ? 9 : p[6] != 0 ? 7 : p[5] > 0 ? 6 : 5;
-    AppendBulk(out, Joined(p.data(), n));
+    AppendJoined(out, p.data(), p[7] != 0 ? 9 : p[6] != 0 ? 7 : p[5] > 0 ? 6 : 5);
   }
-  for (const std::string& c : args) AppendBulk(out, c);
-  return 4 + policies.size() + args.size();
+  std::size_t check = 0;
+  for (const CoalesceInfo* g : groups) {
+    const std::vector<long long>& d = g->data;
+    const std::size_t n = (d.size() - 1) / kWireCheckNumbers;
+    for (std::size_t i = 0; i < n; ++i) {
+      const long long* p = d.data() + 1 + i * kWireCheckNumbers;
+      // (the fourth number: a reservation's max_wait, or a usage record's lifetime)
+      const auto kind = static_cast<WireKind>(p[kWireKind]);
+      const long long fourth = kind == WireKind::kReserve   ? p[kWireMaxWait]
+                               : kind == WireKind::kOverage ? p[kWireUsageTtl]
+                                                            : 0;
+      const long long f[6] = {index[check++], p[kWireKind],       p[kWireCost],
+                              fourth,         i + 1 == n ? 1 : 0, d[0]};
+      // (a permit's operation: its id after a colon)
+      const bool permit =
+          kind == WireKind::kAcquire || kind == WireKind::kRelease || kind == WireKind::kExtend;
+      AppendJoined(out, f, caller_time ? 6 : 5, permit,
+                   i < g->ids.size() ? std::string_view(g->ids[i]) : std::string_view());
+    }
+  }
+  return 4 + policies.size() + check;
 }
-
 }  // namespace
 
 std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceInfo*>& groups,
