@@ -93,6 +93,15 @@ TEST_P(ModuleCommand, RejectsMalformedArgumentsAndDeclaresKeys) {
         << r->str;
     EXPECT_EQ((*server)->Command({"PING"})->str, "PONG");
   }
+  // A permit operation on a key that is no sorted set: WRONGTYPE, as the script's.
+  for (const char* op : {"4", "5", "6"}) {
+    auto r = (*server)->Command(
+        {"SLUICE.DECIDE", "1", "tl:list", "3", "c", "0", "1", "5,3,60000000,3,-1",
+         std::string("0,") + op + ",1,0,1," + now + ":" + std::string(32, 'a')});
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->is_error()) << "op " << op;
+    EXPECT_NE(r->str.find("WRONGTYPE"), std::string::npos) << r->str;
+  }
   for (const std::string& log_key : {std::string("same"), std::string("other")}) {
     auto r =
         (*server)->Command({"SLUICE.DECIDE", "4", "same", log_key, "other", "same", "3", "c", "0",

@@ -357,6 +357,36 @@ void SpillASlidingLog(RedisStore& store, const std::string& prefix,
   keys->push_back(key + ":log");
 }
 
+// A concurrency limit's permit set on key `prefix` + "jobs", moved through every
+// operation by `store` (caller time, so that a lease ends without waiting): permits a,
+// b and c acquired, a and b extended, b released, then, as c's lease ends, d acquired,
+// which drops c from the set (a trim takes a permit whose expiry is now) and leaves a
+// and d. Adds the set's key to `keys`.
+void MovePermits(RedisStore& store, const std::string& prefix, std::vector<std::string>* keys) {
+  static const Policy p = Policy::Concurrency("jobs", 4, std::chrono::minutes(1));
+  const std::string key = prefix + "jobs";
+  const std::string a(32, 'a'), b(32, 'b'), c(32, 'c'), d(32, 'd');
+  const Micros t0 = 1'785'000'000'000'000, minute = 60'000'000;
+  const struct {
+    Micros at;
+    StoreOp op;
+    const std::string* permit;
+  } steps[] = {{t0, StoreOp::kDecide, &a},
+               {t0, StoreOp::kDecide, &b},
+               {t0 + 1, StoreOp::kDecide, &c},
+               {t0 + minute / 2, StoreOp::kExtend, &a},
+               {t0 + minute / 2, StoreOp::kExtend, &b},
+               {t0 + minute / 2 + 1, StoreOp::kRelease, &b},
+               {t0 + minute + 1, StoreOp::kDecide, &d}};
+  for (const auto& st : steps) {
+    const StoreCheck check{.policy = &p, .key = key, .cost = 1, .permit = *st.permit};
+    Decision out;
+    ASSERT_TRUE(store.Run({.op = st.op, .checks = {&check, 1}, .now = st.at}, {&out, 1}).ok());
+    EXPECT_TRUE(out.allowed) << "at +" << st.at - t0;
+  }
+  keys->push_back(key);
+}
+
 class ModuleReplication : public OnServer {
  protected:
   // A primary and its replica, both with the module, once the replica's link is up.
@@ -377,18 +407,22 @@ class ModuleReplication : public OnServer {
 INSTANTIATE_TEST_SUITE_P(Servers, ModuleReplication, kEveryServer, ServerName);
 
 // A replica (with the module loaded too, so that it could decide if it were sent the
-// command) gets the module's writes as SET ... PXAT (a sliding log's sorted set as the
-// script's own ZADD and PEXPIRE): the same values and TTLs, and it never runs
-// SLUICE.DECIDE itself.
+// command) gets the module's writes as SET ... PXAT (a sliding log's sorted set and a
+// permit set as the script's own ZADD, ZREM, ZREMRANGEBYSCORE and PEXPIRE): the same
+// values and TTLs, and it never runs SLUICE.DECIDE itself.
 TEST_P(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
   ASSERT_NO_FATAL_FAILURE(StartWithReplica());
   auto store = Open(primary->Url(), /*caller_time=*/false);
-  ASSERT_TRUE(store);
+  auto timed = Open(primary->Url(), /*caller_time=*/true);
+  ASSERT_TRUE(store && timed);
   std::vector<std::string> keys;
   ASSERT_NO_FATAL_FAILURE(DecideEachAlgorithmThrice(*store, "repl:", &keys));
   ASSERT_NO_FATAL_FAILURE(SpillASlidingLog(*store, "repl:", &keys));
+  ASSERT_NO_FATAL_FAILURE(MovePermits(*timed, "repl:", &keys));
   ASSERT_NO_FATAL_FAILURE(WaitReplicated(*primary, *replica));
   EXPECT_EQ(Contents(*primary, "repl:log:log").rfind("zset|", 0), 0u);
+  EXPECT_EQ(Contents(*primary, "repl:jobs"), "zset|" + std::string(32, 'a') + "|1785000090000000|" +
+                                                 std::string(32, 'd') + "|1785000120000001");
   for (const std::string& k : keys) {
     const std::string a = Contents(*primary, k), b = Contents(*replica, k);
     EXPECT_NE(a, "none") << k;
@@ -397,7 +431,7 @@ TEST_P(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
     ASSERT_TRUE(ttl.ok());
     EXPECT_GT(ttl->integer, 0) << k;
   }
-  EXPECT_EQ(primary->CommandCalls("sluice.decide"), 3 + kSpillCalls);
+  EXPECT_EQ(primary->CommandCalls("sluice.decide"), 3 + kSpillCalls + 7);
   EXPECT_EQ(replica->CommandCalls("sluice.decide"), 0);
   EXPECT_GT(replica->CommandCalls("set"), 0);
 }
@@ -419,17 +453,19 @@ TEST_P(ModuleReplication, AWriteThePrimaryRefusesIsNotReplicated) {
 
 // The AOF gets the same effects as the replicas: reloading it (DEBUG LOADAOF: the
 // dataset emptied and rebuilt from the file) gives back every value and its absolute
-// expiry, those whose TTL a write kept (SET ... KEEPTTL) included.
+// expiry, those whose TTL a write kept (SET ... KEEPTTL) and a permit set's included.
 TEST_P(ModuleReplication, AofReplaysTheEffects) {
   auto server = StartWithModule(
       {"--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes"});
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   auto store = Open((*server)->Url(), /*caller_time=*/false);
-  ASSERT_TRUE(store);
+  auto timed = Open((*server)->Url(), /*caller_time=*/true);
+  ASSERT_TRUE(store && timed);
   std::vector<std::string> keys;
   ASSERT_NO_FATAL_FAILURE(DecideEachAlgorithmThrice(*store, "aof:", &keys));
   ASSERT_NO_FATAL_FAILURE(SpillASlidingLog(*store, "aof:", &keys));
-  ASSERT_EQ((*server)->CommandCalls("sluice.decide"), 3 + kSpillCalls);
+  ASSERT_NO_FATAL_FAILURE(MovePermits(*timed, "aof:", &keys));
+  ASSERT_EQ((*server)->CommandCalls("sluice.decide"), 3 + kSpillCalls + 7);
   auto snapshot = [&] {
     std::vector<std::pair<std::string, long long>> out;
     for (const std::string& k : keys) {

@@ -26,6 +26,11 @@ inline constexpr int kRead = 1 << 0;   // REDISMODULE_READ
 inline constexpr int kWrite = 1 << 1;  // REDISMODULE_WRITE
 inline constexpr int kKeyTypeEmpty = 0;
 inline constexpr int kKeyTypeString = 1;
+inline constexpr int kKeyTypeZset = 5;
+// RedisModule_ZsetAdd's flags: in, XX; out, what it did.
+inline constexpr int kZaddXx = 1 << 0;
+inline constexpr int kZaddAdded = 1 << 2;
+inline constexpr int kZaddUpdated = 1 << 3;
 inline constexpr int kReplyString = 0;   // REDISMODULE_REPLY_STRING
 inline constexpr int kReplyInteger = 2;  // REDISMODULE_REPLY_INTEGER
 inline constexpr int kReplyArray = 3;    // REDISMODULE_REPLY_ARRAY
@@ -69,6 +74,21 @@ struct ModuleApi {
   long long (*CallReplyInteger)(RedisModuleCallReply* reply) = nullptr;
   void (*FreeCallReply)(RedisModuleCallReply* reply) = nullptr;
   long long (*Microseconds)() = nullptr;  // optional (7.2): else gettimeofday, as TIME
+  // Sorted sets (redis_sets.cc: a permit set's commands without RedisModule_Call). A
+  // range is walked from ZsetFirstInScoreRange / ZsetLastInScoreRange (min, max, and
+  // whether each is excluded) and ended by ZsetRangeStop; a current element is a new
+  // string, freed by the caller.
+  std::size_t (*ValueLength)(RedisModuleKey* key) = nullptr;
+  int (*ZsetAdd)(RedisModuleKey* key, double score, RedisModuleString* ele, int* flags) = nullptr;
+  int (*ZsetRem)(RedisModuleKey* key, RedisModuleString* ele, int* deleted) = nullptr;
+  int (*ZsetScore)(RedisModuleKey* key, RedisModuleString* ele, double* score) = nullptr;
+  int (*ZsetFirstInScoreRange)(RedisModuleKey* key, double min, double max, int minex,
+                               int maxex) = nullptr;
+  int (*ZsetLastInScoreRange)(RedisModuleKey* key, double min, double max, int minex,
+                              int maxex) = nullptr;
+  RedisModuleString* (*ZsetRangeCurrentElement)(RedisModuleKey* key, double* score) = nullptr;
+  int (*ZsetRangeEndReached)(RedisModuleKey* key) = nullptr;
+  void (*ZsetRangeStop)(RedisModuleKey* key) = nullptr;
 };
 
 // The resolved functions (filled by ModuleApiInit).

@@ -6,8 +6,9 @@
 // at a time) on the server's clock, through engine.h, and writes the states the Lua
 // scripts write, each with a TTL. It replicates its EFFECTS: each write goes to the
 // replicas and the AOF as `SET key value PXAT <ms>`, so a replica never decides on
-// its own clock; a sliding log's sorted set is written with the script's own commands
-// (RedisModule_Call with "!": replicated as the script's effects are, PEXPIRE as
+// its own clock; a sliding log's sorted set and a permit set are written with the
+// script's own commands (redis_sets.h: a permit's through the sorted-set API, the rest
+// through RedisModule_Call with "!"; replicated as the script's effects are, PEXPIRE as
 // PEXPIREAT), in order with those SETs (Redis 7 and Valkey 8 propagate both, in the
 // order they are made, as one transaction at the command's end). Its keys are
 // declared (getkeys-api), so Redis Cluster routes the command and refuses a cross-slot
@@ -23,7 +24,7 @@
 
 #include "redis/module/engine.h"
 #include "redis/module/module_api.h"
-#include "redis/module/sliding_log.h"
+#include "redis/module/redis_sets.h"
 #include "redis/module/wire.h"
 
 namespace sluice::redis_module {
@@ -151,66 +152,6 @@ void Write(RedisModuleCtx* ctx, RedisModuleString* name, RedisModuleKey* key, co
   }
 }
 
-// The sorted sets of a call (sorted_sets.h: sliding logs, permit sets) through
-// RedisModule_Call: the scripts' own commands on the call's keys, writes replicated
-// ("!"). The first failure (a key of another type, or a set that is not sluice's) fails
-// the call: nothing more runs.
-class RedisSets final : public SortedSets {
- public:
-  RedisSets(RedisModuleCtx* ctx, RedisModuleString** names) : ctx_(ctx), names_(names) {}
-
-  bool Run(const char* command, std::uint32_t key, std::span<const std::string_view> args,
-           bool write, SetReply* out) override {
-    out->integer = 0;
-    out->items.clear();
-    if (!error_.empty()) return false;
-    // (at most a spill's ZADD: the key, then a score and a member per entry)
-    RedisModuleString* argv[2 * (kLogInline + 1) + 1];
-    if (args.size() + 1 > std::size(argv)) {
-      Fail(std::string(command) + " with too many arguments");
-      return false;
-    }
-    argv[0] = names_[key];
-    for (std::size_t i = 0; i < args.size(); ++i) {
-      argv[i + 1] = api.CreateString(ctx_, args[i].data(), args[i].size());
-    }
-    RedisModuleCallReply* r = api.Call(ctx_, command, write ? "!v" : "v", argv, args.size() + 1);
-    for (std::size_t i = 0; i < args.size(); ++i) api.FreeString(ctx_, argv[i + 1]);
-    const int type = r != nullptr ? api.CallReplyType(r) : -1;
-    if (type == kReplyInteger) {
-      out->integer = api.CallReplyInteger(r);
-    } else if (type == kReplyArray) {
-      const std::size_t n = api.CallReplyLength(r);
-      for (std::size_t i = 0; i < n; ++i) {
-        std::size_t len = 0;
-        const char* p = api.CallReplyStringPtr(api.CallReplyArrayElement(r, i), &len);
-        out->items.emplace_back(p != nullptr ? p : "", p != nullptr ? len : 0);
-      }
-    } else if (type == kReplyString) {  // (ZADD ... INCR: the score)
-      std::size_t len = 0;
-      const char* p = api.CallReplyStringPtr(r, &len);
-      out->items.emplace_back(p != nullptr ? p : "", p != nullptr ? len : 0);
-    } else if (type != kReplyNull) {
-      // (WRONGTYPE: a ":log" key that holds no sorted set, as a script's call fails)
-      std::size_t len = 0;
-      const char* p = r != nullptr ? api.CallReplyStringPtr(r, &len) : nullptr;
-      Fail(std::string(command) +
-           " failed: " + (p != nullptr ? std::string(p, len) : std::string("no reply")));
-    }
-    if (r != nullptr) api.FreeCallReply(r);
-    return error_.empty();
-  }
-  void Fail(std::string why) override {
-    if (error_.empty()) error_ = std::move(why);
-  }
-  const std::string& error() const { return error_; }
-
- private:
-  RedisModuleCtx* ctx_;
-  RedisModuleString** names_;
-  std::string error_;
-};
-
 // A call's working storage, kept from one call to the next (Redis runs one command at a
 // time, on one thread): a call allocates nothing once the sizes it needs have been seen.
 struct CallStorage {
@@ -280,7 +221,7 @@ const char* DecideOneGroup(const GroupCall& c, GroupKeys& g, std::vector<ModuleW
     }
   }
   writes.clear();
-  RedisSets sets(c.ctx, c.names);
+  RedisSets sets(c.ctx, c.names, c.now_ms);
   DecideGroup(req, c.group, c.now, {g.values, n}, {g.blocks, n}, sets, &writes, &reply);
   if (!sets.error().empty()) {
     *error = "ERR sluice: " + sets.error();
@@ -336,7 +277,7 @@ const char* SettleGroup(const GroupCall& c, std::vector<ModuleWrite>& writes,
       return kWrongType;
     }
     writes.clear();
-    RedisSets sets(c.ctx, c.names);
+    RedisSets sets(c.ctx, c.names, c.now_ms);
     SettleCheck(req, i, c.now, records[i - c.group.begin], value, block, sets, &writes, &reply);
     if (!sets.error().empty()) {
       *error = "ERR sluice: " + sets.error();
@@ -439,7 +380,16 @@ int ModuleApiInit(RedisModuleCtx* ctx, const char* name, int version) {
                   Resolve("RedisModule_CallReplyArrayElement", &api.CallReplyArrayElement) &&
                   Resolve("RedisModule_CallReplyStringPtr", &api.CallReplyStringPtr) &&
                   Resolve("RedisModule_CallReplyInteger", &api.CallReplyInteger) &&
-                  Resolve("RedisModule_FreeCallReply", &api.FreeCallReply);
+                  Resolve("RedisModule_FreeCallReply", &api.FreeCallReply) &&
+                  Resolve("RedisModule_ValueLength", &api.ValueLength) &&
+                  Resolve("RedisModule_ZsetAdd", &api.ZsetAdd) &&
+                  Resolve("RedisModule_ZsetRem", &api.ZsetRem) &&
+                  Resolve("RedisModule_ZsetScore", &api.ZsetScore) &&
+                  Resolve("RedisModule_ZsetFirstInScoreRange", &api.ZsetFirstInScoreRange) &&
+                  Resolve("RedisModule_ZsetLastInScoreRange", &api.ZsetLastInScoreRange) &&
+                  Resolve("RedisModule_ZsetRangeCurrentElement", &api.ZsetRangeCurrentElement) &&
+                  Resolve("RedisModule_ZsetRangeEndReached", &api.ZsetRangeEndReached) &&
+                  Resolve("RedisModule_ZsetRangeStop", &api.ZsetRangeStop);
   if (!ok) return kErr;
   if (!Resolve("RedisModule_Microseconds", &api.Microseconds)) api.Microseconds = nullptr;
   if (Resolve("RedisModule_IsModuleNameBusy", &api.IsModuleNameBusy) &&
