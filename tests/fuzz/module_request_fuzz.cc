@@ -125,6 +125,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     FUZZ_CHECK(!error.empty());
     return 0;
   }
+  // The policies kept from earlier inputs (ParsePolicies' reuse) are those a fresh
+  // request parses from these arguments.
+  ModuleRequest fresh;
+  FUZZ_CHECK(ParseModuleRequest(args, &fresh, &error));
+  FUZZ_CHECK(fresh.policies.size() == r.policies.size());
+  for (std::size_t i = 0; i < r.policies.size(); ++i) {
+    const sluice::Policy &a = r.policies[i], &b = fresh.policies[i];
+    FUZZ_CHECK(a.algorithm == b.algorithm && a.limit == b.limit && a.window == b.window &&
+               a.burst == b.burst && a.initial_tokens == b.initial_tokens &&
+               a.block_for == b.block_for && a.on_change == b.on_change && a.overage == b.overage &&
+               a.max_debt == b.max_debt);
+  }
   const std::size_t nkeys = ModuleKeyCount(args);
   FUZZ_CHECK(nkeys >= r.checks.size() && nkeys <= 4 * r.checks.size() && !r.groups.empty());
   // Every key is one check's, in order: its state key, then a sliding log's sorted set,

@@ -49,6 +49,11 @@ struct ModuleRequest {
   bool caller_time = false;
   long long pad_ms = 0;
   std::vector<Policy> policies;
+  // The arguments the first policy_args.size() policies were parsed from, under layout
+  // policy_version: a later call on this request that sends the same bytes keeps them
+  // (ParseModuleRequest).
+  std::vector<std::string> policy_args;
+  long long policy_version = 0;
   std::vector<ModuleCheck> checks;
   std::vector<ModuleGroup> groups;
   // The checks as the stores' ValidateBatch takes them (the parser's own scratch).
