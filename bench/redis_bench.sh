@@ -107,10 +107,11 @@ import json, os, re, sys
 case, js, cmd, stats, t0, t1, clk, timefile = sys.argv[1:9]
 r = json.loads(js)
 r["case"] = case
-m = re.search(r"cmdstat_%s:calls=(\d+),usec=(\d+),usec_per_call=([0-9.]+)" % cmd, stats)
+# (every command the pattern matches: the module's SLUICE.DECIDE and SLUICE.DECIDE1)
+m = re.findall(r"cmdstat_%s:calls=(\d+),usec=(\d+)," % cmd, stats)
 if m:
-    r["redis_calls"] = int(m.group(1))
-    r["redis_usec_per_call"] = float(m.group(3))
+    r["redis_calls"] = sum(int(c) for c, _ in m)
+    r["redis_usec_per_call"] = sum(int(u) for _, u in m) / max(1, r["redis_calls"])
 r["redis_cpu_s"] = (int(t1) - int(t0)) / int(clk)
 if os.path.exists(timefile):
     u, s = open(timefile).read().split()[-2:]
@@ -210,7 +211,7 @@ for round in $(seq "$rounds"); do
       begin
       json=$(timed "$sluice" bench --redis "$url" -a "$alg" --rate "$rate" -c 64 -d "${seconds}s" \
         --keys "$keys" --timeout 1s --json -q)
-      record "sluice-module:$alg" "$json" sluice.decide
+      record "sluice-module:$alg" "$json" "sluice\\.decide1?"
       rcli flushall >/dev/null
     fi
   done

@@ -132,8 +132,8 @@ row() {
   calls=$(echo "$stats" | awk -F'[:=,]' '/^cmdstat_(evalsha|incr|incrby|expire):/ {s += $3} END {print s + 0}')
   local scalls
   # (the script's calls, or the module command's)
-  scalls=$(echo "$stats" | awk -F'[:=,]' '/^cmdstat_(evalsha|sluice.decide):/ {s += $3} END {print s + 0}')
-  usec=$(echo "$stats" | awk -F'[:=,]' '/^cmdstat_(evalsha|sluice.decide):/ {s += $5} END {print s + 0}')
+  scalls=$(echo "$stats" | awk -F'[:=,]' '/^cmdstat_(evalsha|sluice.decide1?):/ {s += $3} END {print s + 0}')
+  usec=$(echo "$stats" | awk -F'[:=,]' '/^cmdstat_(evalsha|sluice.decide1?):/ {s += $5} END {print s + 0}')
   errs=$(rcli info errorstats | grep errorstat_ | grep -vc "^errorstat_NOSCRIPT:" || true)
   # (NOSCRIPT: a client loading a script it has not sent on this server yet)
   [[ $errs -eq 0 ]] || { echo "redis_floor.sh: '$name' made Redis errors: $(rcli info errorstats)" >&2; exit 1; }

@@ -52,7 +52,7 @@ o = json.loads(sys.argv[1])
 d = o["decisions"]
 calls = lambda c: sum(int(n) for n in re.findall(r"cmdstat_%s:calls=(\d+)" % c, sys.argv[4]))
 print("%.0f %.2f %.3f %.3f %.3f %.3f" % (o["decisions_per_s"], 1e6 * (float(sys.argv[3]) - float(sys.argv[2])) / d,
-      calls("evalsha") / d, calls(r"sluice\.decide") / d, o["latency_us"]["p50"] / 1000, o["latency_us"]["p99"] / 1000))
+      calls("evalsha") / d, calls(r"sluice\.decide1?") / d, o["latency_us"]["p50"] / 1000, o["latency_us"]["p99"] / 1000))
 EOF
 }
 echo "redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $(nproc) cores," \

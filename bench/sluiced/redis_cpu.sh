@@ -69,7 +69,7 @@ ticks() { awk '{print $14+$15}' "/proc/$rpid/stat"; }
 # (INFO stats total_reads_processed: each is a wake-up's work for one connection).
 counters() {
   redis-cli -p "$rport" info all | tr -d '\r' | awk -F'[=,:]' '
-    /^cmdstat_(evalsha|sluice.decide):/ {n += $3} /^total_reads_processed:/ {r = $2}
+    /^cmdstat_(evalsha|sluice.decide1?):/ {n += $3} /^total_reads_processed:/ {r = $2}
     END {print n + 0, r + 0}'
 }
 # One row: runs "$@", which prints "decisions=N ... p50_ms=X p99_ms=Y"; appends

@@ -15,7 +15,7 @@ std::chrono::microseconds Backoff(int attempt) {
 }
 
 // A server too old for a command or subcommand (CLUSTER SHARDS before Redis 7). Not
-// connection.h's IsUnknownCommand, which tells a missing module's command only.
+// connection.h's IsRefusedCommand, which tells a module's command refused unrun only.
 bool IsUnsupported(const Reply& r) {
   return r.is_error() && (r.str.find("unknown subcommand") != std::string::npos ||
                           r.str.find("unknown command") != std::string::npos);
@@ -382,7 +382,7 @@ void ClusterRouter::OnReply(const std::shared_ptr<Call>& call, int node, const S
     return;
   }
   const ErrorKind kind = Classify(r);
-  const bool module_gone = !call->module_wire.empty() && IsUnknownCommand(r);
+  const bool module_gone = !call->module_wire.empty() && IsRefusedCommand(r);
   if (module_gone) call->module_wire.clear();  // (and its connection stops sending it)
   if ((kind == ErrorKind::kNoScript || module_gone) && !call->script.empty() &&
       !call->script_reloaded && SteadyClock::now() < call->deadline &&

@@ -116,10 +116,14 @@ void Connection::Submit(std::string wire, Deadline deadline, ReplyCallback callb
   if (wake) Wake();
 }
 
-bool IsUnknownCommand(const redisReply* r) {
-  constexpr std::string_view kUnknown = "ERR unknown command";
-  return r != nullptr && r->type == REDIS_REPLY_ERROR && r->len >= kUnknown.size() &&
-         std::string_view(r->str, kUnknown.size()) == kUnknown;
+bool IsRefusedCommand(const redisReply* r) {
+  if (r == nullptr || r->type != REDIS_REPLY_ERROR) return false;
+  const std::string_view e(r->str, r->len);
+  // (Redis 7: "NOPERM this user has no permissions to run the 'x' command"; Valkey 8:
+  // "NOPERM User u has no permissions to run the 'x' command". A key the user may not
+  // touch is another NOPERM, which the script would get too.)
+  return e.starts_with("ERR unknown command") ||
+         (e.starts_with("NOPERM") && e.find("permissions to run the") != std::string_view::npos);
 }
 
 void Connection::Submit(std::string wire, Deadline deadline, std::vector<ReplyCallback> callbacks) {
@@ -340,8 +344,9 @@ void Connection::ReadReplies(Session& s) {
 void Connection::Dispatch(Session& s, ReplyPtr reply) {
   Pending p = std::move(s.inflight.front());
   s.inflight.pop_front();
-  if (p.module && IsUnknownCommand(reply.get())) {
-    // The module is gone (MODULE UNLOAD): scripts from now on; the callers resend theirs.
+  if (p.module && IsRefusedCommand(reply.get())) {
+    // The module is gone (MODULE UNLOAD), or this user may not run its command: scripts
+    // from now on; the callers resend theirs.
     module_.store(false, std::memory_order_release);
   }
   if (p.done) return;

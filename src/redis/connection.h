@@ -141,9 +141,10 @@ struct CoalesceInfo {
   std::vector<std::string> ids;
 };
 
-// True when `r` says the server has no such command (a module wire sent to a server
-// whose module is gone: nothing ran).
-bool IsUnknownCommand(const redisReply* r);
+// True when `r` says the server refused a command without running it: it has no such
+// command (a module wire sent to a server whose module is gone), or the user may not run
+// it (an ACL that allows SLUICE.DECIDE but not SLUICE.DECIDE1).
+bool IsRefusedCommand(const redisReply* r);
 
 // One socket and its I/O thread. Thread-safe.
 //
@@ -152,8 +153,9 @@ bool IsUnknownCommand(const redisReply* r);
 // sluice's module. A script call submitted with a `module_wire` (the same decision as
 // the module's command) is then sent as that wire on a connection whose server has it,
 // and as the script otherwise; merged calls of module wires become one module command
-// (CoalesceTarget::encode_module). A module wire answered "unknown command" turns the
-// module off for this connection until it reconnects (the caller resends the script).
+// (CoalesceTarget::encode_module). A module wire refused unrun (IsRefusedCommand) turns
+// the module off for this connection until it reconnects (the caller resends the
+// script).
 class Connection {
  public:
   // Connects now (ConnectAndHandshake); fails if that fails.

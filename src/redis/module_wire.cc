@@ -33,9 +33,10 @@ void AppendJoined(std::string& out, const long long* v, std::size_t n, bool colo
   }
 }
 
-// The module's arguments after the keys for `groups`.
+// The module's arguments after the keys for `groups`; without `head`, only the
+// policies and the checks (SLUICE.DECIDE1's).
 std::size_t AppendModuleArgv(bool caller_time, std::span<const CoalesceInfo* const> groups,
-                             std::string& out) {
+                             std::string& out, bool head = true) {
   // A policy's numbers on the wire: the first five of CoalesceInfo::data's (algorithm,
   // limit, window, capacity, initial tokens), its block_for and on_change, then its
   // overage and max_debt.
@@ -70,10 +71,12 @@ std::size_t AppendModuleArgv(bool caller_time, std::span<const CoalesceInfo* con
       index.push_back(static_cast<std::uint32_t>(i));
     }
   }
-  AppendBulk(out, std::to_string(kModuleWireVersion));
-  AppendBulk(out, caller_time ? "c" : "");
-  AppendBulk(out, std::to_string(caller_time ? kCallerTimeTtlPadMs : 0));
-  AppendBulk(out, std::to_string(policies.size()));
+  if (head) {
+    AppendBulk(out, std::to_string(kModuleWireVersion));
+    AppendBulk(out, caller_time ? "c" : "");
+    AppendBulk(out, std::to_string(caller_time ? kCallerTimeTtlPadMs : 0));
+    AppendBulk(out, std::to_string(policies.size()));
+  }
   for (const PolicyNumbers& p : policies) {
     // (the tail only as long as the policy needs: block_for, on_change, overage)
     AppendJoined(out, p.data(), p[7] != 0 ? 9 : p[6] != 0 ? 7 : p[5] > 0 ? 6 : 5);
@@ -98,7 +101,7 @@ std::size_t AppendModuleArgv(bool caller_time, std::span<const CoalesceInfo* con
                    i < g->ids.size() ? std::string_view(g->ids[i]) : std::string_view());
     }
   }
-  return 4 + policies.size() + check;
+  return (head ? 4 : 0) + policies.size() + check;
 }
 }  // namespace
 
@@ -117,8 +120,20 @@ std::string EncodeModuleCall(const std::string& script_wire, const CoalesceInfo&
                              bool caller_time) {
   std::string argv;
   const CoalesceInfo* const group = &merge;
-  const std::size_t nargs = AppendModuleArgv(caller_time, {&group, 1}, argv);
+  // One check with one key on the server's clock: SLUICE.DECIDE1 (module/wire.h), its
+  // key, its policy and the check.
+  const bool single =
+      !caller_time && merge.nkeys == 1 && merge.data.size() == 1 + kWireCheckNumbers;
+  const std::size_t nargs = AppendModuleArgv(caller_time, {&group, 1}, argv, !single);
   std::string out;
+  if (single) {
+    out.reserve(32 + (merge.keys_end - merge.keys_begin) + argv.size());
+    out.append("*4\r\n");
+    AppendBulk(out, kModuleSingleCommand);
+    out.append(script_wire, merge.keys_begin, merge.keys_end - merge.keys_begin);
+    out.append(argv);
+    return out;
+  }
   out.reserve(64 + (merge.keys_end - merge.keys_begin) + argv.size());
   out.push_back('*');
   out.append(std::to_string(2 + merge.nkeys + nargs));

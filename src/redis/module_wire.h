@@ -29,7 +29,8 @@ std::size_t EncodeModuleArgv(bool caller_time, const std::vector<const CoalesceI
 
 // The module's command for the one group that `script_wire` (EncodeGroup's, EncodeLean's
 // or EncodeSingle's output) and `merge` describe, with its KEYS (every check
-// ModuleDecides, its keys as the scripts declare them).
+// ModuleDecides, its keys as the scripts declare them): SLUICE.DECIDE1 for one check
+// with one key on the server's clock, else SLUICE.DECIDE.
 std::string EncodeModuleCall(const std::string& script_wire, const CoalesceInfo& merge,
                              bool caller_time);
 

@@ -81,15 +81,15 @@ void NodeClient::Send(Command command, Deadline deadline, ReplyCallback done) {
   auto on_reply = [this, wire, script, deadline, module, done = std::move(done)](
                       const Status& s, const redisReply* r) mutable {
     const bool resend =
-        s.ok() && (Classify(r) == ErrorKind::kNoScript || (module && IsUnknownCommand(r)));
+        s.ok() && (Classify(r) == ErrorKind::kNoScript || (module && IsRefusedCommand(r)));
     if (!resend || SteadyClock::now() >= deadline) {
       done(s, r);
       return;
     }
-    // This server lost the script (restart, failover, SCRIPT FLUSH), or its module
-    // (nothing ran either way): load the script and resend it, pipelined on one
-    // connection so the load comes first. (A call merged with others gets here only if
-    // the merged call's own reload failed too; it is then resent alone.)
+    // This server lost the script (restart, failover, SCRIPT FLUSH), or its module, or
+    // refused the module's command to this user (nothing ran either way): load the script and
+    // resend it, pipelined on one connection so the load comes first. (A call merged with others
+    // gets here only if the merged call's own reload failed too; it is then resent alone.)
     stats_->script_reloads.fetch_add(1, std::memory_order_relaxed);
     std::string both = EncodeCommand({"SCRIPT", "LOAD", script});
     both += *wire;

@@ -277,7 +277,7 @@ void RunDrill(const Fault& fault, Api api, const char* module = nullptr) {
   ASSERT_TRUE(WaitUntil([&] { return t.from_store.load() >= 100; }, milliseconds(30'000)))
       << "no decisions from Redis before the fault";
   if (module) {
-    ASSERT_GT(redis.CommandCalls("sluice.decide"), 0) << "the module decides";
+    ASSERT_GT(ModuleCalls(redis), 0) << "the module decides";
   }
 
   fault.inject(redis);
@@ -297,9 +297,9 @@ void RunDrill(const Fault& fault, Api api, const char* module = nullptr) {
     // While the load goes on: the module decides again (the connections that reconnected
     // found it in their handshake). Waited for, not sampled: on a loaded machine the
     // load may make no call between two samples.
-    const long long at_recovery = redis.CommandCalls("sluice.decide");
-    EXPECT_TRUE(WaitUntil([&] { return redis.CommandCalls("sluice.decide") > at_recovery; },
-                          kRecoveryBound + kDrillMargin))
+    const long long at_recovery = ModuleCalls(redis);
+    EXPECT_TRUE(
+        WaitUntil([&] { return ModuleCalls(redis) > at_recovery; }, kRecoveryBound + kDrillMargin))
         << "after the fault the module does not decide again";
   }
   load->Stop();

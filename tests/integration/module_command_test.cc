@@ -9,6 +9,7 @@
 #include "burst.h"
 #include "module_support.h"
 #include "redis/module/request.h"
+#include "redis/module/wire.h"
 #include "redis_cluster.h"
 #include "redis_sentinel.h"
 #include "redis_server.h"
@@ -31,7 +32,18 @@ TEST_P(ModuleCommand, RejectsMalformedArgumentsAndDeclaresKeys) {
       {"SLUICE.DECIDE"},
       {"SLUICE.DECIDE", "x"},
       {"SLUICE.DECIDE", "2", "k"},
-      {"SLUICE.DECIDE", "1", "k", "4", "", "0", "1", "0,10,1000000,10,-1", "0,0,1,0,1"},
+      // a layout after the module's
+      {"SLUICE.DECIDE", "1", "k", std::to_string(redis::kModuleWireVersion + 1), "", "0", "1",
+       "0,10,1000000,10,-1", "0,0,1,0,1"},
+      // SLUICE.DECIDE1: its arity, a bad policy or check, a check that is not its group's
+      // last, a sliding log's check (two keys), a caller's now (its clock is the server's)
+      {"SLUICE.DECIDE1", "k", "0,10,1000000,10,-1"},
+      {"SLUICE.DECIDE1", "k", "0,10,1000000,10,-1", "0,0,1,0,1", "x"},
+      {"SLUICE.DECIDE1", "k", "0,10,-5,10,-1", "0,0,1,0,1"},
+      {"SLUICE.DECIDE1", "k", "0,10,1000000,10,-1", "0,0,11,0,1"},
+      {"SLUICE.DECIDE1", "k", "0,10,1000000,10,-1", "0,0,1,0,0"},
+      {"SLUICE.DECIDE1", "k", "1,10,1000000,10,-1", "0,0,1,0,1"},
+      {"SLUICE.DECIDE1", "k", "0,10,1000000,10,-1", "0,0,1,0,1,1785000000000000"},
       // a sliding log (layout 3) without its ":log" key
       {"SLUICE.DECIDE", "1", "k", "3", "", "0", "1", "1,10,1000000,10,-1", "0,0,1,0,1"},
       {"SLUICE.DECIDE", "1", "k", "2", "", "0", "1", "0,10,1000000,10,-1,5000", "0,0,1,0,1"},
@@ -50,6 +62,15 @@ TEST_P(ModuleCommand, RejectsMalformedArgumentsAndDeclaresKeys) {
     ASSERT_TRUE(ping.ok());
     EXPECT_EQ(ping->str, "PONG");
   }
+  // SLUICE.DECIDE1 decides, and declares its one key.
+  auto one = (*server)->Command({"SLUICE.DECIDE1", "one", "0,10,1000000,10,-1", "0,0,1,0,1"});
+  ASSERT_TRUE(one.ok());
+  ASSERT_FALSE(one->is_error()) << one->str;
+  EXPECT_EQ((*server)->Command({"EXISTS", "one"})->integer, 1);
+  auto one_key = (*server)->Command({"COMMAND", "GETKEYS", "SLUICE.DECIDE1", "one", "p", "c"});
+  ASSERT_TRUE(one_key.ok());
+  ASSERT_EQ(one_key->elements.size(), 1u) << one_key->str;
+  EXPECT_EQ(one_key->elements[0].str, "one");
   auto keys = (*server)->Command({"COMMAND", "GETKEYS", "SLUICE.DECIDE", "2", "a", "b", "1", "",
                                   "0", "1", "0,10,1000000,10,-1", "0,0,1,0,0", "0,0,1,0,1"});
   ASSERT_TRUE(keys.ok());
@@ -153,7 +174,7 @@ TEST(ModuleCluster, KeysAreDeclaredSoClusterRoutesAndRefusesCrossSlot) {
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   auto module_calls = [&] {
     long long n = 0;
-    for (std::size_t i = 0; i < 3; ++i) n += (*cluster)->node(i).CommandCalls("sluice.decide");
+    for (std::size_t i = 0; i < 3; ++i) n += ModuleCalls((*cluster)->node(i));
     return n;
   };
   const long long before = module_calls();
@@ -275,7 +296,7 @@ TEST(ModuleSentinel, FailoverToAPrimaryWithoutTheModuleGoesOnWithLua) {
   const long long lua0 = old.CommandCalls("evalsha");  // (Create's EVALSHA probe)
   ASSERT_EQ(f.Decide(300), 0) << "calls failed before the failover";
   if (HasFatalFailure()) return;
-  EXPECT_EQ(old.CommandCalls("sluice.decide"), 300);
+  EXPECT_EQ(ModuleCalls(old), 300);
   EXPECT_EQ(old.CommandCalls("evalsha"), lua0);
   // Every write of the primary has reached the replica (nothing in flight).
   ASSERT_NO_FATAL_FAILURE(WaitReplicated(old, next));
@@ -286,7 +307,7 @@ TEST(ModuleSentinel, FailoverToAPrimaryWithoutTheModuleGoesOnWithLua) {
   EXPECT_EQ(f.decided(), 600) << "the store never decided on the new primary";
   EXPECT_EQ(f.late(), 0) << "a call waited past its deadline";
   EXPECT_GE(next.CommandCalls("evalsha"), 300);
-  EXPECT_EQ(next.CommandCalls("sluice.decide"), 0);
+  EXPECT_EQ(ModuleCalls(next), 0);
   std::printf("[module failover] calls that failed after the kill: %d\n", failures);
   ::testing::Test::RecordProperty("failed_after_kill", failures);
   ExpectEveryKeyHasTtl(next);
@@ -311,7 +332,7 @@ TEST(ModuleSentinel, FailoverBackToTheModuleIsDetectedAgain) {
   };
   ASSERT_EQ(f.Decide(200), 0);
   if (HasFatalFailure()) return;
-  EXPECT_EQ(with.CommandCalls("sluice.decide"), 200);
+  EXPECT_EQ(ModuleCalls(with), 200);
   ASSERT_NO_FATAL_FAILURE(WaitReplicated(with, without));
   ASSERT_TRUE(f.group().Failover().ok());
   ASSERT_EQ(f.group().primary().port(), without.port());
@@ -325,12 +346,11 @@ TEST(ModuleSentinel, FailoverBackToTheModuleIsDetectedAgain) {
   ASSERT_TRUE(f.group().Failover().ok());
   ASSERT_EQ(f.group().primary().port(), with.port());
   ASSERT_TRUE(demoted(without));
-  const long long module_before = with.CommandCalls("sluice.decide");
+  const long long module_before = ModuleCalls(with);
   const int back = f.Decide(200);
   if (HasFatalFailure()) return;
   EXPECT_EQ(f.decided(), 600);
-  EXPECT_GE(with.CommandCalls("sluice.decide") - module_before, 200)
-      << "the module was not found again";
+  EXPECT_GE(ModuleCalls(with) - module_before, 200) << "the module was not found again";
   EXPECT_EQ(f.late(), 0) << "a call waited past its deadline";
   std::printf("[module failover] failed calls: %d there, %d back\n", there, back);
   ExpectEveryKeyHasTtl(with);
@@ -359,7 +379,7 @@ TEST(ModuleRequest, ErrorsNameTheArgument) {
       {{"1", "k", "1", "", "0", "1", "0,1,1000,1,-1", "0,0,9223372036854775808,0,1"},
        "check 0 is not 5"},
       {{"1", "k", "1", "", "0", "1", "0,1,1000,1,-1", "0,0,-,0,1"}, "check 0 is not 5"},
-      {{"1", "k", "4", "", "0", "1", "0,1,1000,1,-1", "0,0,1,0,1"}, "layout version must be 1-3"},
+      {{"1", "k", "5", "", "0", "1", "0,1,1000,1,-1", "0,0,1,0,1"}, "layout version must be 1-4"},
       // The sliding log (layout 3): not before it, and with its ":log" key after its own;
       // under overage reject, without a usage record.
       {{"2", "k", "k:log", "2", "", "0", "1", "1,5,1000,5,-1", "0,0,1,0,1"},

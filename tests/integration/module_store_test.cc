@@ -34,13 +34,13 @@ class ModuleFeature : public OnServer {
     store = Open(server->Url());
     ASSERT_NE(store, nullptr);
     scripts = server->CommandCalls("evalsha");
-    module_calls = server->CommandCalls("sluice.decide");
+    module_calls = ModuleCalls(*server);
   }
   // Every key has a TTL, no script decided, and the module was called `calls` times.
   void ExpectOnlyTheModule(std::size_t calls) const {
     ExpectEveryKeyHasTtl(*server);
     EXPECT_EQ(server->CommandCalls("evalsha"), scripts) << "no script decided";
-    EXPECT_EQ(server->CommandCalls("sluice.decide") - module_calls, static_cast<long long>(calls));
+    EXPECT_EQ(ModuleCalls(*server) - module_calls, static_cast<long long>(calls));
   }
   std::unique_ptr<RedisServer> server;
   std::shared_ptr<RedisStore> store;
@@ -71,7 +71,7 @@ TEST_P(ModuleStore, DetectedAtConnectAndModuleOffForcesLua) {
     auto store = Open(c.url, false);
     ASSERT_TRUE(store);
     const std::string key = "detect:" + std::to_string(n++);
-    const long long module0 = c.server->CommandCalls("sluice.decide");
+    const long long module0 = ModuleCalls(*c.server);
     const long long lua0 = c.server->CommandCalls("evalsha");
     for (int i = 0; i < 4; ++i) {
       const StoreCheck check{.policy = &p, .key = key};
@@ -79,7 +79,7 @@ TEST_P(ModuleStore, DetectedAtConnectAndModuleOffForcesLua) {
       ASSERT_TRUE(store->Run({.checks = {&check, 1}, .now = 0}, {&d, 1}).ok());
       EXPECT_EQ(d.allowed, i < 3) << c.url << " decision " << i;
     }
-    EXPECT_EQ(c.server->CommandCalls("sluice.decide") - module0, c.module ? 4 : 0) << c.url;
+    EXPECT_EQ(ModuleCalls(*c.server) - module0, c.module ? 4 : 0) << c.url;
     EXPECT_EQ(c.server->CommandCalls("evalsha") - lua0, c.module ? 0 : 4) << c.url;
   }
 }
@@ -101,7 +101,7 @@ TEST_P(ModuleStore, ModuleGoneHandsOverToLuaWithinTheCall) {
     return d.allowed;
   };
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(decide());
-  EXPECT_EQ((*server)->CommandCalls("sluice.decide"), 3);
+  EXPECT_EQ(ModuleCalls(**server), 3);
   auto unload = (*server)->Command({"MODULE", "UNLOAD", "sluice"});
   ASSERT_TRUE(unload.ok() && !unload->is_error()) << (unload.ok() ? unload->str : "");
   EXPECT_TRUE(decide());
@@ -116,6 +116,98 @@ TEST_P(ModuleStore, ModuleGoneHandsOverToLuaWithinTheCall) {
   }));
   EXPECT_FALSE(decide());
   EXPECT_GE((*server)->CommandCalls("evalsha"), 4);
+}
+
+// A call of one check with one key on the server's clock (most calls sent alone) is the
+// short SLUICE.DECIDE1; a batch, a sliding log's check (two keys) and a caller-time call
+// are SLUICE.DECIDE. Each decides as the in-process store does.
+TEST_P(ModuleStore, AOneCheckCallIsTheShortCommand) {
+  auto server = StartWithModule();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto store = Open((*server)->Url(), /*caller_time=*/false);
+  auto timed = Open((*server)->Url(), /*caller_time=*/true);
+  ASSERT_TRUE(store && timed);
+  const Policy fw = Policy::FixedWindow("fw", 2, std::chrono::hours(1));
+  const Policy log = Policy::SlidingWindowLog("log", 2, std::chrono::hours(1));
+  struct Call {
+    RedisStore* store;
+    std::vector<StoreCheck> checks;
+    const char* command;  // the one it is sent as
+  };
+  const std::vector<Call> calls = {
+      {store.get(), {{.policy = &fw, .key = "one"}}, "sluice.decide1"},
+      {store.get(), {{.policy = &fw, .key = "one"}}, "sluice.decide1"},
+      {store.get(), {{.policy = &fw, .key = "one"}}, "sluice.decide1"},  // denied
+      {store.get(), {{.policy = &fw, .key = "a"}, {.policy = &fw, .key = "b"}}, "sluice.decide"},
+      {store.get(), {{.policy = &log, .key = "log"}}, "sluice.decide"},
+      {timed.get(), {{.policy = &fw, .key = "timed"}}, "sluice.decide"},
+  };
+  const bool allowed[] = {true, true, false, true, true, true};
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    const Call& c = calls[i];
+    const long long before = (*server)->CommandCalls(c.command);
+    const long long all = ModuleCalls(**server);
+    Decision d[2];
+    ASSERT_TRUE(c.store->Run({.checks = c.checks, .now = kNoon}, {d, c.checks.size()}).ok());
+    EXPECT_EQ(d[0].allowed, allowed[i]) << "call " << i;
+    EXPECT_EQ((*server)->CommandCalls(c.command) - before, 1) << "call " << i;
+    EXPECT_EQ(ModuleCalls(**server) - all, 1) << "call " << i;
+  }
+}
+
+// An ACL user with the module's commands of an earlier sluice (+sluice.decide
+// +sluice.version, without +sluice.decide1, docs/redis.md "ACL"): its one-check call is
+// refused unrun (NOPERM) and decided by the scripts within the call, and that connection
+// keeps to the scripts; with +sluice.decide1 the module decides every call.
+TEST_P(ModuleStore, AUserWithoutTheShortCommandIsDecidedByTheScripts) {
+  auto server = StartWithModule();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::vector<std::string> rules = {"on",
+                                          ">secret",
+                                          "~sluice:*",
+                                          "+evalsha",
+                                          "+script|load",
+                                          "+ping",
+                                          "+select",
+                                          "+del",
+                                          "+get",
+                                          "+set",
+                                          "+pexpire",
+                                          "+time",
+                                          "+zadd",
+                                          "+zrange",
+                                          "+zrem",
+                                          "+zcard",
+                                          "+zrangebyscore",
+                                          "+zremrangebyscore",
+                                          "+config|get",
+                                          "+setrange",
+                                          "+incrby",
+                                          "+sluice.decide",
+                                          "+sluice.version"};
+  for (const std::string user : {"earlier", "current"}) {
+    std::vector<std::string> setuser = {"ACL", "SETUSER", user};
+    setuser.insert(setuser.end(), rules.begin(), rules.end());
+    if (user == "current") setuser.push_back("+sluice.decide1");
+    auto ok = (*server)->Command(setuser);
+    ASSERT_TRUE(ok.ok() && !ok->is_error()) << (ok.ok() ? ok->str : "");
+    auto store = Open("redis://" + user + ":secret@127.0.0.1:" + std::to_string((*server)->port()),
+                      /*caller_time=*/false);
+    ASSERT_TRUE(store) << user;
+    const Policy p = Policy::FixedWindow("api", 3, std::chrono::minutes(1));
+    const std::string key = "sluice:{" + user + "}:api";
+    const long long short0 = (*server)->CommandCalls("sluice.decide1");
+    const long long lua0 = (*server)->CommandCalls("evalsha");
+    for (int i = 0; i < 4; ++i) {
+      const StoreCheck check{.policy = &p, .key = key};
+      Decision d;
+      ASSERT_TRUE(store->Run({.checks = {&check, 1}, .now = 0}, {&d, 1}).ok()) << user;
+      EXPECT_EQ(d.allowed, i < 3) << user << " decision " << i;
+    }
+    const bool module = user == "current";
+    EXPECT_EQ((*server)->CommandCalls("sluice.decide1") - short0, module ? 4 : 0) << user;
+    EXPECT_EQ((*server)->CommandCalls("evalsha") - lua0, module ? 0 : 4) << user;
+  }
 }
 
 // Many callers at once: the connection merges their module calls into one command
@@ -144,7 +236,7 @@ TEST_P(ModuleStore, CoalescedCallsAreExact) {
   EXPECT_EQ(failed.load(), 0);
   EXPECT_EQ(allowed.load(), 100);
   EXPECT_GT(store->Stats().coalesced_calls, 0u);
-  EXPECT_LT((*server)->CommandCalls("sluice.decide"), kCalls);
+  EXPECT_LT(ModuleCalls(**server), kCalls);
   EXPECT_EQ((*server)->CommandCalls("evalsha"), lua0);
 }
 
@@ -163,7 +255,7 @@ void ExpectOneMergedCommand(const std::string& binary, const Policy& a, const Po
   groups[0].checks = {StoreCheck{.policy = &a, .key = keys[0]}};
   groups[1].checks = {StoreCheck{.policy = &b, .key = keys[1]}};
   groups[1].op = b_op;
-  const long long before = (*server)->CommandCalls("sluice.decide");
+  const long long before = ModuleCalls(**server);
   const std::vector<Outcome> got = Burst(**s, a, groups, 0);
   for (const Outcome& o : got) {
     ASSERT_TRUE(o.status.ok()) << o.status.ToString();
@@ -171,8 +263,7 @@ void ExpectOneMergedCommand(const std::string& binary, const Policy& a, const Po
   }
   EXPECT_TRUE(got[0].decisions[0].allowed);
   EXPECT_EQ((*s)->Stats().coalesced_calls, 1u);
-  EXPECT_EQ((*server)->CommandCalls("sluice.decide") - before, 2)
-      << "the trigger's and the merged one";
+  EXPECT_EQ(ModuleCalls(**server) - before, 2) << "the trigger's and the merged one";
   // What the merged call left on b's key: one unit taken, by the decision or the penalty.
   Decision peek;
   const StoreCheck look{.policy = &b, .key = keys[1], .cost = 0};
@@ -227,7 +318,7 @@ TEST_P(ModuleStore, ManyProcessesAndThreadsNeverExceedTheLimit) {
   auto server = StartWithModule();
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   ExpectManyProcessesWithinTheLimit((*server)->Url());
-  EXPECT_GT((*server)->CommandCalls("sluice.decide"), 1000);
+  EXPECT_GT(ModuleCalls(**server), 1000);
 }
 
 // A policy with block_for is decided by the module, its block in the key the scripts
@@ -411,7 +502,7 @@ TEST_P(ModuleStore, ConcurrencyPermitsAreDecidedByTheModule) {
       {t0 + 7, StoreOp::kDecide, &shorter, &c, true},
   };
   const long long scripts = (*server)->CommandCalls("evalsha");
-  const long long module_calls = (*server)->CommandCalls("sluice.decide");
+  const long long module_calls = ModuleCalls(**server);
   for (int store = 0; store < 2; ++store) {
     const std::string key = store == 0 ? "sluice:{lua}:jobs" : "sluice:{mod}:jobs";
     for (const Step& st : steps) {
@@ -425,10 +516,10 @@ TEST_P(ModuleStore, ConcurrencyPermitsAreDecidedByTheModule) {
       EXPECT_EQ(d.allowed, st.allowed) << "store " << store << " at +" << st.at - t0;
     }
     if (store == 0) {
-      EXPECT_EQ((*server)->CommandCalls("sluice.decide"), module_calls) << "module=off";
+      EXPECT_EQ(ModuleCalls(**server), module_calls) << "module=off";
     }
   }
-  EXPECT_EQ((*server)->CommandCalls("sluice.decide") - module_calls, std::size(steps));
+  EXPECT_EQ(ModuleCalls(**server) - module_calls, std::size(steps));
   EXPECT_EQ((*server)->CommandCalls("evalsha") - scripts, std::size(steps)) << "the scripts' only";
   auto members = [&](const std::string& key) {
     auto r = (*server)->Command({"ZRANGE", key, "0", "-1", "WITHSCORES"});

@@ -12,6 +12,7 @@
 #include "random_policy.h"
 #include "redis_server.h"
 #include "sluice/redis_store.h"
+#include "store_backends.h"
 #include "wait.h"
 
 namespace sluice::testing {

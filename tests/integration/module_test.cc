@@ -122,7 +122,7 @@ int ExpectRandomSequencesAsLua(RedisStore& lua, RedisStore& mod, const RedisServ
     }
   }
   // The module decided the second store's calls, the scripts only the first's.
-  EXPECT_GT(server.CommandCalls("sluice.decide"), 0);
+  EXPECT_GT(ModuleCalls(server), 0);
   ExpectEveryKeyHasTtl(server);
   return sorted_sets;
 }
@@ -172,7 +172,7 @@ TEST_P(ModuleDifferential, EdgePoliciesMatchLua) {
     }
   }
   EXPECT_GT(compared, 1000);
-  EXPECT_GT(server->CommandCalls("sluice.decide"), 0);
+  EXPECT_GT(ModuleCalls(*server), 0);
 }
 
 // A sorted set of the older member layout ("<count>:<cost>", before the running sums)
@@ -195,7 +195,7 @@ TEST_P(ModuleDifferential, OlderLogMembersAreReadAsTheScriptsReadThem) {
         "1 " + std::to_string(t0 + p.window) + " " + std::to_string(t0) + " 104 100";
     ASSERT_TRUE(server->Command({"SET", prefix, state, "PX", "7200000"}).ok());
   }
-  const long long before = server->CommandCalls("sluice.decide");
+  const long long before = ModuleCalls(*server);
   struct Step {
     StoreOp op;
     std::uint64_t cost;
@@ -226,7 +226,7 @@ TEST_P(ModuleDifferential, OlderLogMembersAreReadAsTheScriptsReadThem) {
     EXPECT_EQ(Contents(*server, "lua:old:log"), Contents(*server, "mod:old:log")) << where;
   }
   EXPECT_NE(Contents(*server, "mod:old:log").find("|100:3|"), std::string::npos);
-  EXPECT_EQ(server->CommandCalls("sluice.decide") - before, std::size(steps));
+  EXPECT_EQ(ModuleCalls(*server) - before, std::size(steps));
   ExpectEveryKeyHasTtl(*server);
 }
 
@@ -238,7 +238,7 @@ TEST_P(ModulePenalty, ARecordedStateUnderAsIsIsReadAsADecisionReadsIt) {
   const Algorithm all[] = {Algorithm::kFixedWindow, Algorithm::kSlidingWindowCounter,
                            Algorithm::kTokenBucket, Algorithm::kGcra};
   const Micros now = 1'785'000'000'000'000;
-  const long long before = server->CommandCalls("sluice.decide");
+  const long long before = ModuleCalls(*server);
   for (Algorithm a : all) {
     Policy recorded;
     recorded.name = "p";
@@ -280,7 +280,7 @@ TEST_P(ModulePenalty, ARecordedStateUnderAsIsIsReadAsADecisionReadsIt) {
       EXPECT_EQ(sl, sm) << name;
     }
   }
-  EXPECT_GE(server->CommandCalls("sluice.decide") - before, 4) << "the module took the penalties";
+  EXPECT_GE(ModuleCalls(*server) - before, 4) << "the module took the penalties";
 }
 
 // One keyspace, each step decided at random by the scripts or by the module, against
@@ -431,8 +431,8 @@ TEST_P(ModuleReplication, ReplicaGetsTheEffectsNotTheCommand) {
     ASSERT_TRUE(ttl.ok());
     EXPECT_GT(ttl->integer, 0) << k;
   }
-  EXPECT_EQ(primary->CommandCalls("sluice.decide"), 3 + kSpillCalls + 7);
-  EXPECT_EQ(replica->CommandCalls("sluice.decide"), 0);
+  EXPECT_EQ(ModuleCalls(*primary), 3 + kSpillCalls + 7);
+  EXPECT_EQ(ModuleCalls(*replica), 0);
   EXPECT_GT(replica->CommandCalls("set"), 0);
 }
 
@@ -465,7 +465,7 @@ TEST_P(ModuleReplication, AofReplaysTheEffects) {
   ASSERT_NO_FATAL_FAILURE(DecideEachAlgorithmThrice(*store, "aof:", &keys));
   ASSERT_NO_FATAL_FAILURE(SpillASlidingLog(*store, "aof:", &keys));
   ASSERT_NO_FATAL_FAILURE(MovePermits(*timed, "aof:", &keys));
-  ASSERT_EQ((*server)->CommandCalls("sluice.decide"), 3 + kSpillCalls + 7);
+  ASSERT_EQ(ModuleCalls(**server), 3 + kSpillCalls + 7);
   auto snapshot = [&] {
     std::vector<std::pair<std::string, long long>> out;
     for (const std::string& k : keys) {

@@ -149,6 +149,12 @@ struct RedisBackend {
   }
 };
 
+// The native module's calls `server` ran (SLUICE.DECIDE, and SLUICE.DECIDE1 for one
+// check on one key on the server's clock): -1 or less when it did not answer.
+inline long long ModuleCalls(const RedisServer& server) {
+  return server.CommandCalls("sluice.decide") + server.CommandCalls("sluice.decide1");
+}
+
 #ifdef SLUICE_REDIS_MODULE
 // RedisStore on a redis-server with the native module loaded (src/redis/module),
 // started once per test binary and emptied before each test: the module decides every

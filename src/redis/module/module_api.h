@@ -61,7 +61,6 @@ struct ModuleApi {
   RedisModuleString* (*CreateString)(RedisModuleCtx* ctx, const char* ptr,
                                      std::size_t len) = nullptr;
   void (*FreeString)(RedisModuleCtx* ctx, RedisModuleString* str) = nullptr;
-  long long (*Milliseconds)() = nullptr;
   // A command run from the module (a sliding log's sorted set: "v", an array of strings;
   // "!v": replicated, as a script's write is), and its reply.
   RedisModuleCallReply* (*Call)(RedisModuleCtx* ctx, const char* cmd, const char* fmt,

@@ -288,33 +288,28 @@ const char* SettleGroup(const GroupCall& c, std::vector<ModuleWrite>& writes,
   return nullptr;
 }
 
-int Decide(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
+// The call's storage (CallStorage): one per process, as Redis runs one command at a time.
+CallStorage& Storage() {
   static CallStorage storage;
-  const std::size_t nargs = argc > 1 ? static_cast<std::size_t>(argc - 1) : 0;
-  if (storage.args.size() < nargs) storage.args.resize(nargs);
-  std::string_view* args = storage.args.data();
-  for (std::size_t i = 0; i < nargs; ++i) {
-    std::size_t len = 0;
-    const char* p = api.StringPtrLen(argv[i + 1], &len);
-    args[i] = {p, len};
-  }
-  if (api.IsKeysPositionRequest(ctx)) {
-    const std::size_t n = ModuleKeyCount({args, nargs});
-    for (std::size_t i = 0; i < n; ++i) api.KeyAtPos(ctx, static_cast<int>(2 + i));
-    return kOk;
-  }
-  if (argc < 2) return api.WrongArity(ctx);
+  return storage;
+}
+
+// Decides the call whose arguments after the command name are `args` (wire.h's layout:
+// numkeys, the keys, the head, the policies and the checks) and whose keys are `names`.
+int DecideArgs(RedisModuleCtx* ctx, RedisModuleString** names,
+               std::span<const std::string_view> args) {
+  CallStorage& storage = Storage();
   ModuleRequest& req = storage.req;
   std::string error;
-  if (!ParseModuleRequest({args, nargs}, &req, &error)) {
+  if (!ParseModuleRequest(args, &req, &error)) {
     for (char& ch : error) {
       if (ch == '\r' || ch == '\n') ch = ' ';  // an error reply is one line
     }
     return api.ReplyWithError(ctx, ("ERR sluice: " + error).c_str());
   }
-  RedisModuleString** names = argv + 2;
   const Micros server_now = ServerNowMicros();
-  const long long now_ms = api.Milliseconds();
+  // (Redis's clock in ms for the keys' absolute expiries: the same reading, not a second)
+  const long long now_ms = server_now / 1000;
   std::vector<long long>& reply = storage.reply;
   reply.clear();
   std::vector<ModuleWrite>& writes = storage.writes;
@@ -336,9 +331,56 @@ int Decide(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
   return kOk;
 }
 
+// The arguments of SLUICE.DECIDE (argv after the command name) as views.
+std::span<const std::string_view> ArgViews(RedisModuleString** argv, int argc) {
+  std::vector<std::string_view>& args = Storage().args;
+  const std::size_t nargs = argc > 1 ? static_cast<std::size_t>(argc - 1) : 0;
+  if (args.size() < nargs) args.resize(nargs);
+  for (std::size_t i = 0; i < nargs; ++i) {
+    std::size_t len = 0;
+    const char* p = api.StringPtrLen(argv[i + 1], &len);
+    args[i] = {p, len};
+  }
+  return {args.data(), nargs};
+}
+
+int Decide(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
+  const std::span<const std::string_view> args = ArgViews(argv, argc);
+  if (api.IsKeysPositionRequest(ctx)) {
+    const std::size_t n = ModuleKeyCount(args);
+    for (std::size_t i = 0; i < n; ++i) api.KeyAtPos(ctx, static_cast<int>(2 + i));
+    return kOk;
+  }
+  if (argc < 2) return api.WrongArity(ctx);
+  return DecideArgs(ctx, argv + 2, args);
+}
+
+// SLUICE.DECIDE1 key policy check: SLUICE.DECIDE of one check on one key, on the
+// server's clock (wire.h), with the head that call would have.
+int Decide1(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
+  if (argc != 4) return api.WrongArity(ctx);
+  std::string_view v[3];
+  for (int i = 0; i < 3; ++i) {
+    std::size_t len = 0;
+    const char* p = api.StringPtrLen(argv[i + 1], &len);
+    v[i] = {p, len};
+  }
+  static const std::string version = std::to_string(redis::kModuleWireVersion);
+  const std::string_view args[] = {"1", v[0], version, "", "0", "1", v[1], v[2]};
+  return DecideArgs(ctx, argv + 1, args);
+}
+
 int DecideCommand(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
   try {
     return Decide(ctx, argv, argc);
+  } catch (const std::exception& e) {  // (out of memory): an error, never a crash
+    return api.ReplyWithError(ctx, (std::string("ERR sluice: ") + e.what()).c_str());
+  }
+}
+
+int Decide1Command(RedisModuleCtx* ctx, RedisModuleString** argv, int argc) {
+  try {
+    return Decide1(ctx, argv, argc);
   } catch (const std::exception& e) {  // (out of memory): an error, never a crash
     return api.ReplyWithError(ctx, (std::string("ERR sluice: ") + e.what()).c_str());
   }
@@ -373,7 +415,6 @@ int ModuleApiInit(RedisModuleCtx* ctx, const char* name, int version) {
                   Resolve("RedisModule_Replicate", &api.Replicate) &&
                   Resolve("RedisModule_CreateString", &api.CreateString) &&
                   Resolve("RedisModule_FreeString", &api.FreeString) &&
-                  Resolve("RedisModule_Milliseconds", &api.Milliseconds) &&
                   Resolve("RedisModule_Call", &api.Call) &&
                   Resolve("RedisModule_CallReplyType", &api.CallReplyType) &&
                   Resolve("RedisModule_CallReplyLength", &api.CallReplyLength) &&
@@ -411,6 +452,10 @@ extern "C" __attribute__((visibility("default"))) int RedisModule_OnLoad(
   // getkeys-api: the keys are argv[2 .. 2 + numkeys) (Decide reports them).
   if (api.CreateCommand(ctx, "sluice.decide", DecideCommand, "write deny-oom getkeys-api", 0, 0,
                         0) != kOk) {
+    return kErr;
+  }
+  // Its one key is argv[1].
+  if (api.CreateCommand(ctx, "sluice.decide1", Decide1Command, "write deny-oom", 1, 1, 1) != kOk) {
     return kErr;
   }
   if (api.CreateCommand(ctx, "sluice.version", VersionCommand, "readonly fast", 0, 0, 0) != kOk) {

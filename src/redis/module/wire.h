@@ -10,7 +10,7 @@
 //   + ":u:" + the reservation id) when it has one: the scripts' KEYS order;
 // - version: kModuleWireVersion, or an older layout the module still reads (1: no
 //   block_for, no on_change; 2: no sliding window log, no concurrency limit, no overage,
-//   no usage record);
+//   no usage record; 3: as 4, without SLUICE.DECIDE1);
 // - clock: "" decides on the server's clock; "c" on the caller's (tests only): every
 //   check then ends with its group's now (us);
 // - pad_ms: extra TTL in ms (caller-time mode: Redis expires keys on its own clock);
@@ -35,6 +35,14 @@
 // runner); a group of settles finds every record first (one unknown or expired: the
 // error NOTFOUND, and nothing is settled), then settles each check on its own. The
 // reply is the scripts' (redis/reply.cc, DecodeDecisions).
+//
+// From layout 4 on, the call of ONE check with ONE key on the server's clock (the
+// commonest, a caller's call sent alone) may be sent as
+//
+//   SLUICE.DECIDE1 <key> <policy> <check>
+//
+// which is SLUICE.DECIDE 1 <key> <version> "" 0 1 <policy> <check>: five arguments
+// fewer for Redis to read (each costs it about 0.04 us), its key declared statically.
 #pragma once
 
 #include <cstddef>
@@ -42,10 +50,11 @@
 namespace sluice::redis {
 
 inline constexpr const char* kModuleCommand = "SLUICE.DECIDE";
+inline constexpr const char* kModuleSingleCommand = "SLUICE.DECIDE1";
 // Answers kModuleWireVersion: the handshake's probe (a server without the module, or a
 // module of another layout, is decided with Lua).
 inline constexpr const char* kModuleVersionCommand = "SLUICE.VERSION";
-inline constexpr long long kModuleWireVersion = 3;
+inline constexpr long long kModuleWireVersion = 4;
 // The oldest layout the module still reads (a client that probed an older module
 // before it was replaced sends it until it reconnects).
 inline constexpr long long kModuleOldestWireVersion = 1;
