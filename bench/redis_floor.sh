@@ -13,7 +13,9 @@
 #   - sluice with the native module (src/redis/module, loaded into the same server with
 #     --loadmodule; --module PATH, or none to leave it out): each algorithm, and the
 #     fixed window uncoalesced; and each O(1) algorithm sent straight to the module at
-#     16 decisions per call (below), which no client coalescing varies;
+#     16 decisions per call (below), which no client coalescing varies, and the fixed
+#     window at one decision per call (SLUICE.DECIDE1), 16 pipelined as the article's
+#     script is;
 #   - with --module-before PATH (an older build of the module, e.g. of another commit):
 #     the same module rows with it, in the same server (MODULE UNLOAD, then MODULE LOAD
 #     of the other one), so that the module's before and after run in one run.
@@ -160,6 +162,12 @@ module_rows() {  # SUFFIX: the rows of the module loaded now, named "... SUFFIX"
   done
   # shellcheck disable=SC2046
   [[ -z $same ]] || row "sluice fixed_window, module, uncoalesced$1" "$sluice" $(bench_args fixed_window) --coalesce 1
+  # One-check calls pipelined 16 at a time, as the article's script row is (a module of
+  # layout 4 or later: SLUICE.DECIDE1).
+  if (( $(rcli sluice.version) >= 4 )); then
+    row "module fixed_window, one call per decision, pipeline 16$1" python3 bench/redis_pipe.py \
+      single:fixed_window "$port" "$decisions" "$keys" "$callers" -
+  fi
 }
 swap_module() {  # PATH: the loaded sluice module becomes the one at PATH
   rcli module unload sluice | grep -qx OK || { echo "redis_floor.sh: MODULE UNLOAD sluice failed" >&2; exit 1; }

@@ -3,17 +3,19 @@
 # CALLERS connections to 127.0.0.1:PORT, each sending 16 decisions' commands at a time
 # over KEYS random keys ("floor:{N}:x") and reading their replies, until DECISIONS in all.
 # MODE: incr (INCR), envoy (INCRBY + EXPIRE 60), script (EVALSHA SHA of a one-key
-# script), or module:ALGORITHM (ONE SLUICE.DECIDE of 16 one-check groups of
+# script), module:ALGORITHM (ONE SLUICE.DECIDE of 16 one-check groups of
 # `sluice bench`'s default policy, 1000/s, with ALGORITHM fixed_window, gcra,
-# token_bucket or sliding_window_counter). Any reply that is not an integer (or the
-# module's array of integers) fails the run.
+# token_bucket or sliding_window_counter), or single:ALGORITHM (16 pipelined
+# SLUICE.DECIDE1, one check each: what uncoalesced calls cost, pipelined as the script
+# rows are). Any reply that is not an integer (or the module's array of integers) fails
+# the run.
 import asyncio, random, sys
 mode, port, decisions, keys, callers, sha = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 # the module's policy argument: algorithm id, limit, window (us), capacity, initial tokens
 POLICIES = {"fixed_window": b"0,1000,1000000,1000,-1", "sliding_window_counter": b"2,1000,1000000,1000,-1",
             "token_bucket": b"3,1000,1000000,1000,-1", "gcra": b"4,1000,1000000,1000,-1"}
-if mode.startswith("module:") and mode[7:] not in POLICIES:
-    sys.exit("redis_pipe.py: the module does not decide '%s'" % mode[7:])
+if mode.split(":")[0] in ("module", "single") and mode.split(":")[-1] not in POLICIES:
+    sys.exit("redis_pipe.py: the module does not decide '%s'" % mode.split(":")[-1])
 def cmd(*a):
     out = [b"*%d\r\n" % len(a)]
     for x in a:
@@ -26,6 +28,8 @@ def decision(rng):
         return cmd(b"INCR", k), 1
     if mode == "envoy":
         return cmd(b"INCRBY", k, 1) + cmd(b"EXPIRE", k, 60), 2
+    if mode.startswith("single:"):  # (its reply: an array of one integer, two lines)
+        return cmd(b"SLUICE.DECIDE1", k, POLICIES[mode[7:]], b"0,0,1,0,1"), 2
     return cmd(b"EVALSHA", sha, 1, k, 60), 1
 left = decisions
 async def caller(i):
@@ -52,7 +56,7 @@ async def caller(i):
             replies = int(header[1:])
         for _ in range(replies):
             line = await r.readline()
-            if not line.startswith(b":"):
+            if not line.startswith(b":") and line != b"*1\r\n":
                 sys.exit("redis_floor.sh: %s: unexpected reply %r" % (mode, line))
     w.close()
 async def main():
