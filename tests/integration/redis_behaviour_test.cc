@@ -297,30 +297,7 @@ namespace {
 TEST(RedisSetup, TheDocumentedAclUserIsEnough) {
   auto server = RedisServer::Start();
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto acl = (*server)->Command({"ACL",
-                                 "SETUSER",
-                                 "sluice",
-                                 "on",
-                                 ">secret",
-                                 "~sluice:*",
-                                 "+evalsha",
-                                 "+script|load",
-                                 "+ping",
-                                 "+select",
-                                 "+del",
-                                 "+get",
-                                 "+set",
-                                 "+zadd",
-                                 "+zrem",
-                                 "+zcard",
-                                 "+zrange",
-                                 "+zrangebyscore",
-                                 "+zremrangebyscore",
-                                 "+pexpire",
-                                 "+time",
-                                 "+config|get",
-                                 "+setrange",
-                                 "+incrby"});
+  auto acl = (*server)->Command(DocumentedAclUser("sluice", "secret"));
   ASSERT_TRUE(acl.ok() && !acl->is_error()) << (acl.ok() ? acl->str : acl.status().ToString());
   std::vector<std::string> warnings;
   auto store =

@@ -149,6 +149,40 @@ struct RedisBackend {
   }
 };
 
+// `ACL SETUSER <user>` with the rules of docs/redis.md's ACL user for sluice ("An ACL
+// user for sluice": its password, its keys and the commands the scripts need), then
+// `extra`.
+inline std::vector<std::string> DocumentedAclUser(const std::string& user,
+                                                  const std::string& password,
+                                                  std::vector<std::string> extra = {}) {
+  std::vector<std::string> cmd = {"ACL",
+                                  "SETUSER",
+                                  user,
+                                  "on",
+                                  ">" + password,
+                                  "~sluice:*",
+                                  "+evalsha",
+                                  "+script|load",
+                                  "+ping",
+                                  "+select",
+                                  "+del",
+                                  "+get",
+                                  "+set",
+                                  "+zadd",
+                                  "+zrem",
+                                  "+zcard",
+                                  "+zrange",
+                                  "+zrangebyscore",
+                                  "+zremrangebyscore",
+                                  "+pexpire",
+                                  "+time",
+                                  "+config|get",
+                                  "+setrange",
+                                  "+incrby"};
+  cmd.insert(cmd.end(), extra.begin(), extra.end());
+  return cmd;
+}
+
 // The native module's calls `server` ran (SLUICE.DECIDE, and SLUICE.DECIDE1 for one
 // check on one key on the server's clock): -1 or less when it did not answer.
 inline long long ModuleCalls(const RedisServer& server) {
