@@ -13,9 +13,9 @@
 #   - sluice with the native module (src/redis/module, loaded into the same server with
 #     --loadmodule; --module PATH, or none to leave it out): each algorithm, and the
 #     fixed window uncoalesced; and each O(1) algorithm sent straight to the module at
-#     16 decisions per call (below), which no client coalescing varies, and the fixed
-#     window at one decision per call (SLUICE.DECIDE1), 16 pipelined as the article's
-#     script is;
+#     16 decisions per call (below), which no client coalescing varies, the fixed
+#     window also at 64 and 256 per call, and at one decision per call
+#     (SLUICE.DECIDE1), 16 pipelined as the article's script is;
 #   - with --module-before PATH (an older build of the module, e.g. of another commit):
 #     the same module rows with it, in the same server (MODULE UNLOAD, then MODULE LOAD
 #     of the other one), so that the module's before and after run in one run.
@@ -160,6 +160,14 @@ module_rows() {  # SUFFIX: the rows of the module loaded now, named "... SUFFIX"
     [[ $a == sliding_window_log ]] && continue
     row "module $a, 16 per call$1" python3 bench/redis_pipe.py "module:$a" "$port" "$decisions" "$keys" "$callers" -
   done
+  # The fixed window at 64 and 256 decisions per call: what a decision costs Redis once
+  # the call's own cost is spread thin (issue #18's 0.35x of envoy's way).
+  if [[ ,$algorithms, == *,fixed_window,* ]]; then
+    for n in 64 256; do
+      row "module fixed_window, $n per call$1" python3 bench/redis_pipe.py "module:fixed_window:$n" \
+        "$port" "$decisions" "$keys" "$callers" -
+    done
+  fi
   # shellcheck disable=SC2046
   [[ -z $same ]] || row "sluice fixed_window, module, uncoalesced$1" "$sluice" $(bench_args fixed_window) --coalesce 1
   # One-check calls pipelined 16 at a time, as the article's script row is (a module of

@@ -3,7 +3,7 @@
 # CALLERS connections to 127.0.0.1:PORT, each sending 16 decisions' commands at a time
 # over KEYS random keys ("floor:{N}:x") and reading their replies, until DECISIONS in all.
 # MODE: incr (INCR), envoy (INCRBY + EXPIRE 60), script (EVALSHA SHA of a one-key
-# script), module:ALGORITHM (ONE SLUICE.DECIDE of 16 one-check groups of
+# script), module:ALGORITHM[:N] (ONE SLUICE.DECIDE of 16, or N, one-check groups of
 # `sluice bench`'s default policy, 1000/s, with ALGORITHM fixed_window, gcra,
 # token_bucket or sliding_window_counter), or single:ALGORITHM (16 pipelined
 # SLUICE.DECIDE1, one check each: what uncoalesced calls cost, pipelined as the script
@@ -14,8 +14,11 @@ mode, port, decisions, keys, callers, sha = sys.argv[1], int(sys.argv[2]), int(s
 # the module's policy argument: algorithm id, limit, window (us), capacity, initial tokens
 POLICIES = {"fixed_window": b"0,1000,1000000,1000,-1", "sliding_window_counter": b"2,1000,1000000,1000,-1",
             "token_bucket": b"3,1000,1000000,1000,-1", "gcra": b"4,1000,1000000,1000,-1"}
-if mode.split(":")[0] in ("module", "single") and mode.split(":")[-1] not in POLICIES:
-    sys.exit("redis_pipe.py: the module does not decide '%s'" % mode.split(":")[-1])
+parts = mode.split(":")
+kind, algorithm = parts[0], parts[1] if len(parts) > 1 else ""
+if kind in ("module", "single") and algorithm not in POLICIES:
+    sys.exit("redis_pipe.py: the module does not decide '%s'" % algorithm)
+per = int(parts[2]) if kind == "module" and len(parts) > 2 else 16
 def cmd(*a):
     out = [b"*%d\r\n" % len(a)]
     for x in a:
@@ -29,7 +32,7 @@ def decision(rng):
     if mode == "envoy":
         return cmd(b"INCRBY", k, 1) + cmd(b"EXPIRE", k, 60), 2
     if mode.startswith("single:"):  # (its reply: an array of one integer, two lines)
-        return cmd(b"SLUICE.DECIDE1", k, POLICIES[mode[7:]], b"0,0,1,0,1"), 2
+        return cmd(b"SLUICE.DECIDE1", k, POLICIES[algorithm], b"0,0,1,0,1"), 2
     return cmd(b"EVALSHA", sha, 1, k, 60), 1
 left = decisions
 async def caller(i):
@@ -37,12 +40,12 @@ async def caller(i):
     rng = random.Random(i)
     r, w = await asyncio.open_connection("127.0.0.1", port)
     while left > 0:
-        n = min(16, left)
+        n = min(per, left)
         left -= n
         wire, replies = [], 0
         if mode.startswith("module:"):
             ks = [b"floor:{%d}:x" % rng.randrange(keys) for _ in range(n)]
-            wire.append(cmd(b"SLUICE.DECIDE", n, *ks, 1, b"", 0, 1, POLICIES[mode[7:]], *([b"0,0,1,0,1"] * n)))
+            wire.append(cmd(b"SLUICE.DECIDE", n, *ks, 1, b"", 0, 1, POLICIES[algorithm], *([b"0,0,1,0,1"] * n)))
             header = None
         for _ in range(0 if wire else n):
             c, k = decision(rng)
