@@ -13,21 +13,13 @@
 #include "redis_server.h"
 #include "sluice/policy.h"
 #include "sluice/redis_store.h"
+#include "store_backends.h"
 
 namespace sluice::testing {
 namespace {
 
 using std::chrono::steady_clock;
 
-// The permissions of docs/redis.md's ACL line for a standalone Redis, one per entry
-// (the key pattern ~sluice:* is granted separately). Keep the two in step.
-const std::vector<std::string> kMinimalPermissions = {
-    "+evalsha",    "+script|load", "+ping",    "+select",        "+del",
-    "+get",        "+set",         "+pexpire", "+time",          "+zadd",
-    "+zrange",     "+zrem",        "+zcard",   "+zrangebyscore", "+zremrangebyscore",
-    "+config|get", "+setrange",    "+incrby"};
-
-constexpr Micros kSec = 1'000'000;
 constexpr Micros kT0 = 1785412800LL * kSec;  // a minute boundary
 
 Status SetUser(RedisServer& server, const std::vector<std::string>& permissions) {
@@ -147,7 +139,7 @@ std::string Join(const std::vector<std::string>& v) {
 TEST(Acl, TheMinimalUserCanDoEverythingWithoutAWarning) {
   auto server = RedisServer::Start();
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  ASSERT_TRUE(SetUser(**server, kMinimalPermissions).ok());
+  ASSERT_TRUE(SetUser(**server, kDocumentedAclCommands).ok());
   for (bool caller_time : {true, false}) {
     Outcome o = Workload(**server, caller_time);
     EXPECT_TRUE(o.problems.empty()) << "caller_time=" << caller_time << Join(o.problems);
@@ -161,10 +153,10 @@ TEST(Acl, TheMinimalUserCanDoEverythingWithoutAWarning) {
 TEST(Acl, EveryPermissionOfTheMinimalLineIsNeeded) {
   auto server = RedisServer::Start();
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  for (std::size_t skip = 0; skip < kMinimalPermissions.size(); ++skip) {
-    const std::string& missing = kMinimalPermissions[skip];
+  for (std::size_t skip = 0; skip < kDocumentedAclCommands.size(); ++skip) {
+    const std::string& missing = kDocumentedAclCommands[skip];
     SCOPED_TRACE("without " + missing);
-    std::vector<std::string> perms = kMinimalPermissions;
+    std::vector<std::string> perms = kDocumentedAclCommands;
     perms.erase(perms.begin() + static_cast<std::ptrdiff_t>(skip));
     ASSERT_TRUE(SetUser(**server, perms).ok());
     ASSERT_TRUE((*server)->Command({"FLUSHALL"}).ok());
@@ -198,7 +190,7 @@ TEST(Acl, EveryPermissionOfTheMinimalLineIsNeeded) {
 TEST(Acl, AUserWithoutEvalshaIsRefusedByCreateWithinConnectTimeout) {
   auto server = RedisServer::Start();
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  std::vector<std::string> perms = kMinimalPermissions;
+  std::vector<std::string> perms = kDocumentedAclCommands;
   std::erase(perms, "+evalsha");
   ASSERT_TRUE(SetUser(**server, perms).ok());
   RedisStoreOptions o;
