@@ -328,9 +328,10 @@ void RedisStore::Impl::Run(std::string_view routing_key, const redis::Script& sc
     }
     done(Status::Ok(), std::span<const Decision>(out.decisions, out.n));
   };
-  router->Send(routing_key,
-               redis::Command{std::move(wire), script.source, merge, std::move(module_wire)},
-               deadline, std::move(on_reply));
+  router->Send(
+      routing_key,
+      redis::Command{std::move(wire), script.source, std::move(merge), std::move(module_wire)},
+      deadline, std::move(on_reply));
 }
 
 std::string RedisStore::Impl::ModuleWire(std::span<const StoreCheck> checks,
@@ -437,8 +438,8 @@ std::shared_ptr<Call> RedisStore::Impl::Evaluate(StoreOp op, std::span<const Sto
   std::string module_wire = ModuleWire(checks, kinds, sc.wire, merge);
   // Every key of a batch shares the hash tag of the first one (sluice keys carry
   // one), so the first key routes the whole script.
-  impl_->Run(checks[0].key, *sc.script, std::move(sc.wire), call, deadline, std::move(done), merge,
-             std::move(module_wire));
+  impl_->Run(checks[0].key, *sc.script, std::move(sc.wire), call, deadline, std::move(done),
+             std::move(merge), std::move(module_wire));
   return call;
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <iterator>
 
+#include "redis/module/request.h"
 #include "redis/module/sliding_log.h"
 
 namespace sluice::redis_module {
@@ -12,11 +13,6 @@ namespace {
 
 constexpr const char* kWrongTypeReply =
     "WRONGTYPE Operation against a key holding the wrong kind of value";
-
-bool Integer(std::string_view s, long long* v) {
-  const auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
-  return !s.empty() && r.ec == std::errc() && r.ptr == s.data() + s.size();
-}
 
 // A sorted set's key, opened for one command and closed after it (a key of a call's
 // sorted sets is never held open across commands: sluice_module.cc).
@@ -119,7 +115,7 @@ bool RedisSets::Native(const char* command, std::uint32_t key,
     }
     return true;
   }
-  if (cmd == "ZREMRANGEBYSCORE" && args.size() == 2 && args[0] == "-inf" && Integer(args[1], &v)) {
+  if (cmd == "ZREMRANGEBYSCORE" && args.size() == 2 && args[0] == "-inf" && ParseInt(args[1], &v)) {
     // the members up to v, first to last (each removal re-reads the first: the key goes
     // once the set is empty)
     SetKey k(ctx_, name, true);
@@ -161,7 +157,7 @@ bool RedisSets::Native(const char* command, std::uint32_t key,
     return true;
   }
   const bool xx = cmd == "ZADD" && args.size() == 3 && args[0] == "XX";
-  if (cmd == "ZADD" && (xx || args.size() == 2) && Integer(args[xx ? 1 : 0], &v)) {
+  if (cmd == "ZADD" && (xx || args.size() == 2) && ParseInt(args[xx ? 1 : 0], &v)) {
     // one member at an integer score (a permit's expiry, a log entry's time)
     SetKey k(ctx_, name, true);
     if (k.wrong_type()) return wrong_type();
@@ -182,7 +178,7 @@ bool RedisSets::Native(const char* command, std::uint32_t key,
     }
     return true;
   }
-  if (cmd == "PEXPIRE" && args.size() == 1 && Integer(args[0], &v) && v > 0) {
+  if (cmd == "PEXPIRE" && args.size() == 1 && ParseInt(args[0], &v) && v > 0) {
     // as Redis replicates a PEXPIRE: PEXPIREAT of its expiry
     SetKey k(ctx_, name, true);
     if (k.empty()) return true;

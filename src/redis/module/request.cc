@@ -28,12 +28,6 @@ constexpr bool PermitOp(long long op) {
   return op >= 4 && op <= 6;
 }
 
-bool ParseInt(std::string_view s, long long* v) {
-  if (s.empty()) return false;
-  const auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
-  return r.ec == std::errc() && r.ptr == s.data() + s.size();
-}
-
 // Splits `s` at commas into at most `max` integers; returns how many (0: malformed).
 // Each field is what ParseInt accepts (an optional '-', then digits, in range), read in
 // one pass: every check of every call comes through here.
@@ -278,6 +272,12 @@ bool CloseGroup(std::span<const std::string_view> keys, std::size_t begin, std::
 }
 
 }  // namespace
+
+bool ParseInt(std::string_view s, long long* v) {
+  if (s.empty()) return false;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
 
 std::size_t ModuleKeyCount(std::span<const std::string_view> args) {
   long long n = 0;

@@ -60,6 +60,10 @@ struct ModuleRequest {
   std::vector<StoreCheck> store_checks;
 };
 
+// True when all of `s` is one decimal integer in range (an optional '-', then digits),
+// read into `*v`: every integer argument the module reads.
+bool ParseInt(std::string_view s, long long* v);
+
 // The number of keys of a call whose arguments after the command name are `args`
 // (args[0] is numkeys), or 0 when numkeys is not a count those arguments hold.
 std::size_t ModuleKeyCount(std::span<const std::string_view> args);

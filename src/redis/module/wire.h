@@ -42,7 +42,8 @@
 //   SLUICE.DECIDE1 <key> <policy> <check>
 //
 // which is SLUICE.DECIDE 1 <key> <version> "" 0 1 <policy> <check>: five arguments
-// fewer for Redis to read (each costs it about 0.04 us), its key declared statically.
+// fewer for Redis to read (a tenth of such a call's cost, docs/benchmarks.md), its key
+// declared statically.
 #pragma once
 
 #include <cstddef>
