@@ -14,8 +14,9 @@
 #     --loadmodule; --module PATH, or none to leave it out): each algorithm, and the
 #     fixed window uncoalesced; and each O(1) algorithm sent straight to the module at
 #     16 decisions per call (below), which no client coalescing varies, the fixed
-#     window also at 64 and 256 per call, and at one decision per call
-#     (SLUICE.DECIDE1), 16 pipelined as the article's script is;
+#     window also at 64 and 256 per call, and at one decision per call (as SLUICE.DECIDE,
+#     and as SLUICE.DECIDE1 where the module has it), 16 pipelined as the article's
+#     script is;
 #   - with --module-before PATH (an older build of the module, e.g. of another commit):
 #     the same module rows with it, in the same server (MODULE UNLOAD, then MODULE LOAD
 #     of the other one), so that the module's before and after run in one run.
@@ -170,10 +171,12 @@ module_rows() {  # SUFFIX: the rows of the module loaded now, named "... SUFFIX"
   fi
   # shellcheck disable=SC2046
   [[ -z $same ]] || row "sluice fixed_window, module, uncoalesced$1" "$sluice" $(bench_args fixed_window) --coalesce 1
-  # One-check calls pipelined 16 at a time, as the article's script row is (a module of
-  # layout 4 or later: SLUICE.DECIDE1).
+  # One-check calls pipelined 16 at a time, as the article's script row is: as
+  # SLUICE.DECIDE (every module), and as SLUICE.DECIDE1 (layout 4 on).
+  row "module fixed_window, one SLUICE.DECIDE per decision, pipeline 16$1" python3 bench/redis_pipe.py \
+    full:fixed_window "$port" "$decisions" "$keys" "$callers" -
   if (( $(rcli sluice.version) >= 4 )); then
-    row "module fixed_window, one call per decision, pipeline 16$1" python3 bench/redis_pipe.py \
+    row "module fixed_window, one SLUICE.DECIDE1 per decision, pipeline 16$1" python3 bench/redis_pipe.py \
       single:fixed_window "$port" "$decisions" "$keys" "$callers" -
   fi
 }

@@ -5,9 +5,10 @@
 # MODE: incr (INCR), envoy (INCRBY + EXPIRE 60), script (EVALSHA SHA of a one-key
 # script), module:ALGORITHM[:N] (ONE SLUICE.DECIDE of 16, or N, one-check groups of
 # `sluice bench`'s default policy, 1000/s, with ALGORITHM fixed_window, gcra,
-# token_bucket or sliding_window_counter), or single:ALGORITHM (16 pipelined
+# token_bucket or sliding_window_counter), single:ALGORITHM (16 pipelined
 # SLUICE.DECIDE1, one check each: what uncoalesced calls cost, pipelined as the script
-# rows are). Any reply that is not an integer (or the module's array of integers) fails
+# rows are), or full:ALGORITHM (the same as 16 pipelined one-check SLUICE.DECIDE of
+# layout 1, which every module reads: the call before SLUICE.DECIDE1). Any reply that is not an integer (or the module's array of integers) fails
 # the run.
 import asyncio, random, sys
 mode, port, decisions, keys, callers, sha = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
@@ -16,7 +17,7 @@ POLICIES = {"fixed_window": b"0,1000,1000000,1000,-1", "sliding_window_counter":
             "token_bucket": b"3,1000,1000000,1000,-1", "gcra": b"4,1000,1000000,1000,-1"}
 parts = mode.split(":")
 kind, algorithm = parts[0], parts[1] if len(parts) > 1 else ""
-if kind in ("module", "single") and algorithm not in POLICIES:
+if kind in ("module", "single", "full") and algorithm not in POLICIES:
     sys.exit("redis_pipe.py: the module does not decide '%s'" % algorithm)
 per = int(parts[2]) if kind == "module" and len(parts) > 2 else 16
 def cmd(*a):
@@ -33,6 +34,8 @@ def decision(rng):
         return cmd(b"INCRBY", k, 1) + cmd(b"EXPIRE", k, 60), 2
     if mode.startswith("single:"):  # (its reply: an array of one integer, two lines)
         return cmd(b"SLUICE.DECIDE1", k, POLICIES[algorithm], b"0,0,1,0,1"), 2
+    if mode.startswith("full:"):
+        return cmd(b"SLUICE.DECIDE", 1, k, 1, b"", 0, 1, POLICIES[algorithm], b"0,0,1,0,1"), 2
     return cmd(b"EVALSHA", sha, 1, k, 60), 1
 left = decisions
 async def caller(i):
